@@ -1,0 +1,33 @@
+"""riemfl: optimisation on Riemannian manifolds with exact geometry, and federated learning."""
+
+from . import errors
+from .errors import (
+    ConvergenceError,
+    CutLocusError,
+    NotOnManifoldError,
+    ParameterError,
+    ProjectionError,
+    RiemflError,
+    ShapeError,
+)
+from .manifolds import Euclidean, Grassmann, Lorentz, Manifold, Product, Sphere, Stiefel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors",
+    "RiemflError",
+    "ShapeError",
+    "NotOnManifoldError",
+    "ProjectionError",
+    "ConvergenceError",
+    "CutLocusError",
+    "ParameterError",
+    "Manifold",
+    "Euclidean",
+    "Sphere",
+    "Stiefel",
+    "Grassmann",
+    "Lorentz",
+    "Product",
+]

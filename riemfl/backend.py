@@ -1,0 +1,378 @@
+"""Array-namespace dispatch: one code path for numpy arrays and torch tensors.
+
+Every map in :mod:`riemfl.manifolds` is written once against the small namespace returned by
+:func:`ops_for`. For numpy input it uses numpy and scipy; for torch input it uses torch (imported
+lazily, only when a tensor is seen), so results keep the input's type, dtype and device and torch
+autograd flows through every map.
+
+The namespace is deliberately small: the elementwise functions, reductions and the few dense
+linear-algebra kernels the manifolds need, plus the ones numpy and torch spell differently
+(``mT``, ``expm``, ``sum(..., keepdims)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+
+Array = Any  # numpy.ndarray or torch.Tensor
+
+__all__ = ["Array", "ops_for", "is_torch", "to_like", "NUMPY", "dtype_name"]
+
+
+def is_torch(a: object) -> bool:
+    """Return True when ``a`` is a torch tensor (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
+class _NumpyOps:
+    """numpy/scipy implementation of the backend namespace."""
+
+    name = "numpy"
+    is_torch = False
+
+    # elementwise -------------------------------------------------------------------------
+    sqrt = staticmethod(np.sqrt)
+    sin = staticmethod(np.sin)
+    cos = staticmethod(np.cos)
+    sinh = staticmethod(np.sinh)
+    cosh = staticmethod(np.cosh)
+    tanh = staticmethod(np.tanh)
+    arccos = staticmethod(np.arccos)
+    arcsin = staticmethod(np.arcsin)
+    arctan = staticmethod(np.arctan)
+    arccosh = staticmethod(np.arccosh)
+    arcsinh = staticmethod(np.arcsinh)
+    arctan2 = staticmethod(np.arctan2)
+    exp = staticmethod(np.exp)
+    log = staticmethod(np.log)
+    abs = staticmethod(np.abs)
+    sign = staticmethod(np.sign)
+    where = staticmethod(np.where)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    stack = staticmethod(np.stack)
+    concatenate = staticmethod(np.concatenate)
+    einsum = staticmethod(np.einsum)
+    zeros_like = staticmethod(np.zeros_like)
+    ones_like = staticmethod(np.ones_like)
+
+    @staticmethod
+    def clip(a, lo=None, hi=None):
+        return np.clip(a, lo, hi)
+
+    @staticmethod
+    def sum(a, axis=None, keepdims=False):
+        return np.sum(a, axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def amax(a, axis=None, keepdims=False):
+        return np.max(a, axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def amin(a, axis=None, keepdims=False):
+        return np.min(a, axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def mT(a):
+        return np.swapaxes(a, -1, -2)
+
+    @staticmethod
+    def reshape(a, shape):
+        return np.reshape(a, shape)
+
+    @staticmethod
+    def broadcast_to(a, shape):
+        return np.broadcast_to(a, shape)
+
+    @staticmethod
+    def diagonal(a):
+        return np.diagonal(a, axis1=-2, axis2=-1)
+
+    @staticmethod
+    def diag_embed(v):
+        out = np.zeros(v.shape + (v.shape[-1],), dtype=v.dtype)
+        idx = np.arange(v.shape[-1])
+        out[..., idx, idx] = v
+        return out
+
+    @staticmethod
+    def triu(a, k=0):
+        return np.triu(a, k)
+
+    # construction ------------------------------------------------------------------------
+    @staticmethod
+    def eye(n, like):
+        return np.eye(n, dtype=like.dtype)
+
+    @staticmethod
+    def full_like(a, value):
+        return np.full_like(a, value)
+
+    @staticmethod
+    def asarray(a, like):
+        return np.asarray(a, dtype=like.dtype)
+
+    @staticmethod
+    def from_numpy(a, like):
+        return np.asarray(a, dtype=like.dtype if like is not None else None)
+
+    @staticmethod
+    def to_numpy(a):
+        return np.asarray(a)
+
+    @staticmethod
+    def scalar(value, like):
+        return np.asarray(value, dtype=like.dtype)
+
+    # linear algebra ----------------------------------------------------------------------
+    @staticmethod
+    def svd(a):
+        return np.linalg.svd(a, full_matrices=False)
+
+    @staticmethod
+    def svdvals(a):
+        return np.linalg.svd(a, compute_uv=False)
+
+    @staticmethod
+    def qr(a):
+        return np.linalg.qr(a, mode="reduced")
+
+    @staticmethod
+    def eigh(a):
+        return np.linalg.eigh(a)
+
+    @staticmethod
+    def expm(a):
+        return scipy.linalg.expm(a)
+
+    @staticmethod
+    def solve(a, b):
+        return np.linalg.solve(a, b)
+
+    @staticmethod
+    def solve_triangular_upper(r, b, *, left=False):
+        """Solve ``x r = b`` (``left=False``) or ``r x = b`` for upper-triangular ``r``."""
+        if r.ndim == 2 and b.ndim == 2:
+            if left:
+                return scipy.linalg.solve_triangular(r, b, lower=False)
+            return scipy.linalg.solve_triangular(r.T, b.T, lower=True).T
+        if left:
+            return np.linalg.solve(r, b)
+        return np.swapaxes(np.linalg.solve(np.swapaxes(r, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+
+    @staticmethod
+    def matrix_rank_deficient(s, tol):
+        return bool(np.any(s[..., -1] <= tol))
+
+    # inspection --------------------------------------------------------------------------
+    @staticmethod
+    def all_finite(a) -> bool:
+        return bool(np.isfinite(a).all())
+
+    @staticmethod
+    def any(a) -> bool:
+        return bool(np.any(a))
+
+    @staticmethod
+    def to_float(a) -> float:
+        return float(np.max(a)) if np.ndim(a) else float(a)
+
+    @staticmethod
+    def eps(a) -> float:
+        dt = a.dtype if np.issubdtype(a.dtype, np.floating) else np.float64
+        return float(np.finfo(dt).eps)
+
+    @staticmethod
+    def detach(a):
+        return a
+
+    @staticmethod
+    @contextlib.contextmanager
+    def no_grad() -> Iterator[None]:
+        yield
+
+
+class _TorchOps:
+    """torch implementation of the backend namespace (imported on first use)."""
+
+    name = "torch"
+    is_torch = True
+
+    def __init__(self) -> None:
+        import torch
+
+        t = torch
+        self.t = t
+        self.sqrt = t.sqrt
+        self.sin = t.sin
+        self.cos = t.cos
+        self.sinh = t.sinh
+        self.cosh = t.cosh
+        self.tanh = t.tanh
+        self.arccos = t.acos
+        self.arcsin = t.asin
+        self.arctan = t.atan
+        self.arccosh = t.acosh
+        self.arcsinh = t.asinh
+        self.arctan2 = t.atan2
+        self.exp = t.exp
+        self.log = t.log
+        self.abs = t.abs
+        self.sign = t.sign
+        self.einsum = t.einsum
+        self.zeros_like = t.zeros_like
+        self.ones_like = t.ones_like
+        self.triu = t.triu
+
+    def where(self, c, a, b):
+        return self.t.where(c, a, b)
+
+    def maximum(self, a, b):
+        if not isinstance(b, self.t.Tensor):
+            return self.t.clamp(a, min=b)
+        return self.t.maximum(a, b)
+
+    def minimum(self, a, b):
+        if not isinstance(b, self.t.Tensor):
+            return self.t.clamp(a, max=b)
+        return self.t.minimum(a, b)
+
+    def stack(self, arrays, axis=0):
+        return self.t.stack(list(arrays), dim=axis)
+
+    def concatenate(self, arrays, axis=0):
+        return self.t.cat(list(arrays), dim=axis)
+
+    def clip(self, a, lo=None, hi=None):
+        return self.t.clamp(a, min=lo, max=hi)
+
+    def sum(self, a, axis=None, keepdims=False):
+        if axis is None:
+            return a.sum()
+        return a.sum(dim=axis, keepdim=keepdims)
+
+    def amax(self, a, axis=None, keepdims=False):
+        if axis is None:
+            return a.max()
+        return self.t.amax(a, dim=axis, keepdim=keepdims)
+
+    def amin(self, a, axis=None, keepdims=False):
+        if axis is None:
+            return a.min()
+        return self.t.amin(a, dim=axis, keepdim=keepdims)
+
+    @staticmethod
+    def mT(a):
+        return a.transpose(-1, -2)
+
+    @staticmethod
+    def reshape(a, shape):
+        return a.reshape(shape)
+
+    @staticmethod
+    def broadcast_to(a, shape):
+        return a.expand(shape)
+
+    @staticmethod
+    def diagonal(a):
+        return a.diagonal(dim1=-2, dim2=-1)
+
+    def diag_embed(self, v):
+        return self.t.diag_embed(v)
+
+    def eye(self, n, like):
+        return self.t.eye(n, dtype=like.dtype, device=like.device)
+
+    def full_like(self, a, value):
+        return self.t.full_like(a, value)
+
+    def asarray(self, a, like):
+        return self.t.as_tensor(a, dtype=like.dtype, device=like.device)
+
+    def from_numpy(self, a, like):
+        return self.t.as_tensor(np.asarray(a), dtype=like.dtype, device=like.device)
+
+    @staticmethod
+    def to_numpy(a):
+        return a.detach().cpu().numpy()
+
+    def scalar(self, value, like):
+        return self.t.as_tensor(value, dtype=like.dtype, device=like.device)
+
+    def svd(self, a):
+        return self.t.linalg.svd(a, full_matrices=False)
+
+    def svdvals(self, a):
+        return self.t.linalg.svdvals(a)
+
+    def qr(self, a):
+        return self.t.linalg.qr(a, mode="reduced")
+
+    def eigh(self, a):
+        return self.t.linalg.eigh(a)
+
+    def expm(self, a):
+        return self.t.linalg.matrix_exp(a)
+
+    def solve(self, a, b):
+        return self.t.linalg.solve(a, b)
+
+    def solve_triangular_upper(self, r, b, *, left=False):
+        return self.t.linalg.solve_triangular(r, b, upper=True, left=left)
+
+    def matrix_rank_deficient(self, s, tol):
+        return bool((s[..., -1] <= tol).any())
+
+    def all_finite(self, a) -> bool:
+        return bool(self.t.isfinite(a).all())
+
+    def any(self, a) -> bool:
+        return bool(a.any())
+
+    @staticmethod
+    def to_float(a) -> float:
+        return float(a.max()) if a.ndim else float(a)
+
+    def eps(self, a) -> float:
+        return float(self.t.finfo(a.dtype).eps) if a.is_floating_point() else 2.0**-52
+
+    @staticmethod
+    def detach(a):
+        return a.detach()
+
+    def no_grad(self):
+        return self.t.no_grad()
+
+
+NUMPY = _NumpyOps()
+_TORCH: _TorchOps | None = None
+
+
+def ops_for(*arrays: Array):
+    """Return the backend namespace for the given arrays (torch if any is a tensor)."""
+    for a in arrays:
+        if type(a) is np.ndarray:
+            continue
+        if is_torch(a):
+            global _TORCH
+            if _TORCH is None:
+                _TORCH = _TorchOps()
+            return _TORCH
+    return NUMPY
+
+
+def to_like(a: Array, like: Array) -> Array:
+    """Convert ``a`` (numpy or python data) to the type, dtype and device of ``like``."""
+    return ops_for(like).from_numpy(a, like) if is_torch(like) else np.asarray(a, dtype=like.dtype)
+
+
+def dtype_name(a: Array) -> str:
+    """``'float32'``/``'float64'``... for numpy arrays and torch tensors alike."""
+    return str(a.dtype).replace("torch.", "")

@@ -1,0 +1,50 @@
+"""Exception types raised by riemfl.
+
+Every error riemfl raises on purpose derives from :class:`RiemflError`, so a caller can catch the
+library's complaints with one ``except`` clause. Messages name the manifold, the constraint or
+shape that was expected, and the violation that was measured.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RiemflError",
+    "ShapeError",
+    "NotOnManifoldError",
+    "ProjectionError",
+    "ConvergenceError",
+    "CutLocusError",
+    "ParameterError",
+]
+
+
+class RiemflError(Exception):
+    """Base class of every error raised by riemfl."""
+
+
+class ShapeError(RiemflError, ValueError):
+    """An array does not have the shape (or dtype) a manifold expects."""
+
+
+class NotOnManifoldError(RiemflError, ValueError):
+    """A point is not on the manifold, or a vector is not tangent, within tolerance."""
+
+
+class ProjectionError(RiemflError, ValueError):
+    """The metric projection P_M(a) is not unique (or not defined) at the given ambient point."""
+
+
+class ConvergenceError(RiemflError, RuntimeError):
+    """An iterative solver (e.g. the Stiefel logarithm) did not reach its tolerance."""
+
+
+class CutLocusError(RiemflError, ValueError):
+    """A logarithm or inverse retraction was asked for beyond where it is defined.
+
+    Examples: the logarithm of antipodal points on the sphere, or the inverse QR retraction of a
+    point whose Gram matrix with the base point is singular.
+    """
+
+
+class ParameterError(RiemflError, ValueError):
+    """A constructor or function parameter is invalid (wrong type, out of range)."""

@@ -1,0 +1,243 @@
+r"""Dense linear-algebra kernels shared by the matrix manifolds, for numpy and torch alike.
+
+All functions take stacks of matrices (leading batch dimensions) and use the backend of their
+input. The torch versions are differentiable; :func:`spd_inv_sqrt` has its own backward (the
+Daleckii-Krein divided-difference formula) so that gradients stay finite at repeated eigenvalues,
+where ``torch.linalg.eigh``'s generic backward divides by zero (e.g. at ``x + 0`` for the polar
+retraction, whose Gram matrix is the identity).
+"""
+
+from __future__ import annotations
+
+from functools import cache, lru_cache
+
+import numpy as np
+
+from .backend import Array, ops_for
+from .errors import CutLocusError, ProjectionError
+
+__all__ = [
+    "sym",
+    "skew",
+    "spd_inv_sqrt",
+    "polar",
+    "qr_positive",
+    "solve_inverse_qr",
+    "solve_lyapunov",
+    "sym_function",
+]
+
+
+def sym(a: Array) -> Array:
+    r"""Symmetric part :math:`(A + A^\top)/2` of a stack of square matrices."""
+    return 0.5 * (a + ops_for(a).mT(a))
+
+
+def skew(a: Array) -> Array:
+    r"""Skew-symmetric part :math:`(A - A^\top)/2` of a stack of square matrices."""
+    return 0.5 * (a - ops_for(a).mT(a))
+
+
+def _inv_sqrt_weights(s):
+    r"""Divided differences of :math:`f(\lambda)=\lambda^{-1/2}` in terms of :math:`s=\sqrt\lambda`.
+
+    :math:`f^{[1]}(\lambda_i,\lambda_j) = -1/(s_i s_j (s_i + s_j))`, which is also the correct
+    limit :math:`f'(\lambda) = -\tfrac12\lambda^{-3/2}` on the diagonal and at ties.
+    """
+    si = s[..., :, None]
+    sj = s[..., None, :]
+    return -1.0 / (si * sj * (si + sj))
+
+
+@lru_cache(maxsize=1)
+def _torch_inv_sqrt():
+    import torch
+
+    class SpdInvSqrt(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, g):
+            lam, v = torch.linalg.eigh(g)
+            tiny = torch.finfo(g.dtype).tiny
+            s = lam.clamp_min(tiny).sqrt()
+            h = (v / s.unsqueeze(-2)) @ v.transpose(-1, -2)
+            ctx.save_for_backward(v, s)
+            ctx.mark_non_differentiable(lam)
+            return h, lam
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad_h, _grad_lam):
+            v, s = ctx.saved_tensors
+            gs = 0.5 * (grad_h + grad_h.transpose(-1, -2))
+            inner = v.transpose(-1, -2) @ gs @ v
+            return v @ (inner * _inv_sqrt_weights(s)) @ v.transpose(-1, -2)
+
+    return SpdInvSqrt.apply
+
+
+def spd_inv_sqrt(g: Array) -> tuple[Array, Array]:
+    r"""Inverse square root :math:`G^{-1/2}` of symmetric positive-definite matrices.
+
+    Returns ``(G^{-1/2}, eigenvalues of G)``; the eigenvalues (ascending) let callers test for
+    rank deficiency without a second factorisation. In torch the backward pass uses the
+    Daleckii-Krein formula :math:`\bar G = V\,(F \circ V^\top \operatorname{sym}(\bar H) V)\,
+    V^\top` with :math:`F_{ij} = -1/(s_i s_j (s_i + s_j))`, finite at repeated eigenvalues.
+    """
+    ops = ops_for(g)
+    if ops.is_torch:
+        return _torch_inv_sqrt()(g)
+    lam, v = np.linalg.eigh(g)
+    s = np.sqrt(np.maximum(lam, np.finfo(g.dtype).tiny))
+    return (v / s[..., None, :]) @ np.swapaxes(v, -1, -2), lam
+
+
+def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
+    r"""Orthonormal polar factor :math:`Q = A (A^\top A)^{-1/2}` of tall matrices A (n x p).
+
+    Q is the nearest matrix with orthonormal columns to A in the Frobenius norm and is unique
+    iff rank A = p. With ``check_rank`` a :class:`~riemfl.errors.ProjectionError` is raised when
+    the smallest singular value is below ``n * eps * sigma_max`` (numerical rank < p).
+    """
+    ops = ops_for(a)
+    gram = ops.mT(a) @ a
+    h, lam = spd_inv_sqrt(gram)
+    if check_rank:
+        lam_max = ops.to_float(lam[..., -1])
+        lam_min = ops.to_float(-ops.amax(-lam[..., 0]) if lam.ndim > 1 else lam[0])
+        tol = (a.shape[-2] * ops.eps(a)) ** 2 * max(lam_max, 1e-300)
+        if lam_min <= tol:
+            sigma = max(lam_min, 0.0) ** 0.5
+            raise ProjectionError(
+                f"the polar factor of the {what} is not unique: its smallest singular value is "
+                f"{sigma:.3e}, so its rank is below {a.shape[-1]} (expected full column rank)"
+            )
+    return a @ h
+
+
+def qr_positive(a: Array) -> Array:
+    r"""Q factor of the thin QR decomposition with :math:`\operatorname{diag}(R) > 0` (``qf``)."""
+    ops = ops_for(a)
+    q, r = ops.qr(a)
+    d = ops.diagonal(r)
+    signs = ops.where(d < 0, -ops.ones_like(d), ops.ones_like(d))
+    return q * signs[..., None, :]
+
+
+@lru_cache(maxsize=32)
+def _upper_index(p: int):
+    rows, cols = np.triu_indices(p)
+    m = rows.size
+    select = np.zeros((m, p * p))
+    select[np.arange(m), rows * p + cols] = 1.0
+    return rows, cols, select
+
+
+def solve_inverse_qr(m: Array) -> Array:
+    r"""Upper-triangular R solving :math:`M R + R^\top M^\top = 2 I` (inverse QR retraction).
+
+    This is the linear system of Kaneko, Fiori and Tanaka (2013) for the inverse of the QR
+    retraction on the Stiefel manifold, with :math:`M = X^\top Y`: then :math:`R_X^{-1}(Y) = Y R
+    - X`. The p(p+1)/2 unknowns (the upper triangle of R) are found from the p(p+1)/2 independent
+    equations (the upper triangle of the symmetric left-hand side) by one dense solve.
+    Raises :class:`~riemfl.errors.CutLocusError` when the system is singular.
+    """
+    ops = ops_for(m)
+    p = m.shape[-1]
+    rows, cols, select = _upper_index(p)
+    # L[(i,j),(a,b)] = M[i,a] [b == j] + M[j,a] [b == i]  for equations i<=j, unknowns a<=b
+    eq_i, eq_j = rows[:, None], cols[:, None]
+    un_a, un_b = rows[None, :], cols[None, :]
+    lhs = m[..., eq_i, un_a] * ops.asarray(un_b == eq_j, m) + m[..., eq_j, un_a] * ops.asarray(
+        un_b == eq_i, m
+    )
+    rhs = ops.asarray((rows == cols) * 2.0, m)
+    rhs = ops.broadcast_to(rhs, lhs.shape[:-1])[..., None]
+    try:
+        sol = ops.solve(lhs, rhs)[..., 0]
+    except Exception as exc:  # numpy LinAlgError / torch RuntimeError
+        raise CutLocusError(
+            "the inverse QR retraction is not defined here: the triangular system "
+            "X^T Y R + R^T Y^T X = 2I is singular (Y is too far from X)"
+        ) from exc
+    flat = sol @ ops.asarray(select, m)
+    return ops.reshape(flat, tuple(m.shape[:-2]) + (p, p))
+
+
+def solve_lyapunov(m: Array, c: Array) -> Array:
+    r"""Solve :math:`M S + S M^\top = C` for S, by one dense solve of size p^2.
+
+    Used by the inverse polar retraction on the Stiefel manifold (:math:`M = X^\top Y`,
+    :math:`C = 2I`). Row-major vectorisation gives :math:`(M \otimes I + I \otimes M)
+    \operatorname{vec}(S) = \operatorname{vec}(C)`. Raises
+    :class:`~riemfl.errors.CutLocusError` when the system is singular (M and -M share an
+    eigenvalue).
+    """
+    ops = ops_for(m, c)
+    p = m.shape[-1]
+    eye = ops.eye(p, m)
+    kron = ops.einsum("...ij,kl->...ikjl", m, eye) + ops.einsum("ij,...kl->...ikjl", eye, m)
+    batch = tuple(kron.shape[:-4])
+    kron = ops.reshape(kron, batch + (p * p, p * p))
+    rhs = ops.reshape(ops.broadcast_to(c, batch + (p, p)), batch + (p * p, 1))
+    try:
+        sol = ops.solve(kron, rhs)
+    except Exception as exc:
+        raise CutLocusError(
+            "the inverse polar retraction is not defined here: the Lyapunov equation "
+            "X^T Y S + S Y^T X = 2I is singular (Y is too far from X)"
+        ) from exc
+    return ops.reshape(sol, batch + (p, p))
+
+
+def _divided_differences(ops, lam, f_lam, df):
+    r"""First divided differences :math:`f^{[1]}(\lambda_i, \lambda_j)` of f on eigenvalues."""
+    li = lam[..., :, None]
+    lj = lam[..., None, :]
+    diff = li - lj
+    scale = ops.maximum(ops.maximum(ops.abs(li), ops.abs(lj)), 1.0)
+    close = ops.abs(diff) <= 1e-6 * scale
+    safe = ops.where(close, ops.ones_like(diff), diff)
+    quotient = (f_lam[..., :, None] - f_lam[..., None, :]) / safe
+    return ops.where(close, df(0.5 * (li + lj)), quotient)
+
+
+@cache
+def _torch_sym_function(f, df):
+    import torch
+
+    from .backend import ops_for as _ops_for
+
+    class SymFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, g):
+            lam, v = torch.linalg.eigh(g)
+            f_lam = f(lam)
+            ctx.save_for_backward(v, lam, f_lam)
+            return (v * f_lam.unsqueeze(-2)) @ v.transpose(-1, -2)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad_out):
+            v, lam, f_lam = ctx.saved_tensors
+            weights = _divided_differences(_ops_for(lam), lam, f_lam, df)
+            gs = 0.5 * (grad_out + grad_out.transpose(-1, -2))
+            inner = v.transpose(-1, -2) @ gs @ v
+            return v @ (inner * weights) @ v.transpose(-1, -2)
+
+    return SymFunction.apply
+
+
+def sym_function(g: Array, f, df) -> Array:
+    r"""Matrix function :math:`f(G) = V f(\Lambda) V^\top` of symmetric matrices G.
+
+    ``f`` and ``df`` (its derivative) are elementwise functions written with the backend namespace
+    (module-level functions, so they can be cached). In torch the backward pass is the
+    Daleckii-Krein formula :math:`\bar G = V (F \circ V^\top \operatorname{sym}(\bar Y) V)
+    V^\top` with :math:`F_{ij} = f^{[1]}(\lambda_i, \lambda_j)` (``df`` at ties), which stays
+    finite at repeated eigenvalues, where the generic eigh backward divides by zero.
+    """
+    ops = ops_for(g)
+    if ops.is_torch:
+        return _torch_sym_function(f, df)(g)
+    lam, v = np.linalg.eigh(g)
+    return (v * f(lam)[..., None, :]) @ np.swapaxes(v, -1, -2)

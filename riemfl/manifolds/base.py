@@ -1,0 +1,342 @@
+r"""The manifold contract: :class:`Manifold`.
+
+A manifold M is embedded in an ambient Euclidean space :math:`\mathbb{R}^{\text{point\_shape}}`.
+Points, tangent vectors and ambient arrays all have trailing shape ``point_shape``; any leading
+dimensions are batch dimensions and broadcast. numpy arrays and torch tensors go through the same
+code and come back as the type (dtype, device) that came in.
+
+Argument order is point first: ``x``, ``y`` are points, ``u``, ``v`` tangent vectors, ``a`` an
+ambient array.
+
+Subclasses implement the private maps (``_project``, ``_to_tangent``, ``_retract``, ...). The
+public methods of this class check the trailing shapes of their arguments (a cheap tuple compare,
+raising :class:`~riemfl.errors.ShapeError`) and then call the private map. A map a manifold does
+not have raises :class:`NotImplementedError` with the reason, which the conformance kit
+(:mod:`riemfl.testing`) turns into a skip.
+
+Constants
+---------
+``proximal_smoothness``
+    The radius :math:`\hat\gamma` of the open tube :math:`U_M(\hat\gamma) = \{a : d(a, M) <
+    \hat\gamma\}` on which the metric projection :math:`P_M` is single-valued (the *reach* of M).
+    Zhang et al. (NeurIPS 2024, Assumption 2.3) write this constant as :math:`2\gamma`; riemfl
+    stores :math:`\hat\gamma` itself, so their :math:`\gamma` is ``proximal_smoothness / 2``.
+``diameter``
+    The diameter of M as a subset of the ambient Euclidean space, :math:`\sup_{x,y\in M}
+    \|x - y\|` (the constant of the projection-based FL theory; Stiefel :math:`2\sqrt p`).
+``injectivity_radius``
+    The largest r such that ``exp`` is a diffeomorphism on every tangent ball of radius r.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from ..backend import Array, ops_for, to_like
+from ..errors import NotOnManifoldError, ParameterError, ShapeError
+
+__all__ = ["Manifold", "as_generator", "RandomState"]
+
+RandomState = Any  # None, int seed or numpy.random.Generator
+
+
+def as_generator(rng: RandomState) -> np.random.Generator:
+    """Coerce ``rng`` (None, an int seed or a Generator) to a :class:`numpy.random.Generator`.
+
+    ``None`` gives a fresh generator seeded from the operating system; riemfl never touches
+    numpy's or torch's global random state.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, (int, np.integer)):
+        return np.random.default_rng(rng)
+    raise ParameterError(
+        f"rng must be None, an int seed or a numpy.random.Generator, got {type(rng).__name__}"
+    )
+
+
+class Manifold(ABC):
+    """Abstract Riemannian manifold embedded in a Euclidean ambient space.
+
+    Subclasses set ``name`` and ``point_shape`` and implement at least ``_to_tangent``,
+    ``_retract``, ``_random_point`` and ``_check_point_constraint``; everything else is optional
+    and raises :class:`NotImplementedError` with a reason when absent.
+    """
+
+    name: str = "Manifold"
+    point_shape: tuple[int, ...] = ()
+    #: methods deliberately not provided, mapped to the reason (used in errors and test skips)
+    unsupported: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ constants
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """Intrinsic dimension of the manifold."""
+
+    @property
+    def proximal_smoothness(self) -> float:
+        r"""Radius :math:`\hat\gamma` of the tube on which :math:`P_M` is single-valued."""
+        return self._not_implemented("proximal_smoothness")
+
+    @property
+    def diameter(self) -> float:
+        r"""Ambient Euclidean diameter :math:`\sup_{x, y \in M}\|x - y\|`."""
+        return self._not_implemented("diameter")
+
+    @property
+    def injectivity_radius(self) -> float:
+        """Injectivity radius of the exponential map (``inf`` if exp is a global diffeomorphism)."""
+        return self._not_implemented("injectivity_radius")
+
+    @property
+    def ndim(self) -> int:
+        """Number of trailing array dimensions that form one point."""
+        return len(self.point_shape)
+
+    @property
+    def _axes(self) -> tuple[int, ...]:
+        return tuple(range(-self.ndim, 0))
+
+    def __repr__(self) -> str:
+        return self.name
+
+    # ------------------------------------------------------------------ validation helpers
+    def _not_implemented(self, what: str):
+        reason = self.unsupported.get(what, f"{self.name} does not implement {what}")
+        raise NotImplementedError(reason)
+
+    def supports(self, method: str) -> tuple[bool, str]:
+        """Whether ``method`` (e.g. ``"log"``) is available, and if not, why."""
+        if method in self.unsupported:
+            return False, self.unsupported[method]
+        if method == "dist" and type(self)._dist is Manifold._dist:
+            return self.supports("log")
+        impl = getattr(type(self), "_" + method, None)
+        base = getattr(Manifold, "_" + method, None)
+        if impl is None or (base is not None and impl is base and method not in _DEFAULTED):
+            return False, f"{self.name} does not implement {method}"
+        return True, ""
+
+    def _shape(self, a: Array, role: str) -> None:
+        shape = tuple(a.shape)
+        if shape[len(shape) - self.ndim :] != self.point_shape or len(shape) < self.ndim:
+            expected = ", ".join(["..."] + [str(s) for s in self.point_shape])
+            raise ShapeError(
+                f"{self.name}: {role} has shape {shape}; expected ({expected}) "
+                f"(trailing point shape {self.point_shape}, any leading batch dimensions)"
+            )
+
+    def _finite(self, a: Array, role: str) -> None:
+        if not ops_for(a).all_finite(a):
+            raise NotOnManifoldError(f"{self.name}: {role} contains NaN or infinite entries")
+
+    def default_atol(self, a: Array) -> float:
+        """Absolute tolerance of :meth:`check_point` / :meth:`check_tangent` for ``a``'s dtype."""
+        return 1e3 * ops_for(a).eps(a) * max(1.0, math.sqrt(self.dim))
+
+    # ------------------------------------------------------------------ public contract
+    def project(self, a: Array) -> Array:
+        """Metric projection :math:`P_M(a) = \\arg\\min_{x\\in M}\\|x - a\\|` (ambient norm).
+
+        Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
+        """
+        self._shape(a, "ambient point a")
+        self._finite(a, "ambient point a")
+        return self._project(a)
+
+    def to_tangent(self, x: Array, a: Array) -> Array:
+        """Orthogonal projection of the ambient vector ``a`` onto :math:`T_xM`."""
+        self._shape(x, "point x")
+        self._shape(a, "ambient vector a")
+        return self._to_tangent(x, a)
+
+    def egrad_to_rgrad(self, x: Array, g: Array) -> Array:
+        """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
+        self._shape(x, "point x")
+        self._shape(g, "Euclidean gradient g")
+        return self._egrad_to_rgrad(x, g)
+
+    def inner(self, x: Array, u: Array, v: Array) -> Array:
+        """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
+        self._shape(u, "tangent vector u")
+        self._shape(v, "tangent vector v")
+        return self._inner(x, u, v)
+
+    def norm(self, x: Array, u: Array) -> Array:
+        """Riemannian norm :math:`\\|u\\|_x = \\sqrt{\\langle u, u\\rangle_x}`."""
+        self._shape(u, "tangent vector u")
+        return self._norm(x, u)
+
+    def retract(self, x: Array, u: Array) -> Array:
+        """The manifold's default retraction :math:`R_x(u)`."""
+        self._shape(x, "point x")
+        self._shape(u, "tangent vector u")
+        return self._retract(x, u)
+
+    def inverse_retract(self, x: Array, y: Array) -> Array:
+        """Inverse of :meth:`retract`: the tangent ``u`` at ``x`` with :math:`R_x(u) = y`."""
+        self._shape(x, "point x")
+        self._shape(y, "point y")
+        return self._inverse_retract(x, y)
+
+    def exp(self, x: Array, u: Array) -> Array:
+        """Riemannian exponential map :math:`\\mathrm{Exp}_x(u)`."""
+        self._shape(x, "point x")
+        self._shape(u, "tangent vector u")
+        return self._exp(x, u)
+
+    def log(self, x: Array, y: Array) -> Array:
+        """Riemannian logarithm :math:`\\mathrm{Log}_x(y)` (inverse of exp near ``x``)."""
+        self._shape(x, "point x")
+        self._shape(y, "point y")
+        return self._log(x, y)
+
+    def dist(self, x: Array, y: Array) -> Array:
+        """Geodesic distance; reduces the point axes."""
+        self._shape(x, "point x")
+        self._shape(y, "point y")
+        return self._dist(x, y)
+
+    def transport(self, x: Array, y: Array, u: Array) -> Array:
+        """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
+        self._shape(x, "point x")
+        self._shape(y, "point y")
+        self._shape(u, "tangent vector u")
+        return self._transport(x, y, u)
+
+    def parallel_transport(self, x: Array, y: Array, u: Array) -> Array:
+        """Parallel transport of ``u`` along the minimising geodesic from ``x`` to ``y``."""
+        self._shape(x, "point x")
+        self._shape(y, "point y")
+        self._shape(u, "tangent vector u")
+        return self._parallel_transport(x, y, u)
+
+    def random_point(
+        self, *batch_shape: int, rng: RandomState = None, like: Array | None = None
+    ) -> Array:
+        """Draw points with leading ``batch_shape``.
+
+        Parameters
+        ----------
+        *batch_shape : int
+            Leading batch dimensions (none for a single point).
+        rng : None, int or numpy.random.Generator
+            Explicit source of randomness; global random state is never used.
+        like : array, optional
+            Numpy array or torch tensor whose type, dtype and device the result takes.
+            Default: numpy float64.
+        """
+        arr = self._random_point(tuple(batch_shape), as_generator(rng))
+        return arr if like is None else to_like(arr, like)
+
+    def random_tangent(self, x: Array, rng: RandomState = None) -> Array:
+        """A random tangent vector at each point of ``x`` (Gaussian ambient, projected)."""
+        self._shape(x, "point x")
+        g = as_generator(rng).standard_normal(tuple(x.shape))
+        return self._to_tangent(x, to_like(g, x))
+
+    def zero_tangent(self, x: Array) -> Array:
+        """The zero tangent vector at ``x``."""
+        self._shape(x, "point x")
+        return ops_for(x).zeros_like(x)
+
+    def check_point(self, x: Array, atol: float | None = None) -> None:
+        """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``x`` is on M within ``atol``.
+
+        The message names the constraint that failed and the largest violation measured.
+        """
+        self._shape(x, "point x")
+        self._finite(x, "point x")
+        tol = self.default_atol(x) if atol is None else atol
+        constraint, violation = self._point_violation(x)
+        if violation > tol:
+            raise NotOnManifoldError(
+                f"{self.name}: point is not on the manifold: constraint {constraint} is violated "
+                f"by {violation:.3e} > atol {tol:.1e}"
+            )
+
+    def check_tangent(self, x: Array, u: Array, atol: float | None = None) -> None:
+        """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``u`` is tangent at ``x``."""
+        self._shape(x, "point x")
+        self._shape(u, "tangent vector u")
+        self._finite(u, "tangent vector u")
+        tol = self.default_atol(x) if atol is None else atol
+        constraint, violation = self._tangent_violation(x, u)
+        scale = max(1.0, ops_for(u).to_float(self._norm(x, u)) if self._euclidean_norm_ok else 1.0)
+        if violation > tol * scale:
+            raise NotOnManifoldError(
+                f"{self.name}: vector is not tangent at x: constraint {constraint} is violated "
+                f"by {violation:.3e} > atol {tol * scale:.1e}"
+            )
+
+    def point_gap(self, x: Array, y: Array) -> Array:
+        """Ambient distance between two point representations (used to compare points).
+
+        For manifolds whose points are equivalence classes (Grassmann) this compares the classes,
+        not the representatives.
+        """
+        ops = ops_for(x, y)
+        d = x - y
+        return ops.sqrt(ops.sum(d * d, axis=self._axes))
+
+    # ------------------------------------------------------------------ default implementations
+    _euclidean_norm_ok = True
+
+    def _project(self, a):
+        return self._not_implemented("project")
+
+    @abstractmethod
+    def _to_tangent(self, x, a): ...
+
+    def _egrad_to_rgrad(self, x, g):
+        return self._to_tangent(x, g)
+
+    def _inner(self, x, u, v):
+        return ops_for(u, v).sum(u * v, axis=self._axes)
+
+    def _norm(self, x, u):
+        ops = ops_for(u)
+        return ops.sqrt(ops.maximum(self._inner(x, u, u), 0.0))
+
+    @abstractmethod
+    def _retract(self, x, u): ...
+
+    def _inverse_retract(self, x, y):
+        return self._not_implemented("inverse_retract")
+
+    def _exp(self, x, u):
+        return self._not_implemented("exp")
+
+    def _log(self, x, y):
+        return self._not_implemented("log")
+
+    def _dist(self, x, y):
+        return self._norm(x, self._log(x, y))
+
+    def _transport(self, x, y, u):
+        return self._to_tangent(y, u)
+
+    def _parallel_transport(self, x, y, u):
+        return self._not_implemented("parallel_transport")
+
+    @abstractmethod
+    def _random_point(self, batch_shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        """numpy float64 points of shape ``batch_shape + point_shape``."""
+
+    @abstractmethod
+    def _point_violation(self, x) -> tuple[str, float]:
+        """(constraint as text, largest violation over the batch)."""
+
+    def _tangent_violation(self, x, u) -> tuple[str, float]:
+        ops = ops_for(x, u)
+        d = u - self._to_tangent(x, u)
+        return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
+
+
+#: methods whose base-class default is a real implementation (not a NotImplementedError stub)
+_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist"}

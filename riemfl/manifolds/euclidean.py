@@ -1,0 +1,74 @@
+r"""The Euclidean space :math:`\mathbb{R}^{n_1 \times \dots \times n_k}` as a (flat) manifold."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import ops_for
+from ..errors import ParameterError
+from .base import Manifold
+
+__all__ = ["Euclidean"]
+
+
+def _check_shape_parameters(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not shape or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+        raise ParameterError(f"{name} needs positive integer dimensions, got {shape}")
+    return tuple(int(s) for s in shape)
+
+
+class Euclidean(Manifold):
+    r"""Euclidean space :math:`\mathbb{R}^{\text{shape}}` with the Frobenius inner product.
+
+    Every map is the flat one: :math:`\mathrm{Exp}_x(u) = R_x(u) = x + u`,
+    :math:`\mathrm{Log}_x(y) = y - x`, transport is the identity. ``P_M`` is the identity, so the
+    proximal smoothness, diameter and injectivity radius are infinite.
+
+    Parameters
+    ----------
+    *shape : int
+        Shape of one point, e.g. ``Euclidean(3)`` for vectors, ``Euclidean(5, 2)`` for matrices.
+    """
+
+    def __init__(self, *shape: int) -> None:
+        self.point_shape = _check_shape_parameters("Euclidean", shape)
+        self.name = f"Euclidean{self.point_shape if len(shape) > 1 else '(' + str(shape[0]) + ')'}"
+
+    @property
+    def dim(self) -> int:
+        return math.prod(self.point_shape)
+
+    proximal_smoothness = math.inf
+    diameter = math.inf
+    injectivity_radius = math.inf
+
+    def _project(self, a):
+        return a
+
+    def _to_tangent(self, x, a):
+        return a
+
+    def _retract(self, x, u):
+        return x + u
+
+    def _inverse_retract(self, x, y):
+        return y - x
+
+    _exp = _retract
+    _log = _inverse_retract
+
+    def _transport(self, x, y, u):
+        return u + ops_for(u).zeros_like(y)
+
+    _parallel_transport = _transport
+
+    def _random_point(self, batch_shape, rng):
+        return rng.standard_normal(batch_shape + self.point_shape)
+
+    def _point_violation(self, x):
+        return "x finite", 0.0
+
+    def _tangent_violation(self, x, u):
+        return "u finite", 0.0

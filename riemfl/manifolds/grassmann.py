@@ -1,0 +1,241 @@
+r"""The Grassmann manifold :math:`\mathrm{Gr}(n, p)` of p-dimensional subspaces of
+:math:`\mathbb{R}^n`, represented by orthonormal bases (points of St(n, p)), with the quotient
+geometry :math:`\mathrm{St}(n,p)/O(p)`.
+
+Tangent vectors are horizontal lifts at the representative X: :math:`X^\top U = 0`.
+All maps are written as symmetric-matrix functions of :math:`G = U^\top U` (or of
+:math:`M^\top M`), evaluated through :func:`riemfl.linalg.sym_function`; no SVD is taken, so
+torch gradients stay finite at coincident points and repeated principal angles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import ops_for
+from ..errors import CutLocusError, ParameterError
+from ..linalg import polar, sym_function
+from .base import Manifold
+from .stiefel import Stiefel
+
+__all__ = ["Grassmann"]
+
+
+def _series(lam, coeffs):
+    out = 0.0 * lam + coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        out = out * lam + c
+    return out
+
+
+def _nonneg(ops, lam):
+    return ops.maximum(lam, 0.0)
+
+
+def _cos_sqrt(lam):
+    ops = ops_for(lam)
+    return ops.cos(ops.sqrt(_nonneg(ops, lam)))
+
+
+def _sinc_sqrt(lam):
+    r""":math:`\sin(\sqrt\lambda)/\sqrt\lambda`."""
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-5
+    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+    return ops.where(small, _series(lam, (1.0, -1 / 6, 1 / 120)), ops.sin(s) / s)
+
+
+def _d_cos_sqrt(lam):
+    return -0.5 * _sinc_sqrt(lam)
+
+
+def _d_sinc_sqrt(lam):
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-3
+    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+    direct = (s * ops.cos(s) - ops.sin(s)) / (2 * s**3)
+    return ops.where(small, _series(lam, (-1 / 6, 1 / 60, -1 / 1680, 1 / 90720)), direct)
+
+
+def _cosm1_over(lam):
+    r""":math:`(\cos\sqrt\lambda - 1)/\lambda = -2\sin^2(\sqrt\lambda/2)/\lambda`."""
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-5
+    safe = ops.where(small, ops.ones_like(lam), lam)
+    half = ops.sin(0.5 * ops.sqrt(safe))
+    return ops.where(small, _series(lam, (-0.5, 1 / 24, -1 / 720)), -2.0 * half * half / safe)
+
+
+def _d_cosm1_over(lam):
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-2
+    safe = ops.where(small, ops.ones_like(lam), lam)
+    s = ops.sqrt(safe)
+    direct = (1.0 - ops.cos(s) - 0.5 * s * ops.sin(s)) / (safe * safe)
+    return ops.where(small, _series(lam, (1 / 24, -1 / 360, 3 / 40320, -4 / 3628800)), direct)
+
+
+def _atan_sqrt_over(lam):
+    r""":math:`\arctan(\sqrt\lambda)/\sqrt\lambda`."""
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-5
+    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+    return ops.where(small, _series(lam, (1.0, -1 / 3, 1 / 5)), ops.arctan(s) / s)
+
+
+def _d_atan_sqrt_over(lam):
+    ops = ops_for(lam)
+    lam = _nonneg(ops, lam)
+    small = lam < 1e-3
+    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+    direct = (s / (1 + s * s) - ops.arctan(s)) / (2 * s**3)
+    return ops.where(small, _series(lam, (-1 / 3, 2 / 5, -3 / 7, 4 / 9)), direct)
+
+
+class Grassmann(Manifold):
+    r"""Grassmann manifold :math:`\mathrm{Gr}(n, p)`, points as n x p orthonormal bases.
+
+    Quotient geometry of :math:`\mathrm{St}(n,p)/O(p)` (Edelman, Arias, Smith 1998; Bendokat,
+    Zimmermann, Absil 2024, "A Grassmann manifold handbook"). With :math:`G = U^\top U`:
+
+    * horizontal projection :math:`P_X(A) = A - X X^\top A` (also the Riemannian gradient);
+    * :math:`\mathrm{Exp}_X(U) = X\cos(\sqrt G) + U\,\mathrm{sinc}(\sqrt G)` (the SVD form
+      :math:`XV\cos\Sigma V^\top + \hat U\sin\Sigma V^\top` of Edelman et al., Thm 2.3);
+    * :math:`\mathrm{Log}_X(Y) = M\,\arctan(\sqrt{M^\top M})(M^\top M)^{-1/2}` with
+      :math:`M = (I - XX^\top)Y(X^\top Y)^{-1}` (Edelman et al. sec. 2.5.1); undefined where
+      :math:`X^\top Y` is singular (a principal angle of :math:`\pi/2`: ``CutLocusError``);
+    * ``dist``: :math:`\|\theta\|_2`, principal angles :math:`\theta_i =
+      \arctan\sqrt{\lambda_i(M^\top M)}`;
+    * parallel transport along the geodesic (Edelman et al. Thm 2.4), written without SVD as
+      :math:`\tau V = V - X\,\mathrm{sinc}(\sqrt G)\,U^\top V + U\,h(G)\,U^\top V` with
+      :math:`h(\lambda) = (\cos\sqrt\lambda - 1)/\lambda`, then moved to the representative Y;
+    * ``project``: the polar factor (an orthonormal basis of span(A), the nearest representative),
+      ``retract``: :math:`\mathrm{span}(X + U)` via the polar factor; its exact inverse is
+      :math:`Y (X^\top Y)^{-1} - X`.
+
+    Points are compared with :meth:`point_gap`, :math:`\|XX^\top - YY^\top\|_F =
+    \sqrt2\,\|(I - XX^\top) Y\|_F`, which does not depend on the representatives.
+
+    Constants: proximal smoothness 1 (that of the representatives in St(n, p), where the polar
+    factor is unique); ``diameter`` is the geodesic diameter :math:`\frac\pi2\sqrt{\min(p, n-p)}`
+    (the quotient has no ambient embedding in this representation); injectivity radius
+    :math:`\pi/2`.
+    """
+
+    def __init__(self, n: int, p: int) -> None:
+        ints = all(isinstance(v, (int, np.integer)) for v in (n, p))
+        if not ints or not n > p >= 1:
+            raise ParameterError(f"Grassmann(n, p) needs integers n > p >= 1, got n={n!r}, p={p!r}")
+        self.n, self.p = int(n), int(p)
+        self.point_shape = (self.n, self.p)
+        self.name = f"Grassmann({self.n}, {self.p})"
+        self._stiefel = Stiefel(self.n, self.p)
+
+    @property
+    def dim(self) -> int:
+        return self.p * (self.n - self.p)
+
+    proximal_smoothness = 1.0
+    injectivity_radius = math.pi / 2
+
+    @property
+    def diameter(self) -> float:
+        return 0.5 * math.pi * math.sqrt(min(self.p, self.n - self.p))
+
+    def _project(self, a):
+        return polar(a, what=f"ambient matrix given to {self.name}.project")
+
+    def _to_tangent(self, x, a):
+        return a - x @ (ops_for(x, a).mT(x) @ a)
+
+    def _retract(self, x, u):
+        return polar(x + u, check_rank=False)
+
+    def _gram_inverse(self, x, y):
+        ops = ops_for(x, y)
+        m = ops.mT(x) @ y
+        try:
+            inv = ops.solve(m, ops.broadcast_to(ops.eye(self.p, m), m.shape))
+        except Exception as exc:
+            raise CutLocusError(
+                f"{self.name}: X^T Y is singular (a principal angle is pi/2), so Y is on the cut "
+                f"locus of X; log and inverse_retract are not defined there"
+            ) from exc
+        if not ops.all_finite(inv):
+            raise CutLocusError(f"{self.name}: X^T Y is singular (a principal angle is pi/2)")
+        return inv
+
+    def _inverse_retract(self, x, y):
+        return y @ self._gram_inverse(x, y) - x
+
+    def _exp(self, x, u):
+        g = ops_for(u).mT(u) @ u
+        return x @ sym_function(g, _cos_sqrt, _d_cos_sqrt) + u @ sym_function(
+            g, _sinc_sqrt, _d_sinc_sqrt
+        )
+
+    def _tan_direction(self, x, y):
+        """M = (I - X X^T) Y (X^T Y)^{-1}, whose singular values are tan(principal angles)."""
+        return self._to_tangent(x, y @ self._gram_inverse(x, y))
+
+    def _log(self, x, y):
+        m = self._tan_direction(x, y)
+        g = ops_for(m).mT(m) @ m
+        return m @ sym_function(g, _atan_sqrt_over, _d_atan_sqrt_over)
+
+    def _dist(self, x, y):
+        ops = ops_for(x, y)
+        m = self._tan_direction(x, y)
+        if ops.is_torch:
+            import torch
+
+            lam = torch.linalg.eigvalsh(ops.mT(m) @ m)
+        else:
+            lam = np.linalg.eigvalsh(np.swapaxes(m, -1, -2) @ m)
+        theta = ops.arctan(ops.sqrt(ops.maximum(lam, 0.0)))
+        return ops.sqrt(ops.sum(theta * theta, axis=-1))
+
+    def _parallel_transport(self, x, y, v):
+        ops = ops_for(x, y, v)
+        u = self._log(x, y)
+        g = ops.mT(u) @ u
+        utv = ops.mT(u) @ v
+        moved = (
+            v
+            - x @ (sym_function(g, _sinc_sqrt, _d_sinc_sqrt) @ utv)
+            + u @ (sym_function(g, _cosm1_over, _d_cosm1_over) @ utv)
+        )
+        # the geodesic ends at the representative exp(x, u) = y Q; the lift at y is moved Q^T
+        end = self._exp(x, u)
+        return moved @ (ops.mT(end) @ y)
+
+    def _transport(self, x, y, u):
+        # projection transport; align representatives first so that the result does not depend
+        # on which orthonormal basis of span(y) is given (Q = polar(y^T x)).
+        ops = ops_for(x, y, u)
+        q = polar(ops.mT(y) @ x, check_rank=False)
+        return self._to_tangent(y, u @ ops.mT(q))
+
+    def _random_point(self, batch_shape, rng):
+        return self._stiefel._random_point(batch_shape, rng)
+
+    def _point_violation(self, x):
+        return self._stiefel._point_violation(x)
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        d = ops.mT(x) @ u
+        return "X^T U = 0 (horizontal)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=(-2, -1))))
+
+    def point_gap(self, x, y):
+        r""":math:`\|XX^\top - YY^\top\|_F = \sqrt 2\,\|(I - XX^\top)Y\|_F` (basis-independent)."""
+        ops = ops_for(x, y)
+        d = y - x @ (ops.mT(x) @ y)
+        return ops.sqrt(2.0 * ops.sum(d * d, axis=(-2, -1)))

@@ -1,0 +1,234 @@
+r"""The Lorentz (hyperboloid) model of hyperbolic space,
+:math:`\mathbb{H}^n_\beta = \{x \in \mathbb{R}^{n+1} : \langle x, x\rangle_L = -\beta,\ x_0 > 0\}`,
+with the Minkowski product :math:`\langle u, v\rangle_L = -u_0 v_0 + \sum_{i\ge1} u_i v_i` and
+sectional curvature :math:`-1/\beta`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import ops_for
+from ..errors import ParameterError, ProjectionError
+from .base import Manifold
+
+__all__ = ["Lorentz", "minkowski_inner"]
+
+
+def minkowski_inner(u, v, keepdims: bool = False):
+    r""":math:`\langle u, v\rangle_L = -u_0 v_0 + \sum_{i \ge 1} u_i v_i` over the last axis."""
+    ops = ops_for(u, v)
+    prod = u * v
+    out = ops.sum(prod[..., 1:], axis=-1, keepdims=True) - prod[..., :1]
+    return out if keepdims else out[..., 0]
+
+
+def _sinh_over(ops, t):
+    r""":math:`\sinh(t)/t` with finite gradients at 0."""
+    small = t < 1e-4
+    safe = ops.where(small, ops.ones_like(t), t)
+    return ops.where(small, 1.0 + t * t / 6.0, ops.sinh(safe) / safe)
+
+
+def _over_sinh(ops, t):
+    small = t < 1e-4
+    safe = ops.where(small, ops.ones_like(t), t)
+    return ops.where(small, 1.0 - t * t / 6.0, safe / ops.sinh(safe))
+
+
+class Lorentz(Manifold):
+    r"""Hyperboloid :math:`\mathbb{H}^n_\beta \subset \mathbb{R}^{n+1}` (curvature
+    :math:`-1/\beta`).
+
+    With :math:`\theta = \|u\|_L/\sqrt\beta` and :math:`\theta_{xy} = d(x,y)/\sqrt\beta`:
+
+    * metric: the Minkowski product restricted to :math:`T_x = \{u : \langle x, u\rangle_L =
+      0\}`; ``to_tangent(x, a)`` is the Minkowski-orthogonal projection
+      :math:`a + \langle x, a\rangle_L\, x/\beta`; ``egrad_to_rgrad`` applies it to
+      :math:`J g` with :math:`J = \mathrm{diag}(-1, 1, \dots, 1)`;
+    * :math:`\mathrm{Exp}_x(u) = \cosh\theta\, x + \sqrt\beta\sinh\theta\, u/\|u\|_L`;
+    * :math:`d(x,y) = \sqrt\beta\,\mathrm{arccosh}(-\langle x,y\rangle_L/\beta)`, evaluated as
+      :math:`2\sqrt\beta\,\mathrm{arcsinh}(\|x-y\|_L/(2\sqrt\beta))` for close points (no
+      cancellation; :math:`\langle x - y, x - y\rangle_L = 4\beta\sinh^2(\theta_{xy}/2)`);
+    * :math:`\mathrm{Log}_x(y) = \frac{\theta_{xy}}{\sinh\theta_{xy}}(y + \langle x,
+      y\rangle_L\, x/\beta)`;
+    * parallel transport :math:`v + \frac{\langle y, v\rangle_L}{\beta - \langle x,
+      y\rangle_L}(x + y)`;
+    * two ways onto M: :meth:`lift` (:math:`x_0 = \sqrt{\beta + \|\bar a\|^2}`, the cheap map
+      geoopt calls ``projx``; not a nearest point) and :meth:`project`, the exact nearest point in
+      the Euclidean ambient norm.
+
+    **Exact projection.** By rotational symmetry the nearest point lies in the plane of the
+    :math:`x_0` axis and :math:`\bar a`: write :math:`r = \|\bar a\|` and the candidate
+    :math:`(\sqrt{\beta + s^2},\ s\,\bar a/r)`. Stationarity of :math:`(\sqrt{\beta+s^2} - a_0)^2
+    + (s - r)^2` gives :math:`g(s) = 2s - r - a_0 s/\sqrt{\beta + s^2} = 0`. On :math:`s \ge 0`,
+    g is convex (:math:`g'' = 3 a_0 \beta s(\beta + s^2)^{-5/2} \ge 0` for :math:`a_0 \ge 0`;
+    g is increasing for :math:`a_0 < 0`) with :math:`g(0) = -r \le 0`, so it has one root, reached
+    monotonically by Newton's method from :math:`s = r + |a_0|` (where :math:`g \ge 0`). In torch,
+    the root is found without gradient tracking and one differentiable Newton step at the root
+    gives the exact implicit derivative.
+
+    **Proximal smoothness** :math:`\hat\gamma = \sqrt\beta`. The epigraph
+    :math:`K = \{x_0 \ge \sqrt{\beta + \|\bar x\|^2}\}` is convex, so points below M have a
+    unique nearest point. Above M, the focal points are the centres of curvature; the principal
+    radii of curvature (Euclidean, of the graph :math:`x_0 = \sqrt{\beta + \rho^2}`) are
+    :math:`\rho_1 = (\beta + 2\rho^2)^{3/2}/\beta` along meridians and
+    :math:`\rho_2 = \sqrt{\beta + \rho^2}\sqrt{\beta + 2\rho^2}/\sqrt\beta` around the axis, both
+    minimal at the vertex :math:`\rho = 0`, where they equal :math:`\sqrt\beta`. The set of points
+    with several nearest points is the axis ray :math:`\{\bar a = 0, a_0 > 2\sqrt\beta\}`, at
+    distance :math:`\ge \sqrt\beta` from M, so the reach is exactly :math:`\sqrt\beta`; ``project``
+    raises ``ProjectionError`` on that ray. Diameter and injectivity radius are infinite.
+
+    **Stability far from the origin.** ``check_point`` measures :math:`|\langle x,x\rangle_L +
+    \beta|` relative to :math:`\|x\|^2` (the rounding error of the form itself), so points from
+    ``lift``/``exp`` far from the origin pass in float32 and float64 (geoopt issue #193).
+    """
+
+    def __init__(self, n: int, beta: float = 1.0) -> None:
+        if not isinstance(n, (int, np.integer)) or n < 1:
+            raise ParameterError(f"Lorentz(n) needs an integer n >= 1, got {n!r}")
+        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+            raise ParameterError(f"Lorentz beta must be a finite positive number, got {beta!r}")
+        self.n = int(n)
+        self.beta = float(beta)
+        self.point_shape = (self.n + 1,)
+        self.name = f"Lorentz({self.n})" if beta == 1.0 else f"Lorentz({self.n}, beta={beta})"
+
+    @property
+    def dim(self) -> int:
+        return self.n
+
+    @property
+    def proximal_smoothness(self) -> float:
+        return math.sqrt(self.beta)
+
+    diameter = math.inf
+    injectivity_radius = math.inf
+    _euclidean_norm_ok = False
+
+    # ----------------------------------------------------------------- ways onto the manifold
+    def lift(self, a):
+        r"""Cheap map onto M: keep :math:`\bar a = a_{1:}` and set :math:`x_0 = \sqrt{\beta +
+        \|\bar a\|^2}` (not the nearest point; see :meth:`project`)."""
+        self._shape(a, "ambient point a")
+        ops = ops_for(a)
+        spatial = a[..., 1:]
+        x0 = ops.sqrt(self.beta + ops.sum(spatial * spatial, axis=-1, keepdims=True))
+        return ops.concatenate([x0, spatial], axis=-1)
+
+    def _projection_root(self, ops, a0, r):
+        """Root s >= 0 of g(s) = 2s - r - a0 s / sqrt(beta + s^2) by monotone Newton."""
+        beta = self.beta
+        s = r + ops.abs(a0)
+        for _ in range(100):
+            q = ops.sqrt(beta + s * s)
+            g = 2.0 * s - r - a0 * s / q
+            dg = 2.0 - a0 * beta / (q * q * q)
+            dg = ops.where(dg > 0, dg, ops.ones_like(dg))
+            step = g / dg
+            s = ops.maximum(s - step, 0.0)
+            scale = ops.maximum(s, 1.0)
+            if not ops.any(ops.abs(step) > 4 * ops.eps(s) * scale):
+                break
+        return s
+
+    def _project(self, a):
+        ops = ops_for(a)
+        a0 = a[..., :1]
+        spatial = a[..., 1:]
+        r = ops.sqrt(ops.sum(spatial * spatial, axis=-1, keepdims=True))
+        eps = ops.eps(a)
+        on_axis = r <= 1e2 * eps * ops.maximum(ops.abs(a0), 1.0)
+        if ops.any(on_axis & (a0 > 2.0 * math.sqrt(self.beta) * (1 + 1e2 * eps))):
+            raise ProjectionError(
+                f"{self.name}: the nearest point of the hyperboloid is not unique for points on "
+                f"the axis beyond the focal point (a_1: = 0 and a_0 > 2 sqrt(beta) = "
+                f"{2 * math.sqrt(self.beta):.4g}); expected a point within sqrt(beta) of M"
+            )
+        with ops.no_grad():
+            s = self._projection_root(ops, ops.detach(a0), ops.detach(r))
+        if ops.is_torch and a.requires_grad:
+            q = ops.sqrt(self.beta + s * s)
+            g = 2.0 * s - r - a0 * s / q
+            dg = 2.0 - a0 * self.beta / (q * q * q)
+            s = s - g / dg
+        r_safe = ops.where(on_axis, ops.ones_like(r), r)
+        direction = ops.where(on_axis, ops.zeros_like(spatial), spatial / r_safe)
+        x0 = ops.sqrt(self.beta + s * s)
+        return ops.concatenate([x0, s * direction], axis=-1)
+
+    # ----------------------------------------------------------------- metric and tangent space
+    def _inner(self, x, u, v):
+        return minkowski_inner(u, v)
+
+    def _to_tangent(self, x, a):
+        return a + minkowski_inner(x, a, keepdims=True) * x / self.beta
+
+    def _egrad_to_rgrad(self, x, g):
+        ops = ops_for(g)
+        flipped = ops.concatenate([-g[..., :1], g[..., 1:]], axis=-1)
+        return self._to_tangent(x, flipped)
+
+    # ----------------------------------------------------------------- exact maps
+    def _exp(self, x, u):
+        ops = ops_for(x, u)
+        sb = math.sqrt(self.beta)
+        theta = ops.sqrt(ops.maximum(minkowski_inner(u, u, keepdims=True), 0.0)) / sb
+        return ops.cosh(theta) * x + _sinh_over(ops, theta) * u
+
+    _retract = _exp
+
+    def _theta(self, x, y):
+        """theta = d(x, y)/sqrt(beta), accurate for close and for far points."""
+        ops = ops_for(x, y)
+        c = -minkowski_inner(x, y, keepdims=True) / self.beta
+        d = x - y
+        chord2 = ops.maximum(minkowski_inner(d, d, keepdims=True), 0.0) / self.beta
+        near = 2.0 * ops.arcsinh(0.5 * ops.sqrt(chord2))
+        far = ops.arccosh(ops.maximum(c, 1.0))
+        return ops.where(c < 2.0, near, far), c
+
+    def _log(self, x, y):
+        ops = ops_for(x, y)
+        theta, c = self._theta(x, y)
+        direction = y - c * x
+        return _over_sinh(ops, theta) * direction
+
+    _inverse_retract = _log
+
+    def _dist(self, x, y):
+        theta, _ = self._theta(x, y)
+        return math.sqrt(self.beta) * theta[..., 0]
+
+    def _parallel_transport(self, x, y, v):
+        coef = minkowski_inner(y, v, keepdims=True) / (
+            self.beta - minkowski_inner(x, y, keepdims=True)
+        )
+        return v + coef * (x + y)
+
+    _transport = _parallel_transport
+
+    # ----------------------------------------------------------------- sampling and checks
+    def _random_point(self, batch_shape, rng):
+        spatial = rng.standard_normal(batch_shape + (self.n,))
+        x0 = np.sqrt(self.beta + np.sum(spatial * spatial, axis=-1, keepdims=True))
+        return np.concatenate([x0, spatial], axis=-1)
+
+    def default_atol(self, a) -> float:
+        return 1e3 * ops_for(a).eps(a)
+
+    def _point_violation(self, x):
+        ops = ops_for(x)
+        form = minkowski_inner(x, x)
+        scale = ops.sum(x * x, axis=-1) + self.beta
+        rel = ops.abs(form + self.beta) / scale
+        if ops.any(x[..., 0] <= 0):
+            return "x_0 > 0 (upper sheet)", math.inf
+        return "<x, x>_L = -beta (relative to |x|^2)", ops.to_float(rel)
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        scale = ops.sqrt(ops.sum(x * x, axis=-1) * ops.sum(u * u, axis=-1)) + self.beta
+        return "<x, u>_L = 0 (relative)", ops.to_float(ops.abs(minkowski_inner(x, u)) / scale)

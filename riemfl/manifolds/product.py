@@ -1,0 +1,148 @@
+r"""Product manifolds :math:`M_1 \times \dots \times M_k` with points packed into flat vectors."""
+
+from __future__ import annotations
+
+import math
+
+from ..backend import ops_for
+from ..errors import ParameterError
+from .base import Manifold
+
+__all__ = ["Product"]
+
+
+class Product(Manifold):
+    r"""Product :math:`M_1 \times \dots \times M_k` with the product metric.
+
+    A point is one flat vector of length :math:`\sum_i \prod(\text{point\_shape}_i)` (any leading
+    batch dimensions), so products go through every solver and check like any other manifold.
+    :meth:`split` unpacks it into component arrays and :meth:`pack` packs components back.
+    Every map acts componentwise; inner products and squared distances add.
+
+    Constants: proximal smoothness (reach) and injectivity radius are the minimum over the
+    factors; the diameter is :math:`\sqrt{\sum_i \mathrm{diam}(M_i)^2}`.
+    """
+
+    def __init__(self, *manifolds: Manifold) -> None:
+        if not manifolds or not all(isinstance(m, Manifold) for m in manifolds):
+            raise ParameterError("Product(*manifolds) needs one or more Manifold instances")
+        self.manifolds = tuple(manifolds)
+        self.sizes = tuple(math.prod(m.point_shape) for m in manifolds)
+        self.offsets = tuple(int(sum(self.sizes[:i])) for i in range(len(manifolds) + 1))
+        self.point_shape = (self.offsets[-1],)
+        self.name = "Product(" + ", ".join(m.name for m in manifolds) + ")"
+
+    @property
+    def dim(self) -> int:
+        return sum(m.dim for m in self.manifolds)
+
+    @property
+    def proximal_smoothness(self) -> float:
+        return min(m.proximal_smoothness for m in self.manifolds)
+
+    @property
+    def diameter(self) -> float:
+        return math.sqrt(sum(m.diameter**2 for m in self.manifolds))
+
+    @property
+    def injectivity_radius(self) -> float:
+        return min(m.injectivity_radius for m in self.manifolds)
+
+    def supports(self, method: str) -> tuple[bool, str]:
+        for m in self.manifolds:
+            ok, why = m.supports(method)
+            if not ok:
+                return False, f"factor {m.name}: {why}"
+        return True, ""
+
+    # ----------------------------------------------------------------- packing helpers
+    def split(self, a):
+        """Component arrays (each shaped ``batch + point_shape_i``) of a packed array."""
+        self._shape(a, "packed array")
+        batch = tuple(a.shape[:-1])
+        ops = ops_for(a)
+        return [
+            ops.reshape(a[..., lo:hi], batch + m.point_shape)
+            for m, lo, hi in zip(self.manifolds, self.offsets[:-1], self.offsets[1:], strict=True)
+        ]
+
+    def pack(self, *parts):
+        """Pack component arrays (same batch shape) into one flat array."""
+        if len(parts) != len(self.manifolds):
+            raise ParameterError(
+                f"{self.name}.pack needs {len(self.manifolds)} components, got {len(parts)}"
+            )
+        for m, part in zip(self.manifolds, parts, strict=True):
+            m._shape(part, "component")
+        ops = ops_for(*parts)
+        batch = tuple(parts[0].shape[: parts[0].ndim - self.manifolds[0].ndim])
+        flat = [ops.reshape(p, batch + (size,)) for p, size in zip(parts, self.sizes, strict=True)]
+        return ops.concatenate(flat, axis=-1)
+
+    def _map(self, method: str, *arrays):
+        pieces = [self.split(a) if a.shape[-1:] == self.point_shape else None for a in arrays]
+        outs = [getattr(m, method)(*(p[i] for p in pieces)) for i, m in enumerate(self.manifolds)]
+        return self.pack(*outs)
+
+    def _reduce(self, method: str, *arrays):
+        pieces = [self.split(a) for a in arrays]
+        return [getattr(m, method)(*(p[i] for p in pieces)) for i, m in enumerate(self.manifolds)]
+
+    # ----------------------------------------------------------------- contract
+    def _project(self, a):
+        return self._map("_project", a)
+
+    def _to_tangent(self, x, a):
+        return self._map("_to_tangent", x, a)
+
+    def _egrad_to_rgrad(self, x, g):
+        return self._map("_egrad_to_rgrad", x, g)
+
+    def _inner(self, x, u, v):
+        return sum(self._reduce("_inner", x, u, v))
+
+    def _retract(self, x, u):
+        return self._map("_retract", x, u)
+
+    def _inverse_retract(self, x, y):
+        return self._map("_inverse_retract", x, y)
+
+    def _exp(self, x, u):
+        return self._map("_exp", x, u)
+
+    def _log(self, x, y):
+        return self._map("_log", x, y)
+
+    def _dist(self, x, y):
+        ops = ops_for(x, y)
+        return ops.sqrt(sum(d * d for d in self._reduce("_dist", x, y)))
+
+    def _transport(self, x, y, u):
+        return self._map("_transport", x, y, u)
+
+    def _parallel_transport(self, x, y, u):
+        return self._map("_parallel_transport", x, y, u)
+
+    def _random_point(self, batch_shape, rng):
+        parts = [m._random_point(batch_shape, rng) for m in self.manifolds]
+        return self.pack(*parts)
+
+    def _worst(self, method: str, *arrays):
+        """The component constraint with the largest violation, named after its factor."""
+        worst = ("", 0.0)
+        for m, *parts in zip(self.manifolds, *(self.split(a) for a in arrays), strict=True):
+            what, v = getattr(m, method)(*parts)
+            if v >= worst[1]:
+                worst = (f"{m.name}: {what}", v)
+        return worst
+
+    def _point_violation(self, x):
+        return self._worst("_point_violation", x)
+
+    def _tangent_violation(self, x, u):
+        return self._worst("_tangent_violation", x, u)
+
+    def point_gap(self, x, y):
+        ops = ops_for(x, y)
+        gaps = self._reduce("point_gap", x, y)
+        return ops.sqrt(sum(g * g for g in gaps))

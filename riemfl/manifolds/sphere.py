@@ -1,0 +1,143 @@
+r"""The unit sphere :math:`S^{n-1} = \{x \in \mathbb{R}^n : \|x\| = 1\}`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import ops_for
+from ..errors import CutLocusError, ParameterError, ProjectionError
+from .base import Manifold
+
+__all__ = ["Sphere"]
+
+
+def _sin_over(ops, t):
+    r""":math:`\sin(t)/t`, accurate and with finite gradients at and near 0."""
+    small = t < 1e-4
+    safe = ops.where(small, ops.ones_like(t), t)
+    return ops.where(small, 1.0 - t * t / 6.0, ops.sin(safe) / safe)
+
+
+def _over_sin(ops, t):
+    r""":math:`t/\sin(t)` for :math:`t \in [0, \pi)`, finite gradients at 0."""
+    small = t < 1e-4
+    safe = ops.where(small, ops.ones_like(t), t)
+    return ops.where(small, 1.0 + t * t / 6.0, safe / ops.sin(safe))
+
+
+class Sphere(Manifold):
+    r"""Unit sphere :math:`S^{n-1} \subset \mathbb{R}^n` with the round (embedded) metric.
+
+    * :math:`P_M(a) = a/\|a\|`, undefined at :math:`a = 0` (``ProjectionError``).
+    * :math:`\mathrm{Exp}_x(u) = \cos\|u\|\,x + \sin\|u\|\,u/\|u\|`.
+    * :math:`\mathrm{Log}_x(y) = \theta\,(y - \langle x,y\rangle x)/\|y - \langle x,y\rangle x\|`
+      with :math:`\theta = \operatorname{atan2}(\|y - \langle x, y\rangle x\|, \langle x,
+      y\rangle)` (accurate for small and large angles); undefined at antipodes
+      (``CutLocusError``).
+    * Parallel transport along the minimising geodesic (Absil, Mahony, Sepulchre 2008, eq. 8.1.3
+      form): :math:`\Gamma_{x\to y}(v) = v - \frac{\langle y, v\rangle}{1 + \langle x,
+      y\rangle}(x + y)`.
+    * The default retraction is the metric projection :math:`R_x(u) = (x+u)/\|x+u\|`; its inverse
+      is :math:`R_x^{-1}(y) = y/\langle x, y\rangle - x`, defined for :math:`\langle x, y\rangle >
+      0`.
+
+    Constants: proximal smoothness 1 (the reach of the unit sphere is its radius), ambient
+    diameter 2, injectivity radius :math:`\pi`.
+
+    Parameters
+    ----------
+    n : int
+        Dimension of the ambient space (points are unit vectors of length ``n``), ``n >= 2``.
+    """
+
+    def __init__(self, n: int) -> None:
+        if not isinstance(n, (int, np.integer)) or n < 2:
+            raise ParameterError(f"Sphere(n) needs an integer n >= 2, got {n!r}")
+        self.n = int(n)
+        self.point_shape = (self.n,)
+        self.name = f"Sphere({self.n})"
+
+    @property
+    def dim(self) -> int:
+        return self.n - 1
+
+    proximal_smoothness = 1.0
+    diameter = 2.0
+    injectivity_radius = math.pi
+
+    def _dot(self, u, v):
+        return ops_for(u, v).sum(u * v, axis=-1, keepdims=True)
+
+    def _project(self, a):
+        ops = ops_for(a)
+        nrm = ops.sqrt(self._dot(a, a))
+        if ops.any(nrm <= ops.eps(a) * 10):
+            raise ProjectionError(
+                f"{self.name}: P_M(a) = a/|a| is not defined at a = 0 (every point of the sphere "
+                f"is nearest); expected a nonzero ambient vector"
+            )
+        return a / nrm
+
+    def _to_tangent(self, x, a):
+        return a - self._dot(x, a) * x
+
+    def _retract(self, x, u):
+        y = x + u
+        return y / ops_for(y).sqrt(self._dot(y, y))
+
+    def _inverse_retract(self, x, y):
+        ops = ops_for(x, y)
+        c = self._dot(x, y)
+        if ops.any(c <= 0):
+            raise CutLocusError(
+                f"{self.name}: the inverse projection retraction needs <x, y> > 0; "
+                f"got <x, y> = {ops.to_float(-ops.amax(-c)):.3e}"
+            )
+        return y / c - x
+
+    def _exp(self, x, u):
+        ops = ops_for(x, u)
+        t = ops.sqrt(self._dot(u, u))
+        return ops.cos(t) * x + _sin_over(ops, t) * u
+
+    def _log_parts(self, x, y):
+        ops = ops_for(x, y)
+        c = self._dot(x, y)
+        w = y - c * x
+        s = ops.sqrt(self._dot(w, w))
+        theta = ops.arctan2(s, c)
+        return ops, c, w, s, theta
+
+    def _log(self, x, y):
+        ops, c, w, s, theta = self._log_parts(x, y)
+        if ops.any((c < 0) & (s <= 1e3 * ops.eps(s))):
+            raise CutLocusError(
+                f"{self.name}: log is not defined for antipodal points (y = -x): every "
+                f"direction is a minimising geodesic; expected <x, y> > -1"
+            )
+        # w = sin(theta) * (unit direction); theta / sin(theta) * w is the log
+        return _over_sin(ops, theta) * w
+
+    def _dist(self, x, y):
+        ops, _, _, _, theta = self._log_parts(x, y)
+        return theta[..., 0]
+
+    def _parallel_transport(self, x, y, u):
+        c = self._dot(x, y)
+        if ops_for(c).any(c <= -1 + 1e3 * ops_for(c).eps(c)):
+            raise CutLocusError(f"{self.name}: parallel transport between antipodal points")
+        return u - self._dot(y, u) / (1.0 + c) * (x + y)
+
+    def _random_point(self, batch_shape, rng):
+        g = rng.standard_normal(batch_shape + self.point_shape)
+        return g / np.linalg.norm(g, axis=-1, keepdims=True)
+
+    def _point_violation(self, x):
+        ops = ops_for(x)
+        return "|x| = 1", ops.to_float(ops.abs(ops.sqrt(self._dot(x, x)) - 1.0))
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        return "<x, u> = 0", ops.to_float(ops.abs(self._dot(x, u)))
