@@ -338,6 +338,7 @@ class _TorchOps:
 
     @staticmethod
     def to_float(a) -> float:
+        a = a.detach()
         return float(a.max()) if a.ndim else float(a)
 
     def eps(self, a) -> float:

@@ -17,86 +17,20 @@ import numpy as np
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError
 from ..linalg import polar, sym_function
+from ._elementary import (
+    atan_sqrt_over,
+    cos_sqrt,
+    cosm1_over,
+    d_atan_sqrt_over,
+    d_cos_sqrt,
+    d_cosm1_over,
+    d_sinc_sqrt,
+    sinc_sqrt,
+)
 from .base import Manifold
 from .stiefel import Stiefel
 
 __all__ = ["Grassmann"]
-
-
-def _series(lam, coeffs):
-    out = 0.0 * lam + coeffs[-1]
-    for c in reversed(coeffs[:-1]):
-        out = out * lam + c
-    return out
-
-
-def _nonneg(ops, lam):
-    return ops.maximum(lam, 0.0)
-
-
-def _cos_sqrt(lam):
-    ops = ops_for(lam)
-    return ops.cos(ops.sqrt(_nonneg(ops, lam)))
-
-
-def _sinc_sqrt(lam):
-    r""":math:`\sin(\sqrt\lambda)/\sqrt\lambda`."""
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-5
-    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
-    return ops.where(small, _series(lam, (1.0, -1 / 6, 1 / 120)), ops.sin(s) / s)
-
-
-def _d_cos_sqrt(lam):
-    return -0.5 * _sinc_sqrt(lam)
-
-
-def _d_sinc_sqrt(lam):
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-3
-    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
-    direct = (s * ops.cos(s) - ops.sin(s)) / (2 * s**3)
-    return ops.where(small, _series(lam, (-1 / 6, 1 / 60, -1 / 1680, 1 / 90720)), direct)
-
-
-def _cosm1_over(lam):
-    r""":math:`(\cos\sqrt\lambda - 1)/\lambda = -2\sin^2(\sqrt\lambda/2)/\lambda`."""
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-5
-    safe = ops.where(small, ops.ones_like(lam), lam)
-    half = ops.sin(0.5 * ops.sqrt(safe))
-    return ops.where(small, _series(lam, (-0.5, 1 / 24, -1 / 720)), -2.0 * half * half / safe)
-
-
-def _d_cosm1_over(lam):
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-2
-    safe = ops.where(small, ops.ones_like(lam), lam)
-    s = ops.sqrt(safe)
-    direct = (1.0 - ops.cos(s) - 0.5 * s * ops.sin(s)) / (safe * safe)
-    return ops.where(small, _series(lam, (1 / 24, -1 / 360, 3 / 40320, -4 / 3628800)), direct)
-
-
-def _atan_sqrt_over(lam):
-    r""":math:`\arctan(\sqrt\lambda)/\sqrt\lambda`."""
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-5
-    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
-    return ops.where(small, _series(lam, (1.0, -1 / 3, 1 / 5)), ops.arctan(s) / s)
-
-
-def _d_atan_sqrt_over(lam):
-    ops = ops_for(lam)
-    lam = _nonneg(ops, lam)
-    small = lam < 1e-3
-    s = ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
-    direct = (s / (1 + s * s) - ops.arctan(s)) / (2 * s**3)
-    return ops.where(small, _series(lam, (-1 / 3, 2 / 5, -3 / 7, 4 / 9)), direct)
 
 
 class Grassmann(Manifold):
@@ -177,8 +111,8 @@ class Grassmann(Manifold):
 
     def _exp(self, x, u):
         g = ops_for(u).mT(u) @ u
-        return x @ sym_function(g, _cos_sqrt, _d_cos_sqrt) + u @ sym_function(
-            g, _sinc_sqrt, _d_sinc_sqrt
+        return x @ sym_function(g, cos_sqrt, d_cos_sqrt) + u @ sym_function(
+            g, sinc_sqrt, d_sinc_sqrt
         )
 
     def _tan_direction(self, x, y):
@@ -188,7 +122,7 @@ class Grassmann(Manifold):
     def _log(self, x, y):
         m = self._tan_direction(x, y)
         g = ops_for(m).mT(m) @ m
-        return m @ sym_function(g, _atan_sqrt_over, _d_atan_sqrt_over)
+        return m @ sym_function(g, atan_sqrt_over, d_atan_sqrt_over)
 
     def _dist(self, x, y):
         ops = ops_for(x, y)
@@ -209,8 +143,8 @@ class Grassmann(Manifold):
         utv = ops.mT(u) @ v
         moved = (
             v
-            - x @ (sym_function(g, _sinc_sqrt, _d_sinc_sqrt) @ utv)
-            + u @ (sym_function(g, _cosm1_over, _d_cosm1_over) @ utv)
+            - x @ (sym_function(g, sinc_sqrt, d_sinc_sqrt) @ utv)
+            + u @ (sym_function(g, cosm1_over, d_cosm1_over) @ utv)
         )
         # the geodesic ends at the representative exp(x, u) = y Q; the lift at y is moved Q^T
         end = self._exp(x, u)

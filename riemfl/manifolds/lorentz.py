@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
+from ._elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
 from .base import Manifold
 
 __all__ = ["Lorentz", "minkowski_inner"]
@@ -23,19 +24,6 @@ def minkowski_inner(u, v, keepdims: bool = False):
     prod = u * v
     out = ops.sum(prod[..., 1:], axis=-1, keepdims=True) - prod[..., :1]
     return out if keepdims else out[..., 0]
-
-
-def _sinh_over(ops, t):
-    r""":math:`\sinh(t)/t` with finite gradients at 0."""
-    small = t < 1e-4
-    safe = ops.where(small, ops.ones_like(t), t)
-    return ops.where(small, 1.0 + t * t / 6.0, ops.sinh(safe) / safe)
-
-
-def _over_sinh(ops, t):
-    small = t < 1e-4
-    safe = ops.where(small, ops.ones_like(t), t)
-    return ops.where(small, 1.0 - t * t / 6.0, safe / ops.sinh(safe))
 
 
 class Lorentz(Manifold):
@@ -173,34 +161,34 @@ class Lorentz(Manifold):
 
     # ----------------------------------------------------------------- exact maps
     def _exp(self, x, u):
-        ops = ops_for(x, u)
-        sb = math.sqrt(self.beta)
-        theta = ops.sqrt(ops.maximum(minkowski_inner(u, u, keepdims=True), 0.0)) / sb
-        return ops.cosh(theta) * x + _sinh_over(ops, theta) * u
+        theta2 = minkowski_inner(u, u, keepdims=True) / self.beta
+        return cosh_sqrt(theta2) * x + sinhc_sqrt(theta2) * u
 
     _retract = _exp
 
-    def _theta(self, x, y):
-        """theta = d(x, y)/sqrt(beta), accurate for close and for far points."""
+    def _cosh_minus_one(self, x, y):
+        r""":math:`e = \cosh\theta_{xy} - 1 \ge 0`, without cancellation for close points.
+
+        :math:`\langle x - y, x - y\rangle_L = 2\beta e`; far apart, :math:`e = -\langle x,
+        y\rangle_L/\beta - 1` is used instead.
+        """
         ops = ops_for(x, y)
-        c = -minkowski_inner(x, y, keepdims=True) / self.beta
         d = x - y
-        chord2 = ops.maximum(minkowski_inner(d, d, keepdims=True), 0.0) / self.beta
-        near = 2.0 * ops.arcsinh(0.5 * ops.sqrt(chord2))
-        far = ops.arccosh(ops.maximum(c, 1.0))
-        return ops.where(c < 2.0, near, far), c
+        chord = minkowski_inner(d, d, keepdims=True) / (2.0 * self.beta)
+        direct = -minkowski_inner(x, y, keepdims=True) / self.beta - 1.0
+        return ops.maximum(ops.where(direct < 1.0, chord, direct), 0.0)
 
     def _log(self, x, y):
-        ops = ops_for(x, y)
-        theta, c = self._theta(x, y)
-        direction = y - c * x
-        return _over_sinh(ops, theta) * direction
+        e = self._cosh_minus_one(x, y)
+        # y - cosh(theta) x = (y - x) - e x: no cancellation for close points
+        return acosh1p_over_sinh(e) * ((y - x) - e * x)
 
     _inverse_retract = _log
 
     def _dist(self, x, y):
-        theta, _ = self._theta(x, y)
-        return math.sqrt(self.beta) * theta[..., 0]
+        ops = ops_for(x, y)
+        e = self._cosh_minus_one(x, y)
+        return 2.0 * math.sqrt(self.beta) * ops.arcsinh(ops.sqrt(0.5 * e))[..., 0]
 
     def _parallel_transport(self, x, y, v):
         coef = minkowski_inner(y, v, keepdims=True) / (

@@ -8,23 +8,10 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError, ProjectionError
+from ._elementary import cos_sqrt, sinc_sqrt
 from .base import Manifold
 
 __all__ = ["Sphere"]
-
-
-def _sin_over(ops, t):
-    r""":math:`\sin(t)/t`, accurate and with finite gradients at and near 0."""
-    small = t < 1e-4
-    safe = ops.where(small, ops.ones_like(t), t)
-    return ops.where(small, 1.0 - t * t / 6.0, ops.sin(safe) / safe)
-
-
-def _over_sin(ops, t):
-    r""":math:`t/\sin(t)` for :math:`t \in [0, \pi)`, finite gradients at 0."""
-    small = t < 1e-4
-    safe = ops.where(small, ops.ones_like(t), t)
-    return ops.where(small, 1.0 + t * t / 6.0, safe / ops.sin(safe))
 
 
 class Sphere(Manifold):
@@ -98,31 +85,37 @@ class Sphere(Manifold):
         return y / c - x
 
     def _exp(self, x, u):
-        ops = ops_for(x, u)
-        t = ops.sqrt(self._dot(u, u))
-        return ops.cos(t) * x + _sin_over(ops, t) * u
+        t2 = self._dot(u, u)
+        return cos_sqrt(t2) * x + sinc_sqrt(t2) * u
 
     def _log_parts(self, x, y):
+        """(ops, <x,y>, w = y - <x,y> x, |w|^2); |w| = sin(angle) for unit x, y."""
         ops = ops_for(x, y)
         c = self._dot(x, y)
         w = y - c * x
-        s = ops.sqrt(self._dot(w, w))
+        return ops, c, w, self._dot(w, w)
+
+    def _angle(self, ops, c, s2):
+        """theta = atan2(|w|, <x,y>) and theta/|w| (series 1 + s^2/6 near 0), autograd-safe."""
+        small = s2 < 1e-12
+        s = ops.sqrt(ops.where(small, ops.ones_like(s2), s2))
         theta = ops.arctan2(s, c)
-        return ops, c, w, s, theta
+        return ops.where(small, ops.zeros_like(s2), theta), ops.where(
+            small, 1.0 + s2 / 6.0, theta / s
+        )
 
     def _log(self, x, y):
-        ops, c, w, s, theta = self._log_parts(x, y)
-        if ops.any((c < 0) & (s <= 1e3 * ops.eps(s))):
+        ops, c, w, s2 = self._log_parts(x, y)
+        if ops.any((c < 0) & (s2 <= (1e3 * ops.eps(s2)) ** 2)):
             raise CutLocusError(
                 f"{self.name}: log is not defined for antipodal points (y = -x): every "
                 f"direction is a minimising geodesic; expected <x, y> > -1"
             )
-        # w = sin(theta) * (unit direction); theta / sin(theta) * w is the log
-        return _over_sin(ops, theta) * w
+        return self._angle(ops, c, s2)[1] * w
 
     def _dist(self, x, y):
-        ops, _, _, _, theta = self._log_parts(x, y)
-        return theta[..., 0]
+        ops, c, _, s2 = self._log_parts(x, y)
+        return self._angle(ops, c, s2)[0][..., 0]
 
     def _parallel_transport(self, x, y, u):
         c = self._dot(x, y)

@@ -1,0 +1,119 @@
+r"""Elementary functions of a squared argument :math:`\lambda = t^2 \ge 0`, autograd-safe.
+
+The exponential and logarithm maps of the sphere, the Grassmannian and the hyperboloid are
+analytic in :math:`t^2`, but the textbook formulas go through :math:`t = \sqrt{\lambda}`, whose
+derivative is infinite at 0; torch then produces ``0 * inf = NaN`` gradients at ``u = 0`` or
+``y = x`` even through a ``where`` that selects a Taylor branch. Every function here evaluates the
+Taylor series below a threshold and feeds the direct formula a *safe* argument there, so values
+are accurate to rounding and gradients are finite everywhere, including at 0.
+
+Each function takes an array of :math:`\lambda` (numpy or torch) and has a derivative companion
+``d_<name>`` (used by :func:`riemfl.linalg.sym_function` for matrix arguments).
+"""
+
+from __future__ import annotations
+
+from ..backend import ops_for
+
+__all__ = [
+    "cos_sqrt",
+    "sinc_sqrt",
+    "cosh_sqrt",
+    "sinhc_sqrt",
+    "cosm1_over",
+    "atan_sqrt_over",
+    "acosh1p_over_sinh",
+    "d_cos_sqrt",
+    "d_sinc_sqrt",
+    "d_cosm1_over",
+    "d_atan_sqrt_over",
+]
+
+_VALUE_SMALL = 1e-5  # series to lambda^2: truncation ~ lambda^3/5040 < 1e-18
+_DERIV_SMALL = 1e-3  # derivative series to lambda^3: truncation < 1e-12
+
+
+def _series(lam, coeffs):
+    out = 0.0 * lam + coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        out = out * lam + c
+    return out
+
+
+def _split(lam, threshold):
+    """(ops, clamped lambda, mask of the series branch, safe sqrt for the direct branch)."""
+    ops = ops_for(lam)
+    lam = ops.maximum(lam, 0.0)
+    small = lam < threshold
+    return ops, lam, small, ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+
+
+def cos_sqrt(lam):
+    r""":math:`\cos\sqrt\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, -1 / 2, 1 / 24)), ops.cos(s))
+
+
+def sinc_sqrt(lam):
+    r""":math:`\sin(\sqrt\lambda)/\sqrt\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, -1 / 6, 1 / 120)), ops.sin(s) / s)
+
+
+def cosh_sqrt(lam):
+    r""":math:`\cosh\sqrt\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, 1 / 2, 1 / 24)), ops.cosh(s))
+
+
+def sinhc_sqrt(lam):
+    r""":math:`\sinh(\sqrt\lambda)/\sqrt\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, 1 / 6, 1 / 120)), ops.sinh(s) / s)
+
+
+def cosm1_over(lam):
+    r""":math:`(\cos\sqrt\lambda - 1)/\lambda = -2\sin^2(\sqrt\lambda/2)/\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    half = ops.sin(0.5 * s)
+    return ops.where(small, _series(lam, (-0.5, 1 / 24, -1 / 720)), -2.0 * half * half / (s * s))
+
+
+def atan_sqrt_over(lam):
+    r""":math:`\arctan(\sqrt\lambda)/\sqrt\lambda`."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, -1 / 3, 1 / 5)), ops.arctan(s) / s)
+
+
+def acosh1p_over_sinh(e):
+    r""":math:`\theta/\sinh\theta` as a function of :math:`e = \cosh\theta - 1 \ge 0`.
+
+    :math:`\theta = 2\,\mathrm{arcsinh}\sqrt{e/2}` (no cancellation) and
+    :math:`\sinh\theta = \sqrt{e(2 + e)}`; series :math:`1 - e/3 + 2e^2/15` near 0.
+    """
+    ops, e, small, _ = _split(e, 1e-6)
+    safe = ops.where(small, ops.ones_like(e), e)
+    theta = 2.0 * ops.arcsinh(ops.sqrt(0.5 * safe))
+    return ops.where(small, _series(e, (1.0, -1 / 3, 2 / 15)), theta / ops.sqrt(safe * (2 + safe)))
+
+
+def d_cos_sqrt(lam):
+    return -0.5 * sinc_sqrt(lam)
+
+
+def d_sinc_sqrt(lam):
+    ops, lam, small, s = _split(lam, _DERIV_SMALL)
+    direct = (s * ops.cos(s) - ops.sin(s)) / (2 * s**3)
+    return ops.where(small, _series(lam, (-1 / 6, 1 / 60, -1 / 1680, 1 / 90720)), direct)
+
+
+def d_cosm1_over(lam):
+    ops, lam, small, s = _split(lam, 1e-2)
+    direct = (1.0 - ops.cos(s) - 0.5 * s * ops.sin(s)) / s**4
+    return ops.where(small, _series(lam, (1 / 24, -1 / 360, 3 / 40320, -4 / 3628800)), direct)
+
+
+def d_atan_sqrt_over(lam):
+    ops, lam, small, s = _split(lam, _DERIV_SMALL)
+    direct = (s / (1 + s * s) - ops.arctan(s)) / (2 * s**3)
+    return ops.where(small, _series(lam, (-1 / 3, 2 / 5, -3 / 7, 4 / 9)), direct)

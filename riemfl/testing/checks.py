@@ -1,0 +1,442 @@
+r"""One reusable check per geometric identity of the manifold contract.
+
+Every check takes a manifold, concrete arrays (numpy or torch) and a
+:class:`~riemfl.testing.config.Tolerance`, and raises :class:`AssertionError` with the manifold,
+the identity and the measured discrepancy when the identity fails. They are plain functions so
+they can be used from any test runner; :class:`riemfl.testing.ManifoldTests` wires them to
+hypothesis.
+
+Identities checked (the list of DESIGN.md):
+
+* points: ``random_point`` on M; ``project`` idempotent and fixing points of M;
+* tangent spaces: ``to_tangent`` idempotent with tangent output; ``zero_tangent``;
+* metric: symmetric, bilinear, positive, ``norm**2 == inner(u, u)``;
+* retraction: :math:`R_x(0) = x`, :math:`R_x(u) \in M`, first order (Taylor slope >= 2 of
+  :math:`\|R_x(tu) - x - tu\|`); ``exp`` second order (slope >= 3 of the tangential part);
+  ``inverse_retract`` inverts ``retract``;
+* exp/log inverse within the injectivity radius, ``dist = norm(log)``, symmetry of ``dist``;
+* transports tangent and linear; parallel transport isometric;
+* ``egrad_to_rgrad`` against central finite differences along retraction curves;
+* ``project`` returns the nearest point inside the proximal-smoothness tube (exactly for normal
+  offsets, and compared against perturbed manifold points) and is 2-Lipschitz on the half tube;
+* batch = loop, numpy = torch, torch autograd against finite differences, types preserved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..manifolds.base import Manifold
+from .config import Tolerance, to_numpy
+from .strategies import scaled_tangent, unit_ambient
+
+__all__ = [
+    "assert_close",
+    "assert_same_point",
+    "taylor_slope",
+    "tangent_basis",
+    "check_point_on_manifold",
+    "check_projection",
+    "check_to_tangent",
+    "check_zero_tangent",
+    "check_metric",
+    "check_retraction",
+    "check_retraction_first_order",
+    "check_exp_second_order",
+    "check_inverse_retraction",
+    "check_exp_log",
+    "check_transport",
+    "check_parallel_transport",
+    "check_egrad_to_rgrad",
+    "check_nearest_point",
+    "check_projection_lipschitz",
+    "check_batch_equals_loop",
+    "check_backends_agree",
+    "check_autograd",
+    "check_types_preserved",
+    "check_diameter",
+]
+
+
+# --------------------------------------------------------------------------- comparison helpers
+def assert_close(actual, expected, tol: Tolerance, what: str, manifold: Manifold) -> None:
+    """Assert ``|actual - expected| <= atol + rtol * max(1, |expected|)`` elementwise-max."""
+    a, e = to_numpy(actual), to_numpy(expected)
+    if a.shape != e.shape:
+        a, e = np.broadcast_arrays(a, e)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
+        raise AssertionError(f"{manifold.name}: {what}: non-finite values")
+    err = float(np.max(np.abs(a - e))) if a.size else 0.0
+    bound = tol.atol + tol.rtol * max(1.0, float(np.max(np.abs(e))) if e.size else 0.0)
+    if err > bound:
+        raise AssertionError(f"{manifold.name}: {what}: max deviation {err:.3e} > {bound:.3e}")
+
+
+def assert_same_point(x, y, tol: Tolerance, what: str, manifold: Manifold) -> None:
+    """Assert that two point representations are the same point (``manifold.point_gap``)."""
+    gap = to_numpy(manifold.point_gap(x, y))
+    scale = max(1.0, float(np.max(np.abs(to_numpy(y)))))
+    bound = tol.atol + tol.rtol * scale
+    if not np.all(np.isfinite(gap)) or float(np.max(gap)) > bound:
+        raise AssertionError(
+            f"{manifold.name}: {what}: points differ by {float(np.max(gap)):.3e} > {bound:.3e}"
+        )
+
+
+def _expand(values, manifold: Manifold):
+    return np.reshape(values, np.shape(values) + (1,) * manifold.ndim)
+
+
+def _ambient_norm(a, manifold: Manifold) -> np.ndarray:
+    a = to_numpy(a)
+    return np.sqrt(np.sum(a * a, axis=tuple(range(-manifold.ndim, 0))))
+
+
+def taylor_slope(ts: np.ndarray, errors: np.ndarray, floor: float) -> float | None:
+    """Slope of ``log(error)`` against ``log(t)``, fitted where the error is above ``floor``.
+
+    Returns None when fewer than three errors are above the noise floor (the map is exact to
+    rounding along this curve, i.e. of higher order than any slope test could show).
+    """
+    mask = errors > floor
+    if mask.sum() < 3:
+        return None
+    return float(np.polyfit(np.log(ts[mask]), np.log(errors[mask]), 1)[0])
+
+
+def tangent_basis(manifold: Manifold, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Euclidean-orthonormal basis of :math:`T_xM` as rows of flat vectors, shape (dim, N).
+
+    Built from ``dim + 8`` random tangent vectors; also asserts that they span a space of
+    exactly ``manifold.dim`` dimensions (so it checks the ``dim`` property).
+    """
+    x = to_numpy(x)
+    k = manifold.dim + 8
+    samples = np.stack([to_numpy(manifold.random_tangent(x, rng=rng)).ravel() for _ in range(k)])
+    _, s, vt = np.linalg.svd(samples, full_matrices=False)
+    rank = int(np.sum(s > 1e-8 * s[0]))
+    if rank != manifold.dim:
+        raise AssertionError(
+            f"{manifold.name}: random tangent vectors span {rank} dimensions; dim says "
+            f"{manifold.dim}"
+        )
+    return vt[: manifold.dim]
+
+
+# --------------------------------------------------------------------------- points and tangents
+def check_point_on_manifold(manifold: Manifold, x, tol: Tolerance) -> None:
+    """``x`` passes ``check_point`` (used on every map's output)."""
+    manifold.check_point(x, atol=max(tol.atol, manifold.default_atol(x)))
+
+
+def check_projection(manifold: Manifold, a, x, tol: Tolerance) -> None:
+    """``project(a)`` is on M, ``project`` is idempotent and fixes points of M."""
+    p = manifold.project(a)
+    check_point_on_manifold(manifold, p, tol)
+    assert_same_point(manifold.project(p), p, tol, "project(project(a)) = project(a)", manifold)
+    assert_same_point(manifold.project(x), x, tol, "project(x) = x for x on M", manifold)
+
+
+def check_to_tangent(manifold: Manifold, x, a, tol: Tolerance) -> None:
+    """``to_tangent(x, a)`` is tangent and ``to_tangent`` is idempotent."""
+    t = manifold.to_tangent(x, a)
+    manifold.check_tangent(x, t, atol=max(tol.atol, manifold.default_atol(x)))
+    assert_close(manifold.to_tangent(x, t), t, tol, "to_tangent idempotent", manifold)
+    r = manifold.random_tangent(x, rng=0)
+    manifold.check_tangent(x, r, atol=max(tol.atol, manifold.default_atol(x)))
+
+
+def check_zero_tangent(manifold: Manifold, x, tol: Tolerance) -> None:
+    """``zero_tangent(x)`` is tangent, of norm 0, and ``R_x(0) = x``."""
+    z = manifold.zero_tangent(x)
+    manifold.check_tangent(x, z)
+    assert_close(manifold.norm(x, z), 0.0 * to_numpy(manifold.norm(x, z)), tol, "|0|", manifold)
+
+
+def check_metric(manifold: Manifold, x, u, v, w, tol: Tolerance) -> None:
+    """Symmetry, bilinearity and positivity of the metric; ``norm**2 = inner(u, u)``."""
+    uv, vu = manifold.inner(x, u, v), manifold.inner(x, v, u)
+    assert_close(uv, vu, tol, "<u, v> = <v, u>", manifold)
+    lin = manifold.inner(x, u, 2.0 * v - 3.0 * w)
+    assert_close(lin, 2.0 * uv - 3.0 * manifold.inner(x, u, w), tol, "bilinearity", manifold)
+    uu = to_numpy(manifold.inner(x, u, u))
+    if np.any(uu < -tol.atol):
+        raise AssertionError(f"{manifold.name}: <u, u> negative: {uu.min():.3e}")
+    assert_close(to_numpy(manifold.norm(x, u)) ** 2, uu, tol, "|u|^2 = <u, u>", manifold)
+
+
+# --------------------------------------------------------------------------- retractions, exp/log
+def check_retraction(manifold: Manifold, x, u, tol: Tolerance) -> None:
+    """:math:`R_x(0) = x` and :math:`R_x(u) \\in M`."""
+    assert_same_point(manifold.retract(x, manifold.zero_tangent(x)), x, tol, "R_x(0)", manifold)
+    check_point_on_manifold(manifold, manifold.retract(x, u), tol)
+
+
+def _taylor_errors(curve: Callable[[float], np.ndarray], ts: np.ndarray) -> np.ndarray:
+    return np.array([float(np.sqrt(np.sum(curve(t) ** 2))) for t in ts])
+
+
+_TAYLOR_TS = np.logspace(-3.5, -1.5, 9)
+
+
+def _check_slope(manifold, errors, x, order: float, what: str) -> None:
+    floor = 1e3 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(to_numpy(x)))))
+    slope = taylor_slope(_TAYLOR_TS, errors, floor)
+    if slope is not None and slope < order - 0.25:
+        raise AssertionError(
+            f"{manifold.name}: {what}: Taylor slope {slope:.2f} < {order} "
+            f"(errors {errors[0]:.2e} .. {errors[-1]:.2e})"
+        )
+
+
+def check_retraction_first_order(manifold: Manifold, x: np.ndarray, u: np.ndarray) -> None:
+    """:math:`\\|R_x(tu) - x - tu\\| = O(t^2)` (slope >= 2 on a log-log plot; float64 only)."""
+    errors = _taylor_errors(lambda t: to_numpy(manifold.retract(x, t * u)) - x - t * u, _TAYLOR_TS)
+    _check_slope(manifold, errors, x, 2.0, "retraction is not first order")
+
+
+def check_exp_second_order(manifold: Manifold, x: np.ndarray, u: np.ndarray) -> None:
+    """Tangential part of :math:`\\mathrm{Exp}_x(tu) - x - tu` is :math:`O(t^3)` (zero
+    acceleration: exp is a second-order retraction; float64 only)."""
+
+    def tangential(t):
+        return to_numpy(manifold.to_tangent(x, to_numpy(manifold.exp(x, t * u)) - x - t * u))
+
+    errors = _taylor_errors(tangential, _TAYLOR_TS)
+    _check_slope(manifold, errors, x, 3.0, "exp is not second order")
+    full = _taylor_errors(lambda t: to_numpy(manifold.exp(x, t * u)) - x - t * u, _TAYLOR_TS)
+    _check_slope(manifold, full, x, 2.0, "exp is not first order")
+
+
+def check_inverse_retraction(manifold: Manifold, x, u, tol: Tolerance) -> None:
+    """``inverse_retract(x, retract(x, u)) = u`` and ``retract(x, inverse_retract(x, y)) = y``."""
+    y = manifold.retract(x, u)
+    back = manifold.inverse_retract(x, y)
+    manifold.check_tangent(x, back, atol=max(tol.atol, manifold.default_atol(x)) * 10)
+    assert_close(back, u, tol, "inverse_retract(x, retract(x, u)) = u", manifold)
+    assert_same_point(manifold.retract(x, back), y, tol, "retract(x, inverse_retract)", manifold)
+
+
+def check_exp_log(manifold: Manifold, x, u, tol: Tolerance) -> None:
+    """Exp and log are inverse within the injectivity radius; dist is the norm of log."""
+    y = manifold.exp(x, u)
+    check_point_on_manifold(manifold, y, tol)
+    v = manifold.log(x, y)
+    assert_close(v, u, tol, "log(x, exp(x, u)) = u", manifold)
+    assert_same_point(manifold.exp(x, v), y, tol, "exp(x, log(x, y)) = y", manifold)
+    assert_close(manifold.log(x, x), 0.0 * to_numpy(u), tol, "log(x, x) = 0", manifold)
+    d = manifold.dist(x, y)
+    assert_close(d, manifold.norm(x, u), tol, "dist(x, exp(x, u)) = |u|", manifold)
+    assert_close(manifold.dist(y, x), d, tol, "dist symmetric", manifold)
+    assert_close(d, manifold.norm(x, v), tol, "dist = |log|", manifold)
+
+
+def check_transport(manifold: Manifold, x, y, u, v, tol: Tolerance) -> None:
+    """Vector transport lands in :math:`T_yM` and is linear."""
+    tu = manifold.transport(x, y, u)
+    manifold.check_tangent(y, tu, atol=max(tol.atol, manifold.default_atol(y)) * 10)
+    lin = manifold.transport(x, y, 2.0 * u - 3.0 * v)
+    assert_close(lin, 2.0 * to_numpy(tu) - 3.0 * to_numpy(manifold.transport(x, y, v)), tol,
+                 "transport linear", manifold)  # fmt: skip
+
+
+def check_parallel_transport(manifold: Manifold, x, y, u, v, tol: Tolerance) -> None:
+    """Parallel transport: tangent at y, isometric, identity from x to x."""
+    pu, pv = manifold.parallel_transport(x, y, u), manifold.parallel_transport(x, y, v)
+    manifold.check_tangent(y, pu, atol=max(tol.atol, manifold.default_atol(y)) * 10)
+    assert_close(manifold.inner(y, pu, pv), manifold.inner(x, u, v), tol,
+                 "<P u, P v>_y = <u, v>_x (isometry)", manifold)  # fmt: skip
+    assert_close(manifold.parallel_transport(x, x, u), u, tol, "P_{x->x} = id", manifold)
+
+
+# --------------------------------------------------------------------------- gradients
+def check_egrad_to_rgrad(manifold: Manifold, x: np.ndarray, v: np.ndarray, rng) -> None:
+    """Riemannian gradient of a random smooth function against finite differences.
+
+    :math:`f(a) = \\langle C, a\\rangle + \\tfrac12\\langle D \\circ a, a\\rangle`; then
+    :math:`\\frac{d}{dt} f(R_x(tv))|_{t=0} = \\langle \\mathrm{grad} f(x), v\\rangle_x`, the
+    derivative taken by central differences (float64).
+    """
+    c = rng.standard_normal(x.shape)
+    d = rng.standard_normal(x.shape)
+
+    def f(a):
+        a = to_numpy(a)
+        return float(np.sum(c * a) + 0.5 * np.sum(d * a * a))
+
+    rgrad = manifold.egrad_to_rgrad(x, c + d * x)
+    manifold.check_tangent(x, rgrad)
+    h = 1e-5
+    fd = (f(manifold.retract(x, h * v)) - f(manifold.retract(x, -h * v))) / (2 * h)
+    exact = float(to_numpy(manifold.inner(x, rgrad, v)))
+    scale = float(np.sqrt(np.sum(c * c)) + np.sqrt(np.sum((d * x) ** 2))) * float(
+        np.sqrt(np.sum(v * v))
+    )
+    if abs(fd - exact) > 1e-6 * max(1.0, scale):
+        raise AssertionError(
+            f"{manifold.name}: <egrad_to_rgrad(x, g), v> = {exact:.8e} but the finite-difference "
+            f"derivative along R_x(tv) is {fd:.8e}"
+        )
+
+
+# --------------------------------------------------------------------------- metric projection
+def check_nearest_point(manifold: Manifold, x: np.ndarray, fraction: float, rng) -> None:
+    """P_M returns the nearest point inside the proximal-smoothness tube (float64).
+
+    1. Normal offsets: with :math:`\\nu` a unit Euclidean normal at x and
+       :math:`s = ` ``fraction`` :math:`\\cdot \\hat\\gamma < \\hat\\gamma`,
+       :math:`P_M(x + s\\nu) = x`.
+    2. For a random ambient point a in the tube, :math:`\\|a - P_M(a)\\| \\le \\|a - y\\|` for
+       manifold points y near :math:`P_M(a)` (retractions of small tangent vectors) and random y.
+    """
+    tol = Tolerance(1e-8, 1e-8)
+    gamma = manifold.proximal_smoothness
+    reach = gamma if math.isfinite(gamma) else 1.0
+    basis = tangent_basis(manifold, x, rng)
+    n_ambient = basis.shape[1]
+    if manifold.dim < n_ambient:
+        w = rng.standard_normal(n_ambient)
+        nu = w - basis.T @ (basis @ w)
+        nu = np.reshape(nu / np.linalg.norm(nu), x.shape)
+        a = x + fraction * reach * nu
+        what = "P_M(x + s nu) = x for a normal offset inside the tube"
+        assert_same_point(manifold.project(a), x, tol.scaled(1 / (1 - fraction)), what, manifold)
+    a = x + fraction * reach * unit_ambient(manifold, (), rng)
+    p = to_numpy(manifold.project(a))
+    d_p = float(_ambient_norm(a - p, manifold))
+    for k in range(24):
+        if k < 16:
+            radius = rng.uniform(0.0, 0.5) * min(reach, 1.0)
+            y = to_numpy(manifold.retract(p, scaled_tangent(manifold, p, radius, rng)))
+        else:
+            y = manifold.random_point(rng=rng)
+        d_y = float(_ambient_norm(a - y, manifold))
+        if d_y < d_p - 1e-10 * max(1.0, d_p):
+            raise AssertionError(
+                f"{manifold.name}: P_M(a) is not the nearest point: |a - P_M(a)| = {d_p:.10e} but "
+                f"a manifold point is at {d_y:.10e}"
+            )
+
+
+def check_projection_lipschitz(manifold: Manifold, a, b) -> None:
+    """:math:`\\|P_M(a) - P_M(b)\\| \\le 2\\|a - b\\|` for a, b in the half tube (float64)."""
+    pa, pb = to_numpy(manifold.project(a)), to_numpy(manifold.project(b))
+    lhs = float(_ambient_norm(pa - pb, manifold))
+    rhs = 2.0 * float(_ambient_norm(to_numpy(a) - to_numpy(b), manifold))
+    if lhs > rhs * (1 + 1e-9) + 1e-12:
+        raise AssertionError(
+            f"{manifold.name}: P_M is not 2-Lipschitz on the half tube: |P(a) - P(b)| = "
+            f"{lhs:.6e} > 2|a - b| = {rhs:.6e}"
+        )
+
+
+# --------------------------------------------------------------------------- implementation checks
+def _stack_like(items: Sequence, like):
+    if hasattr(like, "detach"):
+        import torch
+
+        return torch.stack(list(items))
+    return np.stack(items)
+
+
+def check_batch_equals_loop(
+    manifold: Manifold, method: str, args: Sequence, batched: Sequence[bool], tol: Tolerance
+) -> None:
+    """A batched call equals the stack of per-element calls.
+
+    ``batched[i]`` says whether ``args[i]`` carries the leading batch axis (others broadcast).
+    """
+    fn = getattr(manifold, method)
+    out = fn(*args)
+    size = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    loop = [
+        fn(*(a[i] if b else a for a, b in zip(args, batched, strict=True))) for i in range(size)
+    ]
+    assert_close(out, _stack_like(loop, out), tol, f"batched {method} = loop", manifold)
+
+
+def check_backends_agree(manifold: Manifold, method: str, args: Sequence, tol: Tolerance) -> None:
+    """numpy float64 and torch float64 give the same result."""
+    import torch
+
+    out_np = getattr(manifold, method)(*[np.asarray(a, dtype=np.float64) for a in args])
+    out_t = getattr(manifold, method)(*[torch.as_tensor(np.asarray(a)) for a in args])
+    if not isinstance(out_t, torch.Tensor) or not isinstance(out_np, np.ndarray | np.floating):
+        raise AssertionError(f"{manifold.name}.{method}: output type does not follow the input")
+    assert_close(out_t, out_np, tol, f"{method}: torch = numpy", manifold)
+
+
+def check_autograd(
+    manifold: Manifold, method: str, args: Sequence, roles: Sequence[str], rng
+) -> None:
+    r"""torch autograd through ``method`` matches central finite differences (float64).
+
+    A random linear functional of the output is differentiated by autograd and compared with its
+    central finite-difference derivative along a random direction in every input. Arguments with
+    role ``"point"`` move along retraction curves :math:`R_x(\pm h d)` with d tangent (the maps
+    are only defined on M); the others move in straight lines.
+    """
+    import torch
+
+    inputs = [torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True) for a in args]
+    out = getattr(manifold, method)(*inputs)
+    weights = torch.as_tensor(rng.standard_normal(tuple(out.shape)))
+    grads = torch.autograd.grad((weights * out).sum(), inputs, allow_unused=True)
+    for g in grads:
+        if g is not None and not bool(torch.isfinite(g).all()):
+            raise AssertionError(f"{manifold.name}.{method}: autograd gradient is not finite")
+    directions = [
+        np.asarray(manifold.random_tangent(a, rng=rng)) if role == "point"
+        else rng.standard_normal(np.shape(a))
+        for a, role in zip(args, roles, strict=True)
+    ]  # fmt: skip
+    auto = sum(
+        float((g * torch.as_tensor(d)).sum())
+        for g, d in zip(grads, directions, strict=True)
+        if g is not None
+    )
+    h = 1e-6
+
+    def value(sign):
+        moved = [
+            manifold.retract(a, sign * h * d) if role == "point" else np.asarray(a) + sign * h * d
+            for a, d, role in zip(args, directions, roles, strict=True)
+        ]
+        with torch.no_grad():
+            res = getattr(manifold, method)(*[torch.as_tensor(m) for m in moved])
+        return float((weights * res).sum())
+
+    fd = (value(1.0) - value(-1.0)) / (2 * h)
+    if abs(fd - auto) > 1e-5 * max(1.0, abs(fd)):
+        raise AssertionError(
+            f"{manifold.name}.{method}: autograd directional derivative {auto:.8e} differs from "
+            f"the finite difference {fd:.8e}"
+        )
+
+
+def check_types_preserved(manifold: Manifold, method: str, args: Sequence) -> None:
+    """The output has the input's array type and dtype (and torch device)."""
+    out = getattr(manifold, method)(*args)
+    ref = args[0]
+    same_type = type(out) is type(ref) or (
+        isinstance(ref, np.ndarray) and isinstance(out, np.ndarray | np.floating)
+    )
+    if not same_type or str(out.dtype) != str(ref.dtype):
+        raise AssertionError(
+            f"{manifold.name}.{method}: input {type(ref).__name__}[{ref.dtype}] gave "
+            f"{type(out).__name__}[{out.dtype}]"
+        )
+    if hasattr(ref, "device") and out.device != ref.device:
+        raise AssertionError(f"{manifold.name}.{method}: device {ref.device} -> {out.device}")
+
+
+def check_diameter(manifold: Manifold, x, y) -> None:
+    """Point gaps never exceed the declared diameter."""
+    gap = float(np.max(to_numpy(manifold.point_gap(x, y))))
+    if gap > manifold.diameter * (1 + 1e-9):
+        raise AssertionError(
+            f"{manifold.name}: two points are {gap:.6e} apart, beyond diameter {manifold.diameter}"
+        )

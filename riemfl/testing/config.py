@@ -1,0 +1,76 @@
+"""Backends, dtypes and tolerance tables of the conformance kit.
+
+A :class:`Config` names one array backend (``"numpy"`` or ``"torch"``) and one dtype
+(``"float64"`` or ``"float32"``). Test data are drawn in numpy float64 (so every configuration
+sees the same points for the same seed) and converted with :meth:`Config.convert`.
+
+The tolerance table :data:`TOLERANCES` gives, per dtype, the absolute and relative tolerances
+of identity checks. A manifold whose maps lose more precision (iterative solvers, far-from-origin
+hyperbolic points) can widen them with a per-manifold ``tolerance_scale``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Config", "Tolerance", "TOLERANCES", "CONFIGS", "torch_available", "to_numpy"]
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported (torch configurations are skipped otherwise)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Absolute and relative tolerance of an identity check: ``|a - b| <= atol + rtol |b|``."""
+
+    atol: float
+    rtol: float
+
+    def scaled(self, factor: float) -> Tolerance:
+        return Tolerance(self.atol * factor, self.rtol * factor)
+
+
+#: identity-check tolerances per dtype
+TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(atol=1e-9, rtol=1e-8),
+    "float32": Tolerance(atol=2e-4, rtol=2e-4),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One backend and dtype under test, e.g. ``Config("torch", "float32")``."""
+
+    backend: str
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}-{self.dtype}"
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return TOLERANCES[self.dtype]
+
+    def convert(self, a: np.ndarray):
+        """Convert a numpy array to this configuration's backend and dtype."""
+        if self.backend == "numpy":
+            return np.asarray(a, dtype=self.dtype)
+        import torch
+
+        return torch.as_tensor(np.asarray(a), dtype=getattr(torch, self.dtype))
+
+
+#: the four configurations the kit runs by default
+CONFIGS = tuple(Config(b, d) for b in ("numpy", "torch") for d in ("float64", "float32"))
+
+
+def to_numpy(a) -> np.ndarray:
+    """numpy float64 copy of a numpy array, torch tensor or python scalar."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=np.float64)

@@ -1,0 +1,367 @@
+"""A ready-made pytest test class that runs the whole conformance kit on one manifold.
+
+Subclass :class:`ManifoldTests`, give it a manifold, and pytest collects some thirty property
+tests (hypothesis-driven), each run for numpy and torch in float64 and float32::
+
+    from riemfl.testing import ManifoldTests
+    from mypackage import Oblique
+
+    class TestOblique(ManifoldTests):
+        manifold = Oblique(5, 3)
+
+Tests of maps the manifold does not implement (``supports(name)`` is False) are skipped with the
+manifold's reason. Precision-sensitive checks (Taylor slopes, finite differences, nearest point,
+Lipschitz constant) run in numpy float64 only; identity checks run in every configuration with
+the tolerance table of :mod:`riemfl.testing.config`.
+
+Class attributes to tune:
+
+``configs``
+    The :class:`~riemfl.testing.Config` objects to run (default: all four).
+``max_tangent_norm``
+    Largest tangent norm used for exp/log, inverse retraction and transports (default
+    ``min(1, injectivity_radius / 2)``); lower it where an iterative log needs it.
+``tolerance_scale``
+    Multiplies the tolerance table (for manifolds whose maps lose precision).
+``batch_size``
+    Leading batch size of drawn data (default 3).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ..errors import NotOnManifoldError, ShapeError
+from ..manifolds.base import Manifold
+from . import checks
+from . import strategies as rst
+from .config import CONFIGS, Config, Tolerance, torch_available
+
+__all__ = ["ManifoldTests", "METHODS"]
+
+#: maps exercised by the batch, backend, autograd and type tests
+METHODS = (
+    "project",
+    "to_tangent",
+    "egrad_to_rgrad",
+    "inner",
+    "norm",
+    "retract",
+    "inverse_retract",
+    "exp",
+    "log",
+    "dist",
+    "transport",
+    "parallel_transport",
+)
+
+_NEEDS = {"log": ("exp", "log"), "dist": ("exp", "dist"), "parallel_transport": ("exp",)}
+
+
+class ManifoldTests:
+    """Mixin of conformance tests; subclass it as ``TestSomething`` and set ``manifold``."""
+
+    manifold: Manifold
+    configs: tuple[Config, ...] = CONFIGS
+    max_tangent_norm: float | None = None
+    tolerance_scale: float = 1.0
+    batch_size: int = 3
+
+    # ------------------------------------------------------------------ helpers
+    @pytest.fixture(params=CONFIGS, ids=str, scope="class")
+    def config(self, request) -> Config:
+        cfg = request.param
+        if cfg not in self.configs:
+            pytest.skip(f"{cfg} is not among this test class's configs")
+        if cfg.backend == "torch" and not torch_available():
+            pytest.skip("torch is not installed")
+        return cfg
+
+    def tol(self, config: Config) -> Tolerance:
+        return config.tolerance.scaled(self.tolerance_scale)
+
+    def require(self, *methods: str) -> None:
+        for name in methods:
+            ok, why = self.manifold.supports(name)
+            if not ok:
+                pytest.skip(why)
+
+    def require_float64_numpy(self, config: Config) -> None:
+        if config != Config("numpy", "float64"):
+            pytest.skip("precision-sensitive check: runs in numpy float64 only")
+
+    def require_constant(self, name: str) -> float:
+        try:
+            return getattr(self.manifold, name)
+        except NotImplementedError as exc:
+            pytest.skip(str(exc))
+
+    @property
+    def radius(self) -> float:
+        if self.max_tangent_norm is not None:
+            return self.max_tangent_norm
+        try:
+            inj = self.manifold.injectivity_radius
+        except NotImplementedError:
+            inj = 2.0
+        return min(1.0, 0.5 * inj)
+
+    def draw_frame(self, data, n_tangents: int = 1, max_norm: float | None = None):
+        """A batch of points and ``n_tangents`` tangent vectors at them (numpy float64)."""
+        m = self.manifold
+        x = data.draw(rst.points(m, (self.batch_size,)), label="x")
+        limit = self.radius if max_norm is None else max_norm
+        tangents = [
+            data.draw(rst.tangent_vectors(m, x, max_norm=limit), label=f"u{i}")
+            for i in range(n_tangents)
+        ]
+        return x, tangents
+
+    def method_args(self, method: str, seed: int) -> tuple[list[np.ndarray], list[str]]:
+        """numpy float64 batched arguments for ``method`` and their roles.
+
+        Roles are ``"point"``, ``"tangent"`` (at the first argument) or ``"ambient"``.
+        """
+        m = self.manifold
+        rng = np.random.default_rng(seed)
+        b = (self.batch_size,)
+        x = m.random_point(*b, rng=rng)
+        norms = rng.uniform(0.2, 1.0, size=b) * self.radius
+        u = rst.scaled_tangent(m, x, norms, rng)
+        v = rst.scaled_tangent(m, x, rng.uniform(0.2, 1.0, size=b), rng)
+        if method == "project":
+            reach = self._reach()
+            return [x + 0.4 * reach * rst.unit_ambient(m, b, rng)], ["ambient"]
+        if method in ("to_tangent", "egrad_to_rgrad"):
+            return [x, rng.standard_normal(x.shape)], ["point", "ambient"]
+        if method == "inner":
+            return [x, u, v], ["point", "tangent", "tangent"]
+        if method in ("norm", "retract", "exp"):
+            return [x, u], ["point", "tangent"]
+        if method == "inverse_retract":
+            return [x, np.asarray(m.retract(x, u))], ["point", "point"]
+        if method in ("log", "dist"):
+            return [x, np.asarray(m.exp(x, u))], ["point", "point"]
+        if method == "transport":
+            return [x, np.asarray(m.retract(x, u)), v], ["point", "point", "tangent"]
+        if method == "parallel_transport":
+            return [x, np.asarray(m.exp(x, u)), v], ["point", "point", "tangent"]
+        raise ValueError(method)
+
+    def _reach(self) -> float:
+        gamma = self.require_constant("proximal_smoothness")
+        return gamma if math.isfinite(gamma) else 1.0
+
+    # ------------------------------------------------------------------ points and tangents
+    @given(data=st.data())
+    def test_random_point_on_manifold(self, config, data):
+        x = config.convert(data.draw(rst.points(self.manifold, (self.batch_size,))))
+        checks.check_point_on_manifold(self.manifold, x, self.tol(config))
+
+    @given(data=st.data())
+    def test_projection_idempotent(self, config, data):
+        self.require("project")
+        a, x = data.draw(
+            rst.ambient_points_near(self.manifold, 0.5 * self._reach(), (self.batch_size,))
+        )
+        checks.check_projection(
+            self.manifold, config.convert(a), config.convert(x), self.tol(config)
+        )
+
+    @given(data=st.data())
+    def test_to_tangent_is_projection(self, config, data):
+        x = data.draw(rst.points(self.manifold, (self.batch_size,)))
+        a = np.random.default_rng(data.draw(rst.seeds())).standard_normal(x.shape)
+        checks.check_to_tangent(
+            self.manifold, config.convert(x), config.convert(a), self.tol(config)
+        )
+
+    @given(data=st.data())
+    def test_zero_tangent(self, config, data):
+        x = config.convert(data.draw(rst.points(self.manifold, (self.batch_size,))))
+        checks.check_zero_tangent(self.manifold, x, self.tol(config))
+
+    @given(data=st.data())
+    def test_metric(self, config, data):
+        x, (u, v, w) = self.draw_frame(data, 3)
+        c = config.convert
+        checks.check_metric(self.manifold, c(x), c(u), c(v), c(w), self.tol(config))
+
+    # ------------------------------------------------------------------ retractions, exp/log
+    @given(data=st.data())
+    def test_retraction(self, config, data):
+        x, (u,) = self.draw_frame(data, 1)
+        checks.check_retraction(
+            self.manifold, config.convert(x), config.convert(u), self.tol(config)
+        )
+
+    @given(data=st.data())
+    def test_retraction_first_order(self, config, data):
+        self.require_float64_numpy(config)
+        x, (u,) = self.draw_frame(data, 1)
+        checks.check_retraction_first_order(self.manifold, x[0], u[0])
+
+    @given(data=st.data())
+    def test_exp_second_order(self, config, data):
+        self.require_float64_numpy(config)
+        self.require("exp")
+        x, (u,) = self.draw_frame(data, 1)
+        checks.check_exp_second_order(self.manifold, x[0], u[0])
+
+    @given(data=st.data())
+    def test_inverse_retraction(self, config, data):
+        self.require("inverse_retract")
+        x, (u,) = self.draw_frame(data, 1)
+        checks.check_inverse_retraction(
+            self.manifold, config.convert(x), config.convert(u), self.tol(config)
+        )
+
+    @given(data=st.data())
+    def test_exp_log_inverse(self, config, data):
+        self.require("exp", "log", "dist")
+        x, (u,) = self.draw_frame(data, 1)
+        checks.check_exp_log(self.manifold, config.convert(x), config.convert(u), self.tol(config))
+
+    @given(data=st.data())
+    def test_transport(self, config, data):
+        x, (u, v, w) = self.draw_frame(data, 3)
+        y = self.manifold.retract(x, u)
+        c = config.convert
+        checks.check_transport(self.manifold, c(x), c(y), c(v), c(w), self.tol(config))
+
+    @given(data=st.data())
+    def test_parallel_transport_isometry(self, config, data):
+        self.require("exp", "parallel_transport")
+        x, (u, v, w) = self.draw_frame(data, 3)
+        y = self.manifold.exp(x, u)
+        c = config.convert
+        checks.check_parallel_transport(self.manifold, c(x), c(y), c(v), c(w), self.tol(config))
+
+    # ------------------------------------------------------------------ gradients, projection
+    @given(data=st.data())
+    def test_egrad_to_rgrad_finite_differences(self, config, data):
+        self.require_float64_numpy(config)
+        x, (v,) = self.draw_frame(data, 1, max_norm=1.0)
+        rng = np.random.default_rng(data.draw(rst.seeds()))
+        checks.check_egrad_to_rgrad(self.manifold, x[0], v[0], rng)
+
+    @given(data=st.data(), fraction=st.floats(0.05, 0.8))
+    def test_projection_nearest_point(self, config, data, fraction):
+        self.require_float64_numpy(config)
+        self.require("project")
+        self.require_constant("proximal_smoothness")
+        x = data.draw(rst.points(self.manifold))
+        rng = np.random.default_rng(data.draw(rst.seeds()))
+        checks.check_nearest_point(self.manifold, x, fraction, rng)
+
+    @given(data=st.data(), s=st.floats(0.0, 0.2), t=st.floats(1e-3, 0.24))
+    def test_projection_lipschitz_half_tube(self, config, data, s, t):
+        self.require_float64_numpy(config)
+        self.require("project")
+        reach = self._reach()
+        rng = np.random.default_rng(data.draw(rst.seeds()))
+        x = self.manifold.random_point(rng=rng)
+        a = x + s * reach * rst.unit_ambient(self.manifold, (), rng)
+        b = a + t * reach * rst.unit_ambient(self.manifold, (), rng)
+        checks.check_projection_lipschitz(self.manifold, a, b)
+
+    # ------------------------------------------------------------------ implementation checks
+    @pytest.mark.parametrize("method", METHODS)
+    @given(seed=rst.seeds())
+    def test_batch_equals_loop(self, config, method, seed):
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, seed)
+        checks.check_batch_equals_loop(
+            self.manifold, method, [config.convert(a) for a in args], [True] * len(args),
+            self.tol(config),
+        )  # fmt: skip
+
+    @pytest.mark.parametrize("method", ["to_tangent", "retract", "exp", "inner", "transport"])
+    @given(seed=rst.seeds())
+    def test_broadcast_single_point(self, config, method, seed):
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, seed)
+        args[0] = args[0][0]  # one base point, a batch of the other arguments
+        if method == "transport":
+            args[1] = args[1][0]
+        batched = [a.ndim > self.manifold.ndim for a in args]
+        checks.check_batch_equals_loop(
+            self.manifold, method, [config.convert(a) for a in args], batched, self.tol(config)
+        )
+
+    @pytest.mark.parametrize("method", METHODS)
+    @given(seed=rst.seeds())
+    def test_numpy_equals_torch(self, method, seed):
+        if not torch_available():
+            pytest.skip("torch is not installed")
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, seed)
+        checks.check_backends_agree(self.manifold, method, args, TOLERANCE_BACKENDS)
+
+    @pytest.mark.parametrize("method", METHODS)
+    @given(seed=rst.seeds())
+    def test_torch_autograd(self, method, seed):
+        if not torch_available():
+            pytest.skip("torch is not installed")
+        self.require(*_NEEDS.get(method, ()), method)
+        args, roles = self.method_args(method, seed)
+        checks.check_autograd(self.manifold, method, args, roles, np.random.default_rng(seed))
+
+    @pytest.mark.parametrize("method", METHODS)
+    def test_types_preserved(self, config, method):
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, 0)
+        checks.check_types_preserved(self.manifold, method, [config.convert(a) for a in args])
+
+    def test_random_point_follows_like(self, config):
+        like = config.convert(np.zeros(1))
+        x = self.manifold.random_point(2, rng=1, like=like)
+        checks.check_types_preserved(self.manifold, "random_tangent", [x])
+        ref = self.manifold.random_point(2, rng=1)
+        checks.assert_close(x, ref, self.tol(config), "same seed, same point", self.manifold)
+
+    @given(data=st.data())
+    def test_diameter(self, config, data):
+        self.require_float64_numpy(config)
+        diameter = self.require_constant("diameter")
+        x = data.draw(rst.points(self.manifold, (self.batch_size,)))
+        y = data.draw(rst.points(self.manifold, (self.batch_size,)))
+        if math.isfinite(diameter):
+            checks.check_diameter(self.manifold, x, y)
+
+    # ------------------------------------------------------------------ bad input
+    def test_rejects_wrong_shape(self, config):
+        m = self.manifold
+        x = config.convert(m.random_point(rng=0))
+        bad = config.convert(np.zeros(tuple(s + 1 for s in m.point_shape)))
+        with pytest.raises(ShapeError, match=r"expected"):
+            m.retract(x, bad)
+        with pytest.raises(ShapeError):
+            m.check_point(bad)
+
+    def test_rejects_points_off_manifold(self, config):
+        m = self.manifold
+        x = m.random_point(rng=0)
+        basis = checks.tangent_basis(m, x, np.random.default_rng(1))
+        if basis.shape[0] == basis.shape[1]:
+            pytest.skip(f"{m.name} is open in its ambient space: every point is on it")
+        w = np.random.default_rng(2).standard_normal(basis.shape[1])
+        normal = np.reshape(w - basis.T @ (basis @ w), x.shape)
+        off = x + 0.1 * normal / np.linalg.norm(normal)
+        with pytest.raises(NotOnManifoldError, match="constraint"):
+            m.check_point(config.convert(off))
+        nan = x.copy()
+        nan.flat[0] = np.nan
+        with pytest.raises(NotOnManifoldError, match="NaN"):
+            m.check_point(config.convert(nan))
+        with pytest.raises(NotOnManifoldError, match="tangent"):
+            m.check_tangent(config.convert(x), config.convert(normal))
+
+
+#: numpy float64 versus torch float64: same algorithm, only rounding differs
+TOLERANCE_BACKENDS = Tolerance(atol=1e-9, rtol=1e-9)

@@ -1,0 +1,46 @@
+"""The documentation's code runs: README example and the custom-manifold walkthrough."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_example_runs_and_converges(capsys):
+    blocks = python_blocks(ROOT / "README.md")
+    namespace: dict = {}
+    exec(blocks[0], namespace)  # noqa: S102 - our own documentation
+    x, c = namespace["X"], namespace["C"]
+    assert np.trace(x.T @ c @ x) == pytest.approx(np.linalg.eigvalsh(c)[-3:].sum(), rel=1e-6)
+    assert "log(X, Y) == U: True" in capsys.readouterr().out
+
+
+def _oblique_namespace() -> dict:
+    namespace: dict = {}
+    blocks = python_blocks(ROOT / "docs" / "custom-manifold.md")
+    for block in blocks[:2]:
+        exec(block, namespace)  # noqa: S102
+    return namespace
+
+
+OBLIQUE = _oblique_namespace()["Oblique"]
+
+
+def test_custom_manifold_usage_block():
+    ns = _oblique_namespace()
+    m, x, y = ns["M"], ns["x"], ns["y"]
+    assert float(m.dist(x, y)) == pytest.approx(0.5)
+
+
+from riemfl.testing import ManifoldTests  # noqa: E402  (after the profile is loaded)
+
+
+class TestOblique(ManifoldTests):
+    manifold = OBLIQUE(5, 3)
