@@ -14,7 +14,16 @@ import it.
 """
 
 from . import checks, strategies
-from .config import CONFIGS, TOLERANCES, Config, Tolerance, to_numpy, torch_available
+from .config import (
+    CONFIGS,
+    CUDA_CONFIGS,
+    TOLERANCES,
+    Config,
+    Tolerance,
+    cuda_available,
+    to_numpy,
+    torch_available,
+)
 from .profiles import register_profiles
 
 __all__ = [
@@ -22,6 +31,8 @@ __all__ = [
     "strategies",
     "Config",
     "CONFIGS",
+    "CUDA_CONFIGS",
+    "cuda_available",
     "Tolerance",
     "TOLERANCES",
     "to_numpy",

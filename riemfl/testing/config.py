@@ -16,12 +16,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Config", "Tolerance", "TOLERANCES", "CONFIGS", "torch_available", "to_numpy"]
+__all__ = [
+    "Config",
+    "Tolerance",
+    "TOLERANCES",
+    "CONFIGS",
+    "CUDA_CONFIGS",
+    "torch_available",
+    "cuda_available",
+    "to_numpy",
+]
 
 
 def torch_available() -> bool:
     """Whether torch can be imported (torch configurations are skipped otherwise)."""
     return importlib.util.find_spec("torch") is not None
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (CUDA configurations are skipped otherwise)."""
+    if not torch_available():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 @dataclass(frozen=True)
@@ -44,13 +62,15 @@ TOLERANCES: dict[str, Tolerance] = {
 
 @dataclass(frozen=True)
 class Config:
-    """One backend and dtype under test, e.g. ``Config("torch", "float32")``."""
+    """One backend, dtype and device under test, e.g. ``Config("torch", "float32")``."""
 
     backend: str
     dtype: str
+    device: str = "cpu"
 
     def __str__(self) -> str:
-        return f"{self.backend}-{self.dtype}"
+        device = "" if self.device == "cpu" else f"-{self.device}"
+        return f"{self.backend}-{self.dtype}{device}"
 
     @property
     def tolerance(self) -> Tolerance:
@@ -62,11 +82,14 @@ class Config:
             return np.asarray(a, dtype=self.dtype)
         import torch
 
-        return torch.as_tensor(np.asarray(a), dtype=getattr(torch, self.dtype))
+        return torch.as_tensor(np.asarray(a), dtype=getattr(torch, self.dtype), device=self.device)
 
 
-#: the four configurations the kit runs by default
+#: the four CPU configurations the kit runs everywhere
 CONFIGS = tuple(Config(b, d) for b in ("numpy", "torch") for d in ("float64", "float32"))
+
+#: torch on a CUDA device (run only where ``cuda_available()``)
+CUDA_CONFIGS = tuple(Config("torch", d, "cuda") for d in ("float64", "float32"))
 
 
 def to_numpy(a) -> np.ndarray:

@@ -17,7 +17,8 @@ the tolerance table of :mod:`riemfl.testing.config`.
 Class attributes to tune:
 
 ``configs``
-    The :class:`~riemfl.testing.Config` objects to run (default: all four).
+    The :class:`~riemfl.testing.Config` objects to run (default: numpy and torch in float64 and
+    float32 on the CPU, plus torch on CUDA where a device exists).
 ``max_tangent_norm``
     Largest tangent norm used for exp/log, inverse retraction and transports (default
     ``min(1, injectivity_radius / 2)``); lower it where an iterative log needs it.
@@ -40,7 +41,7 @@ from ..errors import NotOnManifoldError, ShapeError
 from ..manifolds.base import Manifold
 from . import checks
 from . import strategies as rst
-from .config import CONFIGS, Config, Tolerance, torch_available
+from .config import CONFIGS, CUDA_CONFIGS, Config, Tolerance, cuda_available, torch_available
 
 __all__ = ["ManifoldTests", "METHODS"]
 
@@ -67,19 +68,21 @@ class ManifoldTests:
     """Mixin of conformance tests; subclass it as ``TestSomething`` and set ``manifold``."""
 
     manifold: Manifold
-    configs: tuple[Config, ...] = CONFIGS
+    configs: tuple[Config, ...] = CONFIGS + CUDA_CONFIGS
     max_tangent_norm: float | None = None
     tolerance_scale: float = 1.0
     batch_size: int = 3
 
     # ------------------------------------------------------------------ helpers
-    @pytest.fixture(params=CONFIGS, ids=str, scope="class")
+    @pytest.fixture(params=CONFIGS + CUDA_CONFIGS, ids=str, scope="class")
     def config(self, request) -> Config:
         cfg = request.param
         if cfg not in self.configs:
             pytest.skip(f"{cfg} is not among this test class's configs")
         if cfg.backend == "torch" and not torch_available():
             pytest.skip("torch is not installed")
+        if cfg.device == "cuda" and not cuda_available():
+            pytest.skip("no CUDA device")
         return cfg
 
     def tol(self, config: Config) -> Tolerance:
@@ -92,6 +95,7 @@ class ManifoldTests:
                 pytest.skip(why)
 
     def require_float64_numpy(self, config: Config) -> None:
+        """Skip unless numpy float64 (precision-sensitive checks)."""
         if config != Config("numpy", "float64"):
             pytest.skip("precision-sensitive check: runs in numpy float64 only")
 
