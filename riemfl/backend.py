@@ -22,6 +22,17 @@ import scipy.linalg
 
 Array = Any  # numpy.ndarray or torch.Tensor
 
+if hasattr(np, "vecdot"):  # numpy >= 2.0
+
+    def _vecdot(u, v):
+        return np.vecdot(u, v)
+
+else:  # pragma: no cover - numpy 1.x
+
+    def _vecdot(u, v):
+        return np.einsum("...i,...i->...", u, v)
+
+
 __all__ = ["Array", "ops_for", "is_torch", "to_like", "NUMPY", "dtype_name"]
 
 
@@ -29,6 +40,9 @@ def is_torch(a: object) -> bool:
     """Return True when ``a`` is a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(a, torch.Tensor)
+
+
+_NUMPY_EPS: dict = {}
 
 
 class _NumpyOps:
@@ -153,6 +167,14 @@ class _NumpyOps:
         return scipy.linalg.expm(a)
 
     @staticmethod
+    def cholesky(a):
+        return np.linalg.cholesky(a)
+
+    @staticmethod
+    def inv(a):
+        return np.linalg.inv(a)
+
+    @staticmethod
     def solve(a, b):
         return np.linalg.solve(a, b)
 
@@ -177,6 +199,11 @@ class _NumpyOps:
         return bool(np.isfinite(a).all())
 
     @staticmethod
+    def vecdot(u, v):
+        """Inner product over the last axis, keeping it (shape ``(..., 1)``)."""
+        return _vecdot(u, v)[..., None]
+
+    @staticmethod
     def any(a) -> bool:
         return bool(np.any(a))
 
@@ -186,8 +213,13 @@ class _NumpyOps:
 
     @staticmethod
     def eps(a) -> float:
-        dt = a.dtype if np.issubdtype(a.dtype, np.floating) else np.float64
-        return float(np.finfo(dt).eps)
+        dt = a.dtype
+        try:
+            return _NUMPY_EPS[dt]
+        except KeyError:
+            value = float(np.finfo(dt if np.issubdtype(dt, np.floating) else np.float64).eps)
+            _NUMPY_EPS[dt] = value
+            return value
 
     @staticmethod
     def detach(a):
@@ -230,6 +262,7 @@ class _TorchOps:
         self.zeros_like = t.zeros_like
         self.ones_like = t.ones_like
         self.triu = t.triu
+        self._eps: dict = {}
 
     def where(self, c, a, b):
         return self.t.where(c, a, b)
@@ -321,6 +354,12 @@ class _TorchOps:
     def expm(self, a):
         return self.t.linalg.matrix_exp(a)
 
+    def cholesky(self, a):
+        return self.t.linalg.cholesky(a)
+
+    def inv(self, a):
+        return self.t.linalg.inv(a)
+
     def solve(self, a, b):
         return self.t.linalg.solve(a, b)
 
@@ -333,6 +372,10 @@ class _TorchOps:
     def all_finite(self, a) -> bool:
         return bool(self.t.isfinite(a).all())
 
+    def vecdot(self, u, v):
+        """Inner product over the last axis, keeping it (shape ``(..., 1)``)."""
+        return (u * v).sum(dim=-1, keepdim=True)
+
     def any(self, a) -> bool:
         return bool(a.any())
 
@@ -342,7 +385,12 @@ class _TorchOps:
         return float(a.max()) if a.ndim else float(a)
 
     def eps(self, a) -> float:
-        return float(self.t.finfo(a.dtype).eps) if a.is_floating_point() else 2.0**-52
+        try:
+            return self._eps[a.dtype]
+        except KeyError:
+            value = float(self.t.finfo(a.dtype).eps) if a.is_floating_point() else 2.0**-52
+            self._eps[a.dtype] = value
+            return value
 
     @staticmethod
     def detach(a):

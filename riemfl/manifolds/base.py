@@ -146,7 +146,8 @@ class Manifold(ABC):
         Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
         """
         self._shape(a, "ambient point a")
-        self._finite(a, "ambient point a")
+        if not self._project_checks_finite:
+            self._finite(a, "ambient point a")
         return self._project(a)
 
     def to_tangent(self, x: Array, a: Array) -> Array:
@@ -286,6 +287,8 @@ class Manifold(ABC):
 
     # ------------------------------------------------------------------ default implementations
     _euclidean_norm_ok = True
+    #: True where ``_project`` itself rejects NaN/inf input (on a cheaper reduced quantity)
+    _project_checks_finite = False
 
     def _project(self, a):
         return self._not_implemented("project")

@@ -54,12 +54,18 @@ class Sphere(Manifold):
     diameter = 2.0
     injectivity_radius = math.pi
 
+    _project_checks_finite = True
+
     def _dot(self, u, v):
-        return ops_for(u, v).sum(u * v, axis=-1, keepdims=True)
+        return ops_for(u, v).vecdot(u, v)
 
     def _project(self, a):
         ops = ops_for(a)
         nrm = ops.sqrt(self._dot(a, a))
+        if not ops.all_finite(nrm):  # NaN/inf anywhere in a reaches its norm (or |a|^2 overflowed)
+            self._finite(a, "ambient point a")
+            scale = ops.amax(ops.abs(a), axis=-1, keepdims=True)
+            nrm = scale * ops.sqrt(self._dot(a / scale, a / scale))
         if ops.any(nrm <= ops.eps(a) * 10):
             raise ProjectionError(
                 f"{self.name}: P_M(a) = a/|a| is not defined at a = 0 (every point of the sphere "
@@ -72,7 +78,10 @@ class Sphere(Manifold):
 
     def _retract(self, x, u):
         y = x + u
-        return y / ops_for(y).sqrt(self._dot(y, y))
+        nrm = ops_for(y).sqrt(self._dot(y, y))
+        if type(y) is np.ndarray:
+            return np.divide(y, nrm, out=y)
+        return y / nrm
 
     def _inverse_retract(self, x, y):
         ops = ops_for(x, y)
@@ -86,6 +95,9 @@ class Sphere(Manifold):
 
     def _exp(self, x, u):
         t2 = self._dot(u, u)
+        if type(t2) is np.ndarray:  # numpy: no autograd, so the direct formulas are safe at 0
+            t = np.sqrt(t2)
+            return np.cos(t) * x + np.sinc(t / np.pi) * u
         return cos_sqrt(t2) * x + sinc_sqrt(t2) * u
 
     def _log_parts(self, x, y):
