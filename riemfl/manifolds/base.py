@@ -123,13 +123,16 @@ class Manifold(ABC):
         return True, ""
 
     def _shape(self, a: Array, role: str) -> None:
-        shape = tuple(a.shape)
-        if shape[len(shape) - self.ndim :] != self.point_shape or len(shape) < self.ndim:
-            expected = ", ".join(["..."] + [str(s) for s in self.point_shape])
-            raise ShapeError(
-                f"{self.name}: {role} has shape {shape}; expected ({expected}) "
-                f"(trailing point shape {self.point_shape}, any leading batch dimensions)"
-            )
+        ps = self.point_shape
+        if a.shape[-len(ps) :] != ps or a.ndim < len(ps):
+            self._raise_shape(a, role)
+
+    def _raise_shape(self, a: Array, role: str) -> None:
+        expected = ", ".join(["..."] + [str(s) for s in self.point_shape])
+        raise ShapeError(
+            f"{self.name}: {role} has shape {tuple(a.shape)}; expected ({expected}) "
+            f"(trailing point shape {self.point_shape}, any leading batch dimensions)"
+        )
 
     def _finite(self, a: Array, role: str) -> None:
         if not ops_for(a).all_finite(a):

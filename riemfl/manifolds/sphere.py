@@ -78,10 +78,12 @@ class Sphere(Manifold):
 
     def _retract(self, x, u):
         y = x + u
-        nrm = ops_for(y).sqrt(self._dot(y, y))
-        if type(y) is np.ndarray:
-            return np.divide(y, nrm, out=y)
-        return y / nrm
+        if type(y) is np.ndarray:  # numpy: normalise in place (a single point: a scalar norm)
+            if y.ndim == 1:
+                y /= math.sqrt(y @ y)
+                return y
+            return np.divide(y, np.sqrt(self._dot(y, y)), out=y)
+        return y / ops_for(y).sqrt(self._dot(y, y))
 
     def _inverse_retract(self, x, y):
         ops = ops_for(x, y)
