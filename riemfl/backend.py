@@ -33,7 +33,7 @@ else:  # pragma: no cover - numpy 1.x
         return np.einsum("...i,...i->...", u, v)
 
 
-__all__ = ["Array", "ops_for", "is_torch", "to_like", "NUMPY", "dtype_name"]
+__all__ = ["Array", "ops_for", "is_torch", "to_like", "NUMPY"]
 
 
 def is_torch(a: object) -> bool:
@@ -57,29 +57,16 @@ class _NumpyOps:
     cos = staticmethod(np.cos)
     sinh = staticmethod(np.sinh)
     cosh = staticmethod(np.cosh)
-    tanh = staticmethod(np.tanh)
-    arccos = staticmethod(np.arccos)
-    arcsin = staticmethod(np.arcsin)
     arctan = staticmethod(np.arctan)
-    arccosh = staticmethod(np.arccosh)
     arcsinh = staticmethod(np.arcsinh)
     arctan2 = staticmethod(np.arctan2)
-    exp = staticmethod(np.exp)
-    log = staticmethod(np.log)
     abs = staticmethod(np.abs)
-    sign = staticmethod(np.sign)
     where = staticmethod(np.where)
     maximum = staticmethod(np.maximum)
-    minimum = staticmethod(np.minimum)
-    stack = staticmethod(np.stack)
     concatenate = staticmethod(np.concatenate)
     einsum = staticmethod(np.einsum)
     zeros_like = staticmethod(np.zeros_like)
     ones_like = staticmethod(np.ones_like)
-
-    @staticmethod
-    def clip(a, lo=None, hi=None):
-        return np.clip(a, lo, hi)
 
     @staticmethod
     def sum(a, axis=None, keepdims=False):
@@ -88,10 +75,6 @@ class _NumpyOps:
     @staticmethod
     def amax(a, axis=None, keepdims=False):
         return np.max(a, axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def amin(a, axis=None, keepdims=False):
-        return np.min(a, axis=axis, keepdims=keepdims)
 
     @staticmethod
     def mT(a):
@@ -109,25 +92,10 @@ class _NumpyOps:
     def diagonal(a):
         return np.diagonal(a, axis1=-2, axis2=-1)
 
-    @staticmethod
-    def diag_embed(v):
-        out = np.zeros(v.shape + (v.shape[-1],), dtype=v.dtype)
-        idx = np.arange(v.shape[-1])
-        out[..., idx, idx] = v
-        return out
-
-    @staticmethod
-    def triu(a, k=0):
-        return np.triu(a, k)
-
     # construction ------------------------------------------------------------------------
     @staticmethod
     def eye(n, like):
         return np.eye(n, dtype=like.dtype)
-
-    @staticmethod
-    def full_like(a, value):
-        return np.full_like(a, value)
 
     @staticmethod
     def asarray(a, like):
@@ -137,30 +105,10 @@ class _NumpyOps:
     def from_numpy(a, like):
         return np.asarray(a, dtype=like.dtype if like is not None else None)
 
-    @staticmethod
-    def to_numpy(a):
-        return np.asarray(a)
-
-    @staticmethod
-    def scalar(value, like):
-        return np.asarray(value, dtype=like.dtype)
-
     # linear algebra ----------------------------------------------------------------------
-    @staticmethod
-    def svd(a):
-        return np.linalg.svd(a, full_matrices=False)
-
-    @staticmethod
-    def svdvals(a):
-        return np.linalg.svd(a, compute_uv=False)
-
     @staticmethod
     def qr(a):
         return np.linalg.qr(a, mode="reduced")
-
-    @staticmethod
-    def eigh(a):
-        return np.linalg.eigh(a)
 
     @staticmethod
     def expm(a):
@@ -171,29 +119,16 @@ class _NumpyOps:
         return np.linalg.cholesky(a)
 
     @staticmethod
-    def inv(a):
-        return np.linalg.inv(a)
-
-    @staticmethod
     def solve(a, b):
         return np.linalg.solve(a, b)
 
     @staticmethod
     def solve_triangular_upper(r, b, *, left=False):
-        """Solve ``x r = b`` (``left=False``) or ``r x = b`` for upper-triangular ``r``."""
-        if r.ndim == 2 and b.ndim == 2:
-            if left:
-                return scipy.linalg.solve_triangular(r, b, lower=False)
-            return scipy.linalg.solve_triangular(r.T, b.T, lower=True).T
+        """Solve ``r x = b`` (``left=True``) or ``x r = b`` for small upper-triangular ``r``."""
         if left:
             return np.linalg.solve(r, b)
-        return np.swapaxes(np.linalg.solve(np.swapaxes(r, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+        return b @ np.linalg.inv(r)  # p x p inverse, then one n x p by p x p product
 
-    @staticmethod
-    def matrix_rank_deficient(s, tol):
-        return bool(np.any(s[..., -1] <= tol))
-
-    # inspection --------------------------------------------------------------------------
     @staticmethod
     def all_finite(a) -> bool:
         return bool(np.isfinite(a).all())
@@ -247,21 +182,13 @@ class _TorchOps:
         self.cos = t.cos
         self.sinh = t.sinh
         self.cosh = t.cosh
-        self.tanh = t.tanh
-        self.arccos = t.acos
-        self.arcsin = t.asin
         self.arctan = t.atan
-        self.arccosh = t.acosh
         self.arcsinh = t.asinh
         self.arctan2 = t.atan2
-        self.exp = t.exp
-        self.log = t.log
         self.abs = t.abs
-        self.sign = t.sign
         self.einsum = t.einsum
         self.zeros_like = t.zeros_like
         self.ones_like = t.ones_like
-        self.triu = t.triu
         self._eps: dict = {}
 
     def where(self, c, a, b):
@@ -272,19 +199,8 @@ class _TorchOps:
             return self.t.clamp(a, min=b)
         return self.t.maximum(a, b)
 
-    def minimum(self, a, b):
-        if not isinstance(b, self.t.Tensor):
-            return self.t.clamp(a, max=b)
-        return self.t.minimum(a, b)
-
-    def stack(self, arrays, axis=0):
-        return self.t.stack(list(arrays), dim=axis)
-
     def concatenate(self, arrays, axis=0):
         return self.t.cat(list(arrays), dim=axis)
-
-    def clip(self, a, lo=None, hi=None):
-        return self.t.clamp(a, min=lo, max=hi)
 
     def sum(self, a, axis=None, keepdims=False):
         if axis is None:
@@ -295,11 +211,6 @@ class _TorchOps:
         if axis is None:
             return a.max()
         return self.t.amax(a, dim=axis, keepdim=keepdims)
-
-    def amin(self, a, axis=None, keepdims=False):
-        if axis is None:
-            return a.min()
-        return self.t.amin(a, dim=axis, keepdim=keepdims)
 
     @staticmethod
     def mT(a):
@@ -317,14 +228,8 @@ class _TorchOps:
     def diagonal(a):
         return a.diagonal(dim1=-2, dim2=-1)
 
-    def diag_embed(self, v):
-        return self.t.diag_embed(v)
-
     def eye(self, n, like):
         return self.t.eye(n, dtype=like.dtype, device=like.device)
-
-    def full_like(self, a, value):
-        return self.t.full_like(a, value)
 
     def asarray(self, a, like):
         return self.t.as_tensor(a, dtype=like.dtype, device=like.device)
@@ -336,20 +241,8 @@ class _TorchOps:
     def to_numpy(a):
         return a.detach().cpu().numpy()
 
-    def scalar(self, value, like):
-        return self.t.as_tensor(value, dtype=like.dtype, device=like.device)
-
-    def svd(self, a):
-        return self.t.linalg.svd(a, full_matrices=False)
-
-    def svdvals(self, a):
-        return self.t.linalg.svdvals(a)
-
     def qr(self, a):
         return self.t.linalg.qr(a, mode="reduced")
-
-    def eigh(self, a):
-        return self.t.linalg.eigh(a)
 
     def expm(self, a):
         return self.t.linalg.matrix_exp(a)
@@ -357,17 +250,11 @@ class _TorchOps:
     def cholesky(self, a):
         return self.t.linalg.cholesky(a)
 
-    def inv(self, a):
-        return self.t.linalg.inv(a)
-
     def solve(self, a, b):
         return self.t.linalg.solve(a, b)
 
     def solve_triangular_upper(self, r, b, *, left=False):
         return self.t.linalg.solve_triangular(r, b, upper=True, left=left)
-
-    def matrix_rank_deficient(self, s, tol):
-        return bool((s[..., -1] <= tol).any())
 
     def all_finite(self, a) -> bool:
         return bool(self.t.isfinite(a).all())
@@ -420,8 +307,3 @@ def ops_for(*arrays: Array):
 def to_like(a: Array, like: Array) -> Array:
     """Convert ``a`` (numpy or python data) to the type, dtype and device of ``like``."""
     return ops_for(like).from_numpy(a, like) if is_torch(like) else np.asarray(a, dtype=like.dtype)
-
-
-def dtype_name(a: Array) -> str:
-    """``'float32'``/``'float64'``... for numpy arrays and torch tensors alike."""
-    return str(a.dtype).replace("torch.", "")

@@ -38,57 +38,35 @@ def skew(a: Array) -> Array:
     return 0.5 * (a - ops_for(a).mT(a))
 
 
-def _inv_sqrt_weights(s):
-    r"""Divided differences of :math:`f(\lambda)=\lambda^{-1/2}` in terms of :math:`s=\sqrt\lambda`.
+def _inv_sqrt(lam):
+    r"""Elementwise :math:`\lambda^{-1/2}` (clamped at the smallest normal number)."""
+    ops = ops_for(lam)
+    return 1.0 / ops.sqrt(ops.maximum(lam, _tiny(lam)))
 
-    :math:`f^{[1]}(\lambda_i,\lambda_j) = -1/(s_i s_j (s_i + s_j))`, which is also the correct
-    limit :math:`f'(\lambda) = -\tfrac12\lambda^{-3/2}` on the diagonal and at ties.
-    """
-    si = s[..., :, None]
-    sj = s[..., None, :]
+
+def _inv_sqrt_divided_differences(lam, f_lam):
+    r"""Exact divided differences of :math:`\lambda^{-1/2}`: with :math:`s = \sqrt\lambda`,
+    :math:`f^{[1]}(\lambda_i,\lambda_j) = -1/(s_i s_j (s_i + s_j))`, which is also the limit
+    :math:`-\tfrac12\lambda^{-3/2}` at ties (no cancellation, no threshold)."""
+    s = 1.0 / f_lam
+    si, sj = s[..., :, None], s[..., None, :]
     return -1.0 / (si * sj * (si + sj))
 
 
-@lru_cache(maxsize=1)
-def _torch_inv_sqrt():
-    import torch
-
-    class SpdInvSqrt(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, g):
-            lam, v = torch.linalg.eigh(g)
-            tiny = torch.finfo(g.dtype).tiny
-            s = lam.clamp_min(tiny).sqrt()
-            h = (v / s.unsqueeze(-2)) @ v.transpose(-1, -2)
-            ctx.save_for_backward(v, s)
-            ctx.mark_non_differentiable(lam)
-            return h, lam
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad_h, _grad_lam):
-            v, s = ctx.saved_tensors
-            gs = 0.5 * (grad_h + grad_h.transpose(-1, -2))
-            inner = v.transpose(-1, -2) @ gs @ v
-            return v @ (inner * _inv_sqrt_weights(s)) @ v.transpose(-1, -2)
-
-    return SpdInvSqrt.apply
+def _tiny(a) -> float:
+    return float(np.finfo(np.float32 if "32" in str(a.dtype) else np.float64).tiny)
 
 
 def spd_inv_sqrt(g: Array) -> tuple[Array, Array]:
     r"""Inverse square root :math:`G^{-1/2}` of symmetric positive-definite matrices.
 
     Returns ``(G^{-1/2}, eigenvalues of G)``; the eigenvalues (ascending) let callers test for
-    rank deficiency without a second factorisation. In torch the backward pass uses the
-    Daleckii-Krein formula :math:`\bar G = V\,(F \circ V^\top \operatorname{sym}(\bar H) V)\,
-    V^\top` with :math:`F_{ij} = -1/(s_i s_j (s_i + s_j))`, finite at repeated eigenvalues.
+    rank deficiency without a second factorisation. A :func:`sym_function` with the exact divided
+    differences :math:`F_{ij} = -1/(s_i s_j (s_i + s_j))` in the torch backward pass.
     """
-    ops = ops_for(g)
-    if ops.is_torch:
-        return _torch_inv_sqrt()(g)
-    lam, v = np.linalg.eigh(g)
-    s = np.sqrt(np.maximum(lam, np.finfo(g.dtype).tiny))
-    return (v / s[..., None, :]) @ np.swapaxes(v, -1, -2), lam
+    return sym_function(
+        g, _inv_sqrt, None, divided_differences=_inv_sqrt_divided_differences, eigenvalues=True
+    )
 
 
 def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
@@ -189,23 +167,26 @@ def solve_lyapunov(m: Array, c: Array) -> Array:
     return ops.reshape(sol, batch + (p, p))
 
 
-def _divided_differences(ops, lam, f_lam, df):
-    r"""First divided differences :math:`f^{[1]}(\lambda_i, \lambda_j)` of f on eigenvalues."""
-    li = lam[..., :, None]
-    lj = lam[..., None, :]
-    diff = li - lj
-    scale = ops.maximum(ops.maximum(ops.abs(li), ops.abs(lj)), 1.0)
-    close = ops.abs(diff) <= 1e-6 * scale
-    safe = ops.where(close, ops.ones_like(diff), diff)
-    quotient = (f_lam[..., :, None] - f_lam[..., None, :]) / safe
-    return ops.where(close, df(0.5 * (li + lj)), quotient)
+def _generic_divided_differences(df):
+    r"""First divided differences :math:`f^{[1]}(\lambda_i, \lambda_j)` from f and f'."""
+
+    def weights(lam, f_lam):
+        ops = ops_for(lam)
+        li = lam[..., :, None]
+        lj = lam[..., None, :]
+        diff = li - lj
+        scale = ops.maximum(ops.maximum(ops.abs(li), ops.abs(lj)), 1.0)
+        close = ops.abs(diff) <= 1e-6 * scale
+        safe = ops.where(close, ops.ones_like(diff), diff)
+        quotient = (f_lam[..., :, None] - f_lam[..., None, :]) / safe
+        return ops.where(close, df(0.5 * (li + lj)), quotient)
+
+    return weights
 
 
 @cache
-def _torch_sym_function(f, df):
+def _torch_sym_function(f, divided_differences):
     import torch
-
-    from .backend import ops_for as _ops_for
 
     class SymFunction(torch.autograd.Function):
         @staticmethod
@@ -213,31 +194,41 @@ def _torch_sym_function(f, df):
             lam, v = torch.linalg.eigh(g)
             f_lam = f(lam)
             ctx.save_for_backward(v, lam, f_lam)
-            return (v * f_lam.unsqueeze(-2)) @ v.transpose(-1, -2)
+            ctx.mark_non_differentiable(lam)
+            return (v * f_lam.unsqueeze(-2)) @ v.transpose(-1, -2), lam
 
         @staticmethod
         @torch.autograd.function.once_differentiable
-        def backward(ctx, grad_out):
+        def backward(ctx, grad_out, _grad_lam):
             v, lam, f_lam = ctx.saved_tensors
-            weights = _divided_differences(_ops_for(lam), lam, f_lam, df)
             gs = 0.5 * (grad_out + grad_out.transpose(-1, -2))
             inner = v.transpose(-1, -2) @ gs @ v
-            return v @ (inner * weights) @ v.transpose(-1, -2)
+            return v @ (inner * divided_differences(lam, f_lam)) @ v.transpose(-1, -2)
 
     return SymFunction.apply
 
 
-def sym_function(g: Array, f, df) -> Array:
+def sym_function(g: Array, f, df, *, divided_differences=None, eigenvalues: bool = False):
     r"""Matrix function :math:`f(G) = V f(\Lambda) V^\top` of symmetric matrices G.
 
     ``f`` and ``df`` (its derivative) are elementwise functions written with the backend namespace
-    (module-level functions, so they can be cached). In torch the backward pass is the
-    Daleckii-Krein formula :math:`\bar G = V (F \circ V^\top \operatorname{sym}(\bar Y) V)
-    V^\top` with :math:`F_{ij} = f^{[1]}(\lambda_i, \lambda_j)` (``df`` at ties), which stays
-    finite at repeated eigenvalues, where the generic eigh backward divides by zero.
+    (module-level functions, so that the torch function built for them is cached). In torch the
+    backward pass is the Daleckii-Krein formula :math:`\bar G = V (F \circ V^\top
+    \operatorname{sym}(\bar Y) V) V^\top` with :math:`F_{ij} = f^{[1]}(\lambda_i,
+    \lambda_j)` (``df`` at ties), which stays finite at repeated eigenvalues, where the generic
+    eigh backward divides by zero. ``divided_differences(lam, f_lam)`` replaces the generic
+    :math:`F` where a closed form is known. With ``eigenvalues`` the eigenvalues of G (ascending)
+    are returned too.
     """
-    ops = ops_for(g)
-    if ops.is_torch:
-        return _torch_sym_function(f, df)(g)
-    lam, v = np.linalg.eigh(g)
-    return (v * f(lam)[..., None, :]) @ np.swapaxes(v, -1, -2)
+    if ops_for(g).is_torch:
+        weights = divided_differences or _cached_divided_differences(df)
+        out, lam = _torch_sym_function(f, weights)(g)
+    else:
+        lam, v = np.linalg.eigh(g)
+        out = (v * f(lam)[..., None, :]) @ np.swapaxes(v, -1, -2)
+    return (out, lam) if eigenvalues else out
+
+
+@cache
+def _cached_divided_differences(df):
+    return _generic_divided_differences(df)

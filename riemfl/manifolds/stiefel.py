@@ -109,9 +109,7 @@ def qr_retraction(x, u):
         lower = ops.cholesky(ops.mT(a) @ a)
     except Exception:  # not positive definite: rank-deficient A
         return qr_positive(a)
-    if ops.is_torch:
-        return ops.solve_triangular_upper(ops.mT(lower), a, left=False)
-    return a @ np.swapaxes(np.linalg.inv(lower), -1, -2)
+    return ops.solve_triangular_upper(ops.mT(lower), a, left=False)
 
 
 def _broadcast_pair(ops, a, b):
