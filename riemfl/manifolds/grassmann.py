@@ -17,7 +17,8 @@ import numpy as np
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError
 from ..linalg import polar, sym_function
-from ._elementary import (
+from .base import Manifold
+from .elementary import (
     atan_sqrt_over,
     cos_sqrt,
     cosm1_over,
@@ -27,7 +28,6 @@ from ._elementary import (
     d_sinc_sqrt,
     sinc_sqrt,
 )
-from .base import Manifold
 from .stiefel import Stiefel
 
 __all__ = ["Grassmann"]

@@ -12,8 +12,8 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
-from ._elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
 from .base import Manifold
+from .elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
 
 __all__ = ["Lorentz", "minkowski_inner"]
 

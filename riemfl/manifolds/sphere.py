@@ -8,8 +8,8 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from ._elementary import cos_sqrt, sinc_sqrt
 from .base import Manifold
+from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
 
 __all__ = ["Sphere"]
 
@@ -109,15 +109,6 @@ class Sphere(Manifold):
         w = y - c * x
         return ops, c, w, self._dot(w, w)
 
-    def _angle(self, ops, c, s2):
-        """theta = atan2(|w|, <x,y>) and theta/|w| (series 1 + s^2/6 near 0), autograd-safe."""
-        small = s2 < 1e-12
-        s = ops.sqrt(ops.where(small, ops.ones_like(s2), s2))
-        theta = ops.arctan2(s, c)
-        return ops.where(small, ops.zeros_like(s2), theta), ops.where(
-            small, 1.0 + s2 / 6.0, theta / s
-        )
-
     def _log(self, x, y):
         ops, c, w, s2 = self._log_parts(x, y)
         if ops.any((c < 0) & (s2 <= (1e3 * ops.eps(s2)) ** 2)):
@@ -125,11 +116,11 @@ class Sphere(Manifold):
                 f"{self.name}: log is not defined for antipodal points (y = -x): every "
                 f"direction is a minimising geodesic; expected <x, y> > -1"
             )
-        return self._angle(ops, c, s2)[1] * w
+        return angle_over_sine(c, s2) * w
 
     def _dist(self, x, y):
         ops, c, _, s2 = self._log_parts(x, y)
-        return self._angle(ops, c, s2)[0][..., 0]
+        return ops.arctan2(ops.sqrt(s2), c)[..., 0]
 
     def _parallel_transport(self, x, y, u):
         c = self._dot(x, y)

@@ -56,6 +56,7 @@ __all__ = [
     "check_batch_equals_loop",
     "check_backends_agree",
     "check_autograd",
+    "check_autograd_at_zero",
     "check_types_preserved",
     "check_diameter",
 ]
@@ -415,6 +416,30 @@ def check_autograd(
             f"{manifold.name}.{method}: autograd directional derivative {auto:.8e} differs from "
             f"the finite difference {fd:.8e}"
         )
+
+
+def check_autograd_at_zero(manifold: Manifold, x: np.ndarray) -> None:
+    """Gradients are finite where the textbook formulas divide by zero.
+
+    ``retract``/``exp`` at ``u = 0`` and ``inverse_retract``/``log`` at ``y = x`` (``sqrt`` of a
+    zero norm inside ``where`` gives ``0 * inf = NaN`` gradients unless guarded).
+    """
+    import torch
+
+    for method, second in (("retract", "zero"), ("exp", "zero"), ("inverse_retract", "x"),
+                           ("log", "x")):  # fmt: skip
+        if not manifold.supports(method)[0]:
+            continue
+        base = torch.as_tensor(x)
+        arg = torch.zeros_like(base) if second == "zero" else base.clone()
+        arg.requires_grad_(True)
+        out = getattr(manifold, method)(base, arg)
+        (grad,) = torch.autograd.grad(out.sum(), arg)
+        if not bool(torch.isfinite(grad).all()):
+            raise AssertionError(
+                f"{manifold.name}.{method}: gradient is not finite at "
+                f"{'u = 0' if second == 'zero' else 'y = x'}"
+            )
 
 
 def check_types_preserved(manifold: Manifold, method: str, args: Sequence) -> None:

@@ -310,6 +310,12 @@ class ManifoldTests:
         args, roles = self.method_args(method, seed)
         checks.check_autograd(self.manifold, method, args, roles, np.random.default_rng(seed))
 
+    @given(data=st.data())
+    def test_torch_autograd_finite_at_zero(self, data):
+        if not torch_available():
+            pytest.skip("torch is not installed")
+        checks.check_autograd_at_zero(self.manifold, data.draw(rst.points(self.manifold)))
+
     @pytest.mark.parametrize("method", METHODS)
     def test_types_preserved(self, config, method):
         self.require(*_NEEDS.get(method, ()), method)

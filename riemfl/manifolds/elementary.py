@@ -8,7 +8,8 @@ Taylor series below a threshold and feeds the direct formula a *safe* argument t
 are accurate to rounding and gradients are finite everywhere, including at 0.
 
 Each function takes an array of :math:`\lambda` (numpy or torch) and has a derivative companion
-``d_<name>`` (used by :func:`riemfl.linalg.sym_function` for matrix arguments).
+``d_<name>`` (used by :func:`riemfl.linalg.sym_function` for matrix arguments). They are public:
+use them in your own manifolds (see ``docs/custom-manifold.md``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "cosm1_over",
     "atan_sqrt_over",
     "acosh1p_over_sinh",
+    "angle_over_sine",
     "d_cos_sqrt",
     "d_sinc_sqrt",
     "d_cosm1_over",
@@ -95,6 +97,18 @@ def acosh1p_over_sinh(e):
     safe = ops.where(small, ops.ones_like(e), e)
     theta = 2.0 * ops.arcsinh(ops.sqrt(0.5 * safe))
     return ops.where(small, _series(e, (1.0, -1 / 3, 2 / 15)), theta / ops.sqrt(safe * (2 + safe)))
+
+
+def angle_over_sine(c, s2):
+    r""":math:`\theta/\sin\theta` with :math:`\theta = \operatorname{atan2}(\sqrt{s^2}, c)`.
+
+    The logarithm of the sphere is :math:`(\theta/\sin\theta)\,w` with :math:`w = y - \langle
+    x, y\rangle x`, :math:`c = \langle x, y\rangle = \cos\theta` and :math:`s^2 = \|w\|^2 =
+    \sin^2\theta`. Near :math:`y = x` the series :math:`1 + s^2/6` is used (for
+    :math:`c > 0`), so gradients are finite at :math:`y = x`.
+    """
+    ops, s2, small, s = _split(s2, 1e-12)
+    return ops.where(small, 1.0 + s2 / 6.0, ops.arctan2(s, c) / s)
 
 
 def d_cos_sqrt(lam):

@@ -1,0 +1,32 @@
+"""The ``riemfl`` command / ``python -m riemfl``."""
+
+import json
+import subprocess
+import sys
+
+from riemfl.cli import EXAMPLES, main
+
+
+def test_cli_table_and_json(tmp_path, capsys):
+    out = tmp_path / "manifolds.json"
+    assert main(["--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for manifold in EXAMPLES:
+        assert manifold.name in printed
+    rows = json.loads(out.read_text())
+    assert [r["manifold"] for r in rows] == [m.name for m in EXAMPLES]
+    for row in rows:
+        assert row["retraction_constraint_error"] < 1e-10
+        if "exp_log_roundtrip_error" in row:
+            assert row["exp_log_roundtrip_error"] < 1e-9
+    stiefel = next(r for r in rows if r["manifold"] == "Stiefel(20, 5)")
+    assert stiefel["proximal_smoothness"] == 1.0
+    assert stiefel["diameter"] == 2 * 5**0.5
+    assert stiefel["maps"]["parallel_transport"] is False
+
+
+def test_python_dash_m_runs():
+    done = subprocess.run(
+        [sys.executable, "-m", "riemfl"], capture_output=True, text=True, check=True
+    )
+    assert "Lorentz(10)" in done.stdout
