@@ -237,10 +237,6 @@ class _TorchOps:
     def from_numpy(self, a, like):
         return self.t.as_tensor(np.asarray(a), dtype=like.dtype, device=like.device)
 
-    @staticmethod
-    def to_numpy(a):
-        return a.detach().cpu().numpy()
-
     def qr(self, a):
         return self.t.linalg.qr(a, mode="reduced")
 

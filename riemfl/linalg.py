@@ -9,6 +9,7 @@ retraction, whose Gram matrix is the identity).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache, lru_cache
 
 import numpy as np
@@ -208,7 +209,14 @@ def _torch_sym_function(f, divided_differences):
     return SymFunction.apply
 
 
-def sym_function(g: Array, f, df, *, divided_differences=None, eigenvalues: bool = False):
+def sym_function(
+    g: Array,
+    f: Callable[[Array], Array],
+    df: Callable[[Array], Array] | None,
+    *,
+    divided_differences: Callable[[Array, Array], Array] | None = None,
+    eigenvalues: bool = False,
+) -> Array | tuple[Array, Array]:
     r"""Matrix function :math:`f(G) = V f(\Lambda) V^\top` of symmetric matrices G.
 
     ``f`` and ``df`` (its derivative) are elementwise functions written with the backend namespace

@@ -14,7 +14,7 @@ use them in your own manifolds (see ``docs/custom-manifold.md``).
 
 from __future__ import annotations
 
-from ..backend import ops_for
+from ..backend import Array, ops_for
 
 __all__ = [
     "cos_sqrt",
@@ -50,44 +50,44 @@ def _split(lam, threshold):
     return ops, lam, small, ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
 
 
-def cos_sqrt(lam):
+def cos_sqrt(lam: Array) -> Array:
     r""":math:`\cos\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     return ops.where(small, _series(lam, (1.0, -1 / 2, 1 / 24)), ops.cos(s))
 
 
-def sinc_sqrt(lam):
+def sinc_sqrt(lam: Array) -> Array:
     r""":math:`\sin(\sqrt\lambda)/\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     return ops.where(small, _series(lam, (1.0, -1 / 6, 1 / 120)), ops.sin(s) / s)
 
 
-def cosh_sqrt(lam):
+def cosh_sqrt(lam: Array) -> Array:
     r""":math:`\cosh\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     return ops.where(small, _series(lam, (1.0, 1 / 2, 1 / 24)), ops.cosh(s))
 
 
-def sinhc_sqrt(lam):
+def sinhc_sqrt(lam: Array) -> Array:
     r""":math:`\sinh(\sqrt\lambda)/\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     return ops.where(small, _series(lam, (1.0, 1 / 6, 1 / 120)), ops.sinh(s) / s)
 
 
-def cosm1_over(lam):
+def cosm1_over(lam: Array) -> Array:
     r""":math:`(\cos\sqrt\lambda - 1)/\lambda = -2\sin^2(\sqrt\lambda/2)/\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     half = ops.sin(0.5 * s)
     return ops.where(small, _series(lam, (-0.5, 1 / 24, -1 / 720)), -2.0 * half * half / (s * s))
 
 
-def atan_sqrt_over(lam):
+def atan_sqrt_over(lam: Array) -> Array:
     r""":math:`\arctan(\sqrt\lambda)/\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL)
     return ops.where(small, _series(lam, (1.0, -1 / 3, 1 / 5)), ops.arctan(s) / s)
 
 
-def acosh1p_over_sinh(e):
+def acosh1p_over_sinh(e: Array) -> Array:
     r""":math:`\theta/\sinh\theta` as a function of :math:`e = \cosh\theta - 1 \ge 0`.
 
     :math:`\theta = 2\,\mathrm{arcsinh}\sqrt{e/2}` (no cancellation) and
@@ -99,7 +99,7 @@ def acosh1p_over_sinh(e):
     return ops.where(small, _series(e, (1.0, -1 / 3, 2 / 15)), theta / ops.sqrt(safe * (2 + safe)))
 
 
-def angle_over_sine(c, s2):
+def angle_over_sine(c: Array, s2: Array) -> Array:
     r""":math:`\theta/\sin\theta` with :math:`\theta = \operatorname{atan2}(\sqrt{s^2}, c)`.
 
     The logarithm of the sphere is :math:`(\theta/\sin\theta)\,w` with :math:`w = y - \langle
@@ -111,23 +111,23 @@ def angle_over_sine(c, s2):
     return ops.where(small, 1.0 + s2 / 6.0, ops.arctan2(s, c) / s)
 
 
-def d_cos_sqrt(lam):
+def d_cos_sqrt(lam: Array) -> Array:
     return -0.5 * sinc_sqrt(lam)
 
 
-def d_sinc_sqrt(lam):
+def d_sinc_sqrt(lam: Array) -> Array:
     ops, lam, small, s = _split(lam, _DERIV_SMALL)
     direct = (s * ops.cos(s) - ops.sin(s)) / (2 * s**3)
     return ops.where(small, _series(lam, (-1 / 6, 1 / 60, -1 / 1680, 1 / 90720)), direct)
 
 
-def d_cosm1_over(lam):
+def d_cosm1_over(lam: Array) -> Array:
     ops, lam, small, s = _split(lam, 1e-2)
     direct = (1.0 - ops.cos(s) - 0.5 * s * ops.sin(s)) / s**4
     return ops.where(small, _series(lam, (1 / 24, -1 / 360, 3 / 40320, -4 / 3628800)), direct)
 
 
-def d_atan_sqrt_over(lam):
+def d_atan_sqrt_over(lam: Array) -> Array:
     ops, lam, small, s = _split(lam, _DERIV_SMALL)
     direct = (s / (1 + s * s) - ops.arctan(s)) / (2 * s**3)
     return ops.where(small, _series(lam, (-1 / 3, 2 / 5, -3 / 7, 4 / 9)), direct)

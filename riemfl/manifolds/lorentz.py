@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..backend import ops_for
+from ..backend import Array, ops_for
 from ..errors import ParameterError, ProjectionError
 from .base import Manifold
 from .elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
@@ -18,7 +18,7 @@ from .elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
 __all__ = ["Lorentz", "minkowski_inner"]
 
 
-def minkowski_inner(u, v, keepdims: bool = False):
+def minkowski_inner(u: Array, v: Array, keepdims: bool = False) -> Array:
     r""":math:`\langle u, v\rangle_L = -u_0 v_0 + \sum_{i \ge 1} u_i v_i` over the last axis."""
     ops = ops_for(u, v)
     prod = u * v
@@ -97,7 +97,7 @@ class Lorentz(Manifold):
     _euclidean_norm_ok = False
 
     # ----------------------------------------------------------------- ways onto the manifold
-    def lift(self, a):
+    def lift(self, a: Array) -> Array:
         r"""Cheap map onto M: keep :math:`\bar a = a_{1:}` and set :math:`x_0 = \sqrt{\beta +
         \|\bar a\|^2}` (not the nearest point; see :meth:`project`)."""
         self._shape(a, "ambient point a")

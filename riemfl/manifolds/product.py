@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..backend import ops_for
+from ..backend import Array, ops_for
 from ..errors import ParameterError
 from .base import Manifold
 
@@ -56,7 +56,7 @@ class Product(Manifold):
         return True, ""
 
     # ----------------------------------------------------------------- packing helpers
-    def split(self, a):
+    def split(self, a: Array) -> list[Array]:
         """Component arrays (each shaped ``batch + point_shape_i``) of a packed array."""
         self._shape(a, "packed array")
         batch = tuple(a.shape[:-1])
@@ -66,7 +66,7 @@ class Product(Manifold):
             for m, lo, hi in zip(self.manifolds, self.offsets[:-1], self.offsets[1:], strict=True)
         ]
 
-    def pack(self, *parts):
+    def pack(self, *parts: Array) -> Array:
         """Pack component arrays (same batch shape) into one flat array."""
         if len(parts) != len(self.manifolds):
             raise ParameterError(

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..backend import ops_for
+from ..backend import Array, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
 from .base import Manifold
@@ -32,7 +32,7 @@ __all__ = [
 _CHUNK_BYTES = 512 * 2**10
 
 
-def stiefel_to_tangent(x, a):
+def stiefel_to_tangent(x: Array, a: Array) -> Array:
     r"""Orthogonal projection onto :math:`T_X\mathrm{St}`: :math:`A - X\,\mathrm{sym}(X^\top A)`.
 
     Zhang et al. 2024, digest section 5; also the Riemannian gradient of the embedded metric.
@@ -67,7 +67,7 @@ def _chunked(fn, x, a):
     return out
 
 
-def stiefel_exp(x, u):
+def stiefel_exp(x: Array, u: Array) -> Array:
     r"""Exact exponential map of the embedded metric (Edelman, Arias, Smith 1998, eq. 2.45).
 
     .. math::
@@ -94,7 +94,7 @@ def stiefel_exp(x, u):
     return x @ (e[..., :p, :p] @ f) + u @ (e[..., p:, :p] @ f)
 
 
-def qr_retraction(x, u):
+def qr_retraction(x: Array, u: Array) -> Array:
     r"""QR retraction :math:`\mathrm{qf}(X + U)` (Q factor with positive diagonal of R).
 
     For tangent U, :math:`A = X + U` has :math:`A^\top A = I + U^\top U`, whose eigenvalues are
@@ -119,7 +119,9 @@ def _broadcast_pair(ops, a, b):
     return ops.broadcast_to(a, shape), ops.broadcast_to(b, shape)
 
 
-def stiefel_log(x, y, *, tol: float | None = None, max_iter: int = 200, memory: int = 5):
+def stiefel_log(
+    x: Array, y: Array, *, tol: float | None = None, max_iter: int = 200, memory: int = 5
+) -> Array:
     r"""Logarithm of the embedded metric by an Anderson-accelerated fixed-point iteration.
 
     Solves :math:`\mathrm{Exp}_X(\xi) = Y` for :math:`\xi \in T_X\mathrm{St}`. The plain
@@ -222,7 +224,7 @@ def _verified_log(ops, xi, gap, tol, step):
     return xi
 
 
-def inverse_polar_retraction(x, y):
+def inverse_polar_retraction(x: Array, y: Array) -> Array:
     r"""Inverse of the polar retraction :math:`R_X(\xi) = (X + \xi)(I + \xi^\top\xi)^{-1/2}`.
 
     :math:`X + \xi = Y S` with S symmetric; tangency of :math:`\xi` gives the Lyapunov equation
@@ -234,7 +236,7 @@ def inverse_polar_retraction(x, y):
     return y @ s - x
 
 
-def inverse_qr_retraction(x, y):
+def inverse_qr_retraction(x: Array, y: Array) -> Array:
     r"""Inverse of the QR retraction :math:`R_X(\xi) = \mathrm{qf}(X + \xi)`.
 
     Kaneko, Fiori and Tanaka (2013), as used by Li and Ma (2022): :math:`X + \xi = Y R` with R
