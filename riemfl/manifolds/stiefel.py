@@ -144,6 +144,9 @@ def stiefel_log(
     than a wrong answer returned. In practice the solver converges for geodesic distances up to
     about :math:`\pi/2`.
 
+    Inputs in float32 (or lower) are iterated in float64 (the small Anderson least-squares
+    problems are fragile in single precision) and the result is returned in the input's dtype.
+
     Parameters
     ----------
     tol : float, optional
@@ -157,7 +160,13 @@ def stiefel_log(
         Number of past residuals Anderson acceleration mixes (0: the plain iteration).
     """
     ops = ops_for(x, y)
-    tol = 1e3 * ops.eps(x) if tol is None else tol
+    eps = ops.eps(x)
+    if eps > 1e-10:  # float32 and lower: iterate in float64, return in the input's dtype
+        x64, y64 = _float64(x), _float64(y)
+        xi = stiefel_log(x64, y64, tol=10 * eps if tol is None else tol, max_iter=max_iter,
+                         memory=memory)  # fmt: skip
+        return xi.to(x.dtype) if ops.is_torch else xi.astype(x.dtype)
+    tol = 1e3 * eps if tol is None else tol
     shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(y.shape)))
     flat = shape[:-2] + (shape[-2] * shape[-1], 1)
 
@@ -198,6 +207,14 @@ def stiefel_log(
     )
 
 
+def _float64(a):
+    if hasattr(a, "detach"):
+        import torch
+
+        return a.to(dtype=torch.float64)
+    return a.astype(np.float64)
+
+
 def _anderson_step(ops, nxt, xs, fs, shape):
     """Type-II Anderson mixing of the last iterates; the plain step if the history is singular."""
     d_f = ops.concatenate([b - a for a, b in zip(fs[:-1], fs[1:], strict=True)], axis=-1)
@@ -215,7 +232,7 @@ def _anderson_step(ops, nxt, xs, fs, shape):
 def _verified_log(ops, xi, gap, tol, step):
     """Return xi if Exp_X(xi) really is Y (``gap = Y - Exp_X(xi)``), else raise."""
     miss = ops.to_float(ops.sqrt(ops.sum(gap * gap, axis=(-2, -1))))
-    if miss > max(math.sqrt(tol), 1e3 * step):
+    if miss > max(math.sqrt(tol), 10 * step):
         raise ConvergenceError(
             f"Stiefel log: the iteration reached a tangent vector whose exponential misses Y by "
             f"{miss:.3e} (a spurious fixed point: Y - Exp_X(xi) is normal at X); the points are "
