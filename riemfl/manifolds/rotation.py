@@ -1,0 +1,127 @@
+r"""The plane rotation of AsyncCurve ([TR] eq. 17; digest-000-001 section 2.8), in O(D).
+
+AsyncCurve corrects a stale client's learned control point by rotating its offset from the chord
+midpoint with the rotation that takes the stale update direction ``u`` to the corrected one
+``w``. Among all rotations doing so, :class:`PlaneRotation` is the one that acts only in the plane
+spanned by u and w and is the identity on its orthogonal complement; it is applied in O(D) time
+and memory, never forming a D x D matrix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import Array, ops_for
+from ..errors import ShapeError
+
+__all__ = ["PlaneRotation"]
+
+
+class PlaneRotation:
+    r"""Rotation of :math:`\mathbb{R}^D` taking the direction of ``u`` to the direction of ``w``.
+
+    With :math:`e_1 = u/\|u\|`, :math:`r = w - \langle w, e_1\rangle e_1`, :math:`e_2 =
+    r/\|r\|`, :math:`c = \cos\angle(u, w)`, :math:`s = \sin\angle(u, w) \ge 0`:
+
+    .. math::
+        R(x) = (c x_1 - s x_2)\,e_1 + (s x_1 + c x_2)\,e_2 + x_\perp,\qquad
+        x_1 = \langle x, e_1\rangle,\ x_2 = \langle x, e_2\rangle.
+
+    Degenerate cases (defined here, the paper leaves them open):
+
+    * ``w`` parallel to ``u`` (angle 0), or ``u`` or ``w`` zero: the identity (no direction to
+      rotate from or to);
+    * ``w`` antiparallel to ``u`` (angle pi): the rotation by pi in the plane of :math:`e_1` and
+      the deterministic :math:`e_2` obtained by orthogonalising the coordinate axis least aligned
+      with :math:`e_1` (a proper rotation, determinant +1, not the reflection
+      :math:`x - 2x_1e_1`).
+
+    ``R`` is orthogonal, maps :math:`u/\|u\|` to :math:`w/\|w\|`, does not rescale (no factor
+    :math:`\|w\|/\|u\|`, as in the paper), and :meth:`inverse` is the rotation back. Vectors are
+    the last axis; ``x`` may have leading batch dimensions. numpy and torch alike (differentiable
+    in torch with respect to x, u and w away from the degenerate cases).
+    """
+
+    def __init__(self, u: Array, w: Array, *, tol: float | None = None) -> None:
+        if u.shape != w.shape or u.ndim != 1:
+            raise ShapeError(
+                f"PlaneRotation needs two vectors of the same length D; got shapes "
+                f"{tuple(u.shape)} and {tuple(w.shape)}"
+            )
+        ops = ops_for(u, w)
+        tol = 1e2 * ops.eps(u) if tol is None else tol
+        nu = ops.sqrt(ops.sum(u * u))
+        nw = ops.sqrt(ops.sum(w * w))
+        self.dim = int(u.shape[0])
+        self.identity = ops.to_float(nu) <= tol or ops.to_float(nw) <= tol
+        if self.identity:
+            self.cos, self.sin = 1.0, 0.0
+            return
+        e1 = u / nu
+        cos = ops.sum(w * e1) / nw
+        r = w / nw - cos * e1
+        nr = ops.sqrt(ops.sum(r * r))
+        if ops.to_float(nr) <= tol:
+            if ops.to_float(cos) > 0:
+                self.identity = True
+                self.cos, self.sin = 1.0, 0.0
+                return
+            axis = int(np.argmin(np.abs(_numpy(e1))))
+            r = -e1[axis] * e1
+            r = _add_unit(ops, r, axis)
+            nr = ops.sqrt(ops.sum(r * r))
+            cos = -ops.ones_like(cos)
+        self.e1, self.e2 = e1, r / nr
+        self.cos = cos
+        self.sin = ops.sqrt(ops.maximum(1.0 - cos * cos, 0.0))
+
+    @property
+    def angle(self) -> float:
+        """Rotation angle in [0, pi]."""
+        return math.atan2(_scalar(self.sin), _scalar(self.cos))
+
+    def _apply(self, x: Array, sin) -> Array:
+        if x.shape[-1] != self.dim:
+            raise ShapeError(f"PlaneRotation acts on vectors of length {self.dim}; got {x.shape}")
+        if self.identity:
+            return x + 0.0 * x
+        ops = ops_for(x)
+        x1 = ops.sum(x * self.e1, axis=-1, keepdims=True)
+        x2 = ops.sum(x * self.e2, axis=-1, keepdims=True)
+        c = self.cos
+        return x + (c * x1 - sin * x2 - x1) * self.e1 + (sin * x1 + c * x2 - x2) * self.e2
+
+    def __call__(self, x: Array) -> Array:
+        """R(x)."""
+        return self._apply(x, self.sin)
+
+    def inverse(self, x: Array) -> Array:
+        """R^{-1}(x) = R^T(x), the rotation by the opposite angle."""
+        return self._apply(x, -self.sin)
+
+    def matrix(self) -> np.ndarray:
+        """The D x D matrix (numpy, for tests and small D only)."""
+        return np.stack([_numpy(self(_unit(self.dim, i, self))) for i in range(self.dim)], axis=1)
+
+
+def _add_unit(ops, r, axis):
+    one_hot = ops.zeros_like(r)
+    one_hot[axis] = 1.0
+    return r + one_hot
+
+
+def _unit(dim, i, rot):
+    like = rot.e1 if not rot.identity else np.zeros(dim)
+    v = ops_for(like).zeros_like(like) if hasattr(like, "shape") else np.zeros(dim)
+    v[i] = 1.0
+    return v
+
+
+def _numpy(a) -> np.ndarray:
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def _scalar(a) -> float:
+    return float(a.detach()) if hasattr(a, "detach") else float(a)
