@@ -239,8 +239,7 @@ class BezierCurve:
                 (2 * qa * t + qb) / ops.sqrt(disc)
             )
 
-        t0a, t1a = self._t(t0), self._t(t1)
-        return 2 * (antiderivative(t1a) - antiderivative(t0a))
+        return 2 * (antiderivative(self._t(t1)) - antiderivative(self._t(t0)))
 
     def _gauss_legendre_length(self, t0: float, t1: float, panels: int) -> Array:
         nodes, weights = np.polynomial.legendre.leggauss(8)
@@ -253,17 +252,24 @@ class BezierCurve:
         ops = ops_for(speeds)
         return ops.sum(speeds * self._t(ws))
 
-    def arc_length_at(self, t: Any) -> Array:
-        """:math:`s(t)`, the arc length from 0 to each t (elementwise)."""
-        t_np = np.asarray(t, dtype=np.float64)
-        values = [self.arc_length(0.0, float(v)) for v in t_np.ravel()]
-        ops = ops_for(self.control_points)
-        if not values:
-            return self._t(t_np)
-        out = ops.concatenate([ops.reshape(v, (1,)) for v in values], axis=0)
-        return ops.reshape(out, t_np.shape)
+    def arc_length_at(self, t: Any, *, panels: int = 16) -> Array:
+        r""":math:`s(t) = \int_0^t \|c'\|`, elementwise and batched over t (differentiable in
+        torch with respect to t and the control points); negative for t < 0."""
+        t = self._t(t)
+        if self.euclidean and self.degree == 2:
+            closed = self._quadratic_arc_length(0.0, t)
+            if closed is not None:
+                return closed
+        nodes, weights = np.polynomial.legendre.leggauss(8)
+        edges = np.linspace(0.0, 1.0, panels + 1)
+        half = 0.5 * (edges[1:] - edges[:-1])
+        taus = (0.5 * (edges[1:] + edges[:-1])[:, None] + half[:, None] * nodes).ravel()
+        ws = (half[:, None] * weights).ravel()
+        ops = ops_for(t)
+        tt = t[..., None] * self._t(taus)
+        return t * ops.sum(self.speed(tt) * self._t(ws), axis=-1)
 
-    def parameter_at_arc_length(self, s: Any, *, tol: float = 1e-12) -> np.ndarray:
+    def parameter_at_arc_length(self, s: Any, *, tol: float = 1e-15) -> np.ndarray:
         """Inverse of :meth:`arc_length_at`: the t with s(t) = s (numpy float64).
 
         Safeguarded Newton (:math:`ds/dt = \\|c'(t)\\|`) within a bracket grown until it contains
@@ -290,7 +296,7 @@ class BezierCurve:
         t = lo + (hi - lo) * (target - s_of(lo)) / max(s_of(hi) - s_of(lo), 1e-300)
         for _ in range(100):
             f = s_of(t) - target
-            if abs(f) <= tol * max(1.0, length):
+            if abs(f) <= tol * max(1.0, length, abs(target)):
                 return t
             if f > 0:
                 hi = t
