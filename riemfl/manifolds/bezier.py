@@ -350,7 +350,7 @@ class BezierCurve:
         batch = tuple(a.shape[: len(a.shape) - len(ps)])
         flat = np.reshape(_numpy(a), (-1, math.prod(ps)))
         if self.euclidean and self.degree == 2:
-            t = np.array([self._quadratic_closest(row, extended) for row in flat])
+            t = self._quadratic_closest(flat, extended)
         else:
             t = np.array([self._newton_closest(row, extended, starts) for row in flat])
         t = t.reshape(batch)
@@ -359,28 +359,70 @@ class BezierCurve:
         axes = tuple(range(-len(ps), 0))
         return t, ops_for(diff).sqrt(ops_for(diff).sum(diff * diff, axis=axes))
 
+    def like(self, x: Array) -> BezierCurve:
+        """This curve with control points of x's array type, dtype and device (self if same)."""
+        cp = self.control_points
+        same = ops_for(x).is_torch == ops_for(cp).is_torch and x.dtype == cp.dtype
+        if same and (not hasattr(x, "device") or x.device == cp.device):
+            return self
+        return BezierCurve(to_like(_numpy(cp), x), self.manifold)
+
+    def closest_parameter(self, a: Array, *, extended: bool = False) -> Array:
+        r""":math:`t^*(a)` as an array of a's type; differentiable in torch.
+
+        The parameter is found by :meth:`closest_point`; with torch inputs one Newton step on
+        :math:`g(t) = \langle c'(t), c(t) - a\rangle` at the solution then gives the exact first
+        derivative :math:`dt^*/da = -\partial_a g / g'` (implicit function theorem), applied
+        where :math:`t^*` is interior (at a clipped endpoint the derivative is 0).
+        """
+        t_np, _ = self.closest_point(_numpy(a), extended=extended)
+        curve = self.like(a)
+        t = curve._t(t_np)
+        if ops_for(a).is_torch and a.requires_grad:
+            ops = ops_for(a)
+            axes = tuple(range(-len(self.point_shape), 0))
+            c, v, acc = curve(t), curve.velocity(t), curve.acceleration(t)
+            g = ops.sum(v * (c - a), axis=axes)
+            h = ops.sum(v * v, axis=axes) + ops.sum(acc * (c - a), axis=axes)
+            step = t - g / h
+            if not extended:
+                interior = (t > 0) & (t < 1)
+                step = ops.where(interior, step, t)
+            t = step
+        return t
+
     def _numpy_points(self) -> np.ndarray:
         return np.reshape(_numpy(self.control_points), (self.degree + 1, -1))
 
-    def _quadratic_closest(self, theta: np.ndarray, extended: bool) -> float:
+    def _quadratic_closest(self, thetas: np.ndarray, extended: bool) -> np.ndarray:
+        """Closest parameters of a quadratic for the rows of ``thetas`` (shape (m, D)).
+
+        Everything is formed from the 3 x 3 Gram matrix of the control points and the products
+        with the query points (two passes over the D-dimensional data); the cubic's coefficients
+        and the candidates' squared distances are small linear algebra on top.
+        """
         p = self._numpy_points()
-        a, b = p[1] - p[0], p[0] - 2 * p[1] + p[2]
-        d = p[0] - theta
-        coeffs = np.array([b @ b, 3 * (a @ b), 2 * (a @ a) + d @ b, d @ a])
-        scale = np.max(np.abs(coeffs)) or 1.0
-        lead = int(np.argmax(np.abs(coeffs) > 1e-13 * scale))
-        roots = np.roots(coeffs[lead:]) if lead < 3 else np.array([])
-        cands = [r.real for r in roots if abs(r.imag) <= 1e-9 * max(1.0, abs(r.real))]
-        if not extended:
-            cands = [min(max(c, 0.0), 1.0) for c in cands] + [0.0, 1.0]
-        if not cands:
-            cands = [0.0]
-
-        def dist2(t):
-            q = p[0] + 2 * t * a + t * t * b - theta
-            return float(q @ q)
-
-        return float(min(cands, key=dist2))
+        gram = p @ p.T
+        cross = p @ thetas.T  # (3, m)
+        alpha = np.array([-1.0, 1.0, 0.0])  # a = B - A
+        beta = np.array([1.0, -2.0, 1.0])  # b = A - 2B + C
+        bb, ab, aa = beta @ gram @ beta, alpha @ gram @ beta, alpha @ gram @ alpha
+        db = gram[0] @ beta - beta @ cross  # (A - theta) . b
+        da = gram[0] @ alpha - alpha @ cross  # (A - theta) . a
+        out = np.empty(thetas.shape[0])
+        for k in range(thetas.shape[0]):
+            coeffs = np.array([bb, 3 * ab, 2 * aa + db[k], da[k]])
+            scale = np.max(np.abs(coeffs)) or 1.0
+            lead = int(np.argmax(np.abs(coeffs) > 1e-13 * scale))
+            roots = np.roots(coeffs[lead:]) if lead < 3 else np.array([])
+            cands = [r.real for r in roots if abs(r.imag) <= 1e-9 * max(1.0, abs(r.real))]
+            if not extended:
+                cands = [min(max(c, 0.0), 1.0) for c in cands] + [0.0, 1.0]
+            cands = np.array(cands or [0.0])
+            w = np.asarray(bernstein_weights(2, cands))  # (k, 3)
+            dist2 = np.einsum("ki,ij,kj->k", w, gram, w) - 2 * w @ cross[:, k]
+            out[k] = cands[int(np.argmin(dist2))]
+        return out
 
     def _newton_closest(self, theta: np.ndarray, extended: bool, starts: int) -> float:
         curve = self if not ops_for(self.control_points).is_torch else self._numpy_copy()

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for, to_like
+from ..backend import Array, ops_for
 from ..errors import ParameterError
 from .base import Manifold
 from .bezier import BezierCurve
@@ -122,9 +122,7 @@ class BezierGraph(Manifold):
 
     def _curve_like(self, x) -> BezierCurve:
         """The curve with control points of x's type, dtype and device."""
-        if type(x) is np.ndarray and x.dtype == np.float64:
-            return self.curve
-        return BezierCurve(to_like(self.curve.control_points, x))
+        return self.curve.like(x)
 
     # ------------------------------------------------------------------ parameters of points
     def parameter(self, x: Array) -> Array:
@@ -133,17 +131,7 @@ class BezierGraph(Manifold):
         return self._param(x)
 
     def _param(self, x):
-        t_np, _ = self.curve.closest_point(_numpy(x), extended=True)
-        curve = self._curve_like(x)
-        t = curve._t(t_np)
-        if ops_for(x).is_torch and x.requires_grad:
-            ops = ops_for(x)
-            axes = self._axes
-            c, v, acc = curve(t), curve.velocity(t), curve.acceleration(t)
-            g = ops.sum(v * (c - x), axis=axes)
-            h = ops.sum(v * v, axis=axes) + ops.sum(acc * (c - x), axis=axes)
-            t = t - g / h
-        return t
+        return self.curve.closest_parameter(x, extended=True)
 
     def _unit_velocity(self, curve, t):
         ops = ops_for(t)

@@ -352,7 +352,7 @@ class ManifoldTests:
         x = m.random_point(rng=0)
         basis = checks.tangent_basis(m, x, np.random.default_rng(1))
         if basis.shape[0] == basis.shape[1]:
-            pytest.skip(f"{m.name} is open in its ambient space: every point is on it")
+            pytest.skip(f"{m.name} is full-dimensional: there is no normal direction to step off")
         w = np.random.default_rng(2).standard_normal(basis.shape[1])
         normal = np.reshape(w - basis.T @ (basis @ w), x.shape)
         off = x + 0.1 * normal / np.linalg.norm(normal)

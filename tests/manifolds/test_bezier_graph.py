@@ -11,9 +11,7 @@ from riemfl.manifolds.bezier_graph import BezierGraph
 from riemfl.testing import ManifoldTests
 
 QUADRATIC = BezierGraph(BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 0.8, 0.1], [2.0, 0.0, 0.3]])))
-CUBIC = BezierGraph(
-    BezierCurve(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, -1.0], [3.0, 0.0]]))
-)
+CUBIC = BezierGraph(BezierCurve(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, -1.0], [3.0, 0.0]])))
 
 
 class TestQuadraticGraph(ManifoldTests):

@@ -1,0 +1,81 @@
+"""EpsilonTunnel: the kit (with its capability flags) plus membership, projection, sampling."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from riemfl import NotOnManifoldError, ParameterError
+from riemfl.manifolds.bezier import BezierCurve
+from riemfl.manifolds.tunnel import EpsilonTunnel
+from riemfl.testing import ManifoldTests
+from riemfl.testing import strategies as rst
+
+CURVE = BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 0.2], [2.0, 0.0, 0.4]]))
+TUNNEL = EpsilonTunnel(CURVE, 0.2)
+
+
+class TestTunnel(ManifoldTests):
+    manifold = TUNNEL
+
+
+def brute_force_projection(tunnel, a):
+    grid = np.linspace(0, 1, 200001)
+    pts = np.asarray(tunnel.curve(grid))
+    d = np.linalg.norm(pts - a, axis=1)
+    i = int(np.argmin(d))
+    if d[i] <= tunnel.eps:
+        return a, d[i]
+    return pts[i] + tunnel.eps * (a - pts[i]) / d[i], d[i]
+
+
+@given(seed=rst.seeds(), scale=st.floats(0.01, 3.0))
+def test_projection_is_the_nearest_tunnel_point(seed, scale):
+    rng = np.random.default_rng(seed)
+    a = np.asarray(CURVE(rng.uniform(-0.3, 1.3))) + scale * rng.standard_normal(3)
+    p = TUNNEL.project(a)
+    ref, dist = brute_force_projection(TUNNEL, a)
+    assert np.linalg.norm(a - p) <= np.linalg.norm(a - ref) + 1e-12  # never farther than the grid
+    np.testing.assert_allclose(p, ref, atol=2e-5)  # the grid's resolution
+    assert bool(TUNNEL.contains(p, atol=1e-12))
+    assert bool(TUNNEL.contains(a)) == (dist <= TUNNEL.eps + 1e-9)
+
+
+def test_sampling_stays_inside_and_normal_sampling_is_normal():
+    t, pts = TUNNEL.sample(500, rng=0)
+    assert np.all(TUNNEL.contains(pts, atol=1e-12))
+    assert pts.shape == (500, 3) and np.all((0 <= t) & (t <= 1))
+    t, pts = TUNNEL.sample(200, rng=1, normal_only=True, uniform="parameter")
+    offsets = pts - np.asarray(CURVE(t))
+    velocity = np.asarray(CURVE.velocity(t))
+    np.testing.assert_allclose(np.sum(offsets * velocity, axis=1), 0.0, atol=1e-12)
+    assert np.all(np.linalg.norm(offsets, axis=1) <= TUNNEL.eps + 1e-12)
+
+
+def test_adversarial_point_is_on_the_boundary_along_the_gradient():
+    g = np.array([0.0, 3.0, 4.0])
+    p = TUNNEL.adversarial(0.4, g)
+    np.testing.assert_allclose(p - np.asarray(CURVE(0.4)), 0.2 * g / 5.0, atol=1e-15)
+    np.testing.assert_allclose(TUNNEL.adversarial(0.4, np.zeros(3)), CURVE(0.4))
+
+
+def test_constants():
+    straight = EpsilonTunnel(BezierCurve(np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])), 0.5)
+    assert straight.diameter == pytest.approx(2.0 + 2 * 0.5, rel=1e-5)
+    assert straight.proximal_smoothness == np.inf
+    from riemfl.manifolds.bezier_graph import BezierGraph
+
+    reach = BezierGraph(CURVE).proximal_smoothness
+    assert TUNNEL.proximal_smoothness == pytest.approx(reach - 0.2)
+    with pytest.raises(ParameterError, match="below the curve's reach"):
+        EpsilonTunnel(CURVE, reach * 1.01)
+    with pytest.raises(ParameterError):
+        EpsilonTunnel(CURVE, -1.0)
+    with pytest.raises(NotImplementedError, match="no exp/log"):
+        TUNNEL.exp(np.zeros(3), np.zeros(3))
+
+
+def test_check_point_rejects_points_outside():
+    far = np.asarray(CURVE(0.5)) + np.array([0.0, 0.0, 1.0])
+    with pytest.raises(NotOnManifoldError, match="dist"):
+        TUNNEL.check_point(far)
