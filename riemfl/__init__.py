@@ -10,7 +10,20 @@ from .errors import (
     RiemflError,
     ShapeError,
 )
-from .manifolds import Euclidean, Grassmann, Lorentz, Manifold, Product, Sphere, Stiefel
+from .manifolds import (
+    BezierCurve,
+    BezierGraph,
+    ControlPoints,
+    EpsilonTunnel,
+    Euclidean,
+    Grassmann,
+    Lorentz,
+    Manifold,
+    PlaneRotation,
+    Product,
+    Sphere,
+    Stiefel,
+)
 
 __version__ = "0.1.0"
 
@@ -30,4 +43,9 @@ __all__ = [
     "Grassmann",
     "Lorentz",
     "Product",
+    "BezierCurve",
+    "BezierGraph",
+    "ControlPoints",
+    "EpsilonTunnel",
+    "PlaneRotation",
 ]

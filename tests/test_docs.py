@@ -44,3 +44,27 @@ from riemfl.testing import ManifoldTests  # noqa: E402  (after the profile is lo
 
 class TestOblique(ManifoldTests):
     manifold = OBLIQUE(5, 3)
+
+
+def test_learned_curve_figure_script(tmp_path):
+    """docs/learned_curve.py learns a curve that avoids the ridge, and draws it."""
+    pytest.importorskip("matplotlib")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "learned_curve", ROOT / "docs" / "learned_curve.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    control_points, history = module.learn(steps=150)
+    straight = np.array([module.START, [0.0, 0.0], module.END])
+    assert module.max_loss_along(control_points) < 0.2 * module.max_loss_along(straight)
+    assert history[-1] < history[0]
+    out = module.main(["--steps", "20", "--out", str(tmp_path / "curve.png")])
+    assert out.exists() and out.stat().st_size > 10_000
+
+
+def test_curves_doc_example_runs():
+    namespace: dict = {}
+    exec(python_blocks(ROOT / "docs" / "curves.md")[0], namespace)  # noqa: S102
+    assert namespace["curve"].degree == 2
