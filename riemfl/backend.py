@@ -64,6 +64,7 @@ class _NumpyOps:
     where = staticmethod(np.where)
     maximum = staticmethod(np.maximum)
     concatenate = staticmethod(np.concatenate)
+    stack = staticmethod(np.stack)
     einsum = staticmethod(np.einsum)
     zeros_like = staticmethod(np.zeros_like)
     ones_like = staticmethod(np.ones_like)
@@ -198,6 +199,9 @@ class _TorchOps:
         if not isinstance(b, self.t.Tensor):
             return self.t.clamp(a, min=b)
         return self.t.maximum(a, b)
+
+    def stack(self, arrays, axis=0):
+        return self.t.stack(list(arrays), dim=axis)
 
     def concatenate(self, arrays, axis=0):
         return self.t.cat(list(arrays), dim=axis)

@@ -50,6 +50,15 @@ def bernstein_weights(degree: int, t: Array) -> Array:
     return _stack_last(ops, weights)
 
 
+def _scalar_weights(degree: int, t: float) -> list[float]:
+    """Bernstein weights at one Python-float t, by the same de Casteljau recursion."""
+    s = 1.0 - t
+    w = [1.0]
+    for r in range(1, degree + 1):
+        w = [s * w[0]] + [t * w[i - 1] + s * w[i] for i in range(1, r)] + [t * w[r - 1]]
+    return w
+
+
 def _stack_last(ops, arrays):
     return ops.concatenate([a[..., None] for a in arrays], axis=-1)
 
@@ -142,9 +151,22 @@ class BezierCurve:
         out = weights @ flat
         return ops.reshape(out, tuple(weights.shape[:-1]) + self.point_shape)
 
+    def _contract_scalar(self, weights: list[float]) -> Array:
+        """One point from Python-float weights: a single vector-matrix product, no other pass."""
+        cp = self.control_points
+        flat = cp.reshape(self.degree + 1, -1)
+        if type(cp) is np.ndarray:
+            return np.dot(np.asarray(weights, dtype=cp.dtype), flat).reshape(self.point_shape)
+        import torch
+
+        w = torch.tensor(weights, dtype=cp.dtype, device=cp.device)
+        return (w @ flat).reshape(self.point_shape)
+
     # ------------------------------------------------------------------ evaluation
     def __call__(self, t: Any) -> Array:
         """Curve points at parameters ``t`` (scalar or array); shape ``t.shape + point_shape``."""
+        if self.euclidean and isinstance(t, (int, float, np.floating)):
+            return self._contract_scalar(_scalar_weights(self.degree, float(t)))
         t = self._t(t)
         if self.euclidean:
             return self._contract(bernstein_weights(self.degree, t))
@@ -348,14 +370,13 @@ class BezierCurve:
                 f"{', '.join(map(str, ps))})"
             )
         batch = tuple(a.shape[: len(a.shape) - len(ps)])
-        flat = np.reshape(_numpy(a), (-1, math.prod(ps)))
         if self.euclidean and self.degree == 2:
-            t = self._quadratic_closest(flat, extended)
-        else:
-            t = np.array([self._newton_closest(row, extended, starts) for row in flat])
+            t, dist = self._quadratic_closest(ops.reshape(a, (-1, math.prod(ps))), extended)
+            return t.reshape(batch), ops.reshape(dist, batch)
+        flat = np.reshape(_numpy(a), (-1, math.prod(ps)))
+        t = np.array([self._newton_closest(row, extended, starts) for row in flat])
         t = t.reshape(batch)
-        points = self(t)
-        diff = points - a
+        diff = self(t) - a
         axes = tuple(range(-len(ps), 0))
         return t, ops_for(diff).sqrt(ops_for(diff).sum(diff * diff, axis=axes))
 
@@ -391,25 +412,31 @@ class BezierCurve:
             t = step
         return t
 
-    def _numpy_points(self) -> np.ndarray:
-        return np.reshape(_numpy(self.control_points), (self.degree + 1, -1))
+    def _quadratic_closest(self, thetas: Array, extended: bool) -> tuple[np.ndarray, Array]:
+        """Closest parameters and distances of a quadratic for the rows of ``thetas`` (m, D).
 
-    def _quadratic_closest(self, thetas: np.ndarray, extended: bool) -> np.ndarray:
-        """Closest parameters of a quadratic for the rows of ``thetas`` (shape (m, D)).
-
-        Everything is formed from the 3 x 3 Gram matrix of the control points and the products
-        with the query points (two passes over the D-dimensional data); the cubic's coefficients
-        and the candidates' squared distances are small linear algebra on top.
+        Everything comes from six dot products of the control points (their Gram matrix), the
+        three products with each query and its squared norm, computed in the data's own backend
+        and dtype (about two passes over the D-dimensional data, no copies); the cubic and the
+        choice among its roots are small float64 algebra. The distance is
+        :math:`\\sqrt{w^\top G w - 2 w^\top P\theta + \theta^\top\theta}`, recomputed
+        explicitly from :math:`c(t) - \theta` where that difference of squares would cancel
+        (below 1e-6 of :math:`\theta^\top\theta`). Differentiable in torch (the distance's
+        derivative with respect to t vanishes at the optimum).
         """
-        p = self._numpy_points()
-        gram = p @ p.T
-        cross = p @ thetas.T  # (3, m)
+        ops = ops_for(thetas, self.control_points)
+        flat = ops.reshape(self.control_points, (3, -1))
+        rows = [[flat[i] @ flat[j] for j in range(3)] for i in range(3)]
+        gram_t = ops.stack([ops.stack(r) for r in rows]) if ops.is_torch else np.array(rows)
+        cross_t = flat @ ops.mT(thetas)  # (3, m): one gemv per query
+        norms_t = ops.sum(thetas * thetas, axis=-1)
+        gram, cross = _numpy(gram_t), _numpy(cross_t)
         alpha = np.array([-1.0, 1.0, 0.0])  # a = B - A
         beta = np.array([1.0, -2.0, 1.0])  # b = A - 2B + C
         bb, ab, aa = beta @ gram @ beta, alpha @ gram @ beta, alpha @ gram @ alpha
         db = gram[0] @ beta - beta @ cross  # (A - theta) . b
         da = gram[0] @ alpha - alpha @ cross  # (A - theta) . a
-        out = np.empty(thetas.shape[0])
+        ts = np.empty(thetas.shape[0])
         for k in range(thetas.shape[0]):
             coeffs = np.array([bb, 3 * ab, 2 * aa + db[k], da[k]])
             scale = np.max(np.abs(coeffs)) or 1.0
@@ -421,8 +448,15 @@ class BezierCurve:
             cands = np.array(cands or [0.0])
             w = np.asarray(bernstein_weights(2, cands))  # (k, 3)
             dist2 = np.einsum("ki,ij,kj->k", w, gram, w) - 2 * w @ cross[:, k]
-            out[k] = cands[int(np.argmin(dist2))]
-        return out
+            ts[k] = cands[int(np.argmin(dist2))]
+        weights = ops.asarray(np.asarray(bernstein_weights(2, ts)), thetas)  # (m, 3)
+        quad = ops.sum((weights @ gram_t) * weights, axis=-1)
+        lin = ops.sum(weights * ops.mT(cross_t), axis=-1)
+        d2 = quad - 2 * lin + norms_t
+        if ops.any(d2 <= 1e-6 * norms_t):  # cancellation: recompute those explicitly
+            diff = weights @ flat - thetas
+            d2 = ops.where(d2 <= 1e-6 * norms_t, ops.sum(diff * diff, axis=-1), d2)
+        return ts, ops.sqrt(ops.maximum(d2, 0.0))
 
     def _newton_closest(self, theta: np.ndarray, extended: bool, starts: int) -> float:
         curve = self if not ops_for(self.control_points).is_torch else self._numpy_copy()

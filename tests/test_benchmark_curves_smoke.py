@@ -1,0 +1,117 @@
+"""Smoke test of ``benchmarks/bench_curves.py``: the quick run has the full structure.
+
+No wall-clock assertions: only that every cell is present, every time is positive and finite, the
+bound is the fastest measured candidate, the ratios follow from the times, the goal verdicts from
+the ratios, and riemfl's results agreed with the direct formulas.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_curves.py"
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_curves", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module
+
+
+def _positive(v) -> bool:
+    return isinstance(v, float) and math.isfinite(v) and v > 0
+
+
+def test_quick_benchmark_structure(tmp_path):
+    bench = _load_bench()
+    out = tmp_path / "nested" / "bench_curves.json"
+    result = bench.run_benchmark(quick=True, out=out)
+    assert out.exists()
+    assert json.loads(out.read_text())["cells"] == json.loads(json.dumps(result["cells"]))
+
+    s = result["settings"]
+    assert s["is_quick"]
+    assert s["sizes"] == [10**4, 10**5]
+    for key in ("platform", "processor", "cpu_count", "python", "numpy", "torch", "riemfl"):
+        assert key in result["machine"]
+    assert result["machine"]["torch_threads"] == 1
+
+    expected = set()
+    for d in s["sizes"]:
+        for dtype in s["dtypes"]:
+            for backend in s["backends"]:
+                expected |= {(d, dtype, backend, "eval"), (d, dtype, backend, "eval+grad")}
+    for d in s["closest_sizes"]:
+        for dtype in s["dtypes"]:
+            for backend in s["backends"]:
+                expected.add((d, dtype, backend, "closest"))
+    cells = result["cells"]
+    got = [(c["D"], c["dtype"], c["backend"], c["op"]) for c in cells]
+    assert len(got) == len(set(got))
+    assert set(got) == expected
+    assert {dtype for _, dtype, _, _ in got} == {"float32", "float64"}
+    assert {backend for _, _, backend, _ in got} == {"numpy", "torch"}
+
+    for c in cells:
+        assert _positive(c["riemfl_ms"]) and _positive(c["bound_ms"]), c
+        parts = c["bound_parts_ms"]
+        assert set(parts) == ({"pass", "outer"} if c["op"] == "eval+grad" else {"pass"})
+        assert c["bound_ms"] == pytest.approx(sum(parts.values()))
+        for part, value in parts.items():
+            assert _positive(value)
+            cands = {k: v for k, v in c["bound_candidates_ms"][part].items() if v is not None}
+            assert all(_positive(v) for v in cands.values())
+            assert value == pytest.approx(min(cands.values()))
+            assert cands[c["bound_impl"][part]] == pytest.approx(value)
+        assert c["ratio"] == pytest.approx(c["riemfl_ms"] / c["bound_ms"])
+        if c["op"] == "closest":
+            assert c["metric"] == "passes" and c["goal"]["max"] == s["closest_goal"]
+            assert c["riemfl_gbps"] is None
+        else:
+            assert c["metric"] == "ratio" and c["goal"]["max"] == s["eval_goal"]
+            assert c["riemfl_gbps"] == pytest.approx(
+                c["bound_gbps"] * c["bound_ms"] / c["riemfl_ms"]
+            )
+        assert c["met"] == (c["ratio"] <= c["goal"]["max"])
+        itemsize = 4 if c["dtype"] == "float32" else 8
+        factor = 2 if c["op"] == "eval+grad" else 1
+        assert c["bound_bytes"] == 4 * c["D"] * itemsize * factor
+        assert c["bound_gbps"] == pytest.approx(c["bound_bytes"] / (c["bound_ms"] * 1e-3) / 1e9)
+        assert c["riemfl_page_faults_per_call"] >= 0
+        if c["op"] == "eval+grad":
+            assert _positive(c["bound_sequential_ms"])
+            assert c["ratio_vs_sequential"] == pytest.approx(
+                c["riemfl_ms"] / c["bound_sequential_ms"]
+            )
+            assert "autograd" in c["note"]
+            if c["backend"] == "torch":
+                assert _positive(c["scalar_loss_ms"])
+        # like-for-like: riemfl and every bound spelling matched the direct float64 formulas
+        errors = c["check"]["errors"]
+        assert errors and all(v <= c["check"]["tolerance"] for v in errors.values()), errors
+
+    summary = result["summary"]
+    assert summary["all"]["checked"] == len(cells)
+    assert summary["all"]["met"] == sum(c["met"] for c in cells)
+    assert summary["all"]["met"] + len(summary["all"]["missed"]) == len(cells)
+    for op in ("eval", "eval+grad", "closest"):
+        sel = [c for c in cells if c["op"] == op]
+        assert summary[op]["checked"] == len(sel)
+        assert summary[op]["met"] + len(summary[op]["missed"]) == len(sel)
+
+    table = bench.format_table(result)
+    assert len([line for line in table.splitlines() if line.strip()]) == len(cells) + 2
+    assert "goal met in" in bench.format_summary(result)
