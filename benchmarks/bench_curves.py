@@ -45,16 +45,13 @@ if __name__ == "__main__":
         os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import ctypes  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Iterator, Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -62,7 +59,9 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import riemfl  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
+from _harness import machine_info, single_thread  # noqa: E402
+
 from riemfl.manifolds.bezier import BezierCurve, bernstein_weights  # noqa: E402
 
 try:
@@ -161,66 +160,6 @@ class Settings:
 
 
 # --------------------------------------------------------------------------------------- threads
-@contextlib.contextmanager
-def _openblas_one_thread() -> Iterator[int]:
-    """Set every loaded OpenBLAS to one thread through its C API (Linux); restore on exit.
-
-    Needed when numpy was imported before the thread environment variables could be set (e.g.
-    under pytest). Yields the number of libraries set.
-    """
-    restore: list[tuple[Any, int]] = []
-    maps = Path("/proc/self/maps")
-    libs: set[str] = set()
-    if maps.exists():
-        for line in maps.read_text().splitlines():
-            parts = line.split()
-            if parts and "openblas" in Path(parts[-1]).name.lower():
-                libs.add(parts[-1])
-    for lib_path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(lib_path)
-        except OSError:
-            continue
-        for name in (
-            "scipy_openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_",
-            "openblas_set_num_threads",
-        ):
-            setter = getattr(lib, name, None)
-            getter = getattr(lib, name.replace("set_num", "get_num"), None)
-            if setter is not None and getter is not None:
-                getter.restype = ctypes.c_int
-                restore.append((setter, int(getter())))
-                setter(ctypes.c_int(1))
-                break
-    try:
-        yield len(restore)
-    finally:
-        for setter, value in restore:
-            setter(ctypes.c_int(value))
-
-
-@contextlib.contextmanager
-def _single_thread() -> Iterator[dict[str, Any]]:
-    """One torch thread and one BLAS thread for the duration of the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    info: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
-    try:
-        with _openblas_one_thread() as pinned:
-            env = [os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")]
-            if pinned:
-                info["blas_threads"] = f"1 (openblas_set_num_threads, {pinned} libraries)"
-            elif env == ["1", "1"]:
-                info["blas_threads"] = "1 (environment variables)"
-            else:
-                info["blas_threads"] = "not controlled"
-            yield info
-    finally:
-        torch.set_num_threads(before)
-
-
 # --------------------------------------------------------------------------------------- timing
 def _minor_faults() -> int:
     """Minor page faults of this process so far (0 where getrusage is unavailable)."""
@@ -616,31 +555,6 @@ def _run_cell(op: str, data: _Data, backend: str, s: Settings) -> dict[str, Any]
 
 
 # --------------------------------------------------------------------------------------- driver
-def _machine_info(thread_info: dict[str, Any]) -> dict[str, Any]:
-    processor = platform.processor()
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                processor = line.split(":", 1)[1].strip()
-                break
-    return {
-        "platform": platform.platform(),
-        "processor": processor,
-        "cpu_count": os.cpu_count(),
-        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-        "riemfl": getattr(riemfl, "__version__", None),
-        "torch_threads": thread_info["torch_threads"],
-        "blas_threads": thread_info["blas_threads"],
-        "thread_env": {
-            v: os.environ.get(v)
-            for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-        },
-    }
-
-
 def _peak_rss_mb() -> float | None:
     if resource is None:  # pragma: no cover
         return None
@@ -684,8 +598,8 @@ def run_benchmark(
     s = settings if settings is not None else (Settings.quick() if quick else Settings())
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
-    with _single_thread() as thread_info:
-        machine = _machine_info(thread_info)
+    with single_thread() as thread_info:
+        machine = machine_info(thread_info)
         for d in sorted(set(s.sizes) | set(s.closest_sizes)):
             ops = [op for op in ("eval", "eval+grad") if d in s.sizes]
             ops += ["closest"] if d in s.closest_sizes else []

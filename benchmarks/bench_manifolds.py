@@ -43,16 +43,13 @@ if __name__ == "__main__":
         os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import ctypes  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Iterator, Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -60,7 +57,9 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import riemfl  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
+from _harness import machine_info, single_thread  # noqa: E402
+
 from riemfl import Lorentz, Sphere, Stiefel  # noqa: E402
 
 try:  # optional peers: a missing one is reported, not fatal
@@ -151,73 +150,6 @@ class Settings:
 
 
 # --------------------------------------------------------------------------------------- timing
-@contextlib.contextmanager
-def _openblas_single_thread() -> Iterator[int]:
-    """Pin every loaded OpenBLAS to one thread through its C API (Linux; restores on exit).
-
-    The fallback when threadpoolctl is not installed and numpy was imported before the thread
-    environment variables could be set (e.g. under pytest). Yields the number of libraries pinned.
-    """
-    restore: list[tuple[Any, int]] = []
-    paths: set[str] = set()
-    maps = Path("/proc/self/maps")
-    if maps.exists():
-        for line in maps.read_text().splitlines():
-            path = line.split()[-1] if line.split() else ""
-            if "openblas" in Path(path).name.lower():
-                paths.add(path)
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix in ("scipy_openblas", "openblas"):
-            for suffix in ("64_", ""):
-                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                if setter is None or getter is None:
-                    continue
-                getter.restype = ctypes.c_int
-                restore.append((setter, int(getter())))
-                setter(ctypes.c_int(1))
-                break
-            else:
-                continue
-            break
-    try:
-        yield len(restore)
-    finally:
-        for setter, value in restore:
-            setter(ctypes.c_int(value))
-
-
-@contextlib.contextmanager
-def _single_thread() -> Iterator[dict[str, Any]]:
-    """Run with one torch thread and one BLAS thread (threadpoolctl or OpenBLAS's C API)."""
-    info: dict[str, Any] = {"torch_threads_before": torch.get_num_threads()}
-    torch.set_num_threads(1)
-    info["torch_threads"] = torch.get_num_threads()
-    with contextlib.ExitStack() as stack:
-        try:
-            import threadpoolctl
-
-            stack.enter_context(threadpoolctl.threadpool_limits(limits=1))
-            info["blas_threads"] = "1 (threadpoolctl)"
-        except ImportError:
-            pinned = stack.enter_context(_openblas_single_thread())
-            env = [os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")]
-            if pinned:
-                info["blas_threads"] = f"1 (openblas_set_num_threads, {pinned} libraries)"
-            elif env == ["1", "1"]:
-                info["blas_threads"] = "1 (environment variables)"
-            else:
-                info["blas_threads"] = "not controlled"
-        try:
-            yield info
-        finally:
-            torch.set_num_threads(info["torch_threads_before"])
-
-
 def _measure(
     fns: dict[str, Callable[[], Any]], s: Settings
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
@@ -642,33 +574,6 @@ def _summarise_cell(cell: dict[str, Any], batch: int, ratio_goal: float, s: Sett
 
 
 # --------------------------------------------------------------------------------------- driver
-def _machine_info(thread_info: dict[str, Any]) -> dict[str, Any]:
-    processor = platform.processor()
-    if not processor and Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                processor = line.split(":", 1)[1].strip()
-                break
-    return {
-        "platform": platform.platform(),
-        "processor": processor,
-        "cpu_count": os.cpu_count(),
-        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-        "geoopt": getattr(geoopt, "__version__", None),
-        "pymanopt": getattr(pymanopt, "__version__", None),
-        "riemfl": riemfl.__version__,
-        "torch_threads": thread_info["torch_threads"],
-        "blas_threads": thread_info["blas_threads"],
-        "thread_env": {
-            v: os.environ.get(v)
-            for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-        },
-    }
-
-
 def _families(s: Settings) -> list[tuple[str, Any, str, str, Callable[[int], list[Op]]]]:
     """(family, riemfl manifold, size label, size class, op builder) for every size."""
     out: list[tuple[str, Any, str, str, Callable[[int], list[Op]]]] = []
@@ -733,8 +638,12 @@ def run_benchmark(
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
     rng = np.random.default_rng(s.seed)
-    with _single_thread() as thread_info:
-        machine = _machine_info(thread_info)  # before the run: the load average is of others
+    with single_thread() as thread_info:
+        machine = machine_info(
+            thread_info,
+            geoopt=getattr(geoopt, "__version__", None),
+            pymanopt=getattr(pymanopt, "__version__", None),
+        )  # before the run: the load average is of others
         for family, manifold, size, size_class, build in _families(s):
             ratio_goal = s.ratio_goal_small if size_class == "small" else s.ratio_goal_large
             for batch in s.batches:
