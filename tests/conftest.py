@@ -1,6 +1,10 @@
 """Test-suite set-up: hypothesis profiles (see README, "Testing riemfl") and thread counts."""
 
 import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
 
 from riemfl.testing import register_profiles
 
@@ -12,3 +16,21 @@ if importlib.util.find_spec("torch") is not None:
     # The suite's matrices are tiny: torch's intra-op thread pool only adds contention on the
     # 2-core CI machines (a 6 x 6 matrix_exp goes from 0.1 ms to ~2 ms with 2 threads).
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def load_benchmark():
+    """Import a script of ``benchmarks/`` by file name (they are scripts, not a package)."""
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.modules.pop(spec.name, None)
+        return module
+
+    return load

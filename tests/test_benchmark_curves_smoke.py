@@ -7,36 +7,20 @@ the ratios, and riemfl's results agreed with the direct formulas.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_curves.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_curves", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
 
 
 def _positive(v) -> bool:
     return isinstance(v, float) and math.isfinite(v) and v > 0
 
 
-def test_quick_benchmark_structure(tmp_path):
-    bench = _load_bench()
+def test_quick_benchmark_structure(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_curves")
     out = tmp_path / "nested" / "bench_curves.json"
     result = bench.run_benchmark(quick=True, out=out)
     assert out.exists()

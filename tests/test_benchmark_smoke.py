@@ -6,11 +6,8 @@ ratios follow from the times and the peers compute the same maps as riemfl.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +15,6 @@ pytest.importorskip("torch")
 pytest.importorskip("geoopt")
 pytest.importorskip("pymanopt")
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_manifolds.py"
 
 STIEFEL_OPS = {
     "project",
@@ -52,19 +48,8 @@ NO_PEER = {
 }
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_manifolds", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
-
-
-def test_quick_benchmark_structure(tmp_path):
-    bench = _load_bench()
+def test_quick_benchmark_structure(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_manifolds")
     out = tmp_path / "nested" / "bench.json"
     result = bench.run_benchmark(quick=True, out=out)
     assert out.exists()
