@@ -48,3 +48,18 @@ class CutLocusError(RiemflError, ValueError):
 
 class ParameterError(RiemflError, ValueError):
     """A constructor or function parameter is invalid (wrong type, out of range)."""
+
+
+class DataError(RiemflError, ValueError):
+    """A data file or array is missing, malformed or inconsistent.
+
+    Examples: a missing file, a bad IDX magic number, a truncated file, image and label counts
+    that differ, an npz archive without any of the accepted keys.
+    """
+
+
+class MissingDependencyError(RiemflError, ImportError):
+    """An optional dependency is not installed; the message names the extra that provides it."""
+
+
+__all__ += ["DataError", "MissingDependencyError"]

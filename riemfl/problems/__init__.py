@@ -1,0 +1,24 @@
+"""Federated objectives and their data: kPCA and LRMC on Stiefel, callables, loaders.
+
+* :class:`FederatedProblem` (the interface the algorithms use) and :func:`sample_batches`;
+* :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
+  across clients;
+* :func:`label_sorted_split`, :func:`load_mnist`, :func:`load_digits`: data, offline only.
+"""
+
+from .base import FederatedProblem, sample_batches
+from .data import NPZ_KEYS, label_sorted_indices, label_sorted_split, load_digits, load_mnist
+from .kpca import KPCAProblem
+from .lrmc import LRMCProblem
+
+__all__ = [
+    "FederatedProblem",
+    "sample_batches",
+    "KPCAProblem",
+    "LRMCProblem",
+    "label_sorted_indices",
+    "label_sorted_split",
+    "load_mnist",
+    "load_digits",
+    "NPZ_KEYS",
+]

@@ -1,0 +1,139 @@
+"""Boundary checks shared by the vectorised problems (client indices, point stacks, batches)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..backend import is_torch
+from ..errors import ParameterError, ShapeError
+
+__all__ = [
+    "client_index",
+    "point_stack",
+    "batch_array",
+    "check_k",
+    "float_matrix",
+    "data_rng",
+    "int_in_range",
+    "is_int",
+]
+
+
+def client_index(
+    clients: Sequence[int], n_clients: int, name: str
+) -> tuple[np.ndarray | slice, np.ndarray]:
+    """Validate client indices.
+
+    Returns ``(index, ids)``: ``index`` is ``slice(None)`` when ``clients`` is exactly
+    ``0..n_clients-1`` in order (so stacked per-client arrays are used as views, without a gather
+    copy) and the intp array ``ids`` otherwise; ``ids`` is always the intp array.
+    """
+    if isinstance(clients, range) and clients == range(n_clients):
+        return slice(None), np.arange(n_clients)
+    ids = np.asarray(clients)
+    if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        raise ParameterError(
+            f"{name}: clients must be a 1-D sequence of int client indices, got "
+            f"{type(clients).__name__} of shape {ids.shape} and dtype {ids.dtype}"
+        )
+    ids = ids.astype(np.intp, copy=False)
+    if ids.size and (ids.min() < 0 or ids.max() >= n_clients):
+        bad = ids[(ids < 0) | (ids >= n_clients)]
+        raise ParameterError(
+            f"{name}: client indices {bad[:5].tolist()} out of range (expected 0..{n_clients - 1})"
+        )
+    if ids.size == n_clients and np.array_equal(ids, np.arange(n_clients)):
+        return slice(None), ids
+    return ids, ids
+
+
+def point_stack(xs: Any, m: int, point_shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``xs`` as a float64 numpy array of shape ``(m, *point_shape)`` (no copy when it is one)."""
+    if is_torch(xs):
+        raise ParameterError(
+            f"{name} evaluates numpy arrays; got a torch tensor (use xs.detach().cpu().numpy(), "
+            "or FunctionProblem(..., backend='torch') for a torch objective)"
+        )
+    xs = np.asarray(xs, dtype=np.float64)
+    if xs.shape != (m, *point_shape):
+        raise ShapeError(
+            f"{name}: xs has shape {xs.shape}; expected {(m, *point_shape)} "
+            f"(one point of shape {point_shape} per listed client)"
+        )
+    return xs
+
+
+def batch_array(batches: Any, ids: np.ndarray, n_samples: np.ndarray, name: str) -> np.ndarray:
+    """Validate mini-batch indices: ints of shape (len(ids), b), row j within client ids[j]."""
+    batches = np.asarray(batches)
+    if batches.ndim != 2 or batches.shape[0] != ids.size or batches.shape[1] < 1:
+        raise ShapeError(
+            f"{name}: batches has shape {batches.shape}; expected ({ids.size}, b) with b >= 1 "
+            "(one row of sample indices per listed client)"
+        )
+    if not np.issubdtype(batches.dtype, np.integer):
+        raise ParameterError(
+            f"{name}: batches must hold integer sample indices, got dtype {batches.dtype}"
+        )
+    sizes = n_samples[ids]
+    bad = (batches.min(axis=1) < 0) | (batches.max(axis=1) >= sizes)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ParameterError(
+            f"{name}: batch row {j} (client {int(ids[j])}) has indices outside "
+            f"0..{int(sizes[j]) - 1}: {batches[j][:8].tolist()}"
+        )
+    return batches.astype(np.intp, copy=False)
+
+
+def is_int(value: Any) -> bool:
+    """True for Python and numpy integers (bool excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def int_in_range(value: Any, lo: int, hi: float, name: str, what: str) -> int:
+    """``value`` as an int after checking ``lo <= value <= hi``; else a ParameterError."""
+    if not is_int(value) or not lo <= value <= hi:
+        bound = f">= {lo}" if hi == float("inf") else f"in {lo}..{hi}"
+        raise ParameterError(f"{name}: {what} must be an int {bound}, got {value!r}")
+    return int(value)
+
+
+def check_k(k: Any, d: int, name: str) -> int:
+    """The number of components: an int with 1 <= k <= d."""
+    if not is_int(k) or not 1 <= k <= d:
+        raise ParameterError(f"{name}: k must be an int with 1 <= k <= d = {d}, got {k!r}")
+    return int(k)
+
+
+def float_matrix(a: Any, what: str, *, allow_nan: bool = False) -> np.ndarray:
+    """A finite 2-D float64 array (a copy only when the input is not one already)."""
+    try:
+        arr = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"{what} must be a 2-D array of real numbers ({exc})") from None
+    if arr.ndim != 2 or 0 in arr.shape:
+        raise ShapeError(f"{what} must be a non-empty 2-D array, got shape {arr.shape}")
+    if not allow_nan and not np.isfinite(arr).all():
+        raise ParameterError(f"{what} contains NaN or infinite entries")
+    return arr
+
+
+def data_rng(seed: Any, tag: str) -> np.random.Generator:
+    """The generator of a synthetic data set: ``seed`` mixed with the generator's ``tag``.
+
+    An int seed is combined with a fixed word derived from ``tag`` (a
+    :class:`numpy.random.SeedSequence` of both), so data drawn with seed s is independent of a
+    random initial point drawn with ``default_rng(s)`` (with a plain ``default_rng(0)`` for both,
+    the first Gaussian draws would coincide: LRMC's factor L *is* the first random Stiefel point's
+    Gaussian). A Generator is used as given.
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None or is_int(seed):
+        word = int.from_bytes(tag.encode()[:8].ljust(8, b"\0"), "little")
+        return np.random.default_rng(None if seed is None else [int(seed), word])
+    raise ParameterError(f"seed must be None, an int or a numpy.random.Generator, got {seed!r}")
