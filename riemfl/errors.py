@@ -63,3 +63,17 @@ class MissingDependencyError(RiemflError, ImportError):
 
 
 __all__ += ["DataError", "MissingDependencyError"]
+
+
+class CheckpointError(RiemflError, ValueError):
+    """A checkpoint cannot be resumed: unreadable, or written by a different run configuration."""
+
+
+class ClientFailureError(RiemflError, RuntimeError):
+    """Every participating client of a federated round failed, so the round cannot proceed.
+
+    The message lists each client's reason (an exception, a non-finite upload, a wrong shape).
+    """
+
+
+__all__ += ["CheckpointError", "ClientFailureError"]

@@ -3,11 +3,13 @@
 * :class:`FederatedProblem` (the interface the algorithms use) and :func:`sample_batches`;
 * :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
   across clients;
+* :class:`FunctionProblem`: any manifold with per-client callables (numpy, autograd or torch);
 * :func:`label_sorted_split`, :func:`load_mnist`, :func:`load_digits`: data, offline only.
 """
 
 from .base import FederatedProblem, sample_batches
 from .data import NPZ_KEYS, label_sorted_indices, label_sorted_split, load_digits, load_mnist
+from .functional import FunctionProblem
 from .kpca import KPCAProblem
 from .lrmc import LRMCProblem
 
@@ -16,6 +18,7 @@ __all__ = [
     "sample_batches",
     "KPCAProblem",
     "LRMCProblem",
+    "FunctionProblem",
     "label_sorted_indices",
     "label_sorted_split",
     "load_mnist",

@@ -1,0 +1,218 @@
+r"""The interface between federated algorithms and the engines that run them.
+
+A synchronous algorithm is a sequence of *phases* per round. In each phase the server broadcasts
+a message, every participating client runs a pure client rule on it and uploads arrays, and the
+server runs a pure server rule on the uploads. Client rules work on a **stack** of clients at
+once (leading axis = participating clients), so that a problem whose clients share shapes is
+served by one batched manifold call per local step instead of a Python loop per client; the
+engine falls back to one client at a time only to isolate a client whose computation fails.
+
+The rules only use the manifold contract (:class:`riemfl.manifolds.Manifold`), so a manifold a
+user writes runs with every algorithm here.
+
+State
+    *server state*: a dict of arrays/floats held by the server.
+    *client state*: a dict of arrays with leading axis ``n_clients`` (one row per client), held by
+    the engine; a client rule receives the rows of the participating clients and returns their
+    new rows. Clients dropped in a round keep their old rows.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..manifolds.base import Manifold
+from ..problems.base import FederatedProblem
+
+Array = Any
+State = dict[str, Any]
+
+__all__ = ["Operators", "ClientContext", "SyncAlgorithm", "check_step_size", "check_local_steps"]
+
+
+def check_step_size(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as float, or raise :class:`ParameterError` unless finite and > 0."""
+    v = float(value)
+    ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        expected = ">= 0" if allow_zero else "> 0"
+        raise ParameterError(f"{name} must be a finite number {expected}, got {value!r}")
+    return v
+
+
+def check_local_steps(value: int) -> int:
+    """Return ``value`` as int, or raise :class:`ParameterError` unless an integer >= 1."""
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ParameterError(f"local_steps must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Operators:
+    r"""The geometric operators a tangent-space algorithm uses: exact or approximate.
+
+    ``"exact"``: :math:`\mathrm{Exp}`, :math:`\mathrm{Log}` and parallel transport (the manifold's
+    vector transport where it has no parallel transport, e.g. Stiefel with the embedded metric;
+    :attr:`transport_name` records which one ran). ``"approximate"``: the manifold's retraction,
+    inverse retraction and vector transport (on Stiefel, Li & Ma's choice is the QR retraction,
+    its inverse and projection transport: ``Stiefel(d, k, retraction="qr")``).
+    """
+
+    kind: Literal["exact", "approximate"] = "approximate"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("exact", "approximate"):
+            raise ParameterError(f"operators must be 'exact' or 'approximate', got {self.kind!r}")
+
+    def step(self, manifold: Manifold, x: Array, u: Array) -> Array:
+        """Move from x along u: Exp_x(u) or R_x(u)."""
+        return manifold.exp(x, u) if self.kind == "exact" else manifold.retract(x, u)
+
+    def lift(self, manifold: Manifold, x: Array, y: Array) -> Array:
+        """Tangent vector at x pointing to y: Log_x(y) or R_x^{-1}(y)."""
+        return manifold.log(x, y) if self.kind == "exact" else manifold.inverse_retract(x, y)
+
+    def transport_name(self, manifold: Manifold) -> str:
+        if self.kind == "exact" and manifold.supports("parallel_transport")[0]:
+            return "parallel_transport"
+        return "transport"
+
+    def transport(self, manifold: Manifold, x: Array, y: Array, u: Array) -> Array:
+        """Carry u from T_x M to T_y M."""
+        if self.transport_name(manifold) == "parallel_transport":
+            return manifold.parallel_transport(x, y, u)
+        return manifold.transport(x, y, u)
+
+    def names(self, manifold: Manifold) -> dict[str, str]:
+        """Which manifold methods run (for histories: CPU-time claims depend on it)."""
+        exact = self.kind == "exact"
+        return {
+            "step": "exp" if exact else "retract",
+            "lift": "log" if exact else "inverse_retract",
+            "transport": self.transport_name(manifold),
+        }
+
+    def require(self, manifold: Manifold) -> None:
+        """Raise :class:`ParameterError` if the manifold lacks an operator this set needs."""
+        for method in self.names(manifold).values():
+            ok, why = manifold.supports(method)
+            if not ok:
+                raise ParameterError(
+                    f"{self.kind} operators need {manifold.name}.{method}: {why}; "
+                    f"use operators='approximate' or a manifold that implements it"
+                )
+
+
+@dataclass
+class ClientContext:
+    """What a client rule may use besides its message and state: the oracle, batches, its ids.
+
+    Attributes
+    ----------
+    problem : FederatedProblem
+    clients : numpy.ndarray of int
+        The participating clients, in stack order.
+    batches : int array of shape (len(clients), n_steps, b), or None
+        Mini-batch sample indices drawn by the engine before the round (so that a retry of one
+        client reuses exactly its batches); ``None`` for full local gradients.
+    """
+
+    problem: FederatedProblem
+    clients: np.ndarray
+    batches: np.ndarray | None = None
+    _counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def manifold(self) -> Manifold:
+        return self.problem.manifold
+
+    def egrads(self, xs: Array, step: int | None) -> Array:
+        """Stacked Euclidean gradients at ``xs``: on the batch of local step ``step``.
+
+        ``step=None`` asks for the full local gradient even in mini-batch mode (RFedSVRG's
+        anchor gradient).
+        """
+        batch = None if self.batches is None or step is None else self.batches[:, step]
+        return self.problem.client_egrads(self.clients, xs, batch)
+
+    def rgrads(self, xs: Array, step: int | None) -> Array:
+        """Stacked Riemannian gradients ``egrad_to_rgrad(xs, egrads(xs, step))``."""
+        return self.manifold.egrad_to_rgrad(xs, self.egrads(xs, step))
+
+    def subset(self, rows: Sequence[int]) -> ClientContext:
+        """The context of a subset of the stack (rows in stack order)."""
+        rows = np.asarray(rows, dtype=np.intp)
+        return ClientContext(
+            self.problem,
+            self.clients[rows],
+            None if self.batches is None else self.batches[rows],
+        )
+
+
+class SyncAlgorithm(abc.ABC):
+    """A synchronous federated algorithm: per round, ``n_phases`` broadcast/client/server steps.
+
+    Subclasses set :attr:`name`, :attr:`n_phases` and :attr:`local_steps` and implement
+    :meth:`init`, :meth:`client_step`, :meth:`server_step` and :meth:`output`.
+    """
+
+    name: str = "algorithm"
+    n_phases: int = 1
+    local_steps: int = 1
+
+    def validate(self, problem: FederatedProblem) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`ParameterError` if this algorithm cannot run on ``problem``."""
+
+    @abc.abstractmethod
+    def init(self, problem: FederatedProblem, x0: Array) -> tuple[State, State]:
+        """Initial server state and client state (arrays with leading axis n_clients)."""
+
+    def broadcast(self, server: State, phase: int) -> State:
+        """The message of ``phase`` sent to every participating client (default: ``x``)."""
+        return {"x": server["x"]}
+
+    @abc.abstractmethod
+    def client_step(
+        self, ctx: ClientContext, phase: int, message: State, clients: State
+    ) -> tuple[State, State]:
+        """Run the client rule of ``phase`` on a stack; return (uploads, new client rows).
+
+        Every upload is an array whose leading axis is the stack; the engine checks each row
+        (shape, finite values) and drops failing clients before the server step.
+        """
+
+    @abc.abstractmethod
+    def server_step(
+        self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
+    ) -> State:
+        """Aggregate the uploads of the surviving clients; return the new server state."""
+
+    def client_finish(self, message: State, clients: State) -> State:
+        """Rows of the round's survivors after the new global model arrives (default: same)."""
+        return clients
+
+    @abc.abstractmethod
+    def output(self, server: State) -> Array:
+        """The current global model as a point of the manifold (metrics are evaluated here)."""
+
+    def upload_shapes(self, problem: FederatedProblem, phase: int) -> dict[str, tuple[int, ...]]:
+        """Shape of one client's upload per key (default: one point, key ``x``)."""
+        return {"x": tuple(problem.manifold.point_shape)}
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready parameters (for histories and checkpoint compatibility checks)."""
+        out: dict[str, Any] = {"name": self.name}
+        for key, value in vars(self).items():
+            if key.startswith("_"):
+                continue
+            if isinstance(value, Operators):
+                value = value.kind
+            if isinstance(value, int | float | str | bool) or value is None:
+                out[key] = value
+        return out

@@ -1,0 +1,85 @@
+"""Small problems for the federated tests (self-contained: no dependency on riemfl.problems
+beyond the FederatedProblem interface, so that these tests isolate the algorithms and engine)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from riemfl.problems.base import FederatedProblem
+
+
+class QuadraticProblem(FederatedProblem):
+    r"""f_i(x) = -1/2 <x, C_i x> + <b_i, x> on any manifold with matrix points (d, k).
+
+    C_i = A_i^T A_i with A_i of p rows (heterogeneous scales), so on Stiefel with b = 0 it is
+    kPCA. Per-sample losses f_il = -(p/2)|x^T a_l|^2 + <b_i, x> make mini-batches possible.
+    """
+
+    name = "quadratic"
+
+    def __init__(self, manifold, n=6, p=8, seed=0, linear=0.0):
+        rng = np.random.default_rng(seed)
+        d, k = manifold.point_shape
+        self.manifold = manifold
+        self.n_clients = n
+        self.A = np.stack([rng.normal(0, np.sqrt(2 * (i + 1) / n), (p, d)) for i in range(n)])
+        self.C = self.A.transpose(0, 2, 1) @ self.A
+        self.b = linear * rng.normal(size=(n, d, k))
+        self.n_samples = (p,) * n
+        self.p = p
+
+    def client_egrads(self, clients, xs, batches=None):
+        clients = np.asarray(clients)
+        if batches is None:
+            return -self.C[clients] @ xs + self.b[clients]
+        a = np.take_along_axis(self.A[clients], batches[:, :, None], axis=1)  # (m, b, d)
+        scale = self.p / batches.shape[1]
+        return -scale * a.transpose(0, 2, 1) @ (a @ xs) + self.b[clients]
+
+    def client_losses(self, clients, xs):
+        clients = np.asarray(clients)
+        quad = np.einsum("ndk,nde,nek->n", xs, self.C[clients], xs)
+        return -0.5 * quad + np.einsum("ndk,ndk->n", self.b[clients], xs)
+
+
+class FlakyProblem(FederatedProblem):
+    """Wraps a problem; the client oracle misbehaves for chosen clients (metrics stay exact).
+
+    ``mode``: "raise" (an exception), "nan" (a NaN gradient), "shape" (a wrong-shaped
+    gradient). ``only_stacked`` makes every stacked call (more than one client) fail, which
+    forces the engine's one-client-at-a-time path without dropping anyone.
+    """
+
+    def __init__(self, inner, bad=(), mode="raise", only_stacked=False):
+        self.inner = inner
+        self.manifold = inner.manifold
+        self.n_clients = inner.n_clients
+        self.n_samples = inner.n_samples
+        self.optimum = inner.optimum
+        self.name = "flaky-" + inner.name
+        self.bad = set(bad)
+        self.mode = mode
+        self.only_stacked = only_stacked
+
+    def client_egrads(self, clients, xs, batches=None):
+        if self.only_stacked and len(clients) > 1:
+            raise RuntimeError("stacked call refused")
+        g = self.inner.client_egrads(clients, xs, batches)
+        hit = [j for j, i in enumerate(clients) if int(i) in self.bad]
+        if hit and self.mode == "raise":
+            raise RuntimeError(f"client oracle failed for {[clients[j] for j in hit]}")
+        if hit and self.mode == "nan":
+            g = g.copy()
+            g[hit] = np.nan
+        if hit and self.mode == "shape":
+            return g[..., :-1]
+        return g
+
+    def client_losses(self, clients, xs):
+        return self.inner.client_losses(clients, xs)
+
+    def egrad(self, x):
+        return self.inner.egrad(x)
+
+    def loss(self, x):
+        return self.inner.loss(x)
