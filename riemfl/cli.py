@@ -1,9 +1,13 @@
 """The ``riemfl`` command (also ``python -m riemfl``).
 
-Until the federated reproductions land, the command describes the manifolds riemfl ships: for
-each one its dimension, its constants (proximal smoothness, diameter, injectivity radius), the
-maps it implements, and a measured self-check (exp/log round trip and retraction error on random
-data). ``--json PATH`` also writes the table as JSON.
+Subcommands:
+
+* ``riemfl run PROBLEM --algorithm ALG [--rounds R --local-steps T --step ETA ...]``: one
+  federated run; writes ``DIR/history.json``, ``DIR/history.csv`` and ``DIR/history.png``;
+* ``riemfl reproduce zhang2024 [--figure N] [--quick] [--data FILE]``: Figures 1-9 of Zhang et
+  al. (NeurIPS 2024), a markdown report with the plots, one PASS/FAIL line per claim;
+* ``riemfl manifolds [--json PATH]`` (also plain ``riemfl``): the manifolds riemfl ships, their
+  constants, the maps they implement and a measured exp/log round trip.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from .errors import RiemflError
 from .manifolds import Euclidean, Grassmann, Lorentz, Manifold, Product, Sphere, Stiefel
 
 __all__ = ["main", "describe", "EXAMPLES"]
@@ -72,12 +78,7 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="riemfl", description=__doc__.splitlines()[0])
-    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
+def _manifolds(args: argparse.Namespace) -> int:
     rows = [describe(m, seed=args.seed) for m in EXAMPLES]
     header = (
         f"{'manifold':<34} {'dim':>5} {'reach':>7} {'diam':>7} {'inj':>7}  "
@@ -98,6 +99,125 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dump(rows, fh, indent=2)
         print(f"wrote {args.json}")
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .experiments.registry import PROBLEMS, build_algorithm, build_problem
+    from .federated import run_sync
+
+    problem = build_problem(
+        args.problem, clients=args.clients, k=args.k, seed=args.seed, data=args.data
+    )
+    step = args.step if args.step is not None else PROBLEMS[args.problem].default_step(problem)
+    algorithm = build_algorithm(
+        args.algorithm,
+        step_size=step,
+        local_steps=args.local_steps,
+        global_step_size=args.global_step,
+        mu=args.mu,
+        operators=args.operators,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    history = run_sync(
+        problem,
+        algorithm,
+        args.rounds,
+        seed=args.seed,
+        clients_per_round=args.clients_per_round,
+        batch_size=args.batch_size,
+        checkpoint=out / "checkpoint.pkl" if args.checkpoint_every else None,
+        checkpoint_every=args.checkpoint_every or 1,
+        progress=not args.no_progress,
+        grad_tol=args.grad_tol,
+    )
+    history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
+    history.to_json(out / "history.json")
+    history.to_csv(out / "history.csv")
+    y = ("grad_norm", "optimality_gap") if problem.optimum is not None else ("grad_norm", "loss")
+    history.plot(out / "history.png", y=y)
+    print(
+        f"{algorithm.name} on {problem.name}: {history.round[-1]} rounds, "
+        f"|grad f| {history.grad_norm[0]:.3e} -> {history.grad_norm[-1]:.3e}, "
+        f"f - f* {history.optimality_gap[-1]:.3e}, uplink {history.uplink_matrices[-1]:.0f} "
+        f"matrices/client, CPU {history.cpu_time[-1]:.2f} s; wrote {out}/history.json, "
+        "history.csv, history.png"
+    )
+    return 0
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from .experiments import zhang2024
+
+    out = args.out or ("results/zhang2024-quick" if args.quick else "results/zhang2024")
+    claims = zhang2024.reproduce(
+        out, figure=args.figure, quick=args.quick, data=args.data, progress=not args.no_progress
+    )
+    for line in zhang2024.claim_lines(claims):
+        print(line)
+    passed = sum(c.passed is True for c in claims)
+    checked = sum(c.passed is not None for c in claims)
+    print(f"{passed}/{checked} claims pass; report: {out}/report.md")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``riemfl`` command."""
+    from .experiments.registry import ALGORITHM_NAMES, PROBLEMS
+
+    parser = argparse.ArgumentParser(prog="riemfl", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="PATH", help="(manifolds) also write the table as JSON")
+    parser.add_argument("--seed", type=int, default=0)
+    sub = parser.add_subparsers(dest="command")
+
+    m = sub.add_parser("manifolds", help="the manifolds riemfl ships and a self-check")
+    m.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    m.add_argument("--seed", type=int, default=0)
+
+    r = sub.add_parser("run", help="one federated run on a named problem")
+    r.add_argument("problem", choices=sorted(PROBLEMS))
+    r.add_argument("--algorithm", required=True, choices=ALGORITHM_NAMES)
+    r.add_argument("--rounds", type=int, default=200, help="communication rounds R")
+    r.add_argument("--local-steps", type=int, default=10, help="tau")
+    r.add_argument("--step", type=float, default=None, help="eta (default: the paper's)")
+    r.add_argument("--global-step", type=float, default=1.0, help="eta_g (RFedProj)")
+    r.add_argument("--mu", type=float, default=1.0, help="proximal weight (RFedProx)")
+    r.add_argument("--operators", choices=("approximate", "exact"), default="approximate")
+    r.add_argument("--clients", type=int, default=None, help="number of clients n")
+    r.add_argument("--clients-per-round", type=int, default=None)
+    r.add_argument("--batch-size", type=int, default=None, help="mini-batch size b")
+    r.add_argument("-k", type=int, default=None, help="number of components (Stiefel k)")
+    r.add_argument("--data", default=None, help="MNIST idx/npz file (kpca-mnist)")
+    r.add_argument("--grad-tol", type=float, default=None, help="stop at |grad f| <= this")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", default="results/run", help="output directory")
+    r.add_argument(
+        "--checkpoint-every", type=int, default=0, help="checkpoint every k rounds (0: never)"
+    )
+    r.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
+    p.add_argument("paper", choices=("zhang2024",))
+    p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
+    p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
+    p.add_argument("--data", default=None, help="MNIST idx/npz file (default: digits)")
+    p.add_argument("--out", default=None, help="output directory")
+    p.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "reproduce":
+            return _reproduce(args)
+        return _manifolds(args)
+    except RiemflError as exc:
+        print(f"riemfl: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

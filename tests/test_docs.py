@@ -13,13 +13,27 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
 
 
+def _readme_block(marker: str) -> str:
+    (block,) = [b for b in python_blocks(ROOT / "README.md") if marker in b]
+    return block
+
+
 def test_readme_example_runs_and_converges(capsys):
-    blocks = python_blocks(ROOT / "README.md")
     namespace: dict = {}
-    exec(blocks[0], namespace)  # noqa: S102 - our own documentation
+    exec(_readme_block("Stiefel(50, 3)"), namespace)  # noqa: S102 - our own documentation
     x, c = namespace["X"], namespace["C"]
     assert np.trace(x.T @ c @ x) == pytest.approx(np.linalg.eigvalsh(c)[-3:].sum(), rel=1e-6)
     assert "log(X, Y) == U: True" in capsys.readouterr().out
+
+
+def test_readme_federated_example_converges(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(_readme_block("run_sync"), namespace)  # noqa: S102 - our own documentation
+    history = namespace["history"]
+    assert history.grad_norm[-1] < 1e-8 * history.grad_norm[0]
+    assert abs(history.optimality_gap[-1]) < 1e-8
+    assert (tmp_path / "history.json").exists()
 
 
 def _oblique_namespace() -> dict:

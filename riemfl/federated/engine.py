@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,7 @@ def run_sync(
     progress: bool = False,
     desc: str | None = None,
     grad_tol: float | None = None,
+    on_round: Callable[[int, History], None] | None = None,
 ) -> History:
     """Run ``rounds`` synchronous rounds of ``algorithm`` on ``problem``.
 
@@ -330,6 +332,8 @@ def run_sync(
         Label of the progress bar (default: algorithm and problem names).
     grad_tol : float, optional
         Stop after the first round whose Riemannian gradient norm is at most ``grad_tol``.
+    on_round : callable, optional
+        Called as ``on_round(r, history)`` after every round (e.g. an outer progress bar).
 
     Returns
     -------
@@ -412,6 +416,8 @@ def run_sync(
             )
             bar.update(1, grad_norm=gnorm)
             stop = grad_tol is not None and gnorm <= grad_tol
+            if on_round is not None:
+                on_round(r, history)
             if checkpoint is not None and (r % checkpoint_every == 0 or r == rounds or stop):
                 save_checkpoint(
                     checkpoint,

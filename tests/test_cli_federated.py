@@ -1,0 +1,134 @@
+"""``riemfl run`` and ``riemfl reproduce zhang2024`` end to end (small settings)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from riemfl.cli import main
+from riemfl.experiments import zhang2024
+from riemfl.federated import METRICS, History
+
+pytest.importorskip("matplotlib")
+
+
+def _run(tmp_path, *args):
+    return main(["run", *args, "--out", str(tmp_path), "--no-progress"])
+
+
+@pytest.mark.parametrize("algorithm", ["rfedproj", "rfedavg", "rfedprox", "rfedsvrg"])
+def test_run_writes_history_json_csv_and_plot(tmp_path, capsys, algorithm):
+    code = _run(
+        tmp_path, "kpca-synthetic", "--algorithm", algorithm, "--rounds", "6", "--local-steps", "3"
+    )
+    assert code == 0
+    data = json.loads((tmp_path / "history.json").read_text())
+    for key in ("round", "loss", "optimality_gap", "grad_norm", "uplink_matrices"):
+        assert len(data[key]) == 7, key
+    for key in ("uplink_bytes", "cpu_time"):
+        assert len(data[key]) == 7, key
+    assert data["config"]["algorithm"]["name"] == algorithm
+    assert data["config"]["algorithm"]["step_size"] == 4e-3  # the paper's default for Fig. 6
+    header = (tmp_path / "history.csv").read_text().splitlines()[0]
+    assert header.split(",") == list(METRICS)
+    assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"{algorithm} on kpca-synthetic: 6 rounds" in capsys.readouterr().out
+
+
+def test_run_kpca_mnist_reads_the_users_file(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(60, 28, 28), dtype=np.uint8)
+    labels = np.repeat(np.arange(10), 6)
+    data = tmp_path / "mnist.npz"
+    np.savez(data, x_train=images, y_train=labels)
+    out = tmp_path / "out"
+    code = main(
+        ["run", "kpca-mnist", "--algorithm", "rfedproj", "--data", str(data), "--rounds", "3",
+         "--out", str(out), "--no-progress", "--checkpoint-every", "1"]
+    )  # fmt: skip
+    assert code == 0
+    h = History.from_json(out / "history.json")
+    assert h.config["problem"]["n_clients"] == 10
+    assert h.config["problem"]["n_samples"] == [6] * 10
+    assert (out / "checkpoint.pkl").exists()
+
+
+def test_run_lrmc_and_stochastic_options(tmp_path):
+    code = _run(
+        tmp_path, "lrmc-synthetic", "--algorithm", "rfedproj", "--rounds", "3", "--local-steps",
+        "2", "--clients-per-round", "5",
+    )  # fmt: skip
+    assert code == 0
+    h = History.from_json(tmp_path / "history.json")
+    assert h.participants[1:] == [5, 5, 5]
+    assert h.optimality_gap[-1] == pytest.approx(h.loss[-1])  # f* = 0
+
+
+def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
+    assert _run(tmp_path, "kpca-mnist", "--algorithm", "rfedproj") == 2
+    assert "needs --data" in capsys.readouterr().err
+    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--step", "-1") == 2
+    assert "step_size must be" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _run(tmp_path, "no-such-problem", "--algorithm", "rfedproj")
+
+
+def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
+    out = tmp_path / "zhang"
+    code = main(
+        ["reproduce", "zhang2024", "--quick", "--figure", "9", "--out", str(out), "--no-progress"]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    lines = [
+        line for line in printed.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")
+    ]
+    assert len(lines) == 10  # one line per claim of digest-004 section 7.1
+    verdicts = {int(line.split("claim ")[1].split(":")[0]): line.split()[0] for line in lines}
+    for structural in (1, 2, 3, 5):
+        assert verdicts[structural] == "PASS"
+    assert verdicts[8] in ("PASS", "FAIL")  # Fig. 9 ran, so claim 8 was checked
+    assert verdicts[6] == verdicts[9] == "SKIP"
+    report = (out / "report.md").read_text()
+    assert "![Fig. 9](fig9.png)" in report and "| 8 |" in report
+    assert (out / "fig9.png").read_bytes()[:4] == b"\x89PNG"
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["figures"] == [9] and len(summary["runs"]) == 3
+    # a second call resumes every run from its checkpoint and reaches the same verdicts
+    assert main(["reproduce", "zhang2024", "--quick", "--figure", "9", "--out", str(out),
+                 "--no-progress"]) == 0  # fmt: skip
+    again = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:10]]
+    assert again == [line.split()[0] for line in lines]
+
+
+def test_reproduce_rejects_unknown_figures(tmp_path, capsys):
+    assert main(["reproduce", "zhang2024", "--figure", "12", "--out", str(tmp_path)]) == 2
+    assert "no figure [12]" in capsys.readouterr().err
+
+
+def test_every_figure_has_the_papers_settings():
+    figs = zhang2024.figures(quick=False)
+    assert sorted(figs) == list(range(1, 10))
+    fig7 = figs[7]
+    assert {run.rounds for run in fig7.runs} == {4000}  # the only R the paper states
+    assert {run.local_steps for run in fig7.runs} == {10, 15, 20}
+    assert {run.step for run in fig7.runs} == {0.7e-3}
+    assert {run.algorithm for run in figs[1].runs} == {"rfedproj", "rfedavg", "rfedprox",
+                                                        "rfedsvrg"}  # fmt: skip
+    assert {(r.local_steps, r.step) for r in figs[6].runs} == {(5, 4e-3)}
+    mnist3 = zhang2024.figures(mnist=True)[3]
+    assert {r.batch_size for r in mnist3.runs} == {200, 500, 1000}
+    assert {r.step for r in mnist3.runs} == {"1/(20 beta)"}
+
+
+@pytest.mark.slow
+def test_the_quick_reproduction_passes_its_deterministic_claims(tmp_path):
+    """The README's main job. Claims 7 and 10 compare CPU times and are not asserted here."""
+    claims = zhang2024.reproduce(tmp_path, quick=True, progress=False)
+    verdicts = {c.number: c.verdict for c in claims}
+    for number in (1, 2, 3, 4, 5, 6, 9):
+        assert verdicts[number] == "PASS", claims[number - 1].detail
+    for n in range(1, 10):
+        assert (tmp_path / f"fig{n}.png").exists()
