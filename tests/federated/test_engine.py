@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from _problems import FlakyProblem, QuadraticProblem
 
-import riemfl
 from riemfl.errors import CheckpointError, ClientFailureError, ParameterError
 from riemfl.federated import (
     METRICS,
@@ -239,21 +238,19 @@ def test_progress_bar_reports_rounds(capsys, stiefel_problem):
     assert "rfedproj on quadratic" in err and "10/10" in err and "grad_norm=" in err
 
 
-def test_torch_points_run_through_the_engine(stiefel_problem):
+@pytest.mark.parametrize("algorithm", [RFedProj(0.02, 3), RFedAvg(0.02, 3), RFedSVRG(0.02, 3)])
+def test_torch_oracles_and_points_run_through_the_engine(stiefel_problem, algorithm):
+    """A torch loss (gradients by torch.autograd) and a torch start give the numpy trajectory."""
     torch = pytest.importorskip("torch")
+    from riemfl.problems import FunctionProblem
 
-    class TorchQuadratic(QuadraticProblem):
-        def client_egrads(self, clients, xs, batches=None):
-            c = torch.from_numpy(self.C[np.asarray(clients)])
-            return -c @ xs
-
-        def client_losses(self, clients, xs):
-            c = torch.from_numpy(self.C[np.asarray(clients)])
-            return (-0.5 * torch.einsum("ndk,nde,nek->n", xs, c, xs)).numpy()
-
-    P = TorchQuadratic(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
+    P = stiefel_problem
+    covariances = [torch.from_numpy(c) for c in P.C]
+    losses = [lambda x, c=c: -0.5 * torch.sum(x * (c @ x)) for c in covariances]
+    torch_problem = FunctionProblem(P.manifold, losses, backend="torch")
     x0 = torch.from_numpy(initial_point(P, 0))
-    h = run_sync(P, RFedProj(0.02, 3), 4, x0=x0)
-    ref = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, x0=x0.numpy())
+    h = run_sync(torch_problem, algorithm, 4, x0=x0)
+    ref = run_sync(P, algorithm, 4, x0=x0.numpy())
     assert isinstance(h.final_point, torch.Tensor)
     np.testing.assert_allclose(h.final_point.numpy(), ref.final_point, atol=1e-12)
+    np.testing.assert_allclose(h.grad_norm, ref.grad_norm, rtol=1e-10)
