@@ -103,9 +103,10 @@ class Operators:
         for method in self.names(manifold).values():
             ok, why = manifold.supports(method)
             if not ok:
+                hint = "operators='approximate' or " if self.kind == "exact" else ""
                 raise ParameterError(
                     f"{self.kind} operators need {manifold.name}.{method}: {why}; "
-                    f"use operators='approximate' or a manifold that implements it"
+                    f"use {hint}a manifold that implements it"
                 )
 
 

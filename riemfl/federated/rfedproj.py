@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import ops_for
+from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
 from .algorithm import ClientContext, State, SyncAlgorithm, check_local_steps, check_step_size
@@ -74,6 +75,13 @@ class RFedProj(SyncAlgorithm):
         self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_local_steps(local_steps)
         self.global_step_size = check_step_size("global_step_size", global_step_size)
+
+    def validate(self, problem: FederatedProblem) -> None:
+        ok, why = problem.manifold.supports("project")
+        if not ok:
+            raise ParameterError(
+                f"RFedProj needs the metric projection {problem.manifold.name}.project: {why}"
+            )
 
     # ------------------------------------------------------------------ state
     def init(self, problem: FederatedProblem, x0: Any) -> tuple[State, State]:

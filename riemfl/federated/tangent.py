@@ -153,8 +153,10 @@ class RFedSVRG(_TangentMean):
 
        upload :math:`x_{i,\tau}`; the server takes the tangent-space mean.
 
-    The anchor gradient of the server is the mean over the clients that survived phase 1, so
-    the correction terms of those clients sum to zero.
+    The anchor gradient of the server is the mean over the clients whose phase-0 upload arrived
+    (all n under full participation, as in the paper), so the correction terms of those clients
+    sum to zero; Li & Ma average over all n clients, which differs only when clients are sampled
+    or dropped.
     """
 
     name = "rfedsvrg"

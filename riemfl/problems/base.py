@@ -141,6 +141,10 @@ class FederatedProblem(abc.ABC):
         r"""Global objective :math:`f(x) = \frac1n\sum_i f_i(x)` at one point."""
         return float(np.mean(self.client_losses(self.all_clients, self._stack(x))))
 
+    def f(self, x: Array) -> float:
+        """Alias of :meth:`loss`: the global objective f(x) of problem (1)."""
+        return self.loss(x)
+
     def egrad(self, x: Array) -> Array:
         r"""Euclidean gradient :math:`\nabla f(x) = \frac1n\sum_i \nabla f_i(x)`."""
         return self.client_egrads(self.all_clients, self._stack(x)).mean(0)

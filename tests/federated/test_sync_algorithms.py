@@ -232,6 +232,15 @@ def test_exact_operators_need_exp_and_log():
         run_sync(P, RFedAvg(0.01, 2, operators="exact"), 1)
 
 
+def test_rfedproj_needs_the_projection():
+    class NoProjection(_UnitColumns):
+        _project = Manifold._project
+
+    P = QuadraticProblem(NoProjection(5, 2), n=3)
+    with pytest.raises(ParameterError, match="RFedProj needs the metric projection"):
+        run_sync(P, RFedProj(0.01, 2), 1)
+
+
 def test_operators_record_which_transport_ran():
     assert Operators("exact").names(riemfl.Sphere(4))["transport"] == "parallel_transport"
     assert Operators("exact").names(riemfl.Stiefel(4, 2))["transport"] == "transport"
