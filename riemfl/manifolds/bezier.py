@@ -17,12 +17,13 @@ past the local endpoint).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
-from ..backend import Array, ops_for, to_like
+from ..backend import Array, is_torch, ops_for, to_like
 from ..errors import ParameterError, ShapeError
 from .base import Manifold, RandomState, as_generator
 from .euclidean import Euclidean
@@ -118,6 +119,7 @@ class BezierCurve:
             )
         self.control_points = cp
         self.manifold = manifold
+        self._weight_cache: tuple[Any, Any] | None = None
         self.euclidean = isinstance(manifold, Euclidean)
         if not self.euclidean:
             manifold.check_point(cp)
@@ -144,33 +146,260 @@ class BezierCurve:
             )
         return to_like(np.asarray(t, dtype=np.float64), self.control_points)
 
-    def _contract(self, weights: Array) -> Array:
-        """sum_i weights[..., i] * P_i, shaped ``weights.shape[:-1] + point_shape``."""
-        ops = ops_for(weights, self.control_points)
-        flat = ops.reshape(self.control_points, (self.degree + 1, -1))
-        out = weights @ flat
-        return ops.reshape(out, tuple(weights.shape[:-1]) + self.point_shape)
+    def _contract(
+        self, weights: Array, out: Array | None = None, grad_buffer: Array | None = None
+    ) -> Array:
+        r""":math:`\sum_i w_{\dots i} P_i`, shaped ``weights.shape[:-1] + point_shape``.
 
-    def _contract_scalar(self, weights: list[float]) -> Array:
-        """One point from Python-float weights: a single vector-matrix product, no other pass."""
+        One matrix product of the (m, n + 1) weights with the (n + 1, D) control points, written
+        into ``out`` when given. In torch, when a graph is recorded, the product goes through
+        :class:`BernsteinContraction` (backward: one outer product, into ``grad_buffer`` when
+        given and no higher-order graph is requested).
+        """
         cp = self.control_points
-        flat = cp.reshape(self.degree + 1, -1)
+        k = self.degree + 1
+        flat = cp.reshape(k, -1)
+        lead = tuple(weights.shape[:-1])
+        w2 = weights if weights.ndim == 1 else weights.reshape(-1, k)
         if type(cp) is np.ndarray:
-            return np.dot(np.asarray(weights, dtype=cp.dtype), flat).reshape(self.point_shape)
+            if out is None:
+                return np.dot(w2, flat).reshape(lead + self.point_shape)
+            np.dot(w2, flat, out=out.reshape(w2.shape[:-1] + flat.shape[1:]))
+            return out
+        import torch
+
+        target = None if out is None else _flat_alias(out, w2.shape[:-1] + flat.shape[1:])
+        if torch.is_grad_enabled() and (flat.requires_grad or w2.requires_grad):
+            gbuf = None if grad_buffer is None else _flat_alias(grad_buffer, flat.shape)
+            res = _contraction_function().apply(flat, w2, (target, gbuf))
+            return (
+                res if res.shape == lead + self.point_shape else res.view(lead + self.point_shape)
+            )
+        if w2.ndim == 1:
+            res = torch.mv(flat.T, w2, out=target)
+        else:
+            res = torch.mm(w2, flat, out=target)
+        return out if out is not None else res.view(lead + self.point_shape)
+
+    def _scalar_weight_array(self, t: float) -> Array:
+        """The Bernstein weights at a Python-float t as a 1-D array like the control points."""
+        weights = _scalar_weights(self.degree, t)
+        cp = self.control_points
+        if type(cp) is np.ndarray:
+            return np.asarray(weights, dtype=cp.dtype)
+        key = (tuple(weights), cp.dtype, cp.device)
+        cached = self._weight_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
         import torch
 
         w = torch.tensor(weights, dtype=cp.dtype, device=cp.device)
-        return (w @ flat).reshape(self.point_shape)
+        self._weight_cache = (key, w)  # never written to: safe to hand to autograd repeatedly
+        return w
+
+    def _check_buffer(self, name: str, buf: Array, shape: tuple[int, ...], *others: Array) -> None:
+        """Raise a typed error unless ``buf`` can receive a result of ``shape`` in place."""
+        cp = self.control_points
+        if not (isinstance(buf, np.ndarray) if type(cp) is np.ndarray else is_torch(buf)):
+            raise ParameterError(
+                f"BezierCurve: {name} must be a {type(cp).__name__} like the control points, "
+                f"got {type(buf).__name__}"
+            )
+        if tuple(buf.shape) != tuple(shape):
+            raise ShapeError(
+                f"BezierCurve: {name} has shape {tuple(buf.shape)}; expected {tuple(shape)}"
+            )
+        if buf.dtype != cp.dtype:
+            raise ParameterError(
+                f"BezierCurve: {name} has dtype {buf.dtype}; expected {cp.dtype} (that of the "
+                f"control points)"
+            )
+        if type(buf) is np.ndarray:
+            if not (buf.flags.c_contiguous and buf.flags.writeable):
+                raise ParameterError(f"BezierCurve: {name} must be C-contiguous and writeable")
+            for other in (cp, *others):
+                if other is not None and np.may_share_memory(buf, other):
+                    raise ParameterError(
+                        f"BezierCurve: {name} overlaps an input or another output in memory"
+                    )
+            return
+        if buf.device != cp.device or not buf.is_contiguous():
+            raise ParameterError(
+                f"BezierCurve: {name} must be a contiguous tensor on {cp.device}, like the "
+                f"control points"
+            )
+        if buf.requires_grad and buf.is_leaf:
+            raise ParameterError(
+                f"BezierCurve: {name} is a leaf tensor that requires grad; it cannot be written "
+                f"in place"
+            )
+        lo = buf.data_ptr()  # contiguous (checked above)
+        hi = lo + buf.numel() * buf.element_size()
+        for other in (cp, *others):
+            if other is not None:
+                olo, ohi = _byte_span(other)
+                if lo < ohi and olo < hi:
+                    raise ParameterError(
+                        f"BezierCurve: {name} overlaps an input or another output in memory"
+                    )
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, t: Any) -> Array:
-        """Curve points at parameters ``t`` (scalar or array); shape ``t.shape + point_shape``."""
-        if self.euclidean and isinstance(t, (int, float, np.floating)):
-            return self._contract_scalar(_scalar_weights(self.degree, float(t)))
+    def __call__(
+        self, t: Any, *, out: Array | None = None, grad_buffer: Array | None = None
+    ) -> Array:
+        r"""Curve points :math:`c(t) = \sum_i B_i^n(t) P_i` at parameters ``t``.
+
+        Parameters
+        ----------
+        t : float or array
+            Scalar or array of parameters (any real value; beyond [0, 1] the polynomial
+            extrapolates).
+        out : array, optional
+            Preallocated result of shape ``t.shape + point_shape``, of the control points' array
+            type, dtype and device, C-contiguous, not overlapping the control points. The points
+            are written into it (no allocation: a training loop that evaluates a curve of
+            D-dimensional parameter vectors at every step reuses one buffer) and it is returned;
+            in torch, when a graph is recorded, the returned tensor is a new tensor object that
+            shares ``out``'s memory and carries the graph (``out`` itself stays free of autograd
+            history).
+        grad_buffer : torch.Tensor, optional
+            Torch only, shape of the control points: the backward pass of this evaluation writes
+            :math:`\partial L/\partial P_i = \sum_k B_i^n(t_k)\,\bar c_k` (for an incoming
+            gradient :math:`\bar c`) into it instead of allocating a new (n + 1, D) tensor, and
+            that tensor is the gradient autograd returns for the control points. It is
+            overwritten by the next backward pass through a call with the same buffer: copy it
+            if you keep it (``loss.backward()`` already does: torch copies or adds it into
+            ``.grad``). Ignored when no graph is recorded, and when a higher-order graph is
+            requested (``create_graph=True``), where a fresh differentiable tensor is returned.
+
+        Returns
+        -------
+        array
+            Shape ``t.shape + point_shape``; ``out`` (or a view of its memory) when given.
+
+        Raises
+        ------
+        ShapeError
+            ``out`` or ``grad_buffer`` has the wrong shape.
+        ParameterError
+            A buffer of another array type, dtype or device, not contiguous, overlapping the
+            control points or each other, a torch leaf that requires grad, or ``grad_buffer``
+            with numpy control points (see :meth:`point_and_grad`).
+        """
+        scalar = self.euclidean and isinstance(t, (int, float, np.floating))
+        if out is not None or grad_buffer is not None:
+            self._check_call_buffers(() if scalar else tuple(np.shape(t)), out, grad_buffer)
+        if scalar:
+            return self._contract(self._scalar_weight_array(float(t)), out, grad_buffer)
         t = self._t(t)
         if self.euclidean:
-            return self._contract(bernstein_weights(self.degree, t))
-        return self._geodesic_de_casteljau(t)
+            return self._contract(bernstein_weights(self.degree, t), out, grad_buffer)
+        res = self._geodesic_de_casteljau(t)
+        if out is None:
+            return res
+        if type(out) is np.ndarray:
+            out[...] = res
+            return out
+        out.detach().copy_(res.detach())  # manifold base: computed, then copied into out
+        return res if res.requires_grad else out
+
+    def _check_call_buffers(
+        self, t_shape: tuple[int, ...], out: Array | None, grad_buffer: Array | None
+    ) -> None:
+        if out is not None:
+            self._check_buffer("out", out, t_shape + self.point_shape)
+        if grad_buffer is not None:
+            if type(self.control_points) is np.ndarray:
+                raise ParameterError(
+                    "BezierCurve: grad_buffer is for torch control points (autograd); with numpy "
+                    "use point_and_grad(t, g, out=..., grad_out=...)"
+                )
+            if not self.euclidean:
+                raise ParameterError("BezierCurve: grad_buffer needs a Euclidean base")
+            self._check_buffer("grad_buffer", grad_buffer, tuple(self.control_points.shape), out)
+
+    def point_and_grad(
+        self, t: Any, g: Array, *, out: Array | None = None, grad_out: Array | None = None
+    ) -> tuple[Array, Array]:
+        r"""The curve point and the gradient of :math:`L = \langle c(t), g\rangle` with respect
+        to the control points, without autograd.
+
+        .. math::
+            c(t) = \sum_i B_i^n(t)\,P_i, \qquad
+            \frac{\partial L}{\partial P_i} = \sum_k B_i^n(t_k)\, g_k
+
+        (for a scalar t simply :math:`B_i^n(t)\,g`: the outer product of the Bernstein weights
+        with g). This is the chain rule step of every loss of the curve point: pass the loss's
+        gradient at :math:`c(t)` as g. Euclidean base only; numpy and torch (torch: values only,
+        no graph is recorded).
+
+        Parameters
+        ----------
+        t : float or array
+            Curve parameter(s).
+        g : array, shape ``t.shape + point_shape``
+            Gradient of the loss with respect to the curve point(s).
+        out : array, optional
+            Preallocated point(s), shape ``t.shape + point_shape`` (as in :meth:`__call__`).
+        grad_out : array, optional
+            Preallocated gradient, shape of the control points (dtype and array type of the
+            control points, C-contiguous, overlapping neither the inputs nor ``out``).
+
+        Returns
+        -------
+        point, grad : arrays
+            ``out`` and ``grad_out`` when given, otherwise new arrays.
+
+        Raises
+        ------
+        ShapeError
+            g, out or grad_out of the wrong shape.
+        ParameterError
+            A non-Euclidean base, or a buffer that cannot be written in place (see
+            :meth:`__call__`).
+        """
+        if not self.euclidean:
+            raise ParameterError("BezierCurve.point_and_grad needs a Euclidean base")
+        scalar = isinstance(t, (int, float, np.floating))
+        t_shape = () if scalar else tuple(np.shape(t))
+        cp = self.control_points
+        g = g if hasattr(g, "shape") else np.asarray(g)
+        if tuple(g.shape) != t_shape + self.point_shape:
+            raise ShapeError(
+                f"BezierCurve.point_and_grad: g has shape {tuple(g.shape)}; expected "
+                f"{t_shape + self.point_shape}"
+            )
+        if ops_for(g).is_torch != ops_for(cp).is_torch or g.dtype != cp.dtype:
+            g = to_like(_numpy(g), cp)
+        if out is not None:
+            self._check_buffer("out", out, t_shape + self.point_shape, g)
+        if grad_out is not None:
+            self._check_buffer("grad_out", grad_out, tuple(cp.shape), g, out)
+        w = (
+            self._scalar_weight_array(float(t))
+            if scalar
+            else bernstein_weights(self.degree, self._t(t))
+        )
+        k = self.degree + 1
+        w2 = w if w.ndim == 1 else w.reshape(-1, k)
+        g2 = g.reshape(w2.shape[:-1] + (-1,))
+        if type(cp) is np.ndarray:
+            point = self._contract(w, out)
+            target = None if grad_out is None else grad_out.reshape(k, -1)
+            if w2.ndim == 1:
+                grad = np.multiply.outer(w2, g2, out=target)
+            else:
+                grad = np.dot(w2.T, g2, out=target)
+            return point, grad_out if grad_out is not None else grad.reshape(cp.shape)
+        import torch
+
+        with torch.no_grad():
+            point = self._contract(w, out)
+            target = None if grad_out is None else grad_out.view(k, -1)
+            grad = (
+                torch.outer(w2, g2, out=target) if w2.ndim == 1 else torch.mm(w2.T, g2, out=target)
+            )
+        return point, grad_out if grad_out is not None else grad.view(cp.shape)
 
     def _geodesic_de_casteljau(self, t: Array) -> Array:
         m = self.manifold
@@ -371,7 +600,12 @@ class BezierCurve:
             )
         batch = tuple(a.shape[: len(a.shape) - len(ps)])
         if self.euclidean and self.degree == 2:
-            t, dist = self._quadratic_closest(ops.reshape(a, (-1, math.prod(ps))), extended)
+            thetas = ops.reshape(a, (-1, math.prod(ps)))
+            cp_view, theta_view = _numpy_views(self.control_points, thetas)
+            if cp_view is not None:  # CPU tensors, no graph: the same memory through numpy
+                t, dist = self._quadratic_closest(theta_view, extended, cp_view)
+                return t.reshape(batch), to_like(dist, a).reshape(batch)
+            t, dist = self._quadratic_closest(thetas, extended)
             return t.reshape(batch), ops.reshape(dist, batch)
         flat = np.reshape(_numpy(a), (-1, math.prod(ps)))
         t = np.array([self._newton_closest(row, extended, starts) for row in flat])
@@ -412,31 +646,45 @@ class BezierCurve:
             t = step
         return t
 
-    def _quadratic_closest(self, thetas: Array, extended: bool) -> tuple[np.ndarray, Array]:
-        """Closest parameters and distances of a quadratic for the rows of ``thetas`` (m, D).
+    def _quadratic_closest(
+        self, thetas: Array, extended: bool, control_points: Array | None = None
+    ) -> tuple[np.ndarray, Array]:
+        r"""Closest parameters and distances of a quadratic for the rows of ``thetas`` (m, D).
 
-        Everything comes from six dot products of the control points (their Gram matrix), the
-        three products with each query and its squared norm, computed in the data's own backend
-        and dtype (about two passes over the D-dimensional data, no copies); the cubic and the
-        choice among its roots are small float64 algebra. The distance is
-        :math:`\\sqrt{w^\top G w - 2 w^\top P\theta + \theta^\top\theta}`, recomputed
+        Everything comes from inner products of D-vectors, computed in the data's own backend and
+        dtype by :func:`_gram_products`, without forming :math:`u = B - A`, :math:`v = A - 2B +
+        C` or :math:`d = A - \theta` (each would be another pass over D values): the Gram matrix
+        :math:`G = P P^\top` of the control points, the products :math:`P\theta` and
+        :math:`\theta^\top\theta`. With the fixed coefficient vectors :math:`\alpha = (-1, 1,
+        0)` and :math:`\beta = (1, -2, 1)` (:math:`u = \alpha^\top P`, :math:`v = \beta^\top
+        P`),
+
+        .. math::
+            u\cdot u = \alpha^\top G\alpha,\quad u\cdot v = \alpha^\top G\beta,\quad
+            v\cdot v = \beta^\top G\beta,\quad d\cdot u = G_0\alpha - \alpha^\top P\theta,
+            \quad d\cdot v = G_0\beta - \beta^\top P\theta,
+
+        and the stationary points of :math:`\|c(t) - \theta\|^2` are the real roots of
+        :math:`(v\cdot v)t^3 + 3(u\cdot v)t^2 + (2u\cdot u + d\cdot v)t + d\cdot u`; the cubic
+        and the choice among its roots are small float64 algebra. The distance is
+        :math:`\sqrt{w^\top G w - 2 w^\top P\theta + \theta^\top\theta}`, recomputed
         explicitly from :math:`c(t) - \theta` where that difference of squares would cancel
         (below 1e-6 of :math:`\theta^\top\theta`). Differentiable in torch (the distance's
         derivative with respect to t vanishes at the optimum).
         """
-        ops = ops_for(thetas, self.control_points)
-        flat = ops.reshape(self.control_points, (3, -1))
-        rows = [[flat[i] @ flat[j] for j in range(3)] for i in range(3)]
-        gram_t = ops.stack([ops.stack(r) for r in rows]) if ops.is_torch else np.array(rows)
-        cross_t = flat @ ops.mT(thetas)  # (3, m): one gemv per query
-        norms_t = ops.sum(thetas * thetas, axis=-1)
+        cp = self.control_points if control_points is None else control_points
+        ops = ops_for(thetas, cp)
+        flat = ops.reshape(cp, (3, -1))
+        gram_t, cross_t, norms_t = _gram_products(flat, thetas)
         gram, cross = _numpy(gram_t), _numpy(cross_t)
         alpha = np.array([-1.0, 1.0, 0.0])  # a = B - A
         beta = np.array([1.0, -2.0, 1.0])  # b = A - 2B + C
         bb, ab, aa = beta @ gram @ beta, alpha @ gram @ beta, alpha @ gram @ alpha
         db = gram[0] @ beta - beta @ cross  # (A - theta) . b
         da = gram[0] @ alpha - alpha @ cross  # (A - theta) . a
+        gl = gram.tolist()
         ts = np.empty(thetas.shape[0])
+        best_d2 = np.empty(thetas.shape[0])
         for k in range(thetas.shape[0]):
             coeffs = np.array([bb, 3 * ab, 2 * aa + db[k], da[k]])
             scale = np.max(np.abs(coeffs)) or 1.0
@@ -445,10 +693,29 @@ class BezierCurve:
             cands = [r.real for r in roots if abs(r.imag) <= 1e-9 * max(1.0, abs(r.real))]
             if not extended:
                 cands = [min(max(c, 0.0), 1.0) for c in cands] + [0.0, 1.0]
-            cands = np.array(cands or [0.0])
-            w = np.asarray(bernstein_weights(2, cands))  # (k, 3)
-            dist2 = np.einsum("ki,ij,kj->k", w, gram, w) - 2 * w @ cross[:, k]
-            ts[k] = cands[int(np.argmin(dist2))]
+            ck = cross[:, k].tolist()
+            best_d2[k] = np.inf
+            for c in cands or [0.0]:  # |c(t) - theta|^2 - |theta|^2 = w.G.w - 2 w.(P theta)
+                w = _scalar_weights(2, float(c))
+                d2 = sum(
+                    w[i] * (sum(gl[i][j] * w[j] for j in range(3)) - 2 * ck[i]) for i in range(3)
+                )
+                if d2 < best_d2[k]:
+                    ts[k], best_d2[k] = c, d2
+        if ops.is_torch:
+            return ts, self._closest_distance_torch(ts, flat, thetas, gram_t, cross_t, norms_t)
+        norms = norms_t.astype(np.float64)
+        d2 = best_d2 + norms
+        bad = d2 <= 1e-6 * norms
+        if bad.any():  # cancellation: recompute those explicitly
+            diff = np.asarray(bernstein_weights(2, ts[bad])) @ flat - thetas[bad]
+            d2[bad] = np.einsum("ij,ij->i", diff, diff)
+        return ts, np.sqrt(np.maximum(d2, 0.0)).astype(thetas.dtype)
+
+    @staticmethod
+    def _closest_distance_torch(ts, flat, thetas, gram_t, cross_t, norms_t):
+        """Distances at the parameters ``ts`` in torch ops (differentiable in the data)."""
+        ops = ops_for(thetas)
         weights = ops.asarray(np.asarray(bernstein_weights(2, ts)), thetas)  # (m, 3)
         quad = ops.sum((weights @ gram_t) * weights, axis=-1)
         lin = ops.sum(weights * ops.mT(cross_t), axis=-1)
@@ -456,7 +723,7 @@ class BezierCurve:
         if ops.any(d2 <= 1e-6 * norms_t):  # cancellation: recompute those explicitly
             diff = weights @ flat - thetas
             d2 = ops.where(d2 <= 1e-6 * norms_t, ops.sum(diff * diff, axis=-1), d2)
-        return ts, ops.sqrt(ops.maximum(d2, 0.0))
+        return ops.sqrt(ops.maximum(d2, 0.0))
 
     def _newton_closest(self, theta: np.ndarray, extended: bool, starts: int) -> float:
         curve = self if not ops_for(self.control_points).is_torch else self._numpy_copy()
@@ -487,6 +754,130 @@ class BezierCurve:
 
     def _numpy_copy(self) -> BezierCurve:
         return BezierCurve(_numpy(self.control_points), self.manifold)
+
+
+def _gram_products(flat: Array, thetas: Array) -> tuple[Array, Array, Array]:
+    r"""Inner products for the closest-point query: :math:`G = P P^\top` (k, k), :math:`P
+    \Theta^\top` (k, m) and the squared norms of the rows of :math:`\Theta` (m,).
+
+    ``flat`` is (k, D), ``thetas`` (m, D). The k(k+1)/2 distinct entries of G are dot products of
+    rows (each reads two D-vectors at the speed of the memory, where a BLAS ``syrk``/``gemm`` of
+    such flat matrices is several times slower than a memory pass), :math:`P\theta` one
+    matrix-vector product per query row (a product with an (D, 1) matrix would go through
+    ``gemm`` too), the norms dot products. Nothing of size D is allocated. Differentiable in torch.
+    """
+    k, m = flat.shape[0], thetas.shape[0]
+    entries = {(i, j): flat[i] @ flat[j] for i in range(k) for j in range(i, k)}
+    rows = [[entries[min(i, j), max(i, j)] for j in range(k)] for i in range(k)]
+    if type(flat) is np.ndarray and type(thetas) is np.ndarray:
+        gram = np.array(rows)
+        if m <= _GEMV_ROWS:
+            cross = np.stack([flat @ row for row in thetas], axis=-1)
+            norms = np.array([row @ row for row in thetas])
+        else:
+            cross = flat @ thetas.T
+            norms = np.einsum("ij,ij->i", thetas, thetas)
+        return gram, cross, norms
+    import torch
+
+    gram = torch.stack([torch.stack(r) for r in rows])
+    if m <= _GEMV_ROWS:
+        cross = torch.stack([torch.mv(flat, row) for row in thetas], dim=-1)
+        norms = torch.stack([torch.dot(row, row) for row in thetas])
+    else:
+        cross = flat @ thetas.T
+        norms = torch.sum(thetas * thetas, dim=-1)
+    return gram, cross, norms
+
+
+# up to this many closest-point queries at once, one matrix-vector product per query
+_GEMV_ROWS = 8
+
+
+def _numpy_views(cp: Array, thetas: Array) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """numpy views of CPU torch tensors that need no autograd graph (no copy), else Nones.
+
+    Lets the closest-point query of such tensors run its many small steps at numpy's (lower)
+    per-call cost; numpy inputs come back as they are.
+    """
+    if type(cp) is np.ndarray:
+        return cp, thetas
+    import torch
+
+    needs_graph = torch.is_grad_enabled() and (cp.requires_grad or thetas.requires_grad)
+    if (
+        needs_graph
+        or cp.device.type != "cpu"
+        or thetas.device.type != "cpu"
+        or cp.dtype not in (torch.float32, torch.float64)
+        or thetas.dtype != cp.dtype
+    ):
+        return None, None
+    return cp.detach().numpy(), thetas.detach().numpy()
+
+
+def _flat_alias(buf, shape):
+    """A tensor sharing ``buf``'s (contiguous) memory, of ``shape``, without autograd history."""
+    alias = buf.detach()
+    return alias if alias.shape == shape else alias.view(shape)
+
+
+def _byte_span(x) -> tuple[int, int]:
+    """Half-open byte range ``[lo, hi)`` spanned by a torch tensor (non-negative strides)."""
+    lo = x.data_ptr()
+    if x.is_contiguous():
+        return lo, lo + x.numel() * x.element_size()
+    extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True) if n > 0)
+    return lo, lo + (extent if x.numel() else 0) * x.element_size()
+
+
+@functools.cache
+def _contraction_function():
+    """Build :class:`BernsteinContraction` on first use (torch is an optional dependency)."""
+    import torch
+
+    class BernsteinContraction(torch.autograd.Function):
+        r"""The Bernstein contraction :math:`c = W P` as one autograd node.
+
+        ``flat`` (k, D) holds the control points, ``weights`` is (k,) (one point) or (m, k); the
+        output is (D,) or (m, D). Backward:
+
+        .. math::
+            \frac{\partial L}{\partial P} = W^\top \bar c \quad(\text{for one point the outer
+            product } w \bar c^\top), \qquad \frac{\partial L}{\partial W} = \bar c P^\top,
+
+        each one pass over the (k, D) data: autograd's generic matrix-product node would form the
+        same products through transposed views and an extra reshape node. ``buffers`` =
+        ``(out, grad_buffer)`` (either None): the forward result is written into ``out`` and, when
+        no higher-order graph is requested, the gradient of ``flat`` into ``grad_buffer``. They
+        are passed inside a tuple so that autograd does not treat them as inputs.
+        """
+
+        @staticmethod
+        def forward(ctx, flat, weights, buffers):
+            out, grad_buffer = buffers
+            ctx.save_for_backward(weights, flat if ctx.needs_input_grad[1] else None)
+            ctx.grad_buffer = grad_buffer
+            if weights.ndim == 1:
+                return torch.mv(flat.T, weights, out=out)
+            return torch.mm(weights, flat, out=out)
+
+        @staticmethod
+        def backward(ctx, grad):
+            weights, flat = ctx.saved_tensors
+            grad_flat = grad_weights = None
+            if ctx.needs_input_grad[0]:
+                # reuse the caller's buffer only when the gradient itself needs no graph
+                buf = None if torch.is_grad_enabled() else ctx.grad_buffer
+                if weights.ndim == 1:
+                    grad_flat = torch.outer(weights, grad, out=buf)
+                else:
+                    grad_flat = torch.mm(weights.T, grad, out=buf)
+            if ctx.needs_input_grad[1]:
+                grad_weights = torch.mv(flat, grad) if weights.ndim == 1 else grad @ flat.T
+            return grad_flat, grad_weights, None
+
+    return BernsteinContraction
 
 
 def _numpy(a) -> np.ndarray:

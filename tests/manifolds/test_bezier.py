@@ -179,3 +179,191 @@ def test_bad_input():
     with pytest.raises(ParameterError, match="zero length"):
         BezierCurve(np.zeros((3, 2))).parameter_at_arc_length(0.5)
     assert math.isfinite(float(BezierCurve(np.zeros((3, 2))).arc_length()))
+
+
+# ---------------------------------------------------------------- out=, grad buffers, fused paths
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [0.37, np.array([0.1, 0.5, 1.3]), np.array([[0.2], [0.9]])])
+def test_out_writes_the_point_in_place(dtype, t):
+    curve = BezierCurve(np.random.default_rng(3).standard_normal((4, 2, 3)).astype(dtype))
+    out = np.empty(np.shape(t) + (2, 3), dtype=dtype)
+    assert curve(t, out=out) is out
+    np.testing.assert_allclose(out, curve(t), rtol=1e-6)
+
+
+def test_out_on_a_manifold_base_copies_the_point():
+    pts = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    curve = BezierCurve(pts, Sphere(3))
+    out = np.empty(3)
+    assert curve(0.4, out=out) is out
+    np.testing.assert_allclose(out, curve(0.4))
+
+
+def test_out_and_buffer_errors():
+    torch = pytest.importorskip("torch")
+    cp = np.random.default_rng(4).standard_normal((3, 5))
+    curve = BezierCurve(cp)
+    with pytest.raises(ShapeError, match="out has shape"):
+        curve(0.5, out=np.empty(4))
+    with pytest.raises(ShapeError, match="out has shape"):
+        curve(np.array([0.1, 0.2]), out=np.empty(5))
+    with pytest.raises(ParameterError, match="dtype"):
+        curve(0.5, out=np.empty(5, dtype=np.float32))
+    with pytest.raises(ParameterError, match="like the control points"):
+        curve(0.5, out=torch.empty(5, dtype=torch.float64))
+    with pytest.raises(ParameterError, match="contiguous"):
+        curve(0.5, out=np.empty((5, 2))[:, 0])
+    with pytest.raises(ParameterError, match="overlaps"):
+        curve(0.5, out=cp[1])  # aliasing a control point
+    with pytest.raises(ParameterError, match="grad_buffer is for torch"):
+        curve(0.5, grad_buffer=np.empty((3, 5)))
+    g = np.ones(5)
+    with pytest.raises(ParameterError, match="overlaps"):
+        curve.point_and_grad(0.5, g, out=g)
+    gout = np.empty((3, 5))
+    with pytest.raises(ParameterError, match="overlaps"):
+        curve.point_and_grad(0.5, g, out=gout[0], grad_out=gout)
+    with pytest.raises(ShapeError, match="g has shape"):
+        curve.point_and_grad(0.5, np.ones(4))
+    with pytest.raises(ShapeError, match="grad_out has shape"):
+        curve.point_and_grad(0.5, g, grad_out=np.empty((2, 5)))
+    sphere_curve = BezierCurve(np.eye(3), Sphere(3))
+    with pytest.raises(ParameterError, match="Euclidean"):
+        sphere_curve.point_and_grad(0.5, np.ones(3))
+
+    pt = torch.tensor(cp, requires_grad=True)
+    tcurve = BezierCurve(pt)
+    with pytest.raises(ParameterError, match="overlaps"):
+        tcurve(0.5, out=torch.empty(5, dtype=torch.float64), grad_buffer=pt.detach())
+    with pytest.raises(ParameterError, match="requires grad"):
+        tcurve(0.5, out=torch.empty(5, dtype=torch.float64, requires_grad=True))
+    with pytest.raises(ParameterError, match="contiguous"):
+        tcurve(0.5, out=torch.empty((5, 2), dtype=torch.float64)[:, 0])
+    big = torch.empty(20, dtype=torch.float64)
+    with pytest.raises(ParameterError, match="overlaps"):  # grad_buffer aliasing out
+        tcurve(0.5, out=big[10:15], grad_buffer=big[:15].view(3, 5))
+    with pytest.raises(ShapeError, match="grad_buffer has shape"):
+        tcurve(0.5, grad_buffer=torch.empty((3, 4), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_out_and_grad_buffer(dtype):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    cp = torch.tensor(rng.standard_normal((3, 6)), dtype=getattr(torch, dtype), requires_grad=True)
+    g = torch.tensor(rng.standard_normal(6), dtype=cp.dtype)
+    curve = BezierCurve(cp)
+    out, gbuf = torch.empty(6, dtype=cp.dtype), torch.empty((3, 6), dtype=cp.dtype)
+    for t in (0.37, 0.8):  # the buffers are reused by the second call
+        point = curve(t, out=out, grad_buffer=gbuf)
+        assert point.data_ptr() == out.data_ptr() and point.requires_grad
+        assert not out.requires_grad  # the caller's buffer keeps no autograd history
+        (grad,) = torch.autograd.grad(point, cp, grad_outputs=g)
+        assert grad.data_ptr() == gbuf.data_ptr()
+        w = torch.tensor(bernstein_weights(2, np.float64(t)), dtype=cp.dtype)
+        torch.testing.assert_close(point.detach(), w @ cp.detach())
+        torch.testing.assert_close(grad, torch.outer(w, g))
+    # .backward() accumulates into .grad, as without the buffer
+    (curve(0.37, out=out, grad_buffer=gbuf) @ g).backward()
+    (curve(0.37) @ g).backward()
+    w = torch.tensor(bernstein_weights(2, np.float64(0.37)), dtype=cp.dtype)
+    torch.testing.assert_close(cp.grad, 2 * torch.outer(w, g))
+    # a higher-order graph gets a fresh differentiable gradient, not the buffer
+    point = curve(0.37, out=out, grad_buffer=gbuf)
+    (grad,) = torch.autograd.grad(point, cp, grad_outputs=g, create_graph=True)
+    assert grad.data_ptr() != gbuf.data_ptr()
+    # without a graph (no_grad, or control points without grad) out= still works
+    with torch.no_grad():
+        assert curve(0.37, out=out, grad_buffer=gbuf) is out
+    assert BezierCurve(cp.detach())(0.37, out=out) is out
+
+
+def test_bernstein_contraction_gradcheck():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    cp = torch.tensor(rng.standard_normal((4, 5)), requires_grad=True)
+    ts = torch.tensor([0.1, 0.6, 1.2], dtype=torch.float64, requires_grad=True)
+
+    def scalar_t(p):
+        return BezierCurve(p)(0.3)
+
+    def batched_t(p, t):
+        return BezierCurve(p)(t)
+
+    def buffered(p):
+        out = torch.empty(5, dtype=torch.float64)
+        return BezierCurve(p)(0.3, out=out, grad_buffer=torch.empty((4, 5), dtype=torch.float64))
+
+    assert torch.autograd.gradcheck(scalar_t, (cp,))
+    assert torch.autograd.gradcheck(buffered, (cp,))
+    assert torch.autograd.gradcheck(batched_t, (cp, ts))
+    assert torch.autograd.gradgradcheck(batched_t, (cp, ts))
+    assert torch.autograd.gradcheck(lambda p, t: BezierCurve(p).velocity(t), (cp, ts))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("t", [0.37, np.array([0.2, 0.7, 1.1])])
+def test_point_and_grad_matches_autograd(backend, t):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    cp64 = rng.standard_normal((3, 2, 4))
+    g64 = rng.standard_normal(np.shape(t) + (2, 4))
+    leaf = torch.tensor(cp64, requires_grad=True)
+    point_ref = BezierCurve(leaf)(torch.as_tensor(t, dtype=torch.float64))
+    (grad_ref,) = torch.autograd.grad(point_ref, leaf, grad_outputs=torch.as_tensor(g64))
+    cp, g = (cp64, g64) if backend == "numpy" else (leaf, torch.as_tensor(g64))
+    curve = BezierCurve(cp)
+    for buffers in (False, True):
+        kw = {}
+        if buffers:
+            like = np if backend == "numpy" else torch
+            kw = {"out": like.empty(np.shape(t) + (2, 4), dtype=like.float64),
+                  "grad_out": like.empty((3, 2, 4), dtype=like.float64)}  # fmt: skip
+        point, grad = curve.point_and_grad(t, g, **kw)
+        if buffers:
+            assert point is kw["out"] and grad is kw["grad_out"]
+        np.testing.assert_allclose(np.asarray(point), point_ref.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(grad), grad_ref.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def _closest_by_roots(cp, a):
+    """The textbook formula: materialise u, v, d and solve the cubic with np.roots."""
+    u, v, d = cp[1] - cp[0], cp[0] - 2 * cp[1] + cp[2], cp[0] - a
+    roots = np.roots([v @ v, 3 * (u @ v), 2 * (u @ u) + d @ v, d @ u])
+    cands = [0.0, 1.0] + [r.real for r in roots if abs(r.imag) < 1e-9 and 0 < r.real < 1]
+    dists = [np.linalg.norm(d + 2 * t * u + t * t * v) for t in cands]
+    k = int(np.argmin(dists))
+    return cands[k], dists[k]
+
+
+@pytest.mark.parametrize("n_queries", [1, 3, 12])  # one matrix-vector product each, or a gemm
+@pytest.mark.parametrize("backend", ["numpy", "torch", "torch-grad"])
+def test_fused_closest_point_matches_the_cubic_formula(n_queries, backend):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8 + n_queries)
+    cp = rng.standard_normal((3, 50))
+    queries = cp[0] + rng.standard_normal((n_queries, 50)) * 1.5
+    if backend == "numpy":
+        t, dist = BezierCurve(cp).closest_point(queries)
+    else:
+        leaf = torch.tensor(cp, requires_grad=backend == "torch-grad")
+        t, dist = BezierCurve(leaf).closest_point(torch.as_tensor(queries))
+        assert isinstance(dist, torch.Tensor) and dist.requires_grad == (backend == "torch-grad")
+        dist = dist.detach().numpy()
+    assert t.shape == dist.shape == (n_queries,)
+    for k in range(n_queries):
+        t_ref, d_ref = _closest_by_roots(cp, queries[k])
+        assert t[k] == pytest.approx(t_ref, abs=1e-9)
+        assert dist[k] == pytest.approx(d_ref, rel=1e-12)
+
+
+def test_fused_closest_point_float32_and_cancellation():
+    rng = np.random.default_rng(9)
+    cp = rng.standard_normal((3, 1000)).astype(np.float32)
+    curve = BezierCurve(cp)
+    on_curve = curve(0.42)  # distance 0: the difference of squares cancels, recomputed directly
+    t, dist = curve.closest_point(np.stack([on_curve, on_curve + 0.5]))
+    assert dist.dtype == np.float32
+    assert t[0] == pytest.approx(0.42, abs=1e-3) and dist[0] < 1e-3 * np.linalg.norm(on_curve)
+    t_ref, d_ref = _closest_by_roots(cp.astype(np.float64), (on_curve + 0.5).astype(np.float64))
+    assert t[1] == pytest.approx(t_ref, abs=1e-3) and dist[1] == pytest.approx(d_ref, rel=1e-4)
