@@ -5,15 +5,18 @@ network parameter vectors, so the points live in :math:`\\mathbb{R}^D` with D up
 operation is limited by memory traffic. For each D in {10^5, 10^6, 10^7}, dtype in {float32,
 float64} and backend in {numpy, torch} this script times
 
-* ``eval``: ``curve(0.37)``;
+* ``eval``: ``curve(0.37, out=buf)`` into a preallocated point (as a training loop would call
+  it; the bound writes into a preallocated buffer too); the allocating ``curve(0.37)`` is timed
+  as well and reported as ``alloc_ms`` / ``alloc_ratio``;
 * ``eval+grad``: the point and the gradient of :math:`L = \\langle c(t), g\\rangle` (fixed random
   g) with respect to the control points, :math:`\\partial L/\\partial P_i = B_i(t)\\,g`. In torch
-  this is the forward pass and ``torch.autograd.grad(c, P, grad_outputs=g)`` on a control-point
-  tensor with ``requires_grad=True`` (exactly dL/dP; the spelling with the scalar
-  ``torch.dot(c, g)`` first is timed too, as ``scalar_loss_ms``, since its extra passes are the
-  loss's, not the curve's). numpy has no autograd: there the cell times ``curve(t)`` followed by
-  the analytic gradient ``np.multiply.outer(bernstein_weights(2, t), g)`` written into a
-  preallocated (3, D) array;
+  this is ``curve(t, out=buf, grad_buffer=gbuf)`` and ``torch.autograd.grad(c, P,
+  grad_outputs=g)`` on a control-point tensor with ``requires_grad=True`` (exactly dL/dP, through
+  riemfl's ``BernsteinContraction`` autograd node); the allocating spelling without buffers is
+  ``alloc_ms``, and the one with the scalar ``torch.dot(c, g)`` first (allocating) is
+  ``scalar_loss_ms``, since its extra passes are the loss's, not the curve's. numpy has no
+  autograd: there the cell times riemfl's analytic ``curve.point_and_grad(t, g, out=buf,
+  grad_out=gbuf)`` (``alloc_ms``: without the buffers);
 * ``closest``: ``curve.closest_point(a)`` for D = 10^6 (a query near the curve's point at t=0.6).
 
 The reference is measured in the same run, for the same D, dtype and backend, interleaved with
@@ -62,7 +65,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
 from _harness import machine_info, single_thread  # noqa: E402
 
-from riemfl.manifolds.bezier import BezierCurve, bernstein_weights  # noqa: E402
+from riemfl.manifolds.bezier import BezierCurve  # noqa: E402
 
 try:
     import resource
@@ -73,14 +76,19 @@ __all__ = ["Settings", "run_benchmark", "format_table", "format_summary", "main"
 
 DEFAULT_OUT = "results/bench_curves.json"
 OPS = ("eval", "eval+grad", "closest")
+EVAL_NOTE = (
+    "eval = curve(t, out=buf) (preallocated point, like the bound); alloc = curve(t), a fresh "
+    "output per call"
+)
 NUMPY_GRAD_NOTE = (
-    "numpy has no autograd: numpy eval+grad = curve(t) + the analytic gradient "
-    "dL/dP_i = B_i(t) g (np.multiply.outer(bernstein_weights(2, t), g) into a preallocated "
-    "(3, D) array)"
+    "numpy has no autograd: numpy eval+grad = curve.point_and_grad(t, g, out=buf, "
+    "grad_out=gbuf), the point and the analytic gradient dL/dP_i = B_i(t) g; alloc = without "
+    "the buffers"
 )
 TORCH_GRAD_NOTE = (
-    "torch eval+grad = curve(t) + torch.autograd.grad(c, P, grad_outputs=g) (= dL/dP for "
-    "L = <c(t), g>); the scalar-loss spelling L = torch.dot(c, g) is in scalar_loss_ms"
+    "torch eval+grad = curve(t, out=buf, grad_buffer=gbuf) + torch.autograd.grad(c, P, "
+    "grad_outputs=g) (= dL/dP for L = <c(t), g>); alloc = curve(t) + the same autograd.grad; "
+    "the scalar-loss spelling L = torch.dot(c, g) (allocating) is in scalar_loss_ms"
 )
 
 
@@ -282,6 +290,8 @@ class _Data:
     query: np.ndarray | None  # (D,) closest-point query
     buf: np.ndarray  # (D,) scratch output of the bound pass
     gbuf: np.ndarray  # (3, D) scratch output of the gradient / outer product
+    rbuf: np.ndarray  # (D,) riemfl's own preallocated point (out=)
+    rgbuf: np.ndarray  # (3, D) riemfl's own preallocated gradient (grad_out= / grad_buffer=)
     ref_eval: np.ndarray  # float64 reference of c(t)
     ref_grad: np.ndarray  # float64 reference of dL/dP
     w: np.ndarray  # float64 Bernstein weights at t
@@ -306,6 +316,8 @@ def _make_data(
         query=query,
         buf=np.empty(p.shape[1], dtype=dtype),
         gbuf=np.empty(p.shape, dtype=dtype),
+        rbuf=np.empty(p.shape[1], dtype=dtype),
+        rgbuf=np.empty(p.shape, dtype=dtype),
         ref_eval=ref_eval,
         ref_grad=ref_grad,
         w=w,
@@ -399,34 +411,45 @@ def _riemfl_impls(
     """
     t = s.t
     if op == "eval":
-        curve = BezierCurve(data.p if backend == "numpy" else torch.from_numpy(data.p))
-        return {"riemfl": lambda: curve(t)}, lambda outs: {
-            "eval": _rel_err(outs["riemfl"], data.ref_eval)
+        if backend == "numpy":
+            curve, rbuf = BezierCurve(data.p), data.rbuf
+        else:
+            curve, rbuf = BezierCurve(torch.from_numpy(data.p)), torch.from_numpy(data.rbuf)
+        return {
+            "riemfl": lambda: curve(t, out=rbuf),
+            "riemfl_alloc": lambda: curve(t),
+        }, lambda outs: {
+            "eval": _rel_err(outs["riemfl"], data.ref_eval),
+            "alloc_eval": _rel_err(outs["riemfl_alloc"], data.ref_eval),
         }
+
+    def check_grad(outs: dict[str, Any]) -> dict[str, float]:
+        errs = {}
+        for key in outs:
+            label = key.removeprefix("riemfl").lstrip("_")
+            point, grad = outs[key]
+            errs[label + ("_" if label else "") + "eval"] = _rel_err(point, data.ref_eval)
+            errs[label + ("_" if label else "") + "grad"] = _rel_err(grad, data.ref_grad)
+        return errs
+
     if op == "eval+grad":
         if backend == "numpy":
-            curve = BezierCurve(data.p)
-            g, gbuf, dt = data.g, data.gbuf, data.p.dtype
-
-            def numpy_grad() -> tuple[np.ndarray, np.ndarray]:
-                point = curve(t)
-                w = bernstein_weights(2, np.float64(t)).astype(dt)
-                np.multiply.outer(w, g, out=gbuf)
-                return point, gbuf
-
-            def check_numpy(outs: dict[str, Any]) -> dict[str, float]:
-                point, grad = outs["riemfl"]
-                return {
-                    "eval": _rel_err(point, data.ref_eval),
-                    "grad": _rel_err(grad, data.ref_grad),
-                }
-
-            return {"riemfl": numpy_grad}, check_numpy
+            curve, g, rbuf, rgbuf = BezierCurve(data.p), data.g, data.rbuf, data.rgbuf
+            return {
+                "riemfl": lambda: curve.point_and_grad(t, g, out=rbuf, grad_out=rgbuf),
+                "riemfl_alloc": lambda: curve.point_and_grad(t, g),
+            }, check_grad
         pt = torch.from_numpy(data.p).requires_grad_(True)
         gt = torch.from_numpy(data.g)
+        rbt, rgbt = torch.from_numpy(data.rbuf), torch.from_numpy(data.rgbuf)
         curve = BezierCurve(pt)
 
         def torch_vjp() -> tuple[torch.Tensor, torch.Tensor]:
+            point = curve(t, out=rbt, grad_buffer=rgbt)
+            (grad,) = torch.autograd.grad(point, pt, grad_outputs=gt)
+            return point.detach(), grad
+
+        def torch_vjp_alloc() -> tuple[torch.Tensor, torch.Tensor]:
             point = curve(t)
             (grad,) = torch.autograd.grad(point, pt, grad_outputs=gt)
             return point.detach(), grad
@@ -436,15 +459,11 @@ def _riemfl_impls(
             (grad,) = torch.autograd.grad(torch.dot(point, gt), pt)
             return point.detach(), grad
 
-        def check_torch(outs: dict[str, Any]) -> dict[str, float]:
-            errs = {}
-            for key, label in (("riemfl", ""), ("riemfl_scalar_loss", "scalar_loss_")):
-                point, grad = outs[key]
-                errs[label + "eval"] = _rel_err(point, data.ref_eval)
-                errs[label + "grad"] = _rel_err(grad, data.ref_grad)
-            return errs
-
-        return {"riemfl": torch_vjp, "riemfl_scalar_loss": torch_scalar_loss}, check_torch
+        return {
+            "riemfl": torch_vjp,
+            "riemfl_alloc": torch_vjp_alloc,
+            "riemfl_scalar_loss": torch_scalar_loss,
+        }, check_grad
     if op == "closest":
         if data.query is None:
             raise ValueError("closest needs a query point")
@@ -543,6 +562,10 @@ def _run_cell(op: str, data: _Data, backend: str, s: Settings) -> dict[str, Any]
         },
         "check": {"tolerance": tol, "errors": errors},
     }
+    if "riemfl_alloc" in records:
+        cell["alloc_ms"] = records["riemfl_alloc"]["median_ms"]
+        cell["alloc_ratio"] = cell["alloc_ms"] / bound_ms
+        cell["alloc_page_faults_per_call"] = records["riemfl_alloc"]["page_faults_per_call"]
     if "riemfl_scalar_loss" in records:
         cell["scalar_loss_ms"] = records["riemfl_scalar_loss"]["median_ms"]
     if extra:
@@ -639,7 +662,7 @@ def run_benchmark(
             ),
             "bytes_definition": "4 D itemsize per pass (8 D itemsize for eval+grad)",
         },
-        "notes": [NUMPY_GRAD_NOTE, TORCH_GRAD_NOTE],
+        "notes": [EVAL_NOTE, NUMPY_GRAD_NOTE, TORCH_GRAD_NOTE],
         "cells": cells,
         "summary": _summary(cells),
         "total_s": time.perf_counter() - started,
@@ -694,6 +717,8 @@ def format_table(result: dict[str, Any]) -> str:
         "goal",
         "met?",
         "riemfl flt/call",
+        "alloc ratio",
+        "alloc flt/call",
     ]
     rows = []
     for c in result["cells"]:
@@ -711,9 +736,11 @@ def format_table(result: dict[str, Any]) -> str:
                 f"<= {c['goal']['max']:g}{unit}",
                 "yes" if c["met"] else "NO",
                 f"{c['riemfl_page_faults_per_call']:.0f}",
+                f"{c['alloc_ratio']:.2f}x" if "alloc_ratio" in c else "",
+                f"{c['alloc_page_faults_per_call']:.0f}" if "alloc_ratio" in c else "",
             ]
         )
-    right = {0, 4, 5, 6, 7, 10}
+    right = {0, 4, 5, 6, 7, 10, 11, 12}
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
 
     def line(r: Sequence[str]) -> str:
@@ -749,7 +776,8 @@ def _header(result: dict[str, Any]) -> str:
             "ratio = riemfl / bound (goal <= "
             f"{st['eval_goal']:g}); closest: passes = riemfl / one bound pass (goal <= "
             f"{st['closest_goal']:g}); GB/s of the bound: {st['bytes_definition']}",
-            "riemfl flt/call: minor page faults per riemfl call (fresh output pages)",
+            "riemfl flt/call: minor page faults per riemfl call (fresh output pages); alloc "
+            "ratio: the allocating call (no out=) / bound, and its page faults",
             *result["notes"],
         ]
     )
