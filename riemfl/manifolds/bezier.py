@@ -524,39 +524,45 @@ class BezierCurve:
         """Inverse of :meth:`arc_length_at`: the t with s(t) = s (numpy float64).
 
         Safeguarded Newton (:math:`ds/dt = \\|c'(t)\\|`) within a bracket grown until it contains
-        the target, so values beyond [0, length] extrapolate along the extended curve.
+        the target, so values beyond [0, length] extrapolate along the extended curve. All
+        targets are solved together (one batched :meth:`arc_length_at` and :meth:`speed` per
+        iteration).
         """
-        s_np = np.asarray(s, dtype=np.float64)
-        out = np.empty(s_np.shape)
+        targets = np.asarray(s, dtype=np.float64)
         length = float(_as_float(self.arc_length()))
         if length <= 0:
             raise ParameterError("BezierCurve: the curve has zero length; no arc-length inverse")
-        for idx, target in np.ndenumerate(s_np):
-            out[idx] = self._invert_length(float(target), length, tol)
-        return out
+        flat = targets.ravel()
+        if flat.size == 0:
+            return np.empty(targets.shape)
 
-    def _invert_length(self, target: float, length: float, tol: float) -> float:
-        def s_of(t):
-            return float(_as_float(self.arc_length(0.0, t)))
+        def s_of(t: np.ndarray) -> np.ndarray:
+            return _to_numpy(self.arc_length_at(t))
 
-        lo, hi = 0.0, 1.0
-        while s_of(lo) > target:
-            lo -= max(1.0, hi - lo)
-        while s_of(hi) < target:
-            hi += max(1.0, hi - lo)
-        t = lo + (hi - lo) * (target - s_of(lo)) / max(s_of(hi) - s_of(lo), 1e-300)
+        lo, hi = np.zeros_like(flat), np.ones_like(flat)
+        s_lo, s_hi = s_of(lo), s_of(hi)
+        while np.any(grow := s_lo > flat):
+            lo = np.where(grow, lo - np.maximum(1.0, hi - lo), lo)
+            s_lo = s_of(lo)
+        while np.any(grow := s_hi < flat):
+            hi = np.where(grow, hi + np.maximum(1.0, hi - lo), hi)
+            s_hi = s_of(hi)
+        t = lo + (hi - lo) * (flat - s_lo) / np.maximum(s_hi - s_lo, 1e-300)
+        threshold = tol * np.maximum(max(1.0, length), np.abs(flat))
         for _ in range(100):
-            f = s_of(t) - target
-            if abs(f) <= tol * max(1.0, length, abs(target)):
-                return t
-            if f > 0:
-                hi = t
-            else:
-                lo = t
-            speed = float(_as_float(self.speed(t)))
-            step = t - f / speed if speed > 0 else 0.5 * (lo + hi)
-            t = step if lo < step < hi else 0.5 * (lo + hi)
-        return t
+            f = s_of(t) - flat
+            active = np.abs(f) > threshold
+            if not active.any():
+                break
+            hi = np.where(active & (f > 0), t, hi)
+            lo = np.where(active & (f <= 0), t, lo)
+            speed = _to_numpy(self.speed(t))
+            mid = 0.5 * (lo + hi)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = np.where(speed > 0, t - f / speed, mid)
+            step = np.where((lo < step) & (step < hi), step, mid)
+            t = np.where(active, step, t)
+        return t.reshape(targets.shape)
 
     def sample(
         self, n: int, rng: RandomState = None, *, uniform: str = "parameter"
@@ -888,3 +894,10 @@ def _numpy(a) -> np.ndarray:
 
 def _as_float(a) -> float:
     return float(a.detach()) if hasattr(a, "detach") else float(a)
+
+
+def _to_numpy(a) -> np.ndarray:
+    """A float64 numpy copy of an array or tensor (detached)."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=np.float64)
