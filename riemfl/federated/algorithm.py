@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -127,11 +127,16 @@ class ClientContext:
     problem: FederatedProblem
     clients: np.ndarray
     batches: np.ndarray | None = None
-    _counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def manifold(self) -> Manifold:
         return self.problem.manifold
+
+    def __post_init__(self) -> None:
+        n = self.problem.n_clients
+        full = len(self.clients) == n and bool(np.all(self.clients == np.arange(n)))
+        # every client, in order: problems recognise range(n) without checking each index
+        self._oracle_clients = range(n) if full else self.clients
 
     def egrads(self, xs: Array, step: int | None) -> Array:
         """Stacked Euclidean gradients at ``xs``: on the batch of local step ``step``.
@@ -140,7 +145,7 @@ class ClientContext:
         anchor gradient).
         """
         batch = None if self.batches is None or step is None else self.batches[:, step]
-        return self.problem.client_egrads(self.clients, xs, batch)
+        return self.problem.client_egrads(self._oracle_clients, xs, batch)
 
     def rgrads(self, xs: Array, step: int | None) -> Array:
         """Stacked Riemannian gradients ``egrad_to_rgrad(xs, egrads(xs, step))``."""

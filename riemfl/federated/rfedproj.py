@@ -96,8 +96,7 @@ class RFedProj(SyncAlgorithm):
         self, ctx: ClientContext, phase: int, message: State, clients: State
     ) -> tuple[State, State]:
         M = ctx.manifold
-        x = message["x"]
-        px = M.project(x)  # every client projects the broadcast model itself
+        px = message["px"]
         ops = ops_for(px)
         m = len(ctx.clients)
         z_hat = ops.broadcast_to(px, (m, *px.shape))
@@ -121,6 +120,11 @@ class RFedProj(SyncAlgorithm):
         px = server["px"]
         x_new = px + self.global_step_size * (uploads["x"].mean(0) - px)  # line 13
         return {"x": x_new, "px": manifold.project(x_new)}
+
+    def broadcast(self, server: State, phase: int) -> State:
+        """x^r, and P_M(x^r): a function of x^r that every client would compute identically, so
+        the simulation computes it once (the uplink accounting is unaffected)."""
+        return {"x": server["x"], "px": server["px"]}
 
     def client_finish(self, message: State, clients: State) -> State:
         scale = self.global_step_size * self.step_size * self.local_steps

@@ -50,19 +50,23 @@ def client_index(
     return ids, ids
 
 
-def point_stack(xs: Any, m: int, point_shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``xs`` as a float64 numpy array of shape ``(m, *point_shape)`` (no copy when it is one)."""
+def point_stack(
+    xs: Any, m: int, point_shape: tuple[int, ...], name: str, *, single: bool = False
+) -> np.ndarray:
+    """``xs`` as a float64 numpy array of shape ``(m, *point_shape)`` (no copy when it is one).
+
+    With ``single=True``, ``xs`` is one point of shape ``point_shape`` instead.
+    """
     if is_torch(xs):
         raise ParameterError(
             f"{name} evaluates numpy arrays; got a torch tensor (use xs.detach().cpu().numpy(), "
             "or FunctionProblem(..., backend='torch') for a torch objective)"
         )
     xs = np.asarray(xs, dtype=np.float64)
-    if xs.shape != (m, *point_shape):
-        raise ShapeError(
-            f"{name}: xs has shape {xs.shape}; expected {(m, *point_shape)} "
-            f"(one point of shape {point_shape} per listed client)"
-        )
+    expected = point_shape if single else (m, *point_shape)
+    if xs.shape != expected:
+        what = "one point" if single else f"one point of shape {point_shape} per listed client"
+        raise ShapeError(f"{name}: xs has shape {xs.shape}; expected {expected} ({what})")
     return xs
 
 

@@ -130,6 +130,7 @@ class KPCAProblem(FederatedProblem):
             np.matmul(a.T, a, out=cov[i])
         self.covariances = cov
         total = cov.sum(axis=0)
+        self.mean_covariance = total / self.n_clients  # C-bar: f(x) = -1/2 tr(x^T C-bar x)
         # eigh of the mean; top-k eigenvalues in decreasing order
         evals, evecs = np.linalg.eigh(total / self.n_clients)
         self._eigenvalues = evals[::-1]
@@ -229,6 +230,20 @@ class KPCAProblem(FederatedProblem):
                 np.matmul(rows.T, rows @ xs[j], out=out[j])
         out *= scale
         return out
+
+    def loss(self, x: Any) -> float:
+        r""":math:`f(x) = -\frac12 \operatorname{tr}(x^\top \bar C x)` with the mean covariance
+        :math:`\bar C` (one d x d product instead of n)."""
+        x = self._point(x)
+        return -0.5 * float(np.sum(x * (self.mean_covariance @ x)))
+
+    def egrad(self, x: Any) -> np.ndarray:
+        r""":math:`\nabla f(x) = -\bar C x`."""
+        return -(self.mean_covariance @ self._point(x))
+
+    def _point(self, x: Any) -> np.ndarray:
+        """One (d, k) point as float64 numpy (the checks of :func:`point_stack`)."""
+        return point_stack(x, 1, (self.d, self.k), self.name, single=True)
 
     def client_losses(self, clients: Sequence[int], xs: Any) -> np.ndarray:
         r"""Stacked :math:`f_i(x_j) = -\frac12 \langle x_j, C_i x_j\rangle`, float64."""
