@@ -79,9 +79,10 @@ class ManifoldTests:
 
     # ------------------------------------------------------------------ helpers
     @pytest.fixture(params=_FIXTURE_CONFIGS, ids=str, scope="class")
-    def config(self, request) -> Config:
+    @classmethod
+    def config(cls, request) -> Config:
         cfg = request.param
-        if cfg not in self.configs:
+        if cfg not in cls.configs:
             pytest.skip(f"{cfg} is not among this test class's configs")
         if cfg.backend == "torch" and not torch_available():
             pytest.skip("torch is not installed")
