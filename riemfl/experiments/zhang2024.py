@@ -46,9 +46,9 @@ from ..federated import (
     run_sync,
 )
 from ..manifolds import Euclidean
-from ..problems import FederatedProblem, KPCAProblem, LRMCProblem
+from ..problems import FederatedProblem
 from ..progress import ProgressBar
-from .registry import build_algorithm
+from .registry import build_algorithm, build_problem
 
 __all__ = ["Run", "Figure", "Claim", "figures", "reproduce", "check_claims"]
 
@@ -247,16 +247,10 @@ class _Problems:
 
     def __call__(self, name: str) -> FederatedProblem:
         if name not in self._cache:
-            if name == "kpca-mnist":
-                self._cache[name] = (
-                    KPCAProblem.mnist(self.data) if self.data else KPCAProblem.digits()
-                )
-            elif name == "kpca-synthetic":
-                self._cache[name] = KPCAProblem.synthetic()
-            elif name == "lrmc-synthetic":
-                self._cache[name] = LRMCProblem.synthetic()
-            else:  # pragma: no cover - figures() only names the three above
-                raise KeyError(name)
+            if name == "kpca-mnist" and not self.data:
+                self._cache[name] = build_problem("kpca-digits")  # the offline stand-in
+            else:
+                self._cache[name] = build_problem(name, data=self.data)
         return self._cache[name]
 
 
