@@ -3,13 +3,40 @@
 Synchronous algorithms (Zhang et al. 2024 and the baselines of Li & Ma 2022):
 :class:`RFedProj`, :class:`RFedAvg`, :class:`RFedProx`, :class:`RFedSVRG`; run them with
 :func:`run_sync`, which returns a :class:`History`.
+
+Asynchronous server rules (:class:`FedAsync`, :class:`FedBuff`, :class:`DCASGD`,
+:class:`AsyncFedED`, the OrthoCorrect family) run in the discrete-event simulator
+:func:`run_async` with a local trainer (:class:`ProblemTrainer`) and a timing model.
 """
 
 from .algorithm import ClientContext, Operators, SyncAlgorithm
+from .async_engine import AsyncHistory, VersionStore, run_async
+from .async_rules import (
+    ASGD,
+    DCASGD,
+    Arrival,
+    AsyncFedED,
+    AsyncRule,
+    FedAsync,
+    FedBuff,
+    FedGS,
+    FedOrtho,
+    OrthoCorrect,
+    OrthoDC,
+    OrthoDyn,
+    OrthoGrad,
+    OrthoPos,
+    OrthoStrict,
+    SumBuffer,
+    staleness_function,
+    switch_schedule,
+)
 from .engine import ClientDroppedWarning, initial_point, run_sync
 from .history import METRICS, History
+from .local import ProblemTrainer
 from .rfedproj import RFedProj
 from .tangent import RFedAvg, RFedProx, RFedSVRG
+from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 ALGORITHMS = {
     "rfedproj": RFedProj,
@@ -19,6 +46,33 @@ ALGORITHMS = {
 }
 
 __all__ = [
+    "ASGD",
+    "DCASGD",
+    "Arrival",
+    "AsyncFedED",
+    "AsyncHistory",
+    "AsyncRule",
+    "ExponentialTime",
+    "FedAsync",
+    "FedBuff",
+    "FedGS",
+    "FedOrtho",
+    "LogNormalTime",
+    "OrthoCorrect",
+    "OrthoDC",
+    "OrthoDyn",
+    "OrthoGrad",
+    "OrthoPos",
+    "OrthoStrict",
+    "ProblemTrainer",
+    "ProportionalTime",
+    "SumBuffer",
+    "TimingModel",
+    "TraceTime",
+    "VersionStore",
+    "run_async",
+    "staleness_function",
+    "switch_schedule",
     "ALGORITHMS",
     "ClientContext",
     "ClientDroppedWarning",

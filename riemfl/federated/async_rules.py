@@ -1,0 +1,548 @@
+r"""Server rules of asynchronous federated learning, over the manifold contract.
+
+When client i's update arrives, the server holds the current model :math:`x^\tau` (version
+:math:`\tau`); the client trained from the older version :math:`x^t` (staleness
+:math:`\tau - t`) and produced the local model :math:`x_i`. Notation (digest-000-001 section 0):
+
+* update :math:`u = R^{-1}_{x^t}(x_i)` (Euclidean: :math:`x_i - x^t`), a tangent vector at the
+  client's base point;
+* global drift :math:`g = R^{-1}_{x^t}(x^\tau)` (Euclidean: :math:`x^\tau - x^t`);
+* trusted update (ASGD, "TAN"): :math:`\Gamma_{x^t \to x^\tau} u` (Euclidean: u);
+* trusted position (FedAsync, "POS"): :math:`R^{-1}_{x^\tau}(x_i)` (Euclidean:
+  :math:`x_i - x^\tau = u - g`).
+
+A rule turns this into a step :math:`x^{\tau+1} = R_{x^\tau}(\text{rate}\cdot\text{direction})`
+(``R`` = Exp or the retraction, per ``operators``). On Euclidean space every rule equals its
+paper's formula exactly (tests). The rate is :math:`\eta_g w_i` (the seeds' experiments:
+:math:`w_i = n_i / \sum_j n_j`) times an optional staleness function.
+
+Rules: :class:`FedAsync`, :class:`ASGD`, :class:`FedBuff` (sum-only buffer, ambient step and
+projection), :class:`DCASGD`, :class:`AsyncFedED`, and the orthogonal correction family
+:class:`OrthoCorrect` (OrthoGrad, OrthoPos, OrthoStrict, :class:`OrthoDyn`), :func:`OrthoDC`,
+:func:`FedOrtho`, :func:`FedGS`.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend import ops_for
+from ..errors import ParameterError, ProjectionError
+from ..manifolds.base import Manifold
+from .algorithm import Operators, check_step_size
+
+Array = Any
+
+__all__ = [
+    "Arrival",
+    "AsyncRule",
+    "staleness_function",
+    "FedAsync",
+    "ASGD",
+    "FedBuff",
+    "SumBuffer",
+    "DCASGD",
+    "AsyncFedED",
+    "OrthoCorrect",
+    "OrthoDyn",
+    "OrthoDC",
+    "FedOrtho",
+    "FedGS",
+    "OrthoGrad",
+    "OrthoPos",
+    "OrthoStrict",
+    "switch_schedule",
+]
+
+
+@dataclass
+class Arrival:
+    """One client update as the server sees it when it arrives.
+
+    Attributes
+    ----------
+    client : int
+    base : array
+        :math:`x^t`, the global model the client trained from.
+    local : array
+        :math:`x_i`, the client's locally trained model.
+    current : array
+        :math:`x^\\tau`, the global model now.
+    staleness : int
+        :math:`\\tau - t` in server steps.
+    weight : float
+        :math:`w_i` (dataset share by default).
+    version : int
+        :math:`\\tau`.
+    """
+
+    client: int
+    base: Array
+    local: Array
+    current: Array
+    staleness: int
+    weight: float
+    version: int
+
+
+def staleness_function(kind: str | Callable[[int], float] = "constant", **kw: float):
+    r"""FedAsync's staleness functions (Xie et al. 2020), :math:`s(d)` of the staleness d.
+
+    ``"constant"``: 1; ``"polynomial"`` (``a``, default 0.5): :math:`(d + 1)^{-a}`; ``"hinge"``
+    (``a`` = 10, ``b`` = 4): 1 if :math:`d \le b`, else :math:`1 / (a (d - b) + 1)`. A callable
+    is returned unchanged.
+    """
+    if callable(kind):
+        return kind
+    if kind == "constant":
+        return lambda d: 1.0
+    if kind == "polynomial":
+        a = float(kw.get("a", 0.5))
+        return lambda d: (d + 1.0) ** (-a)
+    if kind == "hinge":
+        a, b = float(kw.get("a", 10.0)), float(kw.get("b", 4.0))
+        return lambda d: 1.0 if d <= b else 1.0 / (a * (d - b) + 1.0)
+    raise ParameterError(
+        f"staleness function must be 'constant', 'polynomial', 'hinge' or a callable, got {kind!r}"
+    )
+
+
+class AsyncRule(abc.ABC):
+    """A server rule: ``apply`` returns the new global model, or ``None`` (no server step)."""
+
+    name: str = "rule"
+
+    def __init__(
+        self, server_lr: float = 1.0, operators: str = "approximate", staleness: Any = "constant"
+    ) -> None:
+        self.server_lr = check_step_size("server_lr", server_lr)
+        self.operators = Operators(operators)
+        self.staleness = staleness
+        self._s = staleness_function(staleness)
+
+    def validate(self, manifold: Manifold) -> None:
+        """Raise :class:`ParameterError` if the manifold lacks a map this rule needs."""
+        self.operators.require(manifold)
+
+    def reset(self, manifold: Manifold, n_clients: int) -> None:  # noqa: B027 - optional hook
+        """Clear per-run state (buffers, running averages) before a run."""
+
+    def rate(self, a: Arrival) -> float:
+        r""":math:`\eta_g\, w_i\, s(\tau - t)`."""
+        return self.server_lr * a.weight * float(self._s(a.staleness))
+
+    @abc.abstractmethod
+    def apply(self, manifold: Manifold, a: Arrival) -> Array | None:
+        """The new global model after this arrival, or ``None`` when the server does not step."""
+
+    # -------------------------------------------------------------- shared geometry
+    def update(self, m: Manifold, a: Arrival) -> Array:
+        """u: the client's update as a tangent vector at its base point."""
+        return self.operators.lift(m, a.base, a.local)
+
+    def trusted_update(self, m: Manifold, a: Arrival, u: Array) -> Array:
+        """ASGD's direction: u carried to the current model."""
+        return self.operators.transport(m, a.base, a.current, u)
+
+    def trusted_position(self, m: Manifold, a: Arrival) -> Array:
+        """FedAsync's direction: towards the client's local model from the current one."""
+        return self.operators.lift(m, a.current, a.local)
+
+    def step(self, m: Manifold, a: Arrival, direction: Array) -> Array:
+        return self.operators.step(m, a.current, self.rate(a) * direction)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for key, value in vars(self).items():
+            if key.startswith("_"):
+                continue
+            if isinstance(value, Operators):
+                value = value.kind
+            if isinstance(value, int | float | str | bool) or value is None:
+                out[key] = value
+        return out
+
+
+class FedAsync(AsyncRule):
+    r"""FedAsync (Xie et al. 2020), "trusted position": mix the local model into the current one.
+
+    Euclidean ([TR] eq. 4 with the seeds' mixing weight :math:`\eta_g w_i`):
+    :math:`x^{\tau+1} = x^\tau + \eta_g w_i s(\tau - t)\,(x_i - x^\tau)`. On a manifold:
+    :math:`x^{\tau+1} = R_{x^\tau}(\eta_g w_i s\, R^{-1}_{x^\tau}(x_i))` ([P] "ASYNCPOS").
+    ``staleness`` selects s: ``"constant"`` (the seeds), ``"polynomial"``, ``"hinge"``.
+    """
+
+    name = "fedasync"
+
+    def apply(self, manifold, a):
+        return self.step(manifold, a, self.trusted_position(manifold, a))
+
+
+class ASGD(AsyncRule):
+    r"""Asynchronous SGD (Dean et al. 2012), "trusted update": apply the stale update as is.
+
+    Euclidean ([TR] eq. 5 with pseudo-gradients): :math:`x^{\tau+1} = x^\tau + \eta_g w_i (x_i -
+    x^t)`; on a manifold the update is transported to :math:`x^\tau` ([P] "ASYNCTAN").
+    """
+
+    name = "asgd"
+
+    def apply(self, manifold, a):
+        return self.step(manifold, a, self.trusted_update(manifold, a, self.update(manifold, a)))
+
+
+class OrthoCorrect(AsyncRule):
+    r"""Orthogonal delay correction ([TR] section 3; [P] OrthoDC, App. C Alg. 3).
+
+    With u the update and g the drift (module docstring), the update *conflicts* with the drift
+    when :math:`\cos(u, g) \le \vartheta`; then its component along the drift is removed,
+
+    .. math::  u' = u - \frac{\langle u, g\rangle}{\langle g, g\rangle}\, g, \qquad
+               x^{\tau+1} = R_{x^\tau}(\text{rate}\;\Gamma_{x^t\to x^\tau} u');
+
+    otherwise the base rule applies, interpolating between trusting the update
+    (:math:`\alpha = 0`, ASGD) and trusting the position (:math:`\alpha = 1`, FedAsync):
+    direction :math:`(1 - \alpha)\,\Gamma u + \alpha\, R^{-1}_{x^\tau}(x_i)`, which on
+    Euclidean space is [TR] eq. 15's :math:`u - \alpha g`. Zero drift or a zero update skips
+    the projection. Named settings: OrthoGrad (:math:`\alpha = \vartheta = 0`), OrthoPos
+    (:math:`\alpha = 1, \vartheta = 0`), OrthoStrict (:math:`\vartheta = 1`: always orthogonal,
+    so ASGD and FedAsync coincide).
+    """
+
+    name = "orthocorrect"
+
+    def __init__(
+        self,
+        alpha: float = 0.0,
+        vartheta: float = 0.0,
+        server_lr: float = 1.0,
+        operators: str = "approximate",
+        staleness: Any = "constant",
+    ) -> None:
+        super().__init__(server_lr, operators, staleness)
+        self.alpha = float(alpha)
+        self.vartheta = _check_vartheta(vartheta)
+        self.projections = 0  # how many arrivals took the conflict branch (diagnostic)
+
+    def reset(self, manifold, n_clients):
+        self.projections = 0
+
+    def settings(self, a: Arrival) -> tuple[float, float]:
+        """(alpha, vartheta) for this arrival (constant here; scheduled in :class:`OrthoDyn`)."""
+        return self.alpha, self.vartheta
+
+    def apply(self, manifold, a):
+        alpha, vartheta = self.settings(a)
+        u = self.update(manifold, a)
+        g = self.operators.lift(manifold, a.base, a.current)
+        uu = float(manifold.inner(a.base, u, u))
+        gg = float(manifold.inner(a.base, g, g))
+        if uu > 0 and gg > 0:
+            ug = float(manifold.inner(a.base, u, g))
+            if ug / math.sqrt(uu * gg) <= vartheta:
+                self.projections += 1
+                corrected = u - (ug / gg) * g
+                return self.step(manifold, a, self.trusted_update(manifold, a, corrected))
+        direction = self.trusted_update(manifold, a, u)
+        if alpha:
+            position = self.trusted_position(manifold, a)
+            direction = (1.0 - alpha) * direction + alpha * position
+        return self.step(manifold, a, direction)
+
+
+def switch_schedule(switch_version: int, before=(0.0, 0.0), after=(1.0, 0.0)):
+    """OrthoDyn schedule: ``before`` (OrthoGrad) until server version ``switch_version``, then
+    ``after`` (OrthoPos), as (alpha, vartheta) pairs ([TR] eq. 16 leaves the statistic open)."""
+    if int(switch_version) != switch_version or switch_version < 0:
+        raise ParameterError(f"switch_version must be an integer >= 0, got {switch_version!r}")
+
+    def schedule(a: Arrival) -> tuple[float, float]:
+        return before if a.version < switch_version else after
+
+    return schedule
+
+
+class OrthoDyn(OrthoCorrect):
+    """OrthoCorrect with (alpha, vartheta) chosen per arrival by ``schedule(arrival)``.
+
+    [TR] eq. 16 schedules OrthoGrad early and OrthoPos late without fixing the statistic; any
+    callable of the :class:`Arrival` works (default: :func:`switch_schedule` at version 100).
+    """
+
+    name = "orthodyn"
+
+    def __init__(
+        self,
+        schedule: Callable[[Arrival], tuple[float, float]] | None = None,
+        server_lr: float = 1.0,
+        operators: str = "approximate",
+        staleness: Any = "constant",
+    ) -> None:
+        super().__init__(0.0, 0.0, server_lr, operators, staleness)
+        self.schedule = schedule if schedule is not None else switch_schedule(100)
+
+    def settings(self, a):
+        alpha, vartheta = self.schedule(a)
+        return float(alpha), _check_vartheta(vartheta)
+
+
+def OrthoGrad(**kw: Any) -> OrthoCorrect:  # noqa: N802 - the paper's name
+    """OrthoCorrect with alpha = vartheta = 0 (gradient surgery against the drift)."""
+    return _named(OrthoCorrect(0.0, 0.0, **kw), "orthograd")
+
+
+def OrthoPos(**kw: Any) -> OrthoCorrect:  # noqa: N802
+    """OrthoCorrect with alpha = 1, vartheta = 0."""
+    return _named(OrthoCorrect(1.0, 0.0, **kw), "orthopos")
+
+
+def OrthoStrict(alpha: float = 1.0, **kw: Any) -> OrthoCorrect:  # noqa: N802
+    """OrthoCorrect with vartheta = 1: always keep only the part orthogonal to the drift."""
+    return _named(OrthoCorrect(alpha, 1.0, **kw), "orthostrict")
+
+
+def OrthoDC(vartheta: float = 1.0, base: str = "position", **kw: Any) -> OrthoCorrect:  # noqa: N802
+    """[P]'s OrthoDC(vartheta) over a base rule: ``"position"`` (FedAsync, default) or
+    ``"update"`` (ASGD) in the non-conflict branch (digest-000-001 section 5.2, D4)."""
+    if base not in ("position", "update"):
+        raise ParameterError(f"base must be 'position' or 'update', got {base!r}")
+    return _named(OrthoCorrect(1.0 if base == "position" else 0.0, vartheta, **kw), "orthodc")
+
+
+def FedOrtho(**kw: Any) -> OrthoCorrect:  # noqa: N802
+    """FedAsync + OrthoDC(vartheta = 1) ([P] ablation)."""
+    return _named(OrthoDC(1.0, "position", **kw), "fedortho")
+
+
+def FedGS(**kw: Any) -> OrthoCorrect:  # noqa: N802
+    """FedAsync + OrthoDC(vartheta = 0), gradient surgery only on conflict ([P] ablation)."""
+    return _named(OrthoDC(0.0, "position", **kw), "fedgs")
+
+
+def _named(rule: OrthoCorrect, name: str) -> OrthoCorrect:
+    rule.name = name
+    return rule
+
+
+def _check_vartheta(v: float) -> float:
+    v = float(v)
+    if not -1.0 <= v <= 1.0:
+        raise ParameterError(f"vartheta must be in [-1, 1], got {v!r}")
+    return v
+
+
+class DCASGD(AsyncRule):
+    r"""DC-ASGD (Zheng et al. 2017) with pseudo-gradients ([TR] eq. 12).
+
+    Euclidean, with the pseudo-gradient :math:`\Delta = x^t - x_i = -u` and drift g:
+    :math:`\hat\Delta = \Delta + \lambda \odot \Delta \odot \Delta \odot g`,
+    :math:`x^{\tau+1} = x^\tau - \text{rate}\,\hat\Delta`. Adaptive :math:`\lambda`
+    (DC-ASGD-a): :math:`\lambda = \lambda_0 / (\sqrt{\text{MS}} + \epsilon)`,
+    :math:`\text{MS} \leftarrow m\,\text{MS} + (1 - m)\,\Delta\odot\Delta`, with
+    :math:`\lambda_0 = 2` ([P] App. B) and m = 0.95; ``adaptive=False`` uses
+    :math:`\lambda = \lambda_0`. On a manifold the diagonal correction acts on the ambient
+    coordinates of the transported update and drift at :math:`x^\tau`, projected back to the
+    tangent space.
+    """
+
+    name = "dcasgd"
+
+    def __init__(
+        self,
+        server_lr: float = 1.0,
+        lambda0: float = 2.0,
+        adaptive: bool = True,
+        momentum: float = 0.95,
+        eps: float = 1e-7,
+        operators: str = "approximate",
+        staleness: Any = "constant",
+    ) -> None:
+        super().__init__(server_lr, operators, staleness)
+        self.lambda0 = check_step_size("lambda0", lambda0, allow_zero=True)
+        self.adaptive = bool(adaptive)
+        if not 0.0 <= momentum < 1.0:
+            raise ParameterError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.momentum = float(momentum)
+        self.eps = float(eps)
+        self._mean_square = None
+
+    def reset(self, manifold, n_clients):
+        self._mean_square = None
+
+    def apply(self, manifold, a):
+        u = self.trusted_update(manifold, a, self.update(manifold, a))
+        drift = -self.operators.lift(manifold, a.current, a.base)  # x^tau - x^t at x^tau
+        pseudo = -u
+        lam = self.lambda0
+        if self.adaptive:
+            sq = pseudo * pseudo
+            ms = self._mean_square
+            ms = (
+                sq * (1.0 - self.momentum)
+                if ms is None
+                else self.momentum * ms + (1.0 - self.momentum) * sq
+            )
+            self._mean_square = ms
+            lam = self.lambda0 / (ops_for(ms).sqrt(ms) + self.eps)
+        corrected = pseudo + lam * pseudo * pseudo * drift
+        return self.step(manifold, a, manifold.to_tangent(a.current, -corrected))
+
+
+class AsyncFedED(AsyncRule):
+    r"""AsyncFedED (Wang et al. 2022): staleness-adaptive server rate and local epochs.
+
+    The staleness ratio :math:`\gamma = \|x^\tau - x^t\| / \|u\|` (geodesic or retraction
+    distance on a manifold), replaced by :math:`\bar\gamma` during the first ``warmup`` server
+    steps ([P] eq. 47); rate :math:`\eta_g w_i / (\gamma + \epsilon)` (their :math:`\lambda` is
+    subsumed by :math:`\eta_g`, [P] App. B), applied to the update at :math:`x^\tau`:
+    :math:`x^{\tau+1} = x^\tau + \text{rate}\; u`. Client i's next number of local epochs is
+    :math:`K_i \leftarrow K_i + \lfloor(\bar\gamma - \gamma)/\kappa\rfloor`, kept in
+    ``[1, max_epochs]``.
+    """
+
+    name = "asyncfeded"
+
+    def __init__(
+        self,
+        server_lr: float = 1.0,
+        gamma_bar: float = 1.0,
+        kappa: float = 1.0,
+        eps: float = 1e-8,
+        warmup: int = 10,
+        initial_epochs: int = 2,
+        max_epochs: int = 20,
+        operators: str = "approximate",
+    ) -> None:
+        super().__init__(server_lr, operators, "constant")
+        self.gamma_bar = check_step_size("gamma_bar", gamma_bar)
+        self.kappa = check_step_size("kappa", kappa)
+        self.eps = check_step_size("eps", eps)
+        self.warmup = int(warmup)
+        self.initial_epochs = int(initial_epochs)
+        self.max_epochs = int(max_epochs)
+        if not 1 <= self.initial_epochs <= self.max_epochs:
+            raise ParameterError("need 1 <= initial_epochs <= max_epochs")
+        self._epochs: list[int] = []
+        self.last_gamma = math.nan
+
+    def reset(self, manifold, n_clients):
+        self._epochs = [self.initial_epochs] * n_clients
+
+    def local_epochs(self, client: int) -> int:
+        """The number of local epochs client ``client`` runs next."""
+        return self._epochs[client] if self._epochs else self.initial_epochs
+
+    def apply(self, manifold, a):
+        u = self.update(manifold, a)
+        drift = self.operators.lift(manifold, a.base, a.current)
+        nu = float(manifold.norm(a.base, u))
+        gamma = float(manifold.norm(a.base, drift)) / nu if nu > 0 else math.inf
+        if a.version < self.warmup:
+            gamma = self.gamma_bar
+        self.last_gamma = gamma
+        if self._epochs:
+            finite = math.isfinite(gamma)
+            change = math.floor((self.gamma_bar - gamma) / self.kappa) if finite else -1
+            k = self._epochs[a.client] + change
+            self._epochs[a.client] = min(max(k, 1), self.max_epochs)
+        if nu == 0:
+            return None
+        rate = self.server_lr * a.weight / (gamma + self.eps)
+        return self.operators.step(manifold, a.current, rate * self.trusted_update(manifold, a, u))
+
+
+class SumBuffer:
+    """A buffer that exposes only the sum of its updates (the secure-aggregation interface).
+
+    ``add(delta, weight)`` accumulates ``weight * delta``; the server reads :meth:`total` and
+    :attr:`count`, never an individual update.
+    """
+
+    def __init__(self) -> None:
+        self._sum: Array | None = None
+        self.count = 0
+
+    def add(self, delta: Array, weight: float = 1.0) -> None:
+        term = delta if weight == 1.0 else weight * delta
+        self._sum = term if self._sum is None else self._sum + term
+        self.count += 1
+
+    def total(self) -> Array:
+        if self._sum is None:
+            raise ParameterError("the buffer is empty")
+        return self._sum
+
+    def clear(self) -> None:
+        self._sum = None
+        self.count = 0
+
+
+class FedBuff(AsyncRule):
+    r"""FedBuff exactly as seed 002 (Algorithms 1-2): a sum-only buffer of K updates.
+
+    Each client sends :math:`\Delta_i = x^t - x_i` (start minus end: along the descent
+    direction); the buffer sums K of them and the server steps
+    :math:`x \leftarrow x - \beta \sum_k \Delta_k` (:math:`\beta = 1/K` by default), reading only
+    the sum. Optional staleness scaling (off by default, faithful to 002):
+    :math:`\Delta \mapsto \Delta/\sqrt{1 + \tau - t}`. On a manifold the sum of ambient
+    differences is stepped in the ambient space and projected, :math:`x \leftarrow P_M(x -
+    \beta\sum\Delta)` (digest-002 A.9), which is single-valued while the step is shorter than
+    the proximal-smoothness radius; a longer step raises :class:`ProjectionError`
+    (``outside_reach="error"``) or is shrunk to half the radius (``"shrink"``).
+    """
+
+    name = "fedbuff"
+
+    def __init__(
+        self,
+        buffer_size: int = 10,
+        server_lr: float | None = None,
+        staleness_scaling: bool = False,
+        outside_reach: str = "error",
+    ) -> None:
+        if int(buffer_size) != buffer_size or buffer_size < 1:
+            raise ParameterError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
+        self.buffer_size = int(buffer_size)
+        super().__init__(1.0 / self.buffer_size if server_lr is None else server_lr)
+        self.staleness_scaling = bool(staleness_scaling)
+        if outside_reach not in ("error", "shrink"):
+            raise ParameterError(
+                f"outside_reach must be 'error' or 'shrink', got {outside_reach!r}"
+            )
+        self.outside_reach = outside_reach
+        self.buffer = SumBuffer()
+
+    def validate(self, manifold):
+        ok, why = manifold.supports("project")
+        if not ok:
+            raise ParameterError(f"FedBuff needs {manifold.name}.project: {why}")
+
+    def reset(self, manifold, n_clients):
+        self.buffer.clear()
+
+    def apply(self, manifold, a):
+        weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0
+        self.buffer.add(a.base - a.local, weight)  # computed client-side in a real deployment
+        if self.buffer.count < self.buffer_size:
+            return None
+        step = self.server_lr * self.buffer.total()
+        self.buffer.clear()
+        reach = manifold.proximal_smoothness
+        if math.isfinite(reach):
+            length = float(np.sqrt(float(ops_for(step).sum(step * step))))
+            if length >= reach:
+                if self.outside_reach == "error":
+                    raise ProjectionError(
+                        f"FedBuff's ambient step has length {length:.3g}, not below the "
+                        f"proximal-smoothness radius {reach:.3g} of {manifold.name}: its "
+                        "projection may not be unique; lower server_lr or use "
+                        "outside_reach='shrink'"
+                    )
+                step = step * (0.5 * reach / length)
+        return manifold.project(a.current - step)

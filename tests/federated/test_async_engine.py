@@ -1,0 +1,172 @@
+"""The discrete-event simulator: special cases, determinism, staleness, memory, timing models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _problems import QuadraticProblem
+
+import riemfl
+from riemfl.errors import ParameterError
+from riemfl.federated.async_engine import AsyncHistory, VersionStore, _Scheduler, run_async
+from riemfl.federated.async_rules import ASGD, FedAsync, FedBuff, OrthoStrict
+from riemfl.federated.local import ProblemTrainer
+from riemfl.federated.timing import ExponentialTime, LogNormalTime, ProportionalTime, TraceTime
+
+
+@pytest.fixture
+def euclid_trainer():
+    problem = QuadraticProblem(riemfl.Euclidean(5, 2), n=4, p=6, seed=2, linear=1.0)
+    return ProblemTrainer(problem, step_size=0.01, local_steps=3)
+
+
+@pytest.fixture
+def stiefel_trainer():
+    return ProblemTrainer(QuadraticProblem(riemfl.Stiefel(6, 2), n=5, p=8, seed=1), 0.02, 3)
+
+
+def test_fedbuff_with_zero_delays_and_k_equal_n_is_fedavg(euclid_trainer):
+    """Equal compute times: every client trains on the same version, once per server step."""
+    tr = euclid_trainer
+    n = tr.n_clients
+    x0 = np.random.default_rng(0).normal(size=(5, 2))
+    h = run_async(tr, FedBuff(buffer_size=n), 6, x0=x0, eval_every=None)
+    x = x0
+    for _ in range(6):
+        x = np.mean([tr.train(i, x, None) for i in range(n)], axis=0)
+    np.testing.assert_allclose(h.final_point, x, atol=1e-12)
+    assert set(h.log["staleness"]) == {0}
+
+
+def test_fedbuff_with_k_one_is_asynchronous_sgd(euclid_trainer):
+    tr = euclid_trainer
+    kw = {"x0": np.ones((5, 2)), "eval_every": None, "timing": ExponentialTime(1.0), "seed": 3}
+    buff = run_async(tr, FedBuff(buffer_size=1, server_lr=0.5), 30, **kw)
+    asgd = run_async(tr, ASGD(server_lr=0.5 * tr.n_clients), 30, weights="uniform", **kw)
+    np.testing.assert_allclose(buff.final_point, asgd.final_point, atol=1e-12)
+    assert max(buff.log["staleness"]) > 0  # the runs really were asynchronous
+
+
+def test_orthostrict_asgd_and_fedasync_coincide_in_a_run(euclid_trainer):
+    kw = {"x0": np.ones((5, 2)), "eval_every": None, "timing": ExponentialTime(1.0), "seed": 1}
+    a = run_async(euclid_trainer, OrthoStrict(alpha=0.0, server_lr=2.0), 25, **kw)
+    b = run_async(euclid_trainer, OrthoStrict(alpha=1.0, server_lr=2.0), 25, **kw)
+    np.testing.assert_allclose(a.final_point, b.final_point, atol=1e-12)
+
+
+def test_runs_are_reproducible_from_the_seed(stiefel_trainer):
+    kw = {"workers": 3, "timing": LogNormalTime(1.0, 0.8)}
+    a = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=5, **kw)
+    b = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=5, **kw)
+    c = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=6, **kw)
+    assert a.log == b.log
+    np.testing.assert_equal(a.metrics, b.metrics)  # NaN (unknown f*) equals NaN
+    np.testing.assert_array_equal(a.final_point, b.final_point)
+    assert a.log["client"] != c.log["client"]
+    stiefel_trainer.manifold.check_point(a.final_point)
+
+
+def test_version_store_holds_only_versions_in_use(stiefel_trainer):
+    for workers in (1, 2, 5):
+        h = run_async(
+            stiefel_trainer, FedAsync(server_lr=3.0), 60, workers=workers,
+            timing=ExponentialTime([0.2, 1.0, 3.0, 5.0, 8.0]), seed=2, eval_every=None,
+        )  # fmt: skip
+        assert h.peak_versions <= workers + 1
+        if workers == 5:
+            assert h.peak_versions > 2  # slow clients really held old versions
+
+
+def test_version_store_unit():
+    store = VersionStore("x0")
+    v0 = store.acquire()
+    store.advance("x1")
+    assert len(store) == 2 and store.get(v0) == "x0"
+    store.release(v0)
+    assert len(store) == 1 and store.model == "x1"
+    store.advance("x2")  # nobody holds version 1
+    assert len(store) == 1 and store.current == 2
+
+
+def test_max_staleness_drops_stale_updates(stiefel_trainer):
+    h = run_async(
+        stiefel_trainer, FedAsync(server_lr=3.0), 60, timing=ExponentialTime([0.1, 0.1, 1, 5, 9]),
+        max_staleness=2, seed=0,
+    )  # fmt: skip
+    applied = np.array(h.log["applied"])
+    staleness = np.array(h.log["staleness"])
+    assert (~applied).sum() == h.metrics["dropped"][-1] > 0
+    assert staleness[applied].max() <= 2 and staleness[~applied].min() > 2
+
+
+def test_theory_mode_uniform_arrivals_with_bounded_staleness(euclid_trainer):
+    h = run_async(euclid_trainer, ASGD(server_lr=1.0), 400, mode="theory", max_staleness=3,
+                  seed=0, eval_every=None)  # fmt: skip
+    assert max(h.log["staleness"]) == 3 and min(h.log["staleness"]) == 0
+    counts = np.bincount(h.log["client"], minlength=euclid_trainer.n_clients)
+    assert counts.min() > 60  # 400 uniform draws over 4 clients
+    assert h.peak_versions <= 4
+    with pytest.raises(ParameterError, match="max_staleness"):
+        run_async(euclid_trainer, ASGD(), 5, mode="theory")
+
+
+def test_paper_scheduler_rank_probabilities():
+    sched = _Scheduler("paper", 2.0, np.random.default_rng(0))
+    picks = []
+    for _ in range(6000):
+        for client, batches in enumerate((1, 2, 3)):  # keys 1, 2, 3: rank = client
+            sched.push(client, 0.0, batches)
+        picks.append(sched.pop())
+        sched._items.clear()
+    freq = np.bincount(picks, minlength=3) / len(picks)
+    np.testing.assert_allclose(freq, [3 / 6, 2 / 6, 1 / 6], atol=0.02)
+
+
+def test_paper_scheduler_runs(stiefel_trainer):
+    h = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 30, workers=2, scheduler="paper")
+    assert h.metrics["step"][-1] == 30
+    assert h.metrics["grad_norm"][-1] < h.metrics["grad_norm"][0]
+
+
+def test_timing_models():
+    rng = np.random.default_rng(0)
+    assert ProportionalTime(speed=2.0).duration(0, 10, 3, rng) == 5.0
+    assert ProportionalTime(slowdown=[1, 3, 1]).duration(1, 4, 3, rng) == 12.0
+    draws = [ExponentialTime([1.0, 4.0]).duration(1, 1, 2, rng) for _ in range(4000)]
+    assert np.mean(draws) == pytest.approx(4.0, rel=0.06)
+    ln = [LogNormalTime(2.0, 0.5).duration(0, 1, 1, rng) for _ in range(4000)]
+    assert np.mean(ln) == pytest.approx(2.0, rel=0.05)
+    trace = TraceTime([[1.0, 2.0], [3.0]])
+    assert [trace.duration(0, 1, 2, rng) for _ in range(3)] == [1.0, 2.0, 1.0]
+    with pytest.raises(ParameterError):
+        ProportionalTime(speed=0)
+    with pytest.raises(ParameterError):
+        ExponentialTime([1.0]).duration(0, 1, 2, rng)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"workers": 0},
+        {"workers": 99},
+        {"mode": "threads"},
+        {"scheduler": "lifo"},
+        {"max_staleness": -1},
+        {"weights": "equal"},
+    ],  # fmt: skip
+)
+def test_bad_arguments(euclid_trainer, kwargs):
+    with pytest.raises(ParameterError):
+        run_async(euclid_trainer, FedAsync(), 3, **kwargs)
+
+
+def test_history_round_trip_and_staleness_stats(tmp_path, stiefel_trainer):
+    h = run_async(stiefel_trainer, FedBuff(buffer_size=2, server_lr=0.5), 10, workers=3,
+                  timing=ExponentialTime(1.0), eval_every=5)  # fmt: skip
+    back = AsyncHistory.from_json(h.to_json(tmp_path / "h.json"))
+    np.testing.assert_equal(back.metrics, h.metrics)
+    assert back.log == h.log
+    assert h.metrics["step"] == [0.0, 5.0, 10.0]
+    assert h.to_csv().splitlines()[0].startswith("step,time,updates,dropped")
+    stats = h.staleness_stats()
+    assert stats["max"] >= stats["mean"] >= 0
