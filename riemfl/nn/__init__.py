@@ -1,0 +1,44 @@
+"""Neural-network clients for the asynchronous experiments (needs torch: ``riemfl[torch]``).
+
+* :class:`SmallCNN`, :class:`MLP`: small models for the offline stand-ins;
+* :func:`flatten_parameters`, :func:`load_flat_parameters`, :func:`n_parameters`: the flat
+  parameter vectors the algorithms exchange (order ``module.parameters()``, buffers excluded);
+* :class:`TorchClientTrainer`: local Adam on the FedProx objective, the protocol the
+  asynchronous simulator calls (``n_clients``, ``n_samples``, ``num_batches``, ``train``,
+  ``evaluate``, ``per_client_accuracy``);
+* :func:`digits_clients`: the offline default data (scikit-learn digits, Dirichlet clients);
+* :func:`binary_auroc`, :func:`average_precision`, :func:`macro_auroc_auprc`: numpy metrics.
+"""
+
+from ..errors import MissingDependencyError
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - torch is installed in the test environment
+    raise MissingDependencyError(
+        "riemfl.nn needs torch; install the 'riemfl[torch]' extra (pip install 'riemfl[torch]')"
+    ) from exc
+
+from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters
+from .trainer import (
+    LOSSES,
+    TorchClientTrainer,
+    average_precision,
+    binary_auroc,
+    digits_clients,
+    macro_auroc_auprc,
+)
+
+__all__ = [
+    "SmallCNN",
+    "MLP",
+    "flatten_parameters",
+    "load_flat_parameters",
+    "n_parameters",
+    "TorchClientTrainer",
+    "digits_clients",
+    "binary_auroc",
+    "average_precision",
+    "macro_auroc_auprc",
+    "LOSSES",
+]

@@ -1,0 +1,210 @@
+r"""Small torch models for the offline stand-ins, and the flat-vector view of their parameters.
+
+The asynchronous algorithms work on flat parameter vectors :math:`\Theta \in \mathbb{R}^D`
+(digest section 2.1: the Euclidean parameter space :math:`\mathbb{R}^\Theta`);
+:func:`flatten_parameters` and :func:`load_flat_parameters` convert between a
+:class:`torch.nn.Module` and such a vector.
+
+**Order and content of the flat vector.** The entries are the tensors of
+``module.parameters()``, in that order (registration order, shared parameters once), each
+flattened row-major (``tensor.reshape(-1)``) and concatenated. Buffers (batch-norm running
+statistics and the like) are **not** included: they are not trained by the optimiser and are not
+exchanged; a model with buffers keeps its own.
+
+Models
+------
+* :class:`SmallCNN` -- the FEMNIST stand-in: "a simple 2-conv, 2-dense CNN" with ReLU ([P]
+  App. B; the exact layer sizes are only in a figure, digest 5.2 item E2, so the sizes here are
+  a choice) for 8 x 8 digits (or any square single-channel image size divisible by 4).
+* :class:`MLP` -- fully connected layers with ReLU between them, for quick runs and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import ParameterError, ShapeError
+
+__all__ = ["SmallCNN", "MLP", "flatten_parameters", "load_flat_parameters", "n_parameters"]
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ParameterError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+class SmallCNN(nn.Module):
+    """Two 3 x 3 convolutions with max-pooling, then two dense layers (ReLU throughout).
+
+    Layers, for an input of shape (n, in_channels, s, s) with s divisible by 4::
+
+        conv3x3(in_channels -> c1, pad 1) - ReLU - maxpool 2      -> (n, c1, s/2, s/2)
+        conv3x3(c1 -> c2, pad 1)          - ReLU - maxpool 2      -> (n, c2, s/4, s/4)
+        flatten - linear(c2 (s/4)^2 -> hidden) - ReLU - linear(hidden -> n_classes)
+
+    The output is the logits (no softmax). With the defaults and s = 8 (scikit-learn's digits,
+    the offline FEMNIST stand-in) the model has 13,706 parameters; s = 28 (FEMNIST itself) and
+    ``n_classes=62`` give the LEAF FEMNIST shape.
+
+    Parameters
+    ----------
+    n_classes : int, default 10
+    in_channels : int, default 1
+    image_size : int, default 8
+        Side s of the square input, a multiple of 4.
+    channels : (int, int), default (16, 32)
+        c1, c2.
+    hidden : int, default 64
+
+    Notes
+    -----
+    :meth:`forward` also accepts flat rows of shape (n, in_channels s^2), reshaped row-major
+    (the layout of :func:`riemfl.problems.load_digits`).
+    """
+
+    def __init__(
+        self,
+        n_classes: int = 10,
+        in_channels: int = 1,
+        image_size: int = 8,
+        channels: tuple[int, int] = (16, 32),
+        hidden: int = 64,
+    ) -> None:
+        super().__init__()
+        n_classes = _positive_int(n_classes, "SmallCNN: n_classes")
+        self.in_channels = _positive_int(in_channels, "SmallCNN: in_channels")
+        self.image_size = _positive_int(image_size, "SmallCNN: image_size")
+        if self.image_size % 4:
+            raise ParameterError(f"SmallCNN: image_size must be a multiple of 4, got {image_size}")
+        if len(channels) != 2:
+            raise ParameterError(f"SmallCNN: channels must be two ints, got {channels!r}")
+        c1, c2 = (_positive_int(c, "SmallCNN: channels") for c in channels)
+        hidden = _positive_int(hidden, "SmallCNN: hidden")
+        side = self.image_size // 4
+        self.features = nn.Sequential(
+            nn.Conv2d(self.in_channels, c1, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(c2 * side * side, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, n_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, c = self.image_size, self.in_channels
+        if x.ndim == 2 and x.shape[1] == c * s * s:
+            x = x.reshape(-1, c, s, s)
+        if x.ndim != 4 or tuple(x.shape[1:]) != (c, s, s):
+            raise ShapeError(
+                f"SmallCNN expects input of shape (n, {c}, {s}, {s}) or (n, {c * s * s}), "
+                f"got {tuple(x.shape)}"
+            )
+        return self.classifier(self.features(x))
+
+
+class MLP(nn.Module):
+    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]``, ReLU in between.
+
+    No activation after the last layer (it outputs logits). The input is flattened from the
+    second dimension on, so (n, 1, 8, 8) digits and (n, 64) rows both work with
+    ``sizes[0] = 64``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        At least two layer widths, each >= 1.
+    """
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        super().__init__()
+        sizes = list(sizes)
+        if len(sizes) < 2:
+            raise ParameterError(f"MLP: sizes needs at least two widths, got {sizes!r}")
+        sizes = [_positive_int(s, "MLP: every size") for s in sizes]
+        layers: list[nn.Module] = []
+        for j, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            if j:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(a, b))
+        self.net = nn.Sequential(*layers)
+        self.sizes = tuple(sizes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        if x.shape[1] != self.sizes[0]:
+            raise ShapeError(
+                f"MLP expects {self.sizes[0]} input features per row, got {x.shape[1]} "
+                f"(input shape {tuple(x.shape)})"
+            )
+        return self.net(x)
+
+
+def n_parameters(module: nn.Module) -> int:
+    """D, the length of the flat parameter vector of ``module``."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def flatten_parameters(module: nn.Module) -> torch.Tensor:
+    """The parameters of ``module`` as one flat tensor (a detached copy).
+
+    Order: ``module.parameters()``, each tensor flattened row-major; buffers excluded (see the
+    module docstring). The dtype and device are those of the parameters (float32 for a default
+    torch model); all parameters must share them.
+
+    Returns
+    -------
+    torch.Tensor, shape (D,)
+    """
+    params = list(module.parameters())
+    if not params:
+        return torch.zeros(0)
+    with torch.no_grad():
+        return torch.cat([p.detach().reshape(-1) for p in params]).clone()
+
+
+def load_flat_parameters(module: nn.Module, flat: torch.Tensor | np.ndarray) -> None:
+    """Copy a flat vector into the parameters of ``module``, in place (inverse of flatten).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    flat : torch.Tensor or numpy.ndarray, shape (D,)
+        In the order of :func:`flatten_parameters`; cast to each parameter's dtype and device
+        (a float64 vector loaded into a float32 model is rounded to float32).
+
+    Raises
+    ------
+    ShapeError
+        When ``flat`` is not 1-D of length D = :func:`n_parameters` (``module``).
+    """
+    if isinstance(flat, np.ndarray):
+        flat = torch.from_numpy(flat)
+    elif not isinstance(flat, torch.Tensor):
+        raise ShapeError(
+            f"load_flat_parameters: flat must be a torch tensor or numpy array, got "
+            f"{type(flat).__name__}"
+        )
+    d = n_parameters(module)
+    if flat.ndim != 1 or flat.shape[0] != d:
+        raise ShapeError(
+            f"load_flat_parameters: flat has shape {tuple(flat.shape)}; the module has D = {d} "
+            f"parameters, so expected ({d},)"
+        )
+    offset = 0
+    with torch.no_grad():
+        for p in module.parameters():
+            k = p.numel()
+            p.copy_(flat[offset : offset + k].reshape(p.shape))
+            offset += k
