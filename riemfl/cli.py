@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import RiemflError
+from .errors import ParameterError, RiemflError
 from .manifolds import Euclidean, Grassmann, Lorentz, Manifold, Product, Sphere, Stiefel
 
 __all__ = ["main", "describe", "EXAMPLES"]
@@ -102,13 +102,29 @@ def _manifolds(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .experiments.registry import PROBLEMS, build_algorithm, build_problem
+    from .experiments.registry import (
+        ALGORITHM_NAMES,
+        ASYNC_RULE_NAMES,
+        PROBLEMS,
+        build_algorithm,
+        build_problem,
+    )
     from .federated import run_sync
 
     problem = build_problem(
         args.problem, clients=args.clients, k=args.k, seed=args.seed, data=args.data
     )
     step = args.step if args.step is not None else PROBLEMS[args.problem].default_step(problem)
+    sync = args.algorithm in ALGORITHM_NAMES
+    if (args.engine == "sync") != sync:
+        names = ALGORITHM_NAMES if args.engine == "sync" else ASYNC_RULE_NAMES
+        raise ParameterError(
+            f"--engine {args.engine} runs the algorithms {', '.join(names)}; got {args.algorithm}"
+        )
+    if not sync:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return _run_async(args, problem, step, out)
     algorithm = build_algorithm(
         args.algorithm,
         step_size=step,
@@ -146,6 +162,57 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int:
+    from .experiments.registry import build_async_rule
+    from .federated import (
+        ExponentialTime,
+        LogNormalTime,
+        ProblemTrainer,
+        ProportionalTime,
+        run_async,
+    )
+
+    timing = {
+        "proportional": ProportionalTime(),
+        "exponential": ExponentialTime(1.0),
+        "lognormal": LogNormalTime(1.0, 0.8),
+    }[args.timing]
+    rule = build_async_rule(
+        args.algorithm,
+        server_lr=args.server_lr,
+        buffer_size=args.buffer_size,
+        operators=args.operators,
+        staleness=args.staleness,
+    )
+    trainer = ProblemTrainer(problem, step, args.local_steps, args.batch_size)
+    history = run_async(
+        trainer,
+        rule,
+        args.rounds,
+        workers=args.workers,
+        timing=timing,
+        seed=args.seed,
+        scheduler=args.scheduler,
+        max_staleness=args.max_staleness,
+        eval_every=args.eval_every,
+        progress=not args.no_progress,
+    )
+    history.config["problem"] = problem.describe()
+    history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
+    history.to_json(out / "history.json")
+    history.to_csv(out / "history.csv")
+    history.plot(out / "history.png", y=("grad_norm", "optimality_gap"))
+    g = history.metrics["grad_norm"]
+    stats = history.staleness_stats()
+    print(
+        f"{rule.name} (async) on {problem.name}: {int(history.metrics['step'][-1])} server steps, "
+        f"{len(history.log['client'])} client updates, |grad f| {g[0]:.3e} -> {g[-1]:.3e}, "
+        f"staleness mean {stats['mean']:.2f} max {stats['max']:.0f}; wrote {out}/history.json, "
+        "history.csv, history.png"
+    )
+    return 0
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from .experiments import zhang2024
 
@@ -163,7 +230,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``riemfl`` command."""
-    from .experiments.registry import ALGORITHM_NAMES, PROBLEMS
+    from .experiments.registry import ALGORITHM_NAMES, ASYNC_RULE_NAMES, PROBLEMS
 
     parser = argparse.ArgumentParser(prog="riemfl", description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH", help="(manifolds) also write the table as JSON")
@@ -176,8 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="one federated run on a named problem")
     r.add_argument("problem", choices=sorted(PROBLEMS))
-    r.add_argument("--algorithm", required=True, choices=ALGORITHM_NAMES)
-    r.add_argument("--rounds", type=int, default=200, help="communication rounds R")
+    r.add_argument("--algorithm", required=True, choices=ALGORITHM_NAMES + ASYNC_RULE_NAMES)
+    r.add_argument("--engine", choices=("sync", "async"), default="sync")
+    r.add_argument(
+        "--rounds", type=int, default=200, help="communication rounds R (async: server steps)"
+    )
     r.add_argument("--local-steps", type=int, default=10, help="tau")
     r.add_argument("--step", type=float, default=None, help="eta (default: the paper's)")
     r.add_argument("--global-step", type=float, default=1.0, help="eta_g (RFedProj)")
@@ -195,6 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every", type=int, default=0, help="checkpoint every k rounds (0: never)"
     )
     r.add_argument("--no-progress", action="store_true")
+    a = r.add_argument_group("asynchronous engine (--engine async)")
+    a.add_argument("--workers", type=int, default=None, help="clients training at once")
+    a.add_argument(
+        "--timing", choices=("proportional", "exponential", "lognormal"), default="exponential"
+    )
+    a.add_argument("--scheduler", choices=("fifo", "paper"), default="fifo")
+    a.add_argument("--server-lr", type=float, default=None, help="eta_g (FedBuff: beta)")
+    a.add_argument("--buffer-size", type=int, default=10, help="FedBuff's K")
+    a.add_argument("--staleness", choices=("constant", "polynomial", "hinge"), default="constant")
+    a.add_argument("--max-staleness", type=int, default=None, help="drop staler updates")
+    a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
     p.add_argument("paper", choices=("zhang2024",))

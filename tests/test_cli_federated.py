@@ -75,6 +75,28 @@ def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
         _run(tmp_path, "no-such-problem", "--algorithm", "rfedproj")
 
 
+@pytest.mark.parametrize("rule", ["fedasync", "fedbuff", "fedortho", "dcasgd", "asyncfeded"])
+def test_run_async_engine(tmp_path, capsys, rule):
+    code = _run(
+        tmp_path, "kpca-synthetic", "--algorithm", rule, "--engine", "async", "--rounds", "8",
+        "--workers", "5", "--buffer-size", "3", "--eval-every", "4", "--server-lr", "0.1",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "history.json").read_text())
+    assert data["config"]["rule"]["name"] == rule and data["config"]["workers"] == 5
+    assert data["metrics"]["step"] == [0.0, 4.0, 8.0]
+    assert len(data["log"]["client"]) >= 8
+    assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"{rule} (async) on kpca-synthetic: 8 server steps" in capsys.readouterr().out
+
+
+def test_run_engine_and_algorithm_must_match(tmp_path, capsys):
+    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedbuff", "--rounds", "2") == 2
+    assert "--engine sync runs the algorithms" in capsys.readouterr().err
+    code = _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--engine", "async")
+    assert code == 2
+
+
 def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     out = tmp_path / "zhang"
     code = main(

@@ -13,10 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ParameterError
-from ..federated import RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
+from ..federated import AsyncRule, RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
 from ..problems import FederatedProblem, KPCAProblem, LRMCProblem
 
-__all__ = ["PROBLEMS", "ALGORITHM_NAMES", "ProblemEntry", "build_problem", "build_algorithm"]
+__all__ = [
+    "PROBLEMS",
+    "ALGORITHM_NAMES",
+    "ASYNC_RULE_NAMES",
+    "ProblemEntry",
+    "build_problem",
+    "build_algorithm",
+    "build_async_rule",
+]
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,12 @@ PROBLEMS: dict[str, ProblemEntry] = {
 
 ALGORITHM_NAMES = ("rfedproj", "rfedavg", "rfedprox", "rfedsvrg")
 
+#: asynchronous server rules (``riemfl run ... --engine async``)
+ASYNC_RULE_NAMES = (
+    "fedasync", "asgd", "fedbuff", "dcasgd", "asyncfeded", "fedortho", "fedgs", "orthograd",
+    "orthopos", "orthostrict",
+)  # fmt: skip
+
 
 def build_problem(
     name: str, *, clients: int | None = None, k: int | None = None, seed: int = 0, data: Any = None
@@ -96,3 +110,35 @@ def build_algorithm(
     if name == "rfedsvrg":
         return RFedSVRG(step_size, local_steps, operators)
     raise ParameterError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHM_NAMES)}")
+
+
+def build_async_rule(
+    name: str,
+    *,
+    server_lr: float | None = None,
+    buffer_size: int = 10,
+    operators: str = "approximate",
+    staleness: str = "constant",
+) -> AsyncRule:
+    """The asynchronous server rule called ``name`` (one of :data:`ASYNC_RULE_NAMES`).
+
+    ``server_lr`` None means the rule's default: eta_g = 1, and beta = 1/K for FedBuff.
+    """
+    from ..federated import async_rules as ar
+
+    common = {"server_lr": 1.0 if server_lr is None else server_lr, "operators": operators}
+    makers: dict[str, Callable[[], AsyncRule]] = {
+        "fedasync": lambda: ar.FedAsync(staleness=staleness, **common),
+        "asgd": lambda: ar.ASGD(staleness=staleness, **common),
+        "fedbuff": lambda: ar.FedBuff(buffer_size, server_lr),
+        "dcasgd": lambda: ar.DCASGD(**common),
+        "asyncfeded": lambda: ar.AsyncFedED(**common),
+        "fedortho": lambda: ar.FedOrtho(**common),
+        "fedgs": lambda: ar.FedGS(**common),
+        "orthograd": lambda: ar.OrthoGrad(**common),
+        "orthopos": lambda: ar.OrthoPos(**common),
+        "orthostrict": lambda: ar.OrthoStrict(**common),
+    }
+    if name not in makers:
+        raise ParameterError(f"unknown async rule {name!r}; expected one of {list(makers)}")
+    return makers[name]()

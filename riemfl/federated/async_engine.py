@@ -152,6 +152,41 @@ class AsyncHistory:
             Path(path).write_text(text)
         return text
 
+    def plot(
+        self,
+        path: str | Path | None = None,
+        *,
+        y: tuple[str, ...] = ("grad_norm",),
+        x: tuple[str, ...] = ("step", "time"),
+    ):
+        """Plot metric columns ``y`` (log scale) against ``x`` (server step, virtual time)."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        ys = [k for k in y if k in self.metrics]
+        if not ys:
+            raise ParameterError(f"no metric among {y}; recorded: {sorted(self.metrics)}")
+        fig, axes = plt.subplots(len(ys), len(x), figsize=(4.2 * len(x), 3.2 * len(ys)),
+                                 squeeze=False)  # fmt: skip
+        label = str(self.config.get("rule", {}).get("name", "run"))
+        for r, ykey in enumerate(ys):
+            for c, xkey in enumerate(x):
+                pts = [(a, b) for a, b in zip(self.metrics[xkey], self.metrics[ykey], strict=True)
+                       if b == b and b > 0]  # fmt: skip
+                if pts:
+                    axes[r][c].semilogy(*zip(*pts, strict=True), label=label)
+                axes[r][c].set_xlabel(xkey)
+                axes[r][c].set_ylabel(ykey)
+                axes[r][c].grid(True, which="both", alpha=0.3)
+        axes[0][0].legend()
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+        return fig
+
 
 def _jf(v: float) -> Any:
     return v if math.isfinite(v) else str(v)
