@@ -214,6 +214,15 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    if args.paper == "licudi2025-baselines":
+        from .experiments import licudi2025
+
+        out = args.out or (
+            "results/licudi2025-baselines-quick" if args.quick else "results/licudi2025-baselines"
+        )
+        print(licudi2025.reproduce(out, quick=args.quick, progress=not args.no_progress))
+        print(f"report: {out}/report.md")
+        return 0
     from .experiments import zhang2024
 
     out = args.out or ("results/zhang2024-quick" if args.quick else "results/zhang2024")
@@ -278,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
-    p.add_argument("paper", choices=("zhang2024",))
+    p.add_argument("paper", choices=("zhang2024", "licudi2025-baselines"))
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument("--data", default=None, help="MNIST idx/npz file (default: digits)")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
+from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
 from .async_rules import Arrival, AsyncRule
 from .timing import ProportionalTime, TimingModel
@@ -262,9 +263,11 @@ def run_async(
     Parameters
     ----------
     trainer
-        Local training (:class:`~riemfl.federated.local.ProblemTrainer`, a torch trainer, or
-        any object with the trainer protocol of :mod:`riemfl.federated.local`); its
-        ``manifold`` attribute (default Euclidean-like arrays) is the model space.
+        Local training (:class:`~riemfl.federated.local.ProblemTrainer`,
+        :class:`riemfl.nn.TorchClientTrainer`, or any object with the trainer protocol of
+        :mod:`riemfl.federated.local`). Its ``manifold`` attribute is the model space; without
+        one the model is a flat vector in Euclidean space (``x0``, or the trainer's
+        ``initial_parameters(seed)``).
     rule : AsyncRule
         The server rule (FedAsync, FedBuff, ...).
     server_steps : int
@@ -291,8 +294,15 @@ def run_async(
     """
     n = trainer.n_clients
     manifold = getattr(trainer, "manifold", None)
-    if manifold is None:
-        raise ParameterError("the trainer needs a `manifold` attribute (the model space)")
+    if manifold is None:  # a flat parameter vector (e.g. a torch model): Euclidean space
+        if x0 is None and hasattr(trainer, "initial_parameters"):
+            x0 = trainer.initial_parameters(seed)
+        if x0 is None:
+            raise ParameterError(
+                "the trainer has no `manifold` attribute and no x0 was given: pass x0 (a flat "
+                "parameter vector) or give the trainer a manifold"
+            )
+        manifold = Euclidean(*np.shape(x0))
     rule.validate(manifold)
     if int(server_steps) != server_steps or server_steps < 0:
         raise ParameterError(f"server_steps must be an integer >= 0, got {server_steps!r}")

@@ -132,7 +132,9 @@ def test_dcasgd_constant_and_adaptive_lambda():
 
 
 def test_asyncfeded_rate_epochs_and_warmup():
-    rule = AsyncFedED(server_lr=1.0, gamma_bar=1.0, kappa=0.5, warmup=10, initial_epochs=3)
+    rule = AsyncFedED(
+        server_lr=1.0, gamma_bar=1.0, kappa=0.5, warmup=10, initial_epochs=3, eps=1e-8
+    )
     rule.reset(E, 4)
     a = _arrival(version=20, client=2)
     u, d = a.local - a.base, a.current - a.base
