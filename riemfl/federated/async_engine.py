@@ -14,8 +14,10 @@ Design (after FLSim's event loop, anchors.md section 4.2):
   :class:`VersionStore`); the local training runs at the end event, from that version, with the
   client's own random generator, so results are exact and reproducible.
 * **Scheduling.** ``"fifo"`` (arrival order) or ``"paper"``: the seeds' scheduler (digest-000-001
-  section 3.4): queued clients are ranked by ``num_batches + k * (time queued)``, and a free
-  worker takes rank i (0 = front) with probability :math:`(N - i)/\sum_{j=1}^{N} j`.
+  section 3.4): queued clients are ranked by ``num_batches + k * t_push`` (t_push: the virtual
+  time the client joined the queue; key / k is its completion time at k batches per time unit,
+  so pair it with ``ProportionalTime(speed=k)``), and a free worker takes rank i (0 = front)
+  with probability :math:`(N - i)/\sum_{j=1}^{N} j`.
 * **Theory mode** (seed 002, Assumption 1): no clock; each arrival is a client drawn uniformly
   from [n] whose base version is drawn uniformly among the last ``max_staleness + 1`` versions.
 * **Staleness.** Recorded per update (server steps since the client's version); with
@@ -423,7 +425,8 @@ def run_async(
                     stepped = arrive(client, version, store.get(version), now)
                     del holding[client]
                     store.release(version)
-                    queue.push(client, now, trainer.num_batches(client))
+                    next_epochs = epochs_of(client) if epochs_of is not None else None
+                    queue.push(client, now, trainer.num_batches(client, next_epochs))
                     if stepped:
                         after_step(now)
                 dispatch()

@@ -209,8 +209,10 @@ class OrthoCorrect(AsyncRule):
     otherwise the base rule applies, interpolating between trusting the update
     (:math:`\alpha = 0`, ASGD) and trusting the position (:math:`\alpha = 1`, FedAsync):
     direction :math:`(1 - \alpha)\,\Gamma u + \alpha\, R^{-1}_{x^\tau}(x_i)`, which on
-    Euclidean space is [TR] eq. 15's :math:`u - \alpha g`. Zero drift or a zero update skips
-    the projection. Named settings: OrthoGrad (:math:`\alpha = \vartheta = 0`), OrthoPos
+    Euclidean space is [TR] eq. 15's :math:`u - \alpha g`. Zero drift skips the projection; a
+    zero update counts as orthogonal to the drift (cosine 0), so for :math:`\vartheta \ge 0`
+    it is projected to itself and the model does not move ([P]: :math:`\pi(\cdot,\cdot,0) =
+    0`). Named settings: OrthoGrad (:math:`\alpha = \vartheta = 0`), OrthoPos
     (:math:`\alpha = 1, \vartheta = 0`), OrthoStrict (:math:`\vartheta = 1`: always orthogonal,
     so ASGD and FedAsync coincide).
     """
@@ -243,9 +245,11 @@ class OrthoCorrect(AsyncRule):
         g = self.operators.lift(manifold, a.base, a.current)
         uu = float(manifold.inner(a.base, u, u))
         gg = float(manifold.inner(a.base, g, g))
-        if uu > 0 and gg > 0:
-            ug = float(manifold.inner(a.base, u, g))
-            if ug / math.sqrt(uu * gg) <= vartheta:
+        if gg > 0:
+            ug = float(manifold.inner(a.base, u, g)) if uu > 0 else 0.0
+            # the zero update is orthogonal to the drift (cos = 0): with vartheta >= 0 it is
+            # "corrected" to itself, so the server does not move, as [P]'s pi(., ., 0) = 0
+            if (ug / math.sqrt(uu * gg) if uu > 0 else 0.0) <= vartheta:
                 self.projections += 1
                 corrected = u - (ug / gg) * g
                 return self.step(manifold, a, self.trusted_update(manifold, a, corrected))
@@ -398,9 +402,10 @@ class AsyncFedED(AsyncRule):
     r"""AsyncFedED (Wang et al. 2022): staleness-adaptive server rate and local epochs.
 
     The staleness ratio :math:`\gamma = \|x^\tau - x^t\| / \|u\|` (geodesic or retraction
-    distance on a manifold), replaced by :math:`\bar\gamma` during the first ``warmup`` server
-    steps ([P] eq. 47); rate :math:`\eta_g w_i / (\gamma + \epsilon)` (their :math:`\lambda` is
-    subsumed by :math:`\eta_g`, [P] App. B), applied to the update at :math:`x^\tau`:
+    distance on a manifold), replaced by :math:`\bar\gamma` while the server version is at most
+    ``warmup`` ([P] eq. 47: :math:`\tilde\gamma = \gamma` only for t > 10); rate
+    :math:`\eta_g w_i / (\gamma + \epsilon)` (their :math:`\lambda` is subsumed by
+    :math:`\eta_g`, [P] App. B), applied to the update at :math:`x^\tau`:
     :math:`x^{\tau+1} = x^\tau + \text{rate}\; u`. Client i's next number of local epochs is
     :math:`K_i \leftarrow K_i + \lfloor(\bar\gamma - \gamma)/\kappa\rfloor`, kept in
     ``[1, max_epochs]``.
@@ -448,7 +453,7 @@ class AsyncFedED(AsyncRule):
         drift = self.operators.lift(manifold, a.base, a.current)
         nu = float(manifold.norm(a.base, u))
         gamma = float(manifold.norm(a.base, drift)) / nu if nu > 0 else math.inf
-        if a.version < self.warmup:
+        if a.version <= self.warmup:  # [P] eq. 47: gamma-tilde = gamma only for t > 10
             gamma = self.gamma_bar
         self.last_gamma = gamma
         if self._epochs:

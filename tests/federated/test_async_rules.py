@@ -213,3 +213,26 @@ def test_rules_keep_a_stiefel_model_on_the_manifold(rule):
     local = S.retract(base, 0.1 * S.random_tangent(base, rng=rng))
     rule.reset(S, 3)
     S.check_point(rule.apply(S, Arrival(0, base, local, current, 2, 0.3, 20)))
+
+
+def test_a_zero_update_against_a_drift_does_not_move_the_model():
+    """[P]: pi(., ., 0) = 0 -- the zero update is orthogonal to any drift."""
+    base, current = np.zeros(4), np.eye(4)[0]
+    a = Arrival(0, base, base.copy(), current, 1, 0.5, 5)
+    for rule in (OrthoStrict(alpha=0.0), OrthoStrict(alpha=1.0), FedOrtho(), FedGS()):
+        np.testing.assert_array_equal(rule.apply(E, a), current)
+    # below vartheta = 0 the base rule applies: FedAsync's pull back towards x_i = x^t
+    np.testing.assert_allclose(OrthoCorrect(1.0, -0.5).apply(E, a), 0.5 * current)
+
+
+def test_asyncfeded_warmup_includes_version_ten():
+    rule = AsyncFedED(server_lr=1.0, gamma_bar=1.0, warmup=10, eps=1e-8)
+    rule.reset(E, 3)
+    at_ten = _arrival(version=10)
+    u = at_ten.local - at_ten.base
+    np.testing.assert_allclose(
+        rule.apply(E, at_ten), at_ten.current + at_ten.weight / (1.0 + 1e-8) * u
+    )
+    assert rule.last_gamma == 1.0
+    rule.apply(E, _arrival(version=11))
+    assert rule.last_gamma != 1.0
