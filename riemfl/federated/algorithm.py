@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
+from ._serialise import describe_parameters
 
 Array = Any
 State = dict[str, Any]
@@ -213,12 +214,4 @@ class SyncAlgorithm(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready parameters (for histories and checkpoint compatibility checks)."""
-        out: dict[str, Any] = {"name": self.name}
-        for key, value in vars(self).items():
-            if key.startswith("_"):
-                continue
-            if isinstance(value, Operators):
-                value = value.kind
-            if isinstance(value, int | float | str | bool) or value is None:
-                out[key] = value
-        return out
+        return describe_parameters(self)

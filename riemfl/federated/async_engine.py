@@ -28,7 +28,6 @@ Design (after FLSim's event loop, anchors.md section 4.2):
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
+from ._serialise import dump_json, json_float, load_json
 from .async_rules import Arrival, AsyncRule
 from .timing import ProportionalTime, TimingModel
 
@@ -124,24 +124,18 @@ class AsyncHistory:
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
-            "metrics": {k: [_jf(v) for v in vs] for k, vs in self.metrics.items()},
+            "metrics": {k: [json_float(v) for v in vs] for k, vs in self.metrics.items()},
             "log": self.log,
             "peak_versions": self.peak_versions,
             "staleness": self.staleness_stats(),
         }
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, default=_json_default)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_json(cls, source: str | Path) -> AsyncHistory:
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            text = Path(source).read_text()
-        data = json.loads(text)
+        data = load_json(source)
         metrics = {k: [float(v) for v in vs] for k, vs in data["metrics"].items()}
         return cls(data["config"], metrics, data["log"], data.get("peak_versions", 1))
 
@@ -189,16 +183,6 @@ class AsyncHistory:
             fig.savefig(path, dpi=110)
             plt.close(fig)
         return fig
-
-
-def _jf(v: float) -> Any:
-    return v if math.isfinite(v) else str(v)
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 # --------------------------------------------------------------------------------------- engine

@@ -35,6 +35,7 @@ import numpy as np
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
+from ._serialise import describe_parameters
 from .algorithm import Operators, check_step_size
 
 Array = Any
@@ -158,15 +159,8 @@ class AsyncRule(abc.ABC):
         return self.operators.step(m, a.current, self.rate(a) * direction)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
-        for key, value in vars(self).items():
-            if key.startswith("_"):
-                continue
-            if isinstance(value, Operators):
-                value = value.kind
-            if isinstance(value, int | float | str | bool) or value is None:
-                out[key] = value
-        return out
+        """JSON-ready parameters (for histories and checkpoint compatibility checks)."""
+        return describe_parameters(self)
 
 
 class FedAsync(AsyncRule):

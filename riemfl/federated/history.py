@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
+from ._serialise import dump_json, from_json_float, json_float, load_json
 
 __all__ = ["History", "METRICS"]
 
@@ -49,19 +48,6 @@ def _column_equal(a: list[Any], b: list[Any]) -> bool:
     if len(a) != len(b):
         return False
     return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
-
-
-def _json_float(v: Any) -> Any:
-    """NaN/inf are not JSON: write them as strings that :func:`_from_json_float` reads back."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
-def _from_json_float(v: Any) -> Any:
-    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-        return float(v)
-    return v
 
 
 @dataclass(eq=False)
@@ -136,7 +122,7 @@ class History:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"config": self.config}
         for key in METRICS:
-            out[key] = [_json_float(v) for v in getattr(self, key)]
+            out[key] = [json_float(v) for v in getattr(self, key)]
         out["warnings"] = self.warnings
         return out
 
@@ -144,7 +130,7 @@ class History:
     def from_dict(cls, data: dict[str, Any]) -> History:
         kwargs: dict[str, Any] = {"config": dict(data.get("config", {}))}
         for key in METRICS:
-            kwargs[key] = [_from_json_float(v) for v in data.get(key, [])]
+            kwargs[key] = [from_json_float(v) for v in data.get(key, [])]
         kwargs["warnings"] = list(data.get("warnings", []))
         lengths = {len(kwargs[key]) for key in METRICS}
         if len(lengths) > 1:
@@ -153,18 +139,12 @@ class History:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The history as JSON text; also written to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=1, default=_json_default)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_json(cls, source: str | Path) -> History:
         """Read a history from JSON text or from a file path."""
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            text = Path(source).read_text()
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(load_json(source))
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """The per-round columns as CSV text (header = :data:`METRICS`)."""
@@ -230,12 +210,3 @@ class History:
     def label(self) -> str:
         algo = self.config.get("algorithm", {})
         return str(algo.get("name", "run")) if isinstance(algo, dict) else str(algo)
-
-
-def _json_default(obj: Any) -> Any:
-    """numpy scalars and arrays in configs become plain JSON values."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "item"):
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
