@@ -194,6 +194,7 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
         seed=args.seed,
         scheduler=args.scheduler,
         max_staleness=args.max_staleness,
+        staleness_policy=args.staleness_policy,
         eval_every=args.eval_every,
         progress=not args.no_progress,
     )
@@ -283,7 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--server-lr", type=float, default=None, help="eta_g (FedBuff: beta)")
     a.add_argument("--buffer-size", type=int, default=10, help="FedBuff's K")
     a.add_argument("--staleness", choices=("constant", "polynomial", "hinge"), default="constant")
-    a.add_argument("--max-staleness", type=int, default=None, help="drop staler updates")
+    a.add_argument("--max-staleness", type=int, default=None, help="the staleness bound tau")
+    a.add_argument(
+        "--staleness-policy", choices=("drop", "block"), default="drop",
+        help="enforce --max-staleness by dropping staler updates or by making fast clients wait",
+    )  # fmt: skip
     a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")

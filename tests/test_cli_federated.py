@@ -90,6 +90,20 @@ def test_run_async_engine(tmp_path, capsys, rule):
     assert f"{rule} (async) on kpca-synthetic: 8 server steps" in capsys.readouterr().out
 
 
+def test_run_async_with_a_blocking_staleness_bound(tmp_path, capsys):
+    code = _run(
+        tmp_path, "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async", "--rounds",
+        "12", "--workers", "4", "--max-staleness", "1", "--staleness-policy", "block",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "history.json").read_text())
+    assert data["config"]["staleness_policy"] == "block" and data["config"]["max_staleness"] == 1
+    assert max(data["log"]["staleness"]) <= 1 and all(data["log"]["applied"])
+    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async",
+                "--staleness-policy", "block") == 2  # fmt: skip
+    assert "needs mode='events' and a max_staleness" in capsys.readouterr().err
+
+
 def test_run_engine_and_algorithm_must_match(tmp_path, capsys):
     assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedbuff", "--rounds", "2") == 2
     assert "--engine sync runs the algorithms" in capsys.readouterr().err

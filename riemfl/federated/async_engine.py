@@ -20,9 +20,19 @@ Design (after FLSim's event loop, anchors.md section 4.2):
   with probability :math:`(N - i)/\sum_{j=1}^{N} j`.
 * **Theory mode** (seed 002, Assumption 1): no clock; each arrival is a client drawn uniformly
   from [n] whose base version is drawn uniformly among the last ``max_staleness + 1`` versions.
-* **Staleness.** Recorded per update (server steps since the client's version); with
-  ``max_staleness`` set, a staler update is dropped (logged, the client re-dispatched with the
-  current model).
+* **Staleness.** Recorded per update (server steps since the client's version). With
+  ``max_staleness`` = tau set, the ``"drop"`` policy discards a staler update (logged, the client
+  re-dispatched with the current model); the ``"block"`` policy never lets an update become
+  staler than tau: a free worker stays idle while dispatching could break the bound (the
+  stale-synchronous-parallel idea of making fast clients wait for stragglers). Block rule: with
+  F the clients in flight, v_min their oldest version and t the current version, a client is
+  dispatched only if ``(t - v_min) + |F| <= tau`` (always when F is empty). Proof that no update
+  exceeds tau: the quantity ``s_c = tau - (t - v_c) - (|F| - 1)`` is >= 0 for every c in F; an
+  arrival of another client raises t by at most 1 (one server step per arrival at most) and
+  lowers |F| by 1, so s_c does not decrease; a dispatch is allowed only when it keeps every
+  s_c >= 0 (the newcomer's included); when c arrives its staleness is
+  ``t - v_c <= tau - (|F| - 1) <= tau``. No deadlock: with no client in flight one is always
+  dispatched, and a client in flight always arrives. No update is dropped.
 """
 
 from __future__ import annotations
@@ -240,6 +250,7 @@ def run_async(
     scheduler_k: float = 2.0,
     mode: str = "events",
     max_staleness: int | None = None,
+    staleness_policy: str = "drop",
     eval_every: int | None = 1,
     max_updates: int | None = None,
     progress: bool = False,
@@ -272,7 +283,13 @@ def run_async(
         The discrete-event simulation, or seed 002's iid-uniform arrivals with staleness
         uniform in ``0..max_staleness``.
     max_staleness : int, optional
-        Events mode: drop updates staler than this. Theory mode: the staleness bound (required).
+        Events mode: the staleness bound tau enforced by ``staleness_policy``. Theory mode: the
+        staleness bound of Assumption 1 (required).
+    staleness_policy : {"drop", "block"}
+        Events mode with ``max_staleness``: ``"drop"`` discards staler updates (counted in the
+        ``dropped`` metric); ``"block"`` holds free workers idle so that no update is ever staler
+        than ``max_staleness`` (module docstring: the rule, the bound and why it cannot
+        deadlock); the idle worker-time it costs is the ``blocked_time`` metric.
     eval_every : int or None
         Evaluate ``trainer.evaluate`` every this many server steps (None: never).
     max_updates : int, optional
@@ -301,6 +318,15 @@ def run_async(
         raise ParameterError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
     if mode == "theory" and max_staleness is None:
         raise ParameterError("theory mode needs max_staleness (the bound tau of Assumption 1)")
+    if staleness_policy not in ("drop", "block"):
+        raise ParameterError(
+            f"staleness_policy must be 'drop' or 'block', got {staleness_policy!r}"
+        )
+    if staleness_policy == "block" and (mode != "events" or max_staleness is None):
+        raise ParameterError(
+            "staleness_policy='block' needs mode='events' and a max_staleness bound to enforce"
+        )
+    blocking = staleness_policy == "block"
     timing = ProportionalTime() if timing is None else timing
     seqs = np.random.SeedSequence(seed).spawn(4)
     init_rng, time_rng, sched_rng = (np.random.default_rng(s) for s in seqs[:3])
@@ -319,13 +345,14 @@ def run_async(
             "scheduler": scheduler,
             "mode": mode,
             "max_staleness": max_staleness,
+            "staleness_policy": staleness_policy,
             "seed": seed,
             "server_steps": server_steps,
             "weights": weights,
         }
     )
     store = VersionStore(x0)
-    counters = {"updates": 0, "dropped": 0}
+    counters = {"updates": 0, "dropped": 0, "blocked_time": 0.0}
     log = history.log
 
     def evaluate(now: float) -> None:
@@ -389,9 +416,15 @@ def run_async(
             for i in range(n):
                 queue.push(i, 0.0, trainer.num_batches(i))
 
+            def may_dispatch() -> bool:
+                """The block rule: ``(t - v_min) + |F| <= tau`` (module docstring)."""
+                if not blocking or not holding:
+                    return True
+                return store.current - min(holding.values()) + len(holding) <= max_staleness
+
             def dispatch() -> None:
                 nonlocal dispatched
-                while len(holding) < workers and len(queue):
+                while len(holding) < workers and len(queue) and may_dispatch():
                     client = queue.pop()
                     version = store.acquire()
                     holding[client] = version
@@ -403,6 +436,8 @@ def run_async(
 
             dispatch()
             while store.current < server_steps and counters["updates"] < limit and heap:
+                idle = min(workers - len(holding), len(queue))  # > 0 only when blocked
+                counters["blocked_time"] += idle * (heap[0][0] - now)
                 now = heap[0][0]
                 while heap and heap[0][0] == now and store.current < server_steps:
                     _, _, client, version = heapq.heappop(heap)

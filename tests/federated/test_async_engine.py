@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _problems import QuadraticProblem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import riemfl
 from riemfl.errors import ParameterError
@@ -99,6 +101,46 @@ def test_max_staleness_drops_stale_updates(stiefel_trainer):
     assert staleness[applied].max() <= 2 and staleness[~applied].min() > 2
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    tau=st.integers(0, 4),
+    workers=st.integers(1, 5),
+    buffer_size=st.integers(1, 3),
+    means=st.lists(st.floats(0.05, 10.0), min_size=5, max_size=5),
+    seed=st.integers(0, 2**16),
+)
+def test_block_policy_bounds_every_update_and_never_deadlocks(tau, workers, buffer_size, means,
+                                                               seed):  # fmt: skip
+    """The block rule keeps every update within tau, drops nothing and reaches the last step."""
+    trainer = ProblemTrainer(QuadraticProblem(riemfl.Euclidean(3, 1), n=5, p=4, seed=0), 0.05, 2)
+    h = run_async(trainer, FedBuff(buffer_size=buffer_size, server_lr=0.5), 20, workers=workers,
+                  timing=ExponentialTime(means), max_staleness=tau, staleness_policy="block",
+                  seed=seed, eval_every=20)  # fmt: skip
+    assert max(h.log["staleness"]) <= tau
+    assert all(h.log["applied"]) and h.metrics["dropped"][-1] == 0
+    assert h.metrics["step"][-1] == 20  # no deadlock: the run reached its last server step
+    assert h.peak_versions <= min(workers, tau + 1) + 1
+
+
+def test_block_policy_against_drop_and_the_unbounded_run(stiefel_trainer):
+    kw = {"timing": ExponentialTime([0.1, 0.1, 1, 5, 9]), "seed": 0, "eval_every": 10}
+    rule = FedAsync(server_lr=3.0)
+    free = run_async(stiefel_trainer, rule, 60, **kw)
+    drop = run_async(stiefel_trainer, rule, 60, max_staleness=2, **kw)
+    block = run_async(stiefel_trainer, rule, 60, max_staleness=2, staleness_policy="block", **kw)
+    assert max(free.log["staleness"]) > 2 and drop.metrics["dropped"][-1] > 0
+    assert max(block.log["staleness"]) <= 2 and all(block.log["applied"])
+    assert block.metrics["blocked_time"][-1] > 0 == drop.metrics["blocked_time"][-1]
+    assert block.metrics["time"][-1] > free.metrics["time"][-1]  # waiting costs virtual time
+    assert block.metrics["grad_norm"][-1] < block.metrics["grad_norm"][0]
+    assert block.config["staleness_policy"] == "block"
+    # a bound that (t - v_min) + |F| never reaches in 60 steps never blocks: the free run
+    loose = run_async(stiefel_trainer, rule, 60, max_staleness=66, staleness_policy="block", **kw)
+    assert loose.log == free.log and loose.metrics["blocked_time"][-1] == 0
+    tau0 = run_async(stiefel_trainer, rule, 20, max_staleness=0, staleness_policy="block", **kw)
+    assert set(tau0.log["staleness"]) == {0} and tau0.peak_versions <= 2  # sequential SGD
+
+
 def test_theory_mode_uniform_arrivals_with_bounded_staleness(euclid_trainer):
     h = run_async(euclid_trainer, ASGD(server_lr=1.0), 400, mode="theory", max_staleness=3,
                   seed=0, eval_every=None)  # fmt: skip
@@ -152,6 +194,9 @@ def test_timing_models():
         {"mode": "threads"},
         {"scheduler": "lifo"},
         {"max_staleness": -1},
+        {"staleness_policy": "wait"},
+        {"staleness_policy": "block"},
+        {"staleness_policy": "block", "mode": "theory", "max_staleness": 2},
         {"weights": "equal"},
     ],  # fmt: skip
 )
