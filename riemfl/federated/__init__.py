@@ -11,6 +11,15 @@ Asynchronous server rules (:class:`FedAsync`, :class:`FedBuff`, :class:`DCASGD`,
 
 from .algorithm import ClientContext, Operators, SyncAlgorithm
 from .async_engine import AsyncHistory, VersionStore, run_async
+from .async_manifold import (
+    AsyncBezier,
+    AsyncBezierED,
+    AsyncManifold,
+    BezierEmbedding,
+    Embedding,
+    OrthoDCCorrection,
+    staleness_penalty,
+)
 from .async_rules import (
     ASGD,
     DCASGD,
@@ -31,6 +40,7 @@ from .async_rules import (
     staleness_function,
     switch_schedule,
 )
+from .curve_local import BezierProblemTrainer
 from .engine import ClientDroppedWarning, initial_point, run_sync
 from .history import METRICS, History
 from .local import ProblemTrainer
@@ -46,6 +56,14 @@ ALGORITHMS = {
 }
 
 __all__ = [
+    "AsyncBezier",
+    "AsyncBezierED",
+    "AsyncManifold",
+    "BezierEmbedding",
+    "BezierProblemTrainer",
+    "Embedding",
+    "OrthoDCCorrection",
+    "staleness_penalty",
     "ASGD",
     "DCASGD",
     "Arrival",

@@ -452,7 +452,8 @@ def run_async(
             for version in holding.values():  # clients still in flight at the end
                 store.release(version)
     history.peak_versions = store.peak
-    history.final_point = store.model
+    output = getattr(rule, "output", None)  # e.g. an SWA average (AsyncManifold)
+    history.final_point = output(store.model) if callable(output) else store.model
     if eval_every and (not history.metrics or history.metrics["step"][-1] != store.current):
         evaluate(log["time"][-1] if log["time"] else 0.0)
     return history

@@ -24,7 +24,7 @@ from ..errors import ParameterError
 from ..problems.base import FederatedProblem, sample_batches
 from .algorithm import check_local_steps, check_step_size
 
-__all__ = ["ProblemTrainer"]
+__all__ = ["ProblemTrainer", "problem_metrics"]
 
 
 class ProblemTrainer:
@@ -75,6 +75,11 @@ class ProblemTrainer:
         return x[0]
 
     def evaluate(self, x: Any) -> dict[str, float]:
-        loss = self.problem.loss(x)
-        gap = loss - self.problem.optimum if self.problem.optimum is not None else float("nan")
-        return {"loss": loss, "optimality_gap": gap, "grad_norm": self.problem.grad_norm(x)}
+        return problem_metrics(self.problem, x)
+
+
+def problem_metrics(problem: FederatedProblem, x: Any) -> dict[str, float]:
+    """``loss``, ``optimality_gap`` (NaN without a known optimum) and ``grad_norm`` at x."""
+    loss = problem.loss(x)
+    gap = loss - problem.optimum if problem.optimum is not None else float("nan")
+    return {"loss": loss, "optimality_gap": gap, "grad_norm": problem.grad_norm(x)}

@@ -19,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - torch is installed in the test 
         "riemfl.nn needs torch; install the 'riemfl[torch]' extra (pip install 'riemfl[torch]')"
     ) from exc
 
+from .curve_trainer import BezierClientTrainer
 from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters
 from .trainer import (
     LOSSES,
@@ -36,6 +37,7 @@ __all__ = [
     "load_flat_parameters",
     "n_parameters",
     "TorchClientTrainer",
+    "BezierClientTrainer",
     "digits_clients",
     "binary_auroc",
     "average_precision",

@@ -1,0 +1,135 @@
+r"""The AsyncBezier client on a federated problem ([P] Algorithm 2, SGD form; numpy).
+
+:class:`BezierProblemTrainer` follows the trainer protocol of :mod:`riemfl.federated.local`, but
+``train`` returns the learned control points :math:`\phi^K = (A, B, C)` (shape
+``(degree + 1, *point_shape)``) instead of a point: the upload of
+:class:`~riemfl.federated.async_manifold.AsyncManifold`. Torch models use
+:class:`riemfl.nn.BezierClientTrainer`.
+
+Client i, from the received :math:`\Theta^t` ([P] Alg. 2; digest 1.12):
+
+1. :math:`\phi^{(0)} = (\Theta^t, \Theta^t, \Theta^t)`;
+2. ``warmup_steps`` (K1) steps on the end point at t = 1 (plain FedProx training of C):
+   :math:`C \leftarrow C - \eta\,(\nabla l_i(C) + \mu (C - \Theta^t))`;
+3. ``curve_steps`` (K - K1) steps with :math:`s \sim U[0, 1]` per step: at
+   :math:`x = \iota_\phi(s)`, :math:`g = \nabla l_i(x) + \mu(x - \Theta^t)` ([P] eq. 6: the prox
+   term at the sampled point, digest 5.2 B4), and by the chain rule
+   :math:`\nabla_{P_k} = B_k^n(s)\, g` for the trained control points: the inner ones, plus the
+   end point when ``freeze_end=False`` (the experiments freeze both end points, digest 5.2 B6).
+   The start :math:`A = \Theta^t` is never trained, so the curve passes through the global
+   model the client received.
+
+Euclidean problems only ([P]'s experiments; a curve on a curved base would need gradients
+through geodesic de Casteljau, not provided).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..manifolds.bezier import bernstein_weights
+from ..manifolds.euclidean import Euclidean
+from ..problems._checks import int_in_range
+from ..problems.base import FederatedProblem, sample_batches
+from .algorithm import check_step_size
+from .local import problem_metrics
+
+__all__ = ["BezierProblemTrainer"]
+
+
+class BezierProblemTrainer:
+    """AsyncBezier's client (learned quadratic curve) on a Euclidean federated problem.
+
+    Parameters
+    ----------
+    problem : FederatedProblem
+        On a :class:`~riemfl.manifolds.Euclidean` manifold.
+    step_size : float
+        SGD step :math:`\\eta` (control points and end point alike).
+    warmup_steps : int
+        K1, steps on the end point at t = 1.
+    curve_steps : int
+        K - K1, steps of curve learning.
+    mu : float
+        FedProx weight (default 0).
+    batch_size : int, optional
+        Mini-batch size (default: full local gradients).
+    degree : int
+        Curve degree n (2: [P]'s quadratic).
+    freeze_end : bool
+        Keep the end point fixed during curve learning ([P]'s experiments: True).
+    """
+
+    def __init__(
+        self,
+        problem: FederatedProblem,
+        step_size: float,
+        warmup_steps: int = 5,
+        curve_steps: int = 5,
+        *,
+        mu: float = 0.0,
+        batch_size: int | None = None,
+        degree: int = 2,
+        freeze_end: bool = True,
+    ) -> None:
+        if not isinstance(problem.manifold, Euclidean):
+            raise ParameterError(
+                f"BezierProblemTrainer needs a Euclidean problem (the curve's gradients are those "
+                f"of de Casteljau in flat space); got {problem.manifold.name}"
+            )
+        self.problem = problem
+        self.manifold = problem.manifold
+        self.step_size = check_step_size("step_size", step_size)
+        name = "BezierProblemTrainer"
+        inf = float("inf")
+        self.warmup_steps = int_in_range(warmup_steps, 0, inf, name, "warmup_steps")
+        self.curve_steps = int_in_range(curve_steps, 0, inf, name, "curve_steps")
+        self.degree = int_in_range(degree, 1, inf, name, "degree")
+        if not float(mu) >= 0.0:
+            raise ParameterError(f"mu must be >= 0, got {mu!r}")
+        self.mu = float(mu)
+        if batch_size is not None and problem.n_samples is None:
+            raise ParameterError(f"{problem.name} has no samples, so batch_size must be None")
+        self.batch_size = batch_size
+        self.freeze_end = bool(freeze_end)
+        self.n_clients = problem.n_clients
+
+    def n_samples(self, i: int) -> int:
+        return 1 if self.problem.n_samples is None else int(self.problem.n_samples[i])
+
+    def num_batches(self, i: int, epochs: int | None = None) -> int:
+        """K1 + (K - K1): every step costs one gradient (the compute-time models count them)."""
+        return self.warmup_steps + self.curve_steps
+
+    def _gradient(self, i: int, x: np.ndarray, anchor: np.ndarray, rng) -> np.ndarray:
+        batch = None
+        if self.batch_size is not None:
+            batch = sample_batches(rng, self.problem.n_samples, [i], self.batch_size)
+        g = self.problem.client_egrads([i], x[None], batch)[0]
+        return g + self.mu * (x - anchor) if self.mu else g
+
+    def train(
+        self, i: int, start: Any, rng: np.random.Generator, epochs: int | None = None
+    ) -> np.ndarray:
+        """The control points :math:`\\phi^K` learned by client ``i`` from ``start``."""
+        start = np.asarray(start, dtype=np.float64)
+        n = self.degree
+        phi = np.repeat(start[None], n + 1, axis=0)
+        eta = self.step_size
+        for _ in range(self.warmup_steps):
+            phi[n] -= eta * self._gradient(i, phi[n], start, rng)
+        last = n if self.freeze_end else n + 1
+        for _ in range(self.curve_steps):
+            s = float(rng.uniform())
+            w = np.asarray(bernstein_weights(n, np.float64(s)))
+            x = np.tensordot(w, phi, axes=1)
+            g = self._gradient(i, x, start, rng)
+            for k in range(1, last):
+                phi[k] -= eta * w[k] * g
+        return phi
+
+    def evaluate(self, x: Any) -> dict[str, float]:
+        return problem_metrics(self.problem, x)
