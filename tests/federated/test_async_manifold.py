@@ -334,3 +334,23 @@ def test_torch_bezier_client(tmp_path):
     assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
     with pytest.raises(ParameterError):
         BezierClientTrainer(base, tunnel="sam")
+
+
+def test_manifold_quality_on_a_parabolic_valley(tmp_path):
+    from riemfl.federated.curve_quality import manifold_quality, path_losses, plot_loss_along_path
+
+    def loss(x):  # the valley x2 = 1 - x1^2
+        return 1.0 + (x[1] - 1.0 + x[0] ** 2) ** 2
+
+    cp = np.array([[-1.0, 0.0], [0.0, 2.0], [1.0, 0.0]])  # traces the valley exactly
+    losses = path_losses(loss, cp, 11)
+    np.testing.assert_allclose(losses["curve"], 1.0, atol=1e-12)
+    x1 = 2 * losses["s"] - 1
+    np.testing.assert_allclose(losses["line"], 1.0 + (x1**2 - 1.0) ** 2, atol=1e-12)
+    assert manifold_quality(loss, cp, 11) == pytest.approx(losses["line"].mean())
+    straight = np.array([[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    assert manifold_quality(loss, straight) == pytest.approx(1.0)
+    plot_loss_along_path(losses, tmp_path / "path.png")
+    assert (tmp_path / "path.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ParameterError):
+        path_losses(loss, cp, 1)
