@@ -25,6 +25,7 @@ PAGES = (
     "asyncfeded.md",
     "orthocorrect.md",
     "simulator.md",
+    "asyncbezier.md",
 )
 
 
@@ -119,3 +120,10 @@ def test_simulator_page(capsys):
     assert ns["dropping"].metrics["dropped"][-1] > 0
     assert ns["theory"].config["mode"] == "theory"
     assert "staleness" in capsys.readouterr().out
+
+
+def test_asyncbezier_page(capsys):
+    ns = run_page("asyncbezier.md")
+    assert ns["history"].config["rule"]["name"] == "asyncbezier"
+    assert ns["manifold_quality"](ns["valley"], ns["bend"]) > 1.0
+    assert "Q =" in capsys.readouterr().out
