@@ -215,13 +215,16 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    if args.paper == "licudi2025-baselines":
+    if args.paper in ("licudi2025", "licudi2025-baselines"):
         from .experiments import licudi2025
 
-        out = args.out or (
-            "results/licudi2025-baselines-quick" if args.quick else "results/licudi2025-baselines"
+        out = args.out or f"results/{args.paper}" + ("-quick" if args.quick else "")
+        settings = (
+            licudi2025.Settings.baselines(args.quick)
+            if args.paper == "licudi2025-baselines"
+            else (licudi2025.Settings.quick() if args.quick else licudi2025.Settings())
         )
-        print(licudi2025.reproduce(out, quick=args.quick, progress=not args.no_progress))
+        print(licudi2025.reproduce(out, settings=settings, progress=not args.no_progress))
         print(f"report: {out}/report.md")
         return 0
     from .experiments import zhang2024
@@ -292,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
-    p.add_argument("paper", choices=("zhang2024", "licudi2025-baselines"))
+    p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines"))
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument("--data", default=None, help="MNIST idx/npz file (default: digits)")

@@ -1,4 +1,4 @@
-"""``riemfl reproduce licudi2025-baselines``: the table, plot and JSON on tiny settings."""
+"""``riemfl reproduce licudi2025[-baselines]``: the tables, plots and JSON on tiny settings."""
 
 from __future__ import annotations
 
@@ -11,22 +11,57 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
+from riemfl.errors import ParameterError  # noqa: E402
 from riemfl.experiments import licudi2025  # noqa: E402
 
 
-def test_tiny_reproduction_writes_the_table(tmp_path):
-    settings = licudi2025.Settings(server_steps=10, seeds=(0,), eval_every=5, n_clients=8)
-    md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
+def _rows(md: str) -> list[str]:
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [r.split("|")[1].strip() for r in rows[1:]] == list(licudi2025.METHODS)
+    return [r.split("|")[1].strip() for r in rows[1:]]
+
+
+def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
+    settings = licudi2025.Settings.baselines()
+    settings.server_steps, settings.seeds, settings.eval_every, settings.n_clients = 10, (0,), 5, 8
+    md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
+    assert _rows(md) == list(licudi2025.BASELINES)
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fairness.png").read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
-    assert "[P] Table 1 on FEMNIST" in report and md in report
+    assert "[P] Table 1 on FEMNIST" in report and md in report and "85.01 +/- 0.11" in md
+    assert "agree on" in report and not (tmp_path / "epochs.png").exists()
     data = json.loads((tmp_path / "results.json").read_text())
-    assert len(data["runs"]) == len(licudi2025.METHODS)
+    assert len(data["runs"]) == len(licudi2025.BASELINES)
     for run in data["runs"]:
         assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["best_accuracy"] <= 1.0
         assert math.isfinite(run["gini"]) and math.isfinite(run["theil"])
         assert run["T_e"] is None or run["T_e"] in (0, 5, 10)
     fedbuff = next(r for r in data["runs"] if r["method"] == "FedBuff")
     assert fedbuff["updates"] == 10 * 10  # K = 10 updates per server step
+
+
+def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
+    settings = licudi2025.Settings(
+        server_steps=6, seeds=(0,), eval_every=3, n_clients=6,
+        methods=("FedAsync", "AsyncFedED", "AsyncBezier", "AsyncBezierED"),
+        epoch_study=(1, 2), epoch_study_steps=4,
+    )  # fmt: skip
+    md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
+    assert _rows(md) == list(settings.methods)
+    data = json.loads((tmp_path / "results.json").read_text())
+    study = data["epoch_study"]
+    assert {(r["method"], r["epochs"]) for r in study} == {
+        (m, k) for m in ("FedAsync", "AsyncBezier", "AsyncBezierED") for k in (1, 2)
+    }  # AsyncFedED is left out of the epoch study, as in [P]
+    assert data["path"]["Q"] > 0 and math.isfinite(data["path"]["Q"])
+    for name in ("epochs.png", "loss_along_path.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    report = (tmp_path / "report.md").read_text()
+    assert "Local-epoch study" in report and "Q = " in report and "AsyncBezier:" in report
+    # resume: every run is on disk; a second call reuses them and gives the same table
+    stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
+    assert licudi2025.reproduce(tmp_path, settings=settings, progress=False) == md
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == stamp
+    with pytest.raises(ParameterError, match="unknown methods"):
+        licudi2025.reproduce(tmp_path, settings=licudi2025.Settings(methods=("FedAvg",)),
+                             progress=False)  # fmt: skip
