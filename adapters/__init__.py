@@ -2,5 +2,13 @@
 
 Installed as ``riemfl.adapters``. Each adapter imports its library lazily and holds no
 mathematics of its own: it only translates between riemfl's manifold contract and the other
-library's API. The adapters themselves arrive with a later issue.
+library's API.
+
+* :mod:`riemfl.adapters.geoopt`: ``to_geoopt``, ``from_geoopt`` (``pip install "riemfl[geoopt]"``);
+* :mod:`riemfl.adapters.pymanopt`: ``to_pymanopt``, ``from_pymanopt``, ``solve``
+  (``pip install "riemfl[pymanopt]"``);
+* :mod:`riemfl.adapters.flower`: Flower ``ServerApp``/``ClientApp`` for riemfl's algorithms
+  (``pip install "riemfl[flower]"``).
+
+See ``docs/adapters.md`` and ``docs/flower.md``.
 """

@@ -82,3 +82,9 @@ def test_curves_doc_example_runs():
     namespace: dict = {}
     exec(python_blocks(ROOT / "docs" / "curves.md")[0], namespace)  # noqa: S102
     assert namespace["curve"].degree == 2
+
+
+def test_adapters_doc_runs():
+    namespace: dict = {}
+    for block in python_blocks(ROOT / "docs" / "adapters.md"):  # the blocks assert their results
+        exec(block, namespace)  # noqa: S102 - our own documentation

@@ -1,0 +1,475 @@
+r"""geoopt <-> riemfl: riemfl manifolds in geoopt's optimisers, geoopt manifolds in riemfl.
+
+* :func:`to_geoopt` wraps a riemfl :class:`~riemfl.manifolds.Manifold` as a ``geoopt.Manifold``
+  (a :class:`GeooptManifold`), so that ``geoopt.ManifoldParameter``,
+  ``geoopt.optim.RiemannianSGD`` and ``RiemannianAdam`` optimise on any riemfl manifold.
+* :func:`from_geoopt` wraps a ``geoopt.Manifold`` as a riemfl manifold (a :class:`FromGeoopt`),
+  for riemfl's solvers and conformance kit.
+
+Both directions translate names and conventions only; every map is computed by the wrapped
+library. Torch tensors keep their dtype and device and autograd flows through (geoopt computes
+in torch; riemfl's maps are torch-native). geoopt is imported on first use; without it the
+functions raise :class:`~riemfl.errors.MissingDependencyError` naming the ``geoopt`` extra.
+
+Name map (geoopt -> riemfl)
+---------------------------
+============================  ===========================================================
+geoopt                        riemfl
+============================  ===========================================================
+``projx(x)``                  ``project(a)`` (riemfl: the metric projection :math:`P_M`)
+``proju(x, u)``               ``to_tangent(x, a)``
+``egrad2rgrad(x, g)``         ``egrad_to_rgrad(x, g)``
+``inner(x, u, v, keepdim)``   ``inner(x, u, v)`` (``v=None`` means ``v = u``)
+``norm(x, u, keepdim)``       ``norm(x, u)``
+``retr(x, u)``                ``retract(x, u)``
+``expmap(x, u)``              ``exp(x, u)``
+``logmap(x, y)``              ``log(x, y)``
+``dist(x, y, keepdim)``       ``dist(x, y)``
+``transp(x, y, v)``           ``transport(x, y, v)``
+``retr_transp(x, u, v)``      ``(retract(x, u), transport(x, retract(x, u), v))``
+``random(*size)``             ``random_point(*batch, rng=..., like=...)``
+``check_point_on_manifold``   ``check_point`` (``NotOnManifoldError`` -> ``(False, reason)``)
+============================  ===========================================================
+
+Differences between the two libraries' maps (measured in ``tests/adapters``)
+------------------------------------------------------------------------------
+* ``geoopt.Lorentz(k)`` is riemfl's ``Lorentz(n, beta=k)`` (same ordering, time coordinate
+  first; k is riemfl's :math:`\beta`, curvature :math:`-1/k`). Its ``projx`` is the cheap lift
+  :math:`x_0 = \sqrt{k + \|\bar x\|^2}` (riemfl's :meth:`~riemfl.manifolds.Lorentz.lift`), not
+  the nearest point; riemfl's ``project`` is the metric projection. geoopt's Minkowski norm
+  clamps :math:`\langle u, u\rangle_L` at ``1e-8``, so ``expmap``, ``retr``, ``logmap`` and
+  ``transp`` are wrong for tangent norms or distances below ``1e-4`` (``retr(x, 0)`` is off by
+  :math:`(\cosh 10^{-4} - 1)\|x\| \approx 5\cdot10^{-9}\|x\|`; ``logmap`` of points ``1e-6``
+  apart has the wrong length); ``egrad2rgrad`` negates the time component of the gradient it is
+  given *in place*. Above those scales the maps agree with riemfl's to rounding.
+* ``geoopt.Sphere.dist`` clamps :math:`\langle x, y\rangle` to :math:`1 - \epsilon`, so
+  distances below :math:`\arccos(1 - \epsilon)` come back as that floor (``4.5e-4`` in float64,
+  ``1.4e-2`` in float32) and ``logmap`` inherits it; riemfl's ``atan2`` form is accurate at
+  every distance.
+* ``geoopt.EuclideanStiefel.retr`` is the QR retraction (riemfl's ``Stiefel(n, p,
+  retraction="qr")``); riemfl's default is the polar retraction. Projections, ``expmap`` and
+  the projection transport are the same maps. ``geoopt.Stiefel()`` defaults to the canonical
+  metric, whose ``expmap`` is the Cayley retraction, not the exponential map.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..backend import Array, is_torch
+from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from ..manifolds.base import Manifold
+from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
+
+# GeooptManifold is built on first use (module __getattr__ below)
+__all__ = ["to_geoopt", "from_geoopt", "GeooptManifold", "FromGeoopt", "EXACT_MAPS"]  # noqa: F822
+
+_FLOOR = (
+    "geoopt.Sphere.dist clamps <x, y> to 1 - eps, so distances below arccos(1 - eps) (4.5e-4 "
+    "in float64, 1.4e-2 in float32) come back as that floor"
+)
+_CLAMP = (
+    "geoopt.Lorentz clamps the Minkowski norm at 1e-4 (<u, u>_L at 1e-8), so {} is wrong for "
+    "tangent norms and distances below 1e-4"
+)
+_PROJECTION_TRANSP = "geoopt's transp is the projection onto T_y M, not parallel transport"
+#: what riemfl knows of geoopt's own classes, per map: "" where it is exact, else why not
+_KNOWN: dict[str, dict[str, str]] = {
+    "Euclidean": dict.fromkeys(EXACT_MAPS, ""),
+    "Sphere": {
+        "project": "",
+        "exp": "",
+        "log": _FLOOR + ", and logmap inherits it",
+        "dist": _FLOOR,
+        "parallel_transport": _PROJECTION_TRANSP,
+        "inverse_retract": "geoopt.Sphere has no inverse of its retraction",
+    },
+    "EuclideanStiefel": {
+        "project": "",
+        "exp": "",
+        "log": "geoopt.EuclideanStiefel has no logmap",
+        "dist": "geoopt.EuclideanStiefel has no dist",
+        "parallel_transport": _PROJECTION_TRANSP,
+        "inverse_retract": "geoopt.EuclideanStiefel has no inverse of its retraction",
+    },
+    "CanonicalStiefel": {
+        "project": "",
+        "exp": "geoopt.CanonicalStiefel.expmap is the Cayley retraction, not the exponential map",
+        "log": "geoopt.CanonicalStiefel has no logmap",
+        "dist": "geoopt.CanonicalStiefel has no dist",
+    },
+    "Lorentz": {
+        "project": "geoopt.Lorentz.projx is the lift x_0 = sqrt(k + |x_1:|^2), not the metric "
+        "projection",
+        "exp": _CLAMP.format("expmap"),
+        "log": _CLAMP.format("logmap"),
+        "dist": "geoopt.Lorentz.dist is arccosh(-<x, y>_L / k), which loses half the digits for "
+        "close points",
+        "parallel_transport": _CLAMP.format("transp"),
+        "inverse_retract": _CLAMP.format("logmap"),
+    },
+}
+_KNOWN["SphereExact"] = _KNOWN["Sphere"]
+_KNOWN["EuclideanStiefelExact"] = _KNOWN["EuclideanStiefel"]
+
+
+def _geoopt(feature: str):
+    return require("geoopt", "geoopt", feature)
+
+
+# ---------------------------------------------------------------------------------- to_geoopt
+def _build_geoopt_manifold() -> type:
+    geoopt = _geoopt("riemfl.adapters.geoopt.GeooptManifold")
+    import torch
+    from geoopt.utils import size2shape
+
+    class GeooptManifold(geoopt.Manifold):
+        r"""A riemfl manifold behind geoopt's ``Manifold`` API (made by :func:`to_geoopt`).
+
+        Every geoopt method calls the riemfl map of the same meaning (see the module docstring
+        for the name map); batch dimensions, dtype, device and autograd are riemfl's. The only
+        state is the riemfl manifold (``riemfl_manifold``), so the object pickles, deep-copies
+        and travels with ``torch.save`` whenever the riemfl manifold does.
+
+        ``projx`` is riemfl's metric projection :math:`P_M(a) = \arg\min_{x\in M}\|x - a\|`
+        (geoopt's own ``Lorentz.projx`` is a cheaper lift); it raises
+        :class:`~riemfl.errors.ProjectionError` where :math:`P_M` is not unique and
+        ``NotImplementedError`` for a manifold without a projection. ``random`` seeds riemfl's
+        sampler from torch's global generator, as geoopt's own ``random`` uses that generator
+        (so ``origin()``, which fixes it, is deterministic).
+        """
+
+        reversible = False
+
+        def __init__(self, manifold: Manifold) -> None:
+            super().__init__()
+            self.riemfl_manifold = manifold
+            self.ndim = manifold.ndim
+            self.name = f"riemfl.{manifold.name}"
+
+        # -------------------------------------------------------------- checks
+        def _check_shape(self, shape, name):
+            ps = self.riemfl_manifold.point_shape
+            shape = tuple(shape)
+            if len(shape) < len(ps) or shape[len(shape) - len(ps) :] != ps:
+                expected = ", ".join(["..."] + [str(s) for s in ps])
+                return False, f"'{name}' has shape {shape}; {self.name} expects ({expected})"
+            return True, None
+
+        def _check_point_on_manifold(self, x, *, atol=1e-5, rtol=1e-5):
+            # riemfl measures each constraint on a scale of its own (relative for Lorentz):
+            # geoopt's atol is riemfl's tolerance, rtol has no counterpart
+            return _explain(self.riemfl_manifold.check_point, x, atol=atol)
+
+        def _check_vector_on_tangent(self, x, u, *, atol=1e-5, rtol=1e-5):
+            return _explain(self.riemfl_manifold.check_tangent, x, u, atol=atol)
+
+        # -------------------------------------------------------------- geometry
+        def projx(self, x):
+            return self.riemfl_manifold.project(x)
+
+        def proju(self, x, u):
+            return self.riemfl_manifold.to_tangent(x, u)
+
+        def egrad2rgrad(self, x, u):
+            return self.riemfl_manifold.egrad_to_rgrad(x, u)
+
+        def inner(self, x, u, v=None, *, keepdim=False):
+            out = self.riemfl_manifold.inner(x, u, u if v is None else v)
+            return self._keep(out, keepdim)
+
+        def norm(self, x, u, *, keepdim=False):
+            return self._keep(self.riemfl_manifold.norm(x, u), keepdim)
+
+        def retr(self, x, u):
+            return self.riemfl_manifold.retract(x, u)
+
+        def expmap(self, x, u):
+            return self.riemfl_manifold.exp(x, u)
+
+        def logmap(self, x, y):
+            return self.riemfl_manifold.log(x, y)
+
+        def dist(self, x, y, *, keepdim=False):
+            return self._keep(self.riemfl_manifold.dist(x, y), keepdim)
+
+        def transp(self, x, y, v):
+            return self.riemfl_manifold.transport(x, y, v)
+
+        def _keep(self, out, keepdim):
+            return out.reshape(tuple(out.shape) + (1,) * self.ndim) if keepdim else out
+
+        # -------------------------------------------------------------- sampling
+        def random(self, *size, dtype=None, device=None, **kwargs):
+            shape = size2shape(*size)
+            ok, reason = self._check_shape(shape, "x")
+            if not ok:
+                raise ShapeError(reason)
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+            like = torch.empty((), dtype=dtype or torch.get_default_dtype(), device=device)
+            batch = shape[: len(shape) - self.ndim]
+            x = self.riemfl_manifold.random_point(*batch, rng=seed, like=like)
+            return geoopt.ManifoldTensor(x, manifold=self)
+
+        def extra_repr(self) -> str:
+            return ""
+
+    return GeooptManifold
+
+
+def _explain(check, *args, atol: float):
+    try:
+        check(*args, atol=atol)
+    except NotOnManifoldError as exc:
+        return False, str(exc)
+    return True, None
+
+
+_GEOOPT_MANIFOLD = LazyClass(__name__, "GeooptManifold", _build_geoopt_manifold)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the geoopt subclass exists once geoopt is importable; pickle finds it here
+    if name == "GeooptManifold":
+        return _GEOOPT_MANIFOLD.get()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def to_geoopt(manifold: Manifold) -> Any:
+    """A ``geoopt.Manifold`` backed by a riemfl manifold.
+
+    Parameters
+    ----------
+    manifold : riemfl.manifolds.Manifold
+        Any riemfl manifold (Stiefel, Sphere, Lorentz, Product, BezierGraph, a user's own).
+
+    Returns
+    -------
+    GeooptManifold
+        Use it as the ``manifold=`` of ``geoopt.ManifoldParameter``; geoopt's
+        ``RiemannianSGD`` and ``RiemannianAdam`` then take riemfl's retraction,
+        ``egrad_to_rgrad`` and transport. ``to_geoopt(from_geoopt(m))`` is ``m`` itself.
+
+    Raises
+    ------
+    MissingDependencyError
+        geoopt is not installed (``pip install "riemfl[geoopt]"``).
+    ParameterError
+        ``manifold`` is not a riemfl manifold.
+
+    Examples
+    --------
+    >>> import geoopt, torch
+    >>> from riemfl import Stiefel
+    >>> m = to_geoopt(Stiefel(5, 2))
+    >>> x = geoopt.ManifoldParameter(m.random(5, 2, dtype=torch.float64), manifold=m)
+    """
+    _geoopt("riemfl.adapters.geoopt.to_geoopt")
+    cls = _GEOOPT_MANIFOLD.get()
+    if isinstance(manifold, FromGeoopt):
+        return manifold.wrapped
+    if not isinstance(manifold, Manifold):
+        raise ParameterError(
+            f"to_geoopt needs a riemfl Manifold, got {type(manifold).__name__} "
+            "(for a geoopt manifold, use it directly or wrap it with from_geoopt)"
+        )
+    return cls(manifold)
+
+
+# -------------------------------------------------------------------------------- from_geoopt
+class FromGeoopt(ForeignManifold):
+    r"""A geoopt manifold behind riemfl's manifold contract (made by :func:`from_geoopt`).
+
+    numpy input is copied into a torch tensor of the same dtype (CPU), passed to geoopt and
+    returned as numpy; torch input goes to geoopt as it is, so dtype, device and autograd are
+    geoopt's. Copies are also what keeps riemfl's inputs intact where geoopt writes in place
+    (``Lorentz.egrad2rgrad``). geoopt's own buffers and parameters (a Lorentz ``k``, a
+    ``Sphere`` subspace projector) stay on the dtype and device the user gave them.
+
+    Maps taken from geoopt: ``to_tangent`` (``proju``), ``egrad_to_rgrad``, ``inner``,
+    ``retract`` (``retr``), ``transport`` (``transp``, or the projection onto :math:`T_yM` when
+    geoopt has none) always; ``project``, ``exp``, ``log``, ``dist``, ``parallel_transport`` and
+    ``inverse_retract`` only where they are exact (see :func:`from_geoopt`), the others are
+    declared unsupported with the reason, so :mod:`riemfl.testing` skips them. The norm is
+    :math:`\sqrt{\langle u, u\rangle_x}` from geoopt's ``inner`` (geoopt's ``Lorentz.norm``
+    clamps at ``1e-4`` and has no ``x`` argument).
+
+    ``check_point`` measures :math:`\|\mathrm{projx}(x) - x\|` (geoopt's ``projx`` fixes
+    exactly the points of M); ``random_point`` runs geoopt's ``random`` (which draws from
+    torch's global generator) under a generator seeded from ``rng`` and restores the global
+    state after.
+    """
+
+    library = "geoopt"
+    methods = {
+        "project": "projx",
+        "to_tangent": "proju",
+        "egrad_to_rgrad": "egrad2rgrad",
+        "inner": "inner",
+        "retract": "retr",
+        "exp": "expmap",
+        "log": "logmap",
+        "inverse_retract": "logmap",
+        "dist": "dist",
+        "transport": "transp",
+        "parallel_transport": "transp",
+    }
+
+    def __init__(
+        self,
+        manifold: Any,
+        point_shape: Iterable[int],
+        dim: int | None,
+        exact: Iterable[str] | None,
+        constants: dict[str, float | None],
+    ) -> None:
+        geoopt = _geoopt("riemfl.adapters.geoopt.from_geoopt")
+        if not isinstance(manifold, geoopt.Manifold):
+            raise ParameterError(
+                f"from_geoopt needs a geoopt.Manifold, got {type(manifold).__name__} "
+                "(for a riemfl manifold, use it directly or wrap it with to_geoopt)"
+            )
+        shape = tuple(int(s) for s in point_shape)
+        ndim = manifold.ndim
+        ok, reason = manifold._check_shape(shape, "point_shape")
+        if not ok or (ndim is not None and len(shape) != ndim) or not shape:
+            raise ShapeError(
+                f"from_geoopt: point_shape {shape} does not fit {manifold!r} (it needs {ndim} "
+                f"trailing dimensions{'; ' + reason if reason else ''})"
+            )
+        self.point_shape = shape
+        self.name = f"from_geoopt({type(manifold).__name__}, {shape})"
+        self._wrap(manifold, geoopt.Manifold, _KNOWN, exact, constants)
+        self._has_random = type(manifold).random is not geoopt.Manifold.random
+        self._dim = self._tangent_rank() if dim is None else int(dim)
+
+    @property
+    def geoopt_manifold(self) -> Any:
+        """The wrapped ``geoopt.Manifold``."""
+        return self.wrapped
+
+    def _tangent_rank(self) -> int:
+        """Rank of ``proju`` at a sample point: the intrinsic dimension."""
+        x = self._random_point((), np.random.default_rng(0))
+        size = math.prod(self.point_shape)
+        basis = np.eye(size).reshape((size,) + self.point_shape)
+        images = np.reshape(self._to_tangent(x, basis), (size, size))
+        s = np.linalg.svd(images, compute_uv=False)
+        return int(np.sum(s > 1e-8 * max(float(s[0]), 1e-300)))
+
+    # ------------------------------------------------------------------ translation
+    def _call(self, fn, *arrays: Array, scalar: bool = False) -> Array:
+        """Run a geoopt map on numpy or torch arrays; the result has the input's type.
+
+        The arguments are broadcast to one shape first: riemfl's contract broadcasts every
+        map, geoopt's maps do not all (``EuclideanStiefel.expmap`` concatenates x and u).
+        """
+        import torch
+
+        if any(is_torch(a) for a in arrays):
+            ref = next(a for a in arrays if is_torch(a))
+            tensors = [
+                a if is_torch(a) else torch.as_tensor(np.asarray(a), dtype=ref.dtype,
+                                                      device=ref.device)
+                for a in arrays
+            ]  # fmt: skip
+            return fn(*torch.broadcast_tensors(*tensors))
+        dtype = np.result_type(*arrays)
+        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=dtype) for a in arrays))
+        out = fn(*(torch.tensor(a) for a in arrays))
+        return out.detach().cpu().numpy()
+
+    def _egrad_to_rgrad(self, x, g):
+        # geoopt's Lorentz.egrad2rgrad writes into its argument: hand it a copy
+        egrad2rgrad = self.wrapped.egrad2rgrad
+        return self._call(lambda x, g: egrad2rgrad(x, g.clone()), x, g)
+
+    def _random_point(self, batch_shape, rng):
+        import torch
+
+        m = self.wrapped
+        # geoopt's Lorentz registers its sampler as random_normal only
+        sample = m.random if self._has_random else getattr(m, "random_normal", m.random)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2**62)))
+            try:
+                x = sample(*(tuple(batch_shape) + self.point_shape), dtype=torch.float64)
+            except ValueError as exc:  # the dtype is fixed by a parameter (Lorentz k)
+                raise ParameterError(
+                    f"{self.name}: geoopt samples in the dtype of the manifold's own parameters "
+                    f"({exc}); riemfl samples float64 points: build the geoopt manifold in "
+                    "float64 (e.g. geoopt.Lorentz(k=torch.tensor(1.0, dtype=torch.float64)) or "
+                    "call .double() on it)"
+                ) from exc
+        return np.asarray(_numpy(x), dtype=np.float64)
+
+    def _point_violation(self, x):
+        d = _numpy(self._call(self.wrapped.projx, x) - x)
+        violation = float(np.sqrt(np.max(np.sum(d * d, axis=self._axes))))
+        return "x = projx(x) (geoopt's projx fixes the points of M)", violation
+
+
+def _numpy(a: Array) -> np.ndarray:
+    return a.detach().cpu().numpy() if is_torch(a) else np.asarray(a)
+
+
+def from_geoopt(
+    manifold: Any,
+    point_shape: Iterable[int],
+    *,
+    dim: int | None = None,
+    exact: Iterable[str] | None = None,
+    proximal_smoothness: float | None = None,
+    diameter: float | None = None,
+    injectivity_radius: float | None = None,
+) -> Manifold:
+    r"""A riemfl manifold backed by a geoopt manifold.
+
+    Parameters
+    ----------
+    manifold : geoopt.Manifold
+        E.g. ``geoopt.Sphere()``, ``geoopt.EuclideanStiefel()``, ``geoopt.Lorentz()``.
+        ``to_geoopt`` objects are unwrapped: ``from_geoopt(to_geoopt(m), ...)`` is ``m``.
+    point_shape : tuple of int
+        Shape of one point (geoopt manifolds only know the number of trailing dimensions).
+    dim : int, optional
+        Intrinsic dimension; default: the rank of ``proju`` at a sample point (one SVD of a
+        :math:`N \times N` matrix, :math:`N` = number of ambient coordinates).
+    exact : iterable of str, optional
+        The maps among :data:`EXACT_MAPS` that geoopt computes exactly in riemfl's sense:
+        ``"project"`` (``projx`` is the metric projection), ``"exp"``, ``"log"``, ``"dist"``,
+        ``"parallel_transport"`` (``transp`` is parallel transport) and ``"inverse_retract"``
+        (``retr`` is ``expmap`` and ``logmap`` inverts it). Default: riemfl's table of geoopt's
+        own classes (Euclidean: all; Sphere and EuclideanStiefel: project and exp;
+        CanonicalStiefel: project; Lorentz: none, see the module docstring), nothing for other
+        classes. The rest are declared unsupported, with the reason.
+    proximal_smoothness, diameter, injectivity_radius : float, optional
+        riemfl's constants, which geoopt does not provide (unsupported when not given).
+
+    Returns
+    -------
+    FromGeoopt
+
+    Raises
+    ------
+    MissingDependencyError
+        geoopt is not installed.
+    ParameterError
+        ``manifold`` is not a geoopt manifold, or ``exact`` names a map that does not exist or
+        that the geoopt class does not implement.
+    ShapeError
+        ``point_shape`` does not fit the geoopt manifold.
+    """
+    _geoopt("riemfl.adapters.geoopt.from_geoopt")
+    if isinstance(manifold, _GEOOPT_MANIFOLD.get()):
+        return manifold.riemfl_manifold
+    constants = {
+        "proximal_smoothness": proximal_smoothness,
+        "diameter": diameter,
+        "injectivity_radius": injectivity_radius,
+    }
+    return FromGeoopt(manifold, point_shape, dim, exact, constants)

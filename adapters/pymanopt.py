@@ -1,0 +1,668 @@
+r"""pymanopt <-> riemfl: riemfl manifolds and problems in pymanopt's solvers, and back.
+
+* :func:`to_pymanopt` wraps a riemfl :class:`~riemfl.manifolds.Manifold` as a
+  ``pymanopt.manifolds.manifold.Manifold`` (a :class:`PymanoptManifold`);
+* :func:`from_pymanopt` wraps a pymanopt manifold as a riemfl manifold (a
+  :class:`FromPymanopt`);
+* :func:`solve` runs pymanopt's trust regions, steepest descent or conjugate gradient on a riemfl
+  problem (a centralised :class:`~riemfl.problems.KPCAProblem` or
+  :class:`~riemfl.problems.LRMCProblem`, any :class:`~riemfl.problems.FederatedProblem`, whose
+  clients' objectives are summed, or a cost function) and returns a :class:`SolveResult`.
+
+The adapters translate names and conventions only; every map is computed by the wrapped library.
+pymanopt works on single numpy float64 points; riemfl's batch dimensions are looped over by
+:class:`FromPymanopt`. pymanopt is imported on first use; without it the functions raise
+:class:`~riemfl.errors.MissingDependencyError` naming the ``pymanopt`` extra.
+
+Name map (pymanopt -> riemfl)
+-----------------------------
+========================================  ===================================================
+pymanopt                                  riemfl
+========================================  ===================================================
+``inner_product(x, u, v)``, ``norm``      ``inner(x, u, v)``, ``norm(x, u)`` (as Python floats)
+``projection(x, a)``, ``to_tangent_space``  ``to_tangent(x, a)``
+``euclidean_to_riemannian_gradient``      ``egrad_to_rgrad``
+``euclidean_to_riemannian_hessian``       a Weingarten map the riemfl manifold exposes (below)
+``retraction``, ``exp``, ``log``, ``dist``  ``retract``, ``exp``, ``log``, ``dist``
+``transport(x, y, u)``                    ``transport(x, y, u)``
+``random_point()``                        ``random_point(rng=...)`` (the adapter's generator)
+``random_tangent_vector(x)``              ``random_tangent(x)`` scaled to unit norm
+``zero_vector(x)``                        ``zero_tangent(x)``
+``typical_dist``                          ``injectivity_radius``, else ``diameter``, if finite
+========================================  ===================================================
+
+Differences between the libraries (measured in ``tests/adapters``)
+-------------------------------------------------------------------
+* pymanopt's ``random_tangent_vector`` returns unit vectors; riemfl's ``random_tangent`` a
+  projected Gaussian: the adapter normalises. pymanopt samples from numpy's *global* random
+  state; riemfl never does: :class:`PymanoptManifold` draws from its own generator and
+  :class:`FromPymanopt` seeds and restores the global state around pymanopt's sampler.
+* riemfl has no Hessian maps. pymanopt's trust regions need
+  :math:`\operatorname{Hess} f(x)[u]`; :func:`solve` supplies the finite-difference
+  approximation of the Riemannian gradient (Boumal 2015, "Riemannian trust regions with
+  finite-difference Hessian approximations are globally convergent"). pymanopt 2.2.1's
+  ``TrustRegions`` mentions such an approximation in a comment but does not implement it: a
+  problem without a Hessian fails there.
+* pymanopt's ``Stiefel`` uses the QR retraction by default, riemfl's the polar retraction
+  (second order: ``check_retraction`` measures slope 3 instead of 2); pymanopt's ``Sphere.dist``
+  is ``arccos`` of the clipped inner product (accurate to about :math:`10^{-8}` for close
+  points; riemfl's ``atan2`` form to rounding). pymanopt's ``Stiefel`` has no ``log``/``dist``;
+  riemfl's has (iterative).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend import Array, is_torch
+from ..errors import ParameterError
+from ..manifolds.base import Manifold, RandomState, as_generator
+from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
+
+# PymanoptManifold is built on first use (module __getattr__ below)
+__all__ = [  # noqa: F822
+    "to_pymanopt",
+    "from_pymanopt",
+    "solve",
+    "SolveResult",
+    "PymanoptManifold",
+    "FromPymanopt",
+    "finite_difference_hessian",
+    "OPTIMIZERS",
+    "BACKENDS",
+]
+
+#: pymanopt optimizers :func:`solve` runs, by riemfl name
+OPTIMIZERS = {
+    "trust_regions": "TrustRegions",
+    "steepest_descent": "SteepestDescent",
+    "conjugate_gradient": "ConjugateGradient",
+}
+#: riemfl backend name -> pymanopt's decorator in ``pymanopt.function``
+BACKENDS = {"numpy": "numpy", "autograd": "autograd", "torch": "pytorch"}
+
+_PROJECTION_TRANSPORT = "pymanopt's transport is the projection onto T_y M, not parallel transport"
+#: what riemfl knows of pymanopt's own classes, per map: "" where it is exact, else why not
+_KNOWN: dict[str, dict[str, str]] = {
+    "Euclidean": {m: "" for m in EXACT_MAPS if m != "project"},
+    "Sphere": {
+        "exp": "",
+        "log": "pymanopt's Sphere.log scales by dist, which inherits its error",
+        "dist": "pymanopt's Sphere.dist is arccos(<x, y>), which loses half the digits for close "
+        "points (errors near 1e-8)",
+        "parallel_transport": _PROJECTION_TRANSPORT,
+        "inverse_retract": "pymanopt's Sphere has no inverse of its retraction",
+    },
+    "Stiefel": {
+        "exp": "",
+        "log": "pymanopt's Stiefel has no log",
+        "dist": "pymanopt's Stiefel has no dist",
+        "parallel_transport": _PROJECTION_TRANSPORT,
+        "inverse_retract": "pymanopt's Stiefel has no inverse of its retraction",
+    },
+}
+_NO_PROJECTION = "pymanopt manifolds have no metric projection onto M"
+
+
+def _pymanopt(feature: str):
+    return require("pymanopt", "pymanopt", feature)
+
+
+def _float(a: Any) -> float:
+    return float(np.asarray(a))
+
+
+# ---------------------------------------------------------------------------------- to_pymanopt
+def _build_pymanopt_manifold() -> type:
+    _pymanopt("riemfl.adapters.pymanopt.PymanoptManifold")
+    from pymanopt.manifolds.manifold import Manifold as PymanoptBase
+
+    class PymanoptManifold(PymanoptBase):
+        r"""A riemfl manifold behind pymanopt's ``Manifold`` API (made by :func:`to_pymanopt`).
+
+        Points and tangent vectors are numpy arrays of riemfl's ``point_shape``. Random draws
+        come from the generator given to :func:`to_pymanopt` (``self.rng``), never from numpy's
+        global state. ``euclidean_to_riemannian_hessian`` needs a Weingarten map on the riemfl
+        manifold, ``weingarten(x, u, n)`` for a normal vector n (a Riemannian submanifold of its
+        ambient space, Boumal 2023, Cor. 5.16):
+
+        .. math::
+            \operatorname{Hess} f(x)[u] = P_x\big(\nabla^2 f(x)[u]\big)
+            + \mathrm{W}_x\big(u,\ \nabla f(x) - P_x \nabla f(x)\big);
+
+        riemfl's own manifolds expose none, so it raises ``NotImplementedError`` (with the
+        reason) and :func:`solve` uses finite differences of the gradient instead.
+        """
+
+        def __init__(self, manifold: Manifold, rng: RandomState = None) -> None:
+            super().__init__(f"riemfl.{manifold.name}", int(manifold.dim))
+            self.riemfl_manifold = manifold
+            self.rng = as_generator(rng)
+
+        @property
+        def typical_dist(self) -> float:
+            m = self.riemfl_manifold
+            for what in ("injectivity_radius", "diameter"):
+                try:
+                    value = float(getattr(m, what))
+                except NotImplementedError:
+                    continue
+                if math.isfinite(value):
+                    return value
+            raise NotImplementedError(
+                f"{m.name} has neither a finite injectivity radius nor a finite diameter "
+                "(pymanopt then uses sqrt(dim))"
+            )
+
+        def inner_product(self, point, tangent_vector_a, tangent_vector_b) -> float:
+            return _float(self.riemfl_manifold.inner(point, tangent_vector_a, tangent_vector_b))
+
+        def norm(self, point, tangent_vector) -> float:
+            return _float(self.riemfl_manifold.norm(point, tangent_vector))
+
+        def projection(self, point, vector):
+            return self.riemfl_manifold.to_tangent(point, vector)
+
+        to_tangent_space = projection
+
+        def euclidean_to_riemannian_gradient(self, point, euclidean_gradient):
+            return self.riemfl_manifold.egrad_to_rgrad(point, euclidean_gradient)
+
+        def euclidean_to_riemannian_hessian(
+            self, point, euclidean_gradient, euclidean_hessian, tangent_vector
+        ):
+            m = self.riemfl_manifold
+            weingarten = getattr(m, "weingarten", None)
+            if weingarten is None:
+                raise NotImplementedError(
+                    f"{m.name} exposes no Weingarten map weingarten(x, u, normal), so a "
+                    "Euclidean Hessian cannot be turned into a Riemannian one; "
+                    "riemfl.adapters.pymanopt.solve approximates the Riemannian Hessian by "
+                    "finite differences of the gradient instead"
+                )
+            normal = euclidean_gradient - m.to_tangent(point, euclidean_gradient)
+            return m.to_tangent(point, euclidean_hessian) + weingarten(
+                point, tangent_vector, normal
+            )
+
+        def retraction(self, point, tangent_vector):
+            return self.riemfl_manifold.retract(point, tangent_vector)
+
+        def exp(self, point, tangent_vector):
+            return self.riemfl_manifold.exp(point, tangent_vector)
+
+        def log(self, point_a, point_b):
+            return self.riemfl_manifold.log(point_a, point_b)
+
+        def dist(self, point_a, point_b) -> float:
+            return _float(self.riemfl_manifold.dist(point_a, point_b))
+
+        def transport(self, point_a, point_b, tangent_vector_a):
+            return self.riemfl_manifold.transport(point_a, point_b, tangent_vector_a)
+
+        def random_point(self):
+            return self.riemfl_manifold.random_point(rng=self.rng)
+
+        def random_tangent_vector(self, point):
+            m = self.riemfl_manifold
+            u = m.random_tangent(point, rng=self.rng)
+            return u / _float(m.norm(point, u))
+
+        def zero_vector(self, point):
+            return self.riemfl_manifold.zero_tangent(point)
+
+    return PymanoptManifold
+
+
+_PYMANOPT_MANIFOLD = LazyClass(__name__, "PymanoptManifold", _build_pymanopt_manifold)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the pymanopt subclass exists once pymanopt is importable; pickle finds it here
+    if name == "PymanoptManifold":
+        return _PYMANOPT_MANIFOLD.get()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def to_pymanopt(manifold: Manifold, *, rng: RandomState = None) -> Any:
+    """A ``pymanopt.manifolds.manifold.Manifold`` backed by a riemfl manifold.
+
+    Parameters
+    ----------
+    manifold : riemfl.manifolds.Manifold
+        Any riemfl manifold. ``to_pymanopt(from_pymanopt(m))`` is ``m`` itself.
+    rng : None, int or numpy.random.Generator
+        Source of ``random_point`` and ``random_tangent_vector`` (pymanopt's own manifolds use
+        numpy's global state; this adapter does not).
+
+    Returns
+    -------
+    PymanoptManifold
+
+    Raises
+    ------
+    MissingDependencyError
+        pymanopt is not installed (``pip install "riemfl[pymanopt]"``).
+    ParameterError
+        ``manifold`` is not a riemfl manifold.
+    """
+    _pymanopt("riemfl.adapters.pymanopt.to_pymanopt")
+    cls = _PYMANOPT_MANIFOLD.get()
+    if isinstance(manifold, FromPymanopt):
+        return manifold.wrapped
+    if not isinstance(manifold, Manifold):
+        raise ParameterError(
+            f"to_pymanopt needs a riemfl Manifold, got {type(manifold).__name__} "
+            "(for a pymanopt manifold, use it directly or wrap it with from_pymanopt)"
+        )
+    return cls(manifold, rng)
+
+
+# -------------------------------------------------------------------------------- from_pymanopt
+class FromPymanopt(ForeignManifold):
+    r"""A pymanopt manifold behind riemfl's manifold contract (made by :func:`from_pymanopt`).
+
+    pymanopt computes one float64 numpy point at a time: leading batch dimensions are looped
+    over (broadcast first), and the result takes the input's type and dtype (a torch input gives
+    a torch output on the input's device). Gradients do not flow through pymanopt's numpy code:
+    a torch input that requires a gradient raises :class:`~riemfl.errors.ParameterError` rather
+    than silently returning a constant.
+
+    Maps taken from pymanopt: ``to_tangent`` (``projection``), ``egrad_to_rgrad``, ``inner``
+    (``inner_product``), ``retract`` (``retraction``) and ``transport`` always; ``exp``,
+    ``log``, ``dist``, ``parallel_transport`` (``transport``) and ``inverse_retract``
+    (``log``, where the retraction is ``exp``) only where they are exact (see
+    :func:`from_pymanopt`); ``project`` never (pymanopt has no metric projection).
+
+    ``check_point`` measures :math:`\|R_x(0) - x\|` with pymanopt's retraction (which maps its
+    input onto M: a QR or polar factor, a normalisation); ``random_point`` seeds numpy's global
+    state from ``rng`` around pymanopt's sampler and restores it after.
+    """
+
+    library = "pymanopt"
+    methods = {
+        "to_tangent": "projection",
+        "egrad_to_rgrad": "euclidean_to_riemannian_gradient",
+        "inner": "inner_product",
+        "retract": "retraction",
+        "exp": "exp",
+        "log": "log",
+        "inverse_retract": "log",
+        "dist": "dist",
+        "transport": "transport",
+        "parallel_transport": "transport",
+    }
+
+    def __init__(
+        self,
+        manifold: Any,
+        point_shape: Iterable[int] | None,
+        exact: Iterable[str] | None,
+        constants: dict[str, float | None],
+    ) -> None:
+        _pymanopt("riemfl.adapters.pymanopt.from_pymanopt")
+        from pymanopt.manifolds.manifold import Manifold as PymanoptBase
+
+        if not isinstance(manifold, PymanoptBase):
+            raise ParameterError(
+                f"from_pymanopt needs a pymanopt manifold, got {type(manifold).__name__} "
+                "(for a riemfl manifold, use it directly or wrap it with to_pymanopt)"
+            )
+        if manifold.point_layout != 1:
+            raise ParameterError(
+                f"from_pymanopt: {manifold} represents a point by {manifold.point_layout} "
+                "arrays; riemfl points are single arrays (point_layout 1)"
+            )
+        self.wrapped = manifold
+        if point_shape is None:
+            point_shape = np.shape(self._sample(np.random.default_rng(0)))
+        self.point_shape = tuple(int(s) for s in point_shape)
+        self.name = f"from_pymanopt({type(manifold).__name__}, {self.point_shape})"
+        self._dim = int(manifold.dim)
+        self._wrap(manifold, PymanoptBase, _KNOWN, exact, constants)
+        self.unsupported["project"] = f"{self.name}: project: {_NO_PROJECTION}"
+
+    @property
+    def pymanopt_manifold(self) -> Any:
+        """The wrapped pymanopt manifold."""
+        return self.wrapped
+
+    # ------------------------------------------------------------------ translation
+    def _sample(self, rng: np.random.Generator) -> np.ndarray:
+        # pymanopt draws from numpy's global state: seed it from rng, restore it after
+        state = np.random.get_state()  # noqa: NPY002
+        np.random.seed(int(rng.integers(2**32)))  # noqa: NPY002
+        try:
+            return np.asarray(self.wrapped.random_point(), dtype=np.float64)
+        finally:
+            np.random.set_state(state)  # noqa: NPY002
+
+    def _call(self, fn: Callable[..., Any], *arrays: Array, scalar: bool = False) -> Array:
+        """Apply a single-point pymanopt map over the broadcast batch of ``arrays``."""
+        ref = next((a for a in arrays if is_torch(a)), None)
+        if ref is not None and any(is_torch(a) and a.requires_grad for a in arrays):
+            import torch
+
+            if torch.is_grad_enabled():
+                raise ParameterError(
+                    f"{self.name}: pymanopt computes in numpy, so gradients cannot flow through "
+                    "its maps; detach the input (or use a riemfl manifold for autograd)"
+                )
+        nps = [a.detach().cpu().numpy() if is_torch(a) else np.asarray(a) for a in arrays]
+        dtype = np.result_type(*nps)
+        k = len(self.point_shape)
+        batch = np.broadcast_shapes(*(a.shape[: a.ndim - k] for a in nps))
+        full = [np.broadcast_to(a, batch + a.shape[a.ndim - k :]) for a in nps]
+        out = np.empty(batch + (() if scalar else self.point_shape))
+        for idx in np.ndindex(*batch):
+            out[idx] = fn(*(np.asarray(a[idx], dtype=np.float64) for a in full))
+        out = out.astype(dtype, copy=False)
+        if ref is None:
+            return out
+        import torch
+
+        return torch.as_tensor(out, dtype=ref.dtype, device=ref.device)
+
+    def _random_point(self, batch_shape, rng):
+        out = np.empty(tuple(batch_shape) + self.point_shape)
+        for idx in np.ndindex(*batch_shape):
+            out[idx] = self._sample(rng)
+        return out
+
+    def _point_violation(self, x):
+        m = self.wrapped
+
+        def gap(p):
+            d = m.retraction(p, m.zero_vector(p)) - p
+            return float(np.sqrt(np.sum(d * d)))
+
+        violation = self._call(gap, x, scalar=True)
+        if is_torch(violation):
+            violation = violation.detach().cpu().numpy()
+        return "x = R_x(0) (pymanopt's retraction maps onto M)", float(np.max(violation))
+
+
+def from_pymanopt(
+    manifold: Any,
+    *,
+    point_shape: Iterable[int] | None = None,
+    exact: Iterable[str] | None = None,
+    proximal_smoothness: float | None = None,
+    diameter: float | None = None,
+    injectivity_radius: float | None = None,
+) -> Manifold:
+    """A riemfl manifold backed by a pymanopt manifold.
+
+    Parameters
+    ----------
+    manifold : pymanopt.manifolds.manifold.Manifold
+        A manifold whose points are single arrays (``point_layout == 1``).
+        ``to_pymanopt`` objects are unwrapped: ``from_pymanopt(to_pymanopt(m))`` is ``m``.
+    point_shape : tuple of int, optional
+        Default: the shape of a sample point.
+    exact : iterable of str, optional
+        The maps among :data:`~riemfl.adapters._lazy.EXACT_MAPS` (except ``"project"``) that
+        pymanopt computes exactly in riemfl's sense. Default: riemfl's table of pymanopt's
+        classes (Euclidean: all but project; Sphere and Stiefel: exp), nothing for others.
+    proximal_smoothness, diameter, injectivity_radius : float, optional
+        riemfl's constants (unsupported when not given).
+
+    Returns
+    -------
+    FromPymanopt
+
+    Raises
+    ------
+    MissingDependencyError
+        pymanopt is not installed.
+    ParameterError
+        Not a pymanopt manifold, a multi-array point layout, or a bad ``exact``.
+    """
+    _pymanopt("riemfl.adapters.pymanopt.from_pymanopt")
+    if isinstance(manifold, _PYMANOPT_MANIFOLD.get()):
+        return manifold.riemfl_manifold
+    constants = {
+        "proximal_smoothness": proximal_smoothness,
+        "diameter": diameter,
+        "injectivity_radius": injectivity_radius,
+    }
+    return FromPymanopt(manifold, point_shape, exact, constants)
+
+
+# ------------------------------------------------------------------------------------- solve
+@dataclass
+class SolveResult:
+    """What :func:`solve` returns.
+
+    Attributes
+    ----------
+    point : numpy.ndarray
+        The last iterate (a point of the riemfl manifold).
+    cost : float
+        f at ``point``.
+    iterations : int
+        Outer iterations pymanopt ran.
+    gradient_norm : float or None
+        Riemannian gradient norm at ``point`` as pymanopt reports it.
+    stopping_criterion : str
+        pymanopt's reason for stopping.
+    hessian : str
+        How trust regions got Hessian-vector products: ``"finite_difference"``,
+        ``"weingarten"`` (the backend's Euclidean Hessian through the manifold's Weingarten
+        map) or ``"none"`` (first-order optimizers).
+    pymanopt_result : pymanopt.optimizers.optimizer.OptimizerResult
+        pymanopt's own result (time, cost evaluations, log, ...).
+    """
+
+    point: np.ndarray
+    cost: float
+    iterations: int
+    gradient_norm: float | None
+    stopping_criterion: str
+    hessian: str
+    pymanopt_result: Any
+
+
+def finite_difference_hessian(
+    manifold: Manifold, rgrad: Callable[[np.ndarray], np.ndarray], step: float = 2.0**-14
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    r"""Riemannian Hessian-vector products by finite differences of the Riemannian gradient.
+
+    .. math::
+        \operatorname{Hess} f(x)[u] \approx \frac{\mathcal T_{y \to x}\operatorname{grad}f(y)
+        - \operatorname{grad} f(x)}{c}, \qquad y = R_x(c\,u),\quad c = \frac{h}{\|u\|_x},
+
+    with the manifold's retraction R and vector transport :math:`\mathcal T`, and
+    :math:`h = 2^{-14}` (Manopt's ``getHessianFD``; Boumal 2015 proves trust regions converge
+    globally with it). Linear in u only up to :math:`O(h)`; exact where the gradient is linear
+    in the ambient coordinates and the transport is the projection (e.g. kPCA on the sphere).
+    The gradient at x is cached, as trust regions ask for many products at one x.
+
+    Parameters
+    ----------
+    manifold : Manifold
+        Supplies ``norm``, ``retract``, ``transport`` and ``zero_tangent``.
+    rgrad : callable
+        ``rgrad(x)``: the Riemannian gradient at one point.
+    step : float
+        h, the length of the step along u.
+    """
+    cache: dict[str, Any] = {"x": None, "g": None}
+
+    def hessian(point: np.ndarray, tangent_vector: np.ndarray) -> np.ndarray:
+        norm = _float(manifold.norm(point, tangent_vector))
+        if norm == 0.0:
+            return manifold.zero_tangent(point)
+        if cache["x"] is None or not np.array_equal(cache["x"], point):
+            cache["x"], cache["g"] = np.array(point, copy=True), rgrad(point)
+        c = step / norm
+        moved = manifold.retract(point, c * tangent_vector)
+        back = manifold.transport(moved, point, rgrad(moved))
+        return (back - cache["g"]) / c
+
+    return hessian
+
+
+def _objective(problem: Any, backend: str, cost: Any, egrad: Any) -> tuple[Any, Any]:
+    """(cost, Euclidean gradient or None) for :func:`solve` from a problem or a callable."""
+    if cost is not None:
+        if backend == "numpy" and egrad is None:
+            raise ParameterError(
+                "solve: backend='numpy' has no automatic differentiation; pass egrad= with the "
+                "cost, or choose backend='autograd' or 'torch'"
+            )
+        return cost, egrad
+    if backend == "numpy":
+        loss = getattr(problem, "loss", None) or getattr(problem, "f", None)
+        grad = getattr(problem, "egrad", None)
+        if loss is None or grad is None:
+            raise ParameterError(
+                f"solve: {type(problem).__name__} has no loss/f and egrad; pass a riemfl "
+                "FederatedProblem, or cost= (and egrad=) with manifold="
+            )
+        return loss, grad
+    losses = getattr(problem, "losses", None)
+    if losses is None or getattr(problem, "backend", None) != backend:
+        raise ParameterError(
+            f"solve: backend={backend!r} differentiates the objective itself, so it must be "
+            f"written for {backend}; {type(problem).__name__}'s objective is not (use "
+            f"backend='numpy' with the problem's own egrad, a FunctionProblem with "
+            f"backend={backend!r}, or cost= written with {backend})"
+        )
+    sample = problem.n_samples is not None
+
+    def federated_cost(x):
+        # f = (1/n) sum_i f_i: the mean of the clients' full objectives
+        total = sum((f(x, None) if sample else f(x)) for f in losses)
+        return total / len(losses)
+
+    return federated_cost, None
+
+
+def solve(
+    problem: Any = None,
+    optimizer: str = "trust_regions",
+    backend: str = "numpy",
+    *,
+    manifold: Manifold | None = None,
+    cost: Callable[[Any], Any] | None = None,
+    egrad: Callable[[Any], Any] | None = None,
+    x0: np.ndarray | None = None,
+    hessian: str = "auto",
+    rng: RandomState = 0,
+    verbosity: int = 0,
+    **options: Any,
+) -> SolveResult:
+    r"""Run a pymanopt optimizer on a riemfl problem.
+
+    The objective is the problem's global one, :math:`f(x) = \frac1n\sum_i f_i(x)` for a
+    federated problem (its clients' objectives summed and divided by n, so ``cost`` compares with
+    ``problem.optimum``), or ``cost`` itself.
+
+    Parameters
+    ----------
+    problem : FederatedProblem, optional
+        E.g. :class:`~riemfl.problems.KPCAProblem` or :class:`~riemfl.problems.LRMCProblem`;
+        anything with ``manifold``, ``loss`` (or ``f``) and ``egrad``. Omit it and give
+        ``manifold`` and ``cost`` instead.
+    optimizer : {"trust_regions", "steepest_descent", "conjugate_gradient"}
+        pymanopt's ``TrustRegions``, ``SteepestDescent`` or ``ConjugateGradient``.
+    backend : {"numpy", "autograd", "torch"}
+        ``"numpy"``: the gradient is the problem's ``egrad`` (or ``egrad=``). ``"autograd"`` /
+        ``"torch"``: pymanopt differentiates the objective, which must then be written for that
+        library: ``cost=`` or a :class:`~riemfl.problems.FunctionProblem` built with the same
+        ``backend``.
+    manifold : Manifold, optional
+        The manifold (default ``problem.manifold``).
+    cost, egrad : callable, optional
+        ``cost(x)`` and its Euclidean gradient, instead of ``problem``.
+    x0 : numpy.ndarray, optional
+        Initial point (default ``manifold.random_point(rng=rng)``).
+    hessian : {"auto", "finite_difference"}
+        For trust regions: ``"auto"`` converts the backend's Euclidean Hessian with the riemfl
+        manifold's Weingarten map where both exist (autograd or torch backend, a manifold with
+        ``weingarten``), else uses :func:`finite_difference_hessian`.
+    rng : None, int or numpy.random.Generator
+        Source of the initial point and of the adapter's random draws.
+    verbosity : int
+        pymanopt's verbosity (0: silent).
+    **options
+        Passed to the pymanopt optimizer (``max_iterations``, ``min_gradient_norm``, ...).
+
+    Returns
+    -------
+    SolveResult
+
+    Raises
+    ------
+    ParameterError
+        Unknown optimizer, backend or hessian mode; no objective; an objective that the backend
+        cannot differentiate.
+    MissingDependencyError
+        pymanopt (or the backend's library) is not installed.
+    """
+    pymanopt = _pymanopt("riemfl.adapters.pymanopt.solve")
+    if optimizer not in OPTIMIZERS:
+        raise ParameterError(
+            f"solve: optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}"
+        )
+    if backend not in BACKENDS:
+        raise ParameterError(f"solve: backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+    if hessian not in ("auto", "finite_difference"):
+        raise ParameterError(
+            f"solve: hessian must be 'auto' or 'finite_difference', got {hessian!r}"
+        )
+    if backend != "numpy":
+        require(backend, backend, f"solve(backend={backend!r})")
+    manifold = manifold if manifold is not None else getattr(problem, "manifold", None)
+    if not isinstance(manifold, Manifold):
+        raise ParameterError(
+            "solve: no riemfl manifold; pass a problem with a .manifold or manifold="
+        )
+    f, grad = _objective(problem, backend, cost, egrad)
+    rng = as_generator(rng)
+    target = to_pymanopt(manifold, rng=rng)
+    objective = getattr(pymanopt.function, BACKENDS[backend])(target)(_positional(f))
+    kwargs: dict[str, Any] = {}
+    if grad is not None:
+        kwargs["euclidean_gradient"] = pymanopt.function.numpy(target)(_positional(grad))
+    mode = "none"
+    if optimizer == "trust_regions":
+        exact = backend != "numpy" and hessian == "auto" and hasattr(manifold, "weingarten")
+        mode = "weingarten" if exact else "finite_difference"
+        if not exact:
+            egrad_of = grad if grad is not None else objective.get_gradient_operator()
+
+            def rgrad(x):
+                return manifold.egrad_to_rgrad(x, np.asarray(egrad_of(x), dtype=np.float64))
+
+            hess = finite_difference_hessian(manifold, rgrad)
+            kwargs["riemannian_hessian"] = pymanopt.function.numpy(target)(hess)
+    pm_problem = pymanopt.Problem(target, objective, **kwargs)
+    solver = getattr(pymanopt.optimizers, OPTIMIZERS[optimizer])(verbosity=verbosity, **options)
+    start = manifold.random_point(rng=rng) if x0 is None else np.asarray(x0, dtype=np.float64)
+    manifold.check_point(start)
+    result = solver.run(pm_problem, initial_point=start)
+    return SolveResult(
+        point=np.asarray(result.point),
+        cost=float(result.cost),
+        iterations=int(result.iterations),
+        gradient_norm=None if result.gradient_norm is None else float(result.gradient_norm),
+        stopping_criterion=str(result.stopping_criterion),
+        hessian=mode,
+        pymanopt_result=result,
+    )
+
+
+def _positional(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """pymanopt's decorators accept only functions with plain positional arguments."""
+
+    def wrapped(*args):
+        return fn(*args)
+
+    return wrapped
