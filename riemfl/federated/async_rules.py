@@ -234,6 +234,12 @@ class OrthoCorrect(AsyncRule):
         return self.alpha, self.vartheta
 
     def apply(self, manifold, a):
+        return self.step(manifold, a, self.direction(manifold, a))
+
+    def direction(self, manifold: Manifold, a: Arrival) -> Array:
+        r"""The corrected update at the current model (before the rate): the server moves to
+        ``R_{x^tau}(rate * direction)``; ``R_{x^tau}(direction)`` is the corrected end point
+        (AsyncCurve's :math:`\hat\Theta_i^\tau`)."""
         alpha, vartheta = self.settings(a)
         u = self.update(manifold, a)
         g = self.operators.lift(manifold, a.base, a.current)
@@ -245,13 +251,12 @@ class OrthoCorrect(AsyncRule):
             # "corrected" to itself, so the server does not move, as [P]'s pi(., ., 0) = 0
             if (ug / math.sqrt(uu * gg) if uu > 0 else 0.0) <= vartheta:
                 self.projections += 1
-                corrected = u - (ug / gg) * g
-                return self.step(manifold, a, self.trusted_update(manifold, a, corrected))
+                return self.trusted_update(manifold, a, u - (ug / gg) * g)
         direction = self.trusted_update(manifold, a, u)
         if alpha:
             position = self.trusted_position(manifold, a)
             direction = (1.0 - alpha) * direction + alpha * position
-        return self.step(manifold, a, direction)
+        return direction
 
 
 def switch_schedule(switch_version: int, before=(0.0, 0.0), after=(1.0, 0.0)):
