@@ -14,6 +14,7 @@ from .async_engine import AsyncHistory, VersionStore, run_async
 from .async_manifold import (
     AsyncBezier,
     AsyncBezierED,
+    AsyncCurve,
     AsyncManifold,
     BezierEmbedding,
     Embedding,
@@ -58,6 +59,7 @@ ALGORITHMS = {
 __all__ = [
     "AsyncBezier",
     "AsyncBezierED",
+    "AsyncCurve",
     "AsyncManifold",
     "BezierEmbedding",
     "BezierProblemTrainer",

@@ -38,6 +38,7 @@ from ..manifolds.base import Manifold
 from ..manifolds.bezier import BezierCurve, _scalar_weights
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
+from ..manifolds.rotation import PlaneRotation
 from .async_rules import Arrival, AsyncRule, _check_vartheta
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncManifold",
     "AsyncBezier",
     "AsyncBezierED",
+    "AsyncCurve",
     "STEP_MODES",
     "chordal_root",
     "power_coefficient_matrix",
@@ -635,6 +637,102 @@ class AsyncManifold(AsyncRule):
     def output(self, current: Array) -> Array:
         """The model a run returns: the SWA average when SWA has started, else ``current``."""
         return current if self.swa_point is None else self.swa_point
+
+
+class AsyncCurve(AsyncManifold):
+    r"""[TR]'s AsyncCurve server (Algorithm 1, with its ordering bug fixed; digest 1.11, P6).
+
+    The client (:class:`riemfl.nn.CurveClientTrainer`) uploads :math:`(\Theta^t, \phi_i,
+    \Theta_i^t)`. On arrival:
+
+    1. the corrected end point :math:`\hat\Theta_i^\tau = \Theta^\tau +
+       \mathrm{dir}` from the ``endpoint`` rule's corrected update (default
+       :class:`~riemfl.federated.OrthoDyn`; [TR] Alg. 1 uses it *before* computing it: fixed);
+    2. the rotated control point ([TR] eq. 17): :math:`\hat\phi = (\Theta^\tau +
+       \hat\Theta)/2 + R(\phi - (\Theta^t + \Theta_i^t)/2)`, R the plane rotation taking
+       :math:`\Theta_i^t - \Theta^t` to :math:`\hat\Theta - \Theta^\tau`
+       (:class:`~riemfl.manifolds.PlaneRotation`; the identity when the correction keeps the
+       direction, i.e. a pure translation, as [TR] says);
+    3. :math:`\Theta^{\tau+1}` = the quadratic (Bernstein form, B1) through
+       :math:`(\Theta^\tau, \hat\phi, \hat\Theta)` at :math:`\alpha`, with
+       ``weighting="dominance"``: :math:`\alpha = \eta(\tau) / (N p_i)` ([TR] Alg. 1;
+       :math:`p_i` the share of arrivals so far from client i, digest 5.2 P5) or ``"weight"``:
+       :math:`\alpha = w_i \eta(\tau)` ([TR] eq. 32); :math:`\eta(\tau)` is ``server_lr`` or
+       ``schedule(version)``. ``step_mode="parameter"`` (default, [TR] eq. 31) evaluates the curve
+       at :math:`\alpha`; ``beyond="clip"`` (default) stops at the local end point.
+    4. periodic SWA (``swa_start``, ``swa_every``, ``swa_cycle``) as in :class:`AsyncManifold`;
+       the version counter advances only on arrivals (P6).
+
+    Euclidean base (the rotation acts on flat vectors).
+    """
+
+    name = "asynccurve"
+
+    def __init__(
+        self,
+        base: Manifold,
+        server_lr: float = 1.0,
+        *,
+        endpoint: AsyncRule | None = None,
+        rotate: bool = True,
+        weighting: str = "dominance",
+        schedule: Any = None,
+        step_mode: str = "parameter",
+        beyond: str = "clip",
+        **kw: Any,
+    ) -> None:
+        if not isinstance(base, Euclidean):
+            raise ParameterError(f"AsyncCurve needs a Euclidean base (the rotation R), got {base}")
+        if weighting not in ("dominance", "weight"):
+            raise ParameterError(f"weighting must be 'dominance' or 'weight', got {weighting!r}")
+        if schedule is not None and not callable(schedule):
+            raise ParameterError("schedule must be a callable of the server version")
+        super().__init__(BezierEmbedding(base, 2), server_lr, correction=None,
+                         step_mode=step_mode, beyond=beyond,
+                         dominance=weighting == "dominance", **kw)  # fmt: skip
+        from .async_rules import OrthoDyn
+
+        self.endpoint = OrthoDyn() if endpoint is None else endpoint
+        if not hasattr(self.endpoint, "direction"):
+            raise ParameterError("AsyncCurve's endpoint rule must expose direction() "
+                                 "(FedAsync, ASGD, the OrthoCorrect family)")  # fmt: skip
+        self.rotate = bool(rotate)
+        self.weighting = weighting
+        self.schedule = schedule
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "endpoint": self.endpoint.describe(),
+                "rotate": self.rotate, "weighting": self.weighting}  # fmt: skip
+
+    def _has_fast_path(self, a: Arrival) -> bool:
+        return False
+
+    def corrected_parameters(self, a: Arrival) -> Array:
+        m = self.embedding.base
+        if tuple(np.shape(a.local)) != (3, *m.point_shape):
+            raise ShapeError(
+                f"asynccurve: a client uploaded shape {tuple(np.shape(a.local))}; expected "
+                f"(3, {', '.join(map(str, m.point_shape))}) = (Theta^t, phi, Theta_i) from a "
+                f"CurveClientTrainer"
+            )
+        _, phi, local = a.local
+        point_arrival = Arrival(a.client, a.base, local, a.current, a.staleness, a.weight,
+                                a.version)  # fmt: skip
+        hat = a.current + self.endpoint.direction(m, point_arrival)
+        offset = phi - 0.5 * (a.base + local)
+        if self.rotate:
+            u, w = (local - a.base).reshape(-1), (hat - a.current).reshape(-1)
+            offset = PlaneRotation(u, w)(offset.reshape(-1)).reshape(offset.shape)
+        return np.stack([a.current, 0.5 * (a.current + hat) + offset, hat])
+
+    def _fraction(self, a: Arrival, local_distance: float, drift_distance: float) -> float:
+        eta = float(self.schedule(a.version)) if self.schedule is not None else self.server_lr
+        if self.weighting == "dominance":
+            rate = eta / (self.n_clients * self.counts[a.client] / self.counts.sum())
+        else:
+            rate = eta * a.weight
+        self.last = {"penalty": 1.0, "local_distance": local_distance, "drift": drift_distance}
+        return rate
 
 
 _CHUNK = 1 << 15  # entries per block: five float64 rows of it stay in a 2 MB L2 cache

@@ -175,7 +175,11 @@ class FedAsync(AsyncRule):
     name = "fedasync"
 
     def apply(self, manifold, a):
-        return self.step(manifold, a, self.trusted_position(manifold, a))
+        return self.step(manifold, a, self.direction(manifold, a))
+
+    def direction(self, manifold, a):
+        """The update at the current model before the rate: towards the local model."""
+        return self.trusted_position(manifold, a)
 
 
 class ASGD(AsyncRule):
@@ -188,7 +192,11 @@ class ASGD(AsyncRule):
     name = "asgd"
 
     def apply(self, manifold, a):
-        return self.step(manifold, a, self.trusted_update(manifold, a, self.update(manifold, a)))
+        return self.step(manifold, a, self.direction(manifold, a))
+
+    def direction(self, manifold, a):
+        """The update at the current model before the rate: the transported client update."""
+        return self.trusted_update(manifold, a, self.update(manifold, a))
 
 
 class OrthoCorrect(AsyncRule):

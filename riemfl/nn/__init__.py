@@ -19,7 +19,7 @@ except ImportError as exc:  # pragma: no cover - torch is installed in the test 
         "riemfl.nn needs torch; install the 'riemfl[torch]' extra (pip install 'riemfl[torch]')"
     ) from exc
 
-from .curve_trainer import BezierClientTrainer
+from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox
 from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters
 from .trainer import (
     LOSSES,
@@ -38,6 +38,8 @@ __all__ = [
     "n_parameters",
     "TorchClientTrainer",
     "BezierClientTrainer",
+    "CurveClientTrainer",
+    "lorentz_prox",
     "digits_clients",
     "binary_auroc",
     "average_precision",

@@ -166,11 +166,7 @@ class BezierClientTrainer:
         return self._flat_grad(model, params, loss_fn, point, anchor, xb, yb)
 
     def _flat_grad(self, model, params, loss_fn, point, anchor, xb, yb) -> torch.Tensor:
-        vector_to_parameters(point, params)
-        for p in params:
-            p.grad = None
-        loss_fn(model(xb), yb).backward()
-        g = parameters_to_vector([p.grad for p in params])
+        g = _flat_loss_grad(model, params, loss_fn, point, xb, yb)
         mu = self.trainer.mu
         return g + mu * (point - anchor) if mu else g
 
@@ -183,3 +179,213 @@ class BezierClientTrainer:
             "tunnel_eps": self.tunnel_eps,
             "tunnel": self.tunnel,
         }
+
+
+# ---------------------------------------------------------------------- AsyncCurve ([TR])
+#: Largest exponent of the Lorentz prox factor exp(d / sigma) (float64 exp(80) ~ 5.5e34).
+LORENTZ_EXPONENT_CAP = 80.0
+
+
+def lorentz_prox(
+    theta: torch.Tensor,
+    anchor: torch.Tensor,
+    mu: float,
+    sigma: float,
+    beta: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    r"""[TR] eq. 24's prox term :math:`\frac{\mu}{2}\exp(d/\sigma)` and its gradient in theta.
+
+    With the lift :math:`\pi_L(x) = (\sqrt{\beta + \|x\|^2}, x)` onto the hyperboloid ([TR]
+    eq. 27) and :math:`x_0 = \sqrt{\beta + \|\theta\|^2}`, :math:`y_0 = \sqrt{\beta +
+    \|\Theta^t\|^2}`, the squared Lorentzian distance ([TR] eq. 26) is
+
+    .. math::  d = \|\pi_L(\theta) - \pi_L(\Theta^t)\|_L^2 = \|\delta\|^2 - (x_0 - y_0)^2,
+               \qquad \delta = \theta - \Theta^t,
+
+    evaluated without cancellation as :math:`x_0 - y_0 = \langle\delta, \theta +
+    \Theta^t\rangle / (x_0 + y_0)` (so :math:`d \ge 0` holds in floating point as it does
+    exactly). Gradient (digest 2.2): :math:`\frac{\mu}{2\sigma} e^{d/\sigma}\,(2\delta -
+    2(x_0 - y_0)\,\theta/x_0)`. Overflow-safe: the exponent is capped at
+    :data:`LORENTZ_EXPONENT_CAP`; the third return value says whether the cap was hit (the
+    value and gradient are then those of the capped factor, finite).
+
+    Returns
+    -------
+    value, gradient, capped
+    """
+    delta = theta - anchor
+    x0 = torch.sqrt(beta + torch.dot(theta, theta))
+    y0 = torch.sqrt(beta + torch.dot(anchor, anchor))
+    gap0 = torch.dot(delta, theta + anchor) / (x0 + y0)
+    d = torch.clamp(torch.dot(delta, delta) - gap0 * gap0, min=0.0)
+    exponent = float(d) / sigma
+    capped = exponent > LORENTZ_EXPONENT_CAP
+    factor = math.exp(min(exponent, LORENTZ_EXPONENT_CAP))
+    grad_d = 2.0 * delta - (2.0 * gap0 / x0) * theta
+    return (
+        torch.as_tensor(0.5 * mu * factor, dtype=theta.dtype),
+        (0.5 * mu * factor / sigma) * grad_d,
+        capped,
+    )
+
+
+class CurveClientTrainer:
+    r"""[TR]'s AsyncCurve client (Algorithm 2, Adam form), uploading :math:`(\Theta^t, \phi,
+    \theta)` for :class:`~riemfl.federated.async_manifold.AsyncCurve`.
+
+    Per epoch e = 1..E:
+
+    1. **end point**: a pass of Adam (state kept across epochs, [TR] Alg. 2) on
+       :math:`l_i(\theta) + \frac{\mu}{2}\exp(\|\pi_L(\theta) - \pi_L(\Theta^t)\|_L^2/\sigma)`
+       ([TR] eq. 24, :func:`lorentz_prox`);
+    2. **control point**: with :math:`M = (\Theta^t + \theta)/2` and the pseudo-gradient
+       :math:`u = \Theta^t - \theta`, a pass of a fresh Adam on the displacement
+       :math:`\delta\phi` of :math:`\phi = M + (\delta\phi - \gamma P_u\,\delta\phi)` ([TR]
+       eq. 30), sampling :math:`\lambda \sim U[0,1]` per batch, loss :math:`l_i` (no prox, as
+       [TR]) at :math:`(1-\lambda)^2\Theta^t + 2\lambda(1-\lambda)\phi + \lambda^2\theta` (the
+       Bernstein form: digest 5.2 B1), gradient :math:`2\lambda(1-\lambda)(I - \gamma P_u) g`.
+
+    Choices (digest 5.2): E epochs, not E + 1 (O2); the uploaded control point is the projected
+    :math:`\phi` that was trained, not :math:`M + \delta\phi` (B3); a fresh end-point Adam per
+    call (O1: no warm start from the server); ``sigma`` defaults to D, so that the exponent is a
+    per-parameter mean (the seeds never give it, L1); the lift applies to the whole parameter
+    vector, as [TR] writes (L1).
+
+    Parameters
+    ----------
+    trainer : TorchClientTrainer
+        Data, model, loss, ``lr`` (end point), ``batch_size``, ``epochs`` (E).
+    control_lr : float, optional
+        Adam step of the control point (default ``trainer.lr / 10``: [TR] section 4).
+    gamma : float in [0, 1]
+        Orthogonality strength ([TR] eq. 30; 1: the control displacement is orthogonal to u).
+    mu, sigma, beta : float
+        Lorentz prox weight, temperature (default D) and hyperboloid constant.
+    """
+
+    def __init__(
+        self,
+        trainer: TorchClientTrainer,
+        *,
+        control_lr: float | None = None,
+        gamma: float = 1.0,
+        mu: float | None = None,
+        sigma: float | None = None,
+        beta: float = 1.0,
+    ) -> None:
+        name = "CurveClientTrainer"
+        if not isinstance(trainer, TorchClientTrainer):
+            raise ParameterError(f"{name} wraps a TorchClientTrainer, got {type(trainer).__name__}")
+        self.trainer = trainer
+        self.control_lr = trainer.lr / 10 if control_lr is None else float(control_lr)
+        self.gamma = float(gamma)
+        self.mu = trainer.mu if mu is None else float(mu)
+        self.sigma = float(trainer.n_parameters) if sigma is None else float(sigma)
+        self.beta = float(beta)
+        checks = {
+            "control_lr": self.control_lr > 0, "gamma": 0.0 <= self.gamma <= 1.0,
+            "mu": self.mu >= 0, "sigma": self.sigma > 0, "beta": self.beta > 0,
+        }  # fmt: skip
+        for key, ok in checks.items():
+            if not (ok and math.isfinite(getattr(self, key))):
+                raise ParameterError(f"{name}: {key} out of range, got {getattr(self, key)!r}")
+        self.n_clients = trainer.n_clients
+        self.capped = 0  # batches whose Lorentz prox exponent hit the cap (diagnostic)
+
+    def n_samples(self, i: int) -> int:
+        return self.trainer.n_samples(i)
+
+    def num_batches(self, i: int, epochs: int | None = None) -> int:
+        """Two passes (end point, control point) per epoch."""
+        return 2 * self.trainer.num_batches(i, epochs)
+
+    def initial_parameters(self, seed: int = 0) -> np.ndarray:
+        return self.trainer.initial_parameters(seed)
+
+    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
+        return self.trainer.evaluate(flat, split)
+
+    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
+        return self.trainer.per_client_accuracy(flat, split)
+
+    def train(
+        self, i: int, start: np.ndarray, rng: np.random.Generator, epochs: int | None = None
+    ) -> np.ndarray:
+        r"""Upload :math:`(\Theta^t, \phi, \theta)`, float64 of shape (3, D)."""
+        tr = self.trainer
+        i = tr._client(i)
+        n_epochs = tr.epochs if epochs is None else tr._epochs(epochs)
+        tr._load(start, "train")
+        seed = int(rng.integers(0, 2**63 - 1))
+        model = tr.model
+        params = list(model.parameters())
+        anchor = parameters_to_vector(params).detach().clone()
+        lo, hi = (int(v) for v in tr._offsets["train"][i : i + 2])
+        theta = anchor.clone()
+        delta_phi = torch.zeros_like(anchor)
+        if hi == lo:
+            return np.stack([anchor.double().numpy()] * 3)
+        x, y = tr._x["train"][lo:hi], tr._y["train"][lo:hi]
+        loss_fn = tr._loss_fn()
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        theta.requires_grad_(True)
+        end_opt = torch.optim.Adam([theta], lr=tr.lr)
+        model.train()
+        with torch.random.fork_rng(devices=tr._fork_devices()):
+            torch.manual_seed(seed)
+            for _ in range(n_epochs):
+                for idx in self._batches(hi - lo, gen, x.device):
+                    g = self._loss_grad(model, params, loss_fn, theta.detach(), x[idx], y[idx])
+                    _, prox_grad, capped = lorentz_prox(theta.detach(), anchor, self.mu,
+                                                        self.sigma, self.beta)  # fmt: skip
+                    self.capped += int(capped)
+                    theta.grad = g + prox_grad
+                    end_opt.step()
+                delta_phi = self._control_epoch(model, params, loss_fn, anchor,
+                                                theta.detach(), delta_phi, x, y, gen)  # fmt: skip
+        phi = self._control_point(anchor, theta.detach(), delta_phi)
+        out = torch.stack([anchor, phi, theta.detach()])
+        return out.double().cpu().numpy()
+
+    def _batches(self, n: int, gen: torch.Generator, device) -> list[torch.Tensor]:
+        perm = torch.randperm(n, generator=gen).to(device)
+        bs = self.trainer.batch_size
+        return [perm[b : b + bs] for b in range(0, n, bs)]
+
+    def _control_point(self, anchor, theta, delta_phi) -> torch.Tensor:
+        """[TR] eq. 30: :math:`M + (\\delta\\phi - \\gamma P_u\\,\\delta\\phi)`."""
+        return 0.5 * (anchor + theta) + self._orthogonalise(delta_phi, anchor - theta)
+
+    def _orthogonalise(self, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        uu = torch.dot(u, u)
+        if float(uu) == 0.0 or self.gamma == 0.0:
+            return v
+        return v - (self.gamma * torch.dot(v, u) / uu) * u
+
+    def _control_epoch(self, model, params, loss_fn, anchor, theta, delta_phi, x, y, gen):
+        delta_phi = delta_phi.clone().requires_grad_(True)
+        opt = torch.optim.Adam([delta_phi], lr=self.control_lr)  # fresh state every epoch
+        u = anchor - theta
+        for idx in self._batches(x.shape[0], gen, x.device):
+            lam = float(torch.rand((), generator=gen))
+            with torch.no_grad():
+                phi = self._control_point(anchor, theta, delta_phi)
+                point = (1 - lam) ** 2 * anchor + 2 * lam * (1 - lam) * phi + lam * lam * theta
+            g = self._loss_grad(model, params, loss_fn, point, x[idx], y[idx])
+            delta_phi.grad = (2 * lam * (1 - lam)) * self._orthogonalise(g, u)
+            opt.step()
+        return delta_phi.detach()
+
+    @staticmethod
+    def _loss_grad(model, params, loss_fn, point, xb, yb) -> torch.Tensor:
+        return _flat_loss_grad(model, params, loss_fn, point, xb, yb)
+
+
+def _flat_loss_grad(model, params, loss_fn, point, xb, yb) -> torch.Tensor:
+    """The flat gradient of the mini-batch loss at the flat parameters ``point`` (one
+    forward/backward; ``point`` is copied into the model's parameters)."""
+    vector_to_parameters(point, params)
+    for p in params:
+        p.grad = None
+    loss_fn(model(xb), yb).backward()
+    return parameters_to_vector([p.grad for p in params])

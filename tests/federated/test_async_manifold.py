@@ -354,3 +354,97 @@ def test_manifold_quality_on_a_parabolic_valley(tmp_path):
     assert (tmp_path / "path.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ParameterError):
         path_losses(loss, cp, 1)
+
+
+# --------------------------------------------------------------------- AsyncCurve ([TR])
+def test_asynccurve_translation_rotation_and_step():
+    from riemfl.federated import ASGD, AsyncCurve, OrthoStrict
+
+    m = riemfl.Euclidean(3)
+    base = np.zeros(3)
+    local = np.array([2.0, 0.0, 0.0])
+    phi = np.array([1.0, 1.0, 0.0])  # control point 1 above the chord's midpoint
+    current = np.array([0.0, 0.0, 1.0])
+    a = _arrival(np.stack([base, phi, local]), base, current, weight=0.25)
+    # trusted update (ASGD): the end point translates, R = I: the curve is translated
+    trans = AsyncCurve(m, 1.0, endpoint=ASGD(server_lr=1.0), weighting="weight")
+    psi = trans.corrected_parameters(a)
+    np.testing.assert_allclose(psi, np.stack([current, phi + current, local + current]))
+    new = trans.apply(m, a)
+    np.testing.assert_allclose(new, BezierCurve(psi)(0.25))  # alpha = w_i eta, parameter mode
+    # OrthoStrict with a drift orthogonal to the update: the same end point, so again R = I
+    strict = AsyncCurve(m, 1.0, endpoint=OrthoStrict(), weighting="weight")
+    np.testing.assert_allclose(strict.corrected_parameters(a), psi)
+    # a drift along the update: OrthoStrict removes it and the control offset is rotated
+    along = _arrival(np.stack([base, phi, local]), base, np.array([1.0, 0, 0]), weight=0.25)
+    rot = AsyncCurve(m, 1.0, endpoint=OrthoStrict(), weighting="weight").corrected_parameters(along)
+    np.testing.assert_allclose(rot[2], [1.0, 0, 0])  # hat = current + 0 (all of u is drift)
+    # a drift at 45 degrees: u' = (1, -1, 0); the control offset (0, 1, 0), orthogonal to u,
+    # is rotated by the same -45 degrees and stays orthogonal to the corrected chord
+    diag = _arrival(np.stack([base, phi, local]), base, np.array([1.0, 1.0, 0]), weight=0.25)
+    psi45 = AsyncCurve(m, 1.0, endpoint=OrthoStrict(), weighting="weight").corrected_parameters(
+        diag
+    )
+    np.testing.assert_allclose(psi45[2], [2.0, 0.0, 0.0])
+    r = 1 / math.sqrt(2)
+    np.testing.assert_allclose(psi45[1], [1.5 + r, 0.5 + r, 0.0])
+    # dominance: eta / (N p_i); the first arrival of client 0 among 1 gives N p = N
+    dom = AsyncCurve(m, 0.6, endpoint=ASGD(server_lr=1.0))
+    dom.reset(m, 3)
+    dom.apply(m, a)
+    assert dom.last["fraction"] == pytest.approx(0.6 / 3)
+    with pytest.raises(ParameterError):
+        AsyncCurve(riemfl.Sphere(3))
+    with pytest.raises(ShapeError, match="CurveClientTrainer"):
+        trans.apply(m, _arrival(np.zeros((2, 3)), base, current))
+
+
+def test_lorentz_prox_formula_gradient_and_overflow():
+    torch = pytest.importorskip("torch")
+    from riemfl.nn import lorentz_prox
+
+    rng = np.random.default_rng(0)
+    theta = torch.tensor(rng.normal(size=6), dtype=torch.float64)
+    anchor = theta + 0.1 * torch.tensor(rng.normal(size=6), dtype=torch.float64)
+
+    def lift(x):
+        return torch.cat([torch.sqrt(1.0 + x @ x)[None], x])
+
+    def lorentz_sq(v):
+        return -(v[0] ** 2) + v[1:] @ v[1:]
+
+    value, grad, capped = lorentz_prox(theta, anchor, mu=0.3, sigma=2.0)
+    d = lorentz_sq(lift(theta) - lift(anchor))
+    assert float(d) >= 0 and not capped
+    assert float(value) == pytest.approx(0.15 * math.exp(float(d) / 2.0), rel=1e-12)
+    x = theta.clone().requires_grad_(True)
+    (0.15 * torch.exp(lorentz_sq(lift(x) - lift(anchor)) / 2.0)).backward()
+    torch.testing.assert_close(grad, x.grad, rtol=1e-10, atol=1e-12)
+    far = lorentz_prox(theta, anchor + 1e3, mu=1.0, sigma=1e-3)
+    assert far[2] and torch.isfinite(far[1]).all() and math.isfinite(float(far[0]))
+
+
+def test_curve_client_and_asynccurve_run():
+    torch = pytest.importorskip("torch")
+    from riemfl.federated import AsyncCurve
+    from riemfl.nn import MLP, CurveClientTrainer, TorchClientTrainer, digits_clients
+
+    torch.manual_seed(0)
+    data = digits_clients(n_clients=4, alpha=0.5, seed=0)
+    base = TorchClientTrainer(lambda: MLP([64, 16, 10]), data, epochs=2, lr=1e-2)
+    x = base.initial_parameters(0)
+    client = CurveClientTrainer(base, gamma=1.0)
+    up = client.train(1, x, np.random.default_rng(2))
+    np.testing.assert_array_equal(up, client.train(1, x, np.random.default_rng(2)))
+    np.testing.assert_allclose(up[0], x)
+    u = up[0] - up[2]
+    offset = up[1] - 0.5 * (up[0] + up[2])  # gamma = 1: orthogonal to the pseudo-gradient
+    assert abs(offset @ u) <= 1e-6 * np.linalg.norm(offset) * np.linalg.norm(u)
+    assert np.linalg.norm(offset) > 0 and np.linalg.norm(u) > 0
+    assert client.num_batches(1) == 2 * base.num_batches(1)
+    h = run_async(client, AsyncCurve(riemfl.Euclidean(x.size), 1.0, swa_start=2, swa_every=1),
+                  6, workers=2, x0=x, seed=0, eval_every=3)  # fmt: skip
+    assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
+    assert not np.array_equal(h.final_point, x)
+    with pytest.raises(ParameterError):
+        CurveClientTrainer(base, gamma=2.0)
