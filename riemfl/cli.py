@@ -22,7 +22,17 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ParameterError, RiemflError
-from .manifolds import Euclidean, Grassmann, Lorentz, Manifold, Product, Sphere, Stiefel
+from .manifolds import (
+    Euclidean,
+    FixedRank,
+    Grassmann,
+    Lorentz,
+    Manifold,
+    Product,
+    Simplex,
+    Sphere,
+    Stiefel,
+)
 
 __all__ = ["main", "describe", "EXAMPLES"]
 
@@ -35,6 +45,9 @@ EXAMPLES: tuple[Manifold, ...] = (
     Grassmann(20, 5),
     Lorentz(10),
     Product(Sphere(3), Stiefel(6, 2)),
+    FixedRank(20, 10, 3),
+    # points away from the boundary, so that the exp/log round trip (|u|_p = 0.5) stays inside
+    Simplex(5, concentration=50),
 )
 
 _MAPS = ("project", "inverse_retract", "exp", "log", "parallel_transport")

@@ -5,10 +5,12 @@ from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
 from .control_points import ControlPoints
 from .euclidean import Euclidean
+from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .product import Product
 from .rotation import PlaneRotation
+from .simplex import Simplex
 from .sphere import Sphere
 from .stiefel import Stiefel
 from .tunnel import EpsilonTunnel
@@ -21,6 +23,8 @@ __all__ = [
     "Grassmann",
     "Lorentz",
     "Product",
+    "FixedRank",
+    "Simplex",
     "BezierCurve",
     "BezierGraph",
     "ControlPoints",
@@ -29,4 +33,4 @@ __all__ = [
 ]
 
 #: every manifold family shipped with riemfl (used by ``python -m riemfl`` and the docs)
-FAMILIES = (Euclidean, Sphere, Stiefel, Grassmann, Lorentz, Product)
+FAMILIES = (Euclidean, Sphere, Stiefel, Grassmann, Lorentz, Product, FixedRank, Simplex)

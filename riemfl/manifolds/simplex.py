@@ -1,0 +1,334 @@
+r"""The open probability simplex :math:`\Delta^{C-1}_\circ = \{p \in \mathbb{R}^C : p_i > 0,\
+\sum_i p_i = 1\}` with the Fisher-Rao metric.
+
+Tangent vectors at p are the vectors of :math:`T = \{u \in \mathbb{R}^C : \sum_i u_i = 0\}`
+(the same space at every p) and the metric is :math:`\langle u, v\rangle_p = \sum_i u_i v_i /
+p_i`. The *sphere map* :math:`\varphi(p) = 2\sqrt p` (componentwise) is an isometry onto the
+open positive orthant of the sphere of radius 2: :math:`d\varphi_p(u) = u/\sqrt p` and
+:math:`\|u/\sqrt p\|^2 = \sum_i u_i^2/p_i`. Every geodesic map is the round sphere's, moved
+through :math:`x = \sqrt p` on the unit sphere (angles are halved, tangent vectors become
+:math:`u/(2\sqrt p)`), so all are exact and closed form.
+
+FLoRAL's routers live here (digest-002-003 B.3, B.10): :math:`\pi^k = \mathrm{softmax}
+(\theta^k)`, and the exponential-weights update of eq. (5)/(34) is the entropic step that is this
+manifold's retraction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import Array, is_torch, ops_for
+from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
+from .base import Manifold
+from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
+
+__all__ = ["Simplex", "project_closed_simplex"]
+
+
+def _lib(*arrays: Array):
+    """numpy, or torch if any argument is a tensor (for the functions the backend lacks)."""
+    if any(is_torch(a) for a in arrays):
+        import torch
+
+        return torch
+    return np
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
+
+
+def _numpy(a: Array) -> np.ndarray:
+    return a.detach().cpu().numpy() if is_torch(a) else np.asarray(a)
+
+
+def project_closed_simplex(a: Array) -> Array:
+    r"""Euclidean projection onto the *closed* simplex :math:`\Delta = \{p \ge 0, \sum p = 1\}`.
+
+    The sort-based algorithm of Duchi, Shalev-Shwartz, Singer and Chandra (ICML 2008, Fig. 1):
+    with :math:`\mu` the entries of ``a`` sorted in decreasing order,
+    :math:`\rho = \max\{j : \mu_j - (\sum_{i\le j}\mu_i - 1)/j > 0\}`,
+    :math:`\tau = (\sum_{i\le\rho}\mu_i - 1)/\rho` and :math:`P_\Delta(a) = \max(a - \tau, 0)`.
+    :math:`O(C\log C)`, batched over leading dimensions, numpy or torch (differentiable almost
+    everywhere). The result can lie on the boundary (zero entries), which the open simplex
+    :class:`Simplex` does not contain; :meth:`Simplex.project` is its open counterpart.
+    """
+    lib = _lib(a)
+    ops = ops_for(a)
+    if a.ndim < 1 or not ops.all_finite(a):
+        raise NotOnManifoldError(
+            f"project_closed_simplex needs a finite array with the components on its last axis, "
+            f"got shape {tuple(a.shape)}" + ("" if a.ndim < 1 else " with NaN or infinite entries")
+        )
+    c = a.shape[-1]
+    if is_torch(a):
+        mu = lib.sort(a, dim=-1, descending=True).values
+        css = lib.cumsum(mu, dim=-1) - 1.0
+        j = lib.arange(1, c + 1, dtype=a.dtype, device=a.device)
+    else:
+        mu = -np.sort(-a, axis=-1)
+        css = np.cumsum(mu, axis=-1) - 1.0
+        j = np.arange(1, c + 1, dtype=a.dtype)
+    rho = ops.sum(ops.where(mu - css / j > 0, ops.ones_like(mu), 0.0 * mu), axis=-1, keepdims=True)
+    if is_torch(a):
+        tau = lib.gather(css, -1, rho.long() - 1) / rho
+    else:
+        tau = np.take_along_axis(css, rho.astype(np.intp) - 1, axis=-1) / rho
+    return ops.maximum(a - tau, 0.0)
+
+
+class Simplex(Manifold):
+    r"""The open probability simplex of C components with the Fisher-Rao metric.
+
+    Points are length-C vectors with strictly positive entries summing to 1.
+
+    * ``to_tangent``: :math:`P_p(a) = a - (\sum_i a_i)\,p`, the orthogonal projection onto
+      :math:`T = \{\sum u = 0\}` for the metric :math:`\mathrm{diag}(1/p)` extended to the ambient
+      space (:math:`\langle a - P_p a, w\rangle_p = (\sum a)\sum_i w_i = 0` for w in T), as
+      :class:`~riemfl.manifolds.lorentz.Lorentz` projects Minkowski-orthogonally.
+    * ``egrad_to_rgrad``: :math:`\mathrm{grad} f(p) = p \odot (g - \langle p, g\rangle)`. The
+      Riemannian gradient is the u in T with :math:`\langle u, v\rangle_p = \sum_i g_i v_i` for
+      all v in T. Try :math:`u = p\odot(g - c\mathbf 1)`: :math:`\langle u, v\rangle_p =
+      \sum_i (g_i - c) v_i = \sum_i g_i v_i` for every c since :math:`\sum v = 0`, and
+      :math:`u \in T` fixes :math:`c = \sum_i p_i g_i`. (It is :math:`P_p(p\odot g)`.)
+    * ``retract``: the entropic (exponentiated-gradient) step
+      :math:`R_p(u) = p\odot e^{u/p} / \sum_i p_i e^{u_i/p_i} = \mathrm{softmax}(\log p +
+      u/p)`, the exponential weights of FLoRAL eq. (5)/(34) (digest-002-003 B.5) with the
+      Fisher-Rao gradient step :math:`u = -\eta\,p\odot(f - \langle p, f\rangle)`. First order:
+      :math:`R_p(tu) = p + tu + \tfrac{t^2}{2}(u^2/p - p\sum_i u_i^2/p_i) + O(t^3)`; not
+      second order (the geodesic's :math:`t^2` term is half of that: the EG curve is the
+      exponential-family e-geodesic, not the Levi-Civita one). Defined for every u.
+    * ``inverse_retract``: exact and global, :math:`R_p^{-1}(q) = p\odot(\ell - \langle p,
+      \ell\rangle)` with :math:`\ell = \log(q/p)`: :math:`\log p + u/p = \log q + c` and
+      :math:`\sum u = 0` gives :math:`c = -\mathrm{KL}(p\,\|\,q)`.
+    * ``exp``: with :math:`x = \sqrt p`, :math:`w = u/(2\sqrt p)`, :math:`\theta = \|w\| =
+      \|u\|_p/2`: :math:`\mathrm{Exp}_p(u) = (\cos\theta\,x + \sin\theta\,w/\theta)^{\odot 2}`.
+      The simplex is not complete: the great circle can leave the positive orthant, where the
+      squared curve is no geodesic of the open simplex (it folds back off the face). ``exp``
+      raises ``CutLocusError`` when the geodesic reaches the boundary for some t in (0, 1]
+      (exactly: :math:`\theta \ge \pi/2` or a component of the endpoint's square root is
+      :math:`\le 0`; a geodesic segment inside the open orthant is shorter than
+      :math:`\pi/2`, and for :math:`\theta < \pi` a component crosses 0 at most once).
+      It is defined on the whole Fisher ball of radius :meth:`local_injectivity_radius`
+      :math:`= 2\arcsin\sqrt{\min_i p_i}`, the distance from p to the boundary.
+    * ``log``: :math:`\mathrm{Log}_p(q) = 2\sqrt p\odot\frac{\alpha}{\sin\alpha}(\sqrt q -
+      \cos\alpha\sqrt p)`, :math:`\cos\alpha = \sum_i\sqrt{p_i q_i}`; ``dist``:
+      :math:`d(p, q) = 2\arccos\sum_i\sqrt{p_i q_i}` (evaluated as :math:`2\,\mathrm{atan2}
+      (\|\sqrt q - \cos\alpha\sqrt p\|, \cos\alpha)`, accurate for close points). Both are
+      defined everywhere: the open orthant is convex with angles below :math:`\pi/2`, so the
+      minimising geodesic is unique and stays inside.
+    * ``parallel_transport``: the sphere's along the minimising geodesic, :math:`v = u/(2x)`,
+      :math:`v' = v - \frac{\langle y, v\rangle}{1 + \langle x, y\rangle}(x + y)`, :math:`u' =
+      2y\odot v'` with :math:`y = \sqrt q`; ``transport`` is the projection onto
+      :math:`T_q`, which is the identity on tangent vectors (every tangent space is T).
+    * ``project``: the Euclidean nearest point in the *open* simplex. The closure is convex,
+      so the nearest point is unique when it exists, and it exists iff the projection onto the
+      affine hull, :math:`a - \tau\mathbf 1` with :math:`\tau = (\sum_i a_i - 1)/C`, is
+      strictly positive; then it is that point. Otherwise the nearest point of the closed
+      simplex is on the boundary, not attained in the open simplex, and ``project`` raises
+      ``ProjectionError`` naming the components (it does not clip to a floor: that would not
+      be a nearest point). :func:`project_closed_simplex` (Duchi et al. 2008) projects onto the
+      closed simplex.
+
+    Constants. ``diameter`` :math:`\sqrt2` (the ambient Euclidean supremum, approached at two
+    vertices; the Fisher-Rao diameter is :math:`\pi`). The open simplex is not closed, and both
+    local radii vanish at the boundary, so ``proximal_smoothness`` and ``injectivity_radius``
+    raise ``NotImplementedError`` with the reason (the conformance kit skips their tests); the
+    per-point radii are :meth:`local_proximal_smoothness` (:math:`\sqrt{C/(C-1)}\min_i p_i`,
+    the Euclidean distance to the boundary: within it every ambient point has its nearest point
+    inside, since the closed-simplex projection is 1-Lipschitz) and
+    :meth:`local_injectivity_radius`.
+
+    Parameters
+    ----------
+    C : int
+        Number of components, ``C >= 2``.
+    concentration : float
+        Parameter :math:`\alpha` of the symmetric Dirichlet distribution ``random_point`` draws
+        from: 1 is uniform on the simplex; larger values concentrate the points around the
+        barycentre, away from the boundary.
+    """
+
+    unsupported = {
+        "proximal_smoothness": (
+            "the open simplex is not closed: a point p has a nearest point in it only within "
+            "sqrt(C/(C-1)) * min(p) of p (beyond, the nearest point of the closure is on the "
+            "boundary), which tends to 0 at the boundary, so the uniform constant is 0; use "
+            "local_proximal_smoothness(p) (project_closed_simplex has reach inf)"
+        ),
+        "injectivity_radius": (
+            "the open simplex with the Fisher-Rao metric is not complete: exp_p is defined on "
+            "the Fisher ball of radius 2 arcsin(sqrt(min p)) (the distance to the boundary), "
+            "which tends to 0 at the boundary; use local_injectivity_radius(p)"
+        ),
+    }
+
+    def __init__(self, C: int, concentration: float = 1.0) -> None:
+        if not isinstance(C, (int, np.integer)) or C < 2:
+            raise ParameterError(f"Simplex(C) needs an integer C >= 2, got {C!r}")
+        if not (isinstance(concentration, (int, float)) and 0 < concentration < math.inf):
+            raise ParameterError(
+                f"Simplex concentration must be a finite positive number, got {concentration!r}"
+            )
+        self.C = int(C)
+        self.concentration = float(concentration)
+        self.point_shape = (self.C,)
+        suffix = "" if concentration == 1.0 else f", concentration={concentration:g}"
+        self.name = f"Simplex({self.C}{suffix})"
+
+    @property
+    def dim(self) -> int:
+        return self.C - 1
+
+    diameter = math.sqrt(2.0)
+
+    # ------------------------------------------------------------------ local constants
+    def local_proximal_smoothness(self, p: Array) -> Array:
+        r""":math:`\sqrt{C/(C-1)}\,\min_i p_i`: every ambient a with :math:`\|a - p\| <` this
+        has a nearest point in the open simplex (one value per point, in p's type).
+
+        It is the Euclidean distance from p to the boundary within the hyperplane
+        :math:`\sum = 1` (to the face :math:`p_i = 0` along :math:`e_i - \mathbf 1/C`, of norm
+        :math:`\sqrt{(C-1)/C}`), and the closed-simplex projection is 1-Lipschitz; stepping that
+        far towards the nearest face reaches it, so the radius is exact.
+        """
+        self._shape(p, "point p")
+        return -ops_for(p).amax(-p, axis=-1) * math.sqrt(self.C / (self.C - 1))
+
+    def local_injectivity_radius(self, p: Array) -> Array:
+        r""":math:`2\arcsin\sqrt{\min_i p_i}`, the Fisher-Rao distance from p to the boundary:
+        ``exp(p, u)`` is defined and injective for :math:`\|u\|_p <` this."""
+        self._shape(p, "point p")
+        ops = ops_for(p)
+        low = -ops.amax(-p, axis=-1)
+        return 2.0 * _lib(p).arcsin(ops.sqrt(low))
+
+    # ------------------------------------------------------------------ maps
+    def _project(self, a):
+        ops = ops_for(a)
+        tau = (ops.sum(a, axis=-1, keepdims=True) - 1.0) / self.C
+        p = a - tau
+        low = _numpy(p).min(axis=-1)
+        if np.any(low <= 0):
+            i = _first(low <= 0)
+            row = _numpy(p)[i]
+            zeros = [int(k) for k in np.flatnonzero(row <= 0)]
+            where = f" (batch element {i})" if i else ""
+            raise ProjectionError(
+                f"{self.name}: a has no nearest point in the open simplex{where}: its projection "
+                f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
+                f"{float(_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
+                f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
+                f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
+                f"project_closed_simplex(a) projects onto the closed simplex"
+            )
+        return p
+
+    def _to_tangent(self, x, a):
+        return a - ops_for(x, a).sum(a, axis=-1, keepdims=True) * x
+
+    def _egrad_to_rgrad(self, x, g):
+        return x * (g - ops_for(x, g).sum(x * g, axis=-1, keepdims=True))
+
+    def _inner(self, x, u, v):
+        return ops_for(x, u, v).sum(u * v / x, axis=-1)
+
+    def _retract(self, x, u):
+        ops = ops_for(x, u)
+        z = _lib(x).log(x) + u / x
+        e = _lib(z).exp(z - ops.amax(z, axis=-1, keepdims=True))
+        return e / ops.sum(e, axis=-1, keepdims=True)
+
+    def _inverse_retract(self, x, y):
+        lib = _lib(x, y)
+        return self._egrad_to_rgrad(x, lib.log(y) - lib.log(x))
+
+    def _exp(self, x, u):
+        ops = ops_for(x, u)
+        root = ops.sqrt(x)
+        w = u / (2.0 * root)
+        theta2 = ops.sum(w * w, axis=-1, keepdims=True)
+        y = cos_sqrt(theta2) * root + sinc_sqrt(theta2) * w
+        theta = np.sqrt(_numpy(theta2)[..., 0])
+        low = _numpy(y).min(axis=-1)
+        out = (theta >= math.pi / 2) | (low <= 0)
+        if np.any(out):
+            i = _first(out)
+            where = f" (batch element {i})" if i else ""
+            length = 2 * float(theta[i])
+            if length >= math.pi:
+                why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
+            else:
+                k = int(np.argmin(_numpy(y)[i]))
+                why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
+                why += "reaches 0 before t = 1"
+            raise CutLocusError(
+                f"{self.name}: exp leaves the open simplex{where}: {why}; expected |u|_p below "
+                f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
+                f"2 arcsin(sqrt(min p)))"
+            )
+        q = y * y
+        return q / ops.sum(q, axis=-1, keepdims=True)
+
+    def _sphere_log_parts(self, x, y):
+        """(ops, sqrt p, sqrt q, cos alpha, w = sqrt q - cos alpha sqrt p, |w|^2)."""
+        ops = ops_for(x, y)
+        rx, ry = ops.sqrt(x), ops.sqrt(y)
+        c = ops.sum(rx * ry, axis=-1, keepdims=True)
+        w = ry - c * rx
+        return ops, rx, ry, c, w, ops.sum(w * w, axis=-1, keepdims=True)
+
+    def _log(self, x, y):
+        _, rx, _, c, w, s2 = self._sphere_log_parts(x, y)
+        return 2.0 * rx * angle_over_sine(c, s2) * w
+
+    def _dist(self, x, y):
+        ops, _, _, c, _, s2 = self._sphere_log_parts(x, y)
+        return 2.0 * ops.arctan2(ops.sqrt(s2), c)[..., 0]
+
+    def _parallel_transport(self, x, y, u):
+        ops, rx, ry, c, _, _ = self._sphere_log_parts(x, y)
+        v = u / (2.0 * rx)
+        v = v - ops.sum(ry * v, axis=-1, keepdims=True) / (1.0 + c) * (rx + ry)
+        return 2.0 * ry * v
+
+    # ------------------------------------------------------------------ sampling and checks
+    def _random_point(self, batch_shape, rng):
+        """Symmetric Dirichlet(``concentration``) points; entries that underflow to 0 (only for
+        concentrations well below 1) are floored at the smallest normal float."""
+        p = rng.dirichlet(np.full(self.C, self.concentration), size=batch_shape)
+        p = np.maximum(p, np.finfo(np.float64).tiny)
+        return p / p.sum(axis=-1, keepdims=True)
+
+    def _point_violation(self, x):
+        ops = ops_for(x)
+        return "sum(p) = 1", ops.to_float(ops.abs(ops.sum(x, axis=-1) - 1.0))
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        return "sum(u) = 0", ops.to_float(ops.abs(ops.sum(u, axis=-1)))
+
+    def check_point(self, x: Array, atol: float | None = None) -> None:
+        r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x is in the open simplex.
+
+        Positivity is strict (:math:`p_i > 0`; no tolerance: a zero entry is on the boundary,
+        where :math:`1/p` and :math:`\log p` are infinite); :math:`|\sum_i p_i - 1| \le`
+        ``atol``. The message names the constraint, the component or the violation, and the
+        batch element.
+        """
+        self._shape(x, "point x")
+        self._finite(x, "point x")
+        values = _numpy(x)
+        low = values.min(axis=-1)
+        if np.any(low <= 0):
+            i = _first(low <= 0)
+            k = int(np.argmin(values[i]))
+            where = f" in batch element {i}" if i else ""
+            raise NotOnManifoldError(
+                f"{self.name}: point is not in the open simplex: constraint p > 0 is violated by "
+                f"component {k} = {float(low[i]):.3e}{where}"
+            )
+        super().check_point(x, atol)  # sum(p) = 1, through _point_violation
