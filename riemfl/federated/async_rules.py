@@ -474,6 +474,15 @@ class AsyncFedED(AsyncRule):
         return self.operators.step(manifold, a.current, rate * self.trusted_update(manifold, a, u))
 
 
+def _reach_at(manifold: Manifold, x: Array) -> float:
+    """The radius around x within which P_M is single-valued: the uniform proximal smoothness,
+    or, for manifolds without one (FixedRank, Simplex), ``local_proximal_smoothness(x)``."""
+    local = getattr(manifold, "local_proximal_smoothness", None)
+    if callable(local):
+        return float(local(x))
+    return float(manifold.proximal_smoothness)
+
+
 class SumBuffer:
     """A buffer that exposes only the sum of its updates (the secure-aggregation interface).
 
@@ -550,7 +559,7 @@ class FedBuff(AsyncRule):
             return None
         step = self.server_lr * self.buffer.total()
         self.buffer.clear()
-        reach = manifold.proximal_smoothness
+        reach = _reach_at(manifold, a.current)
         if math.isfinite(reach):
             length = float(np.sqrt(float(ops_for(step).sum(step * step))))
             if length >= reach:

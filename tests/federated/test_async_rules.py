@@ -236,3 +236,18 @@ def test_asyncfeded_warmup_includes_version_ten():
     assert rule.last_gamma == 1.0
     rule.apply(E, _arrival(version=11))
     assert rule.last_gamma != 1.0
+
+
+def test_fedbuff_uses_the_local_reach_on_fixed_rank():
+    """FixedRank has no uniform proximal smoothness: FedBuff checks sigma_r(x)/sqrt 2 instead."""
+    from riemfl.manifolds import FixedRank
+
+    m = FixedRank(5, 4, 2)
+    x = m.random_point(rng=0)
+    reach = float(m.local_proximal_smoothness(x))
+    u = m.random_tangent(x, rng=1)
+    far = x + (2 * reach / np.linalg.norm(u)) * u  # an update twice the local reach away
+    with pytest.raises(ProjectionError, match="proximal-smoothness radius"):
+        FedBuff(buffer_size=1, server_lr=1.0).apply(m, Arrival(0, x, far, x, 0, 0.5, 0))
+    shrunk = FedBuff(buffer_size=1, server_lr=1.0, outside_reach="shrink")
+    m.check_point(shrunk.apply(m, Arrival(0, x, far, x, 0, 0.5, 0)))
