@@ -42,7 +42,7 @@ from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import load_checkpoint, save_checkpoint
 from .history import History
 
-__all__ = ["run_sync", "ClientDroppedWarning", "initial_point"]
+__all__ = ["run_sync", "ClientDroppedWarning", "initial_point", "run_rng", "sample_round"]
 
 
 class ClientDroppedWarning(UserWarning):
@@ -56,8 +56,50 @@ def initial_point(problem: FederatedProblem, seed: int) -> Any:
     return problem.manifold.random_point(rng=np.random.default_rng(init_seq), like=like)
 
 
-def _run_rng(seed: int) -> np.random.Generator:
+def run_rng(seed: int) -> np.random.Generator:
+    """The generator of a run's client sampling and mini-batches (independent of its x0)."""
     return np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
+
+
+def sample_round(
+    rng: np.random.Generator,
+    problem: FederatedProblem,
+    local_steps: int,
+    clients_per_round: int | None = None,
+    batch_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The participating clients of one round and their mini-batches: a round's only draws.
+
+    Every engine that must reproduce :func:`run_sync` (e.g. the Flower adapter) draws with this
+    function from :func:`run_rng`, so that the same seed gives the same clients and batches.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    problem : FederatedProblem
+    local_steps : int
+        The algorithm's local steps (one batch per client and step).
+    clients_per_round : int, optional
+        Sample this many clients uniformly without replacement (default: all, no draw).
+    batch_size : int, optional
+        Mini-batch size (default: full local gradients, no draw).
+
+    Returns
+    -------
+    active : numpy.ndarray of int
+        The participating clients, sorted.
+    batches : int array of shape (len(active), local_steps, batch_size), or None
+    """
+    n = problem.n_clients
+    if clients_per_round is None or clients_per_round >= n:
+        active = np.arange(n)
+    else:
+        active = np.sort(rng.choice(n, size=clients_per_round, replace=False))
+    batches = None
+    if batch_size is not None:
+        flat = sample_batches(rng, problem.n_samples, np.repeat(active, local_steps), batch_size)
+        batches = flat.reshape(len(active), local_steps, batch_size)
+    return active, batches
 
 
 # --------------------------------------------------------------------------------------- arrays
@@ -144,7 +186,7 @@ class _SyncRun:
         self.seed = seed
         self.clients_per_round = clients_per_round
         self.batch_size = batch_size
-        self.rng = _run_rng(seed)
+        self.rng = run_rng(seed)
 
     # ------------------------------------------------------------------ client calls
     def _client_phase(
@@ -204,17 +246,10 @@ class _SyncRun:
         self, r: int, server: State, clients: State, history: History
     ) -> tuple[State, float, float, int]:
         n = self.problem.n_clients
-        if self.clients_per_round is None or self.clients_per_round >= n:
-            active = np.arange(n)
-        else:
-            active = np.sort(self.rng.choice(n, size=self.clients_per_round, replace=False))
-        batches = None
-        if self.batch_size is not None:
-            steps = self.algorithm.local_steps
-            flat = sample_batches(
-                self.rng, self.problem.n_samples, np.repeat(active, steps), self.batch_size
-            )
-            batches = flat.reshape(len(active), steps, self.batch_size)
+        active, batches = sample_round(
+            self.rng, self.problem, self.algorithm.local_steps, self.clients_per_round,
+            self.batch_size,
+        )  # fmt: skip
         matrices = 0.0
         nbytes = 0.0
         point_size = math.prod(self.manifold.point_shape)

@@ -1,0 +1,248 @@
+r"""An asynchronous riemfl server rule on a Flower grid: apply each reply as it arrives.
+
+Flower's strategies are synchronous (``Grid.send_and_receive`` waits for a whole round), so the
+ServerApp runs its own loop over ``Grid.push_messages`` / ``Grid.pull_messages``:
+
+1. after the handshake, every client (at most ``workers`` at a time) is dispatched with the
+   current global model, whose version is held in a :class:`riemfl.federated.VersionStore`;
+2. the loop pulls whatever replies have arrived (polling from 1 ms up to ``max_poll``); for
+   each, in arrival order, it checks the returned local model (finite, on the manifold within
+   ``atol``), builds the :class:`~riemfl.federated.Arrival` (base = the version the client
+   received, staleness = current version minus that one) and calls the rule's ``apply``
+   (FedAsync, FedBuff, ... - the same code as :func:`riemfl.federated.run_async`);
+3. the client is dispatched again at once with the current model, until ``server_steps``
+   server steps have been taken.
+
+Unlike the in-process simulator, the order of arrivals is the real one (compute and messaging
+times), so a run is not reproducible arrival for arrival; the per-update log records what
+happened (client, staleness, weight, wall time, version, applied, reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import RiemflError
+from ...federated.async_engine import AsyncHistory, VersionStore
+from ...federated.async_rules import Arrival
+from .checks import check_rows
+from .errors import FlowerAdapterError, ReplyTimeoutError
+from .grid_io import Poller, push, reply_error, setup_nodes
+from .jobs import AsyncJob
+from .wire import ASYNC, check_point_meta, decode, encode, point_meta
+
+__all__ = ["run_async_job"]
+
+log = logging.getLogger("riemfl.adapters.flower")
+
+
+class _AsyncRun:
+    """State of one asynchronous job on the grid (the server's side)."""
+
+    def __init__(self, grid: Any, job: AsyncJob, hosting: dict[int, list[int]], x0: Any) -> None:
+        self.grid, self.job = grid, job
+        self.problem = job.resolved
+        self.manifold = self.problem.manifold
+        self.owner = {c: node for node, clients in hosting.items() for c in clients}
+        self.trainer = job.trainer()
+        self.weights = job.weight_vector()
+        self.workers = job.workers or self.problem.n_clients
+        self.store = VersionStore(x0)
+        self.queue: deque[int] = deque(range(self.problem.n_clients))
+        self.in_flight: dict[str, tuple[int, int]] = {}
+        self.dispatched = 0
+        self.counters = {"updates": 0, "dropped": 0}
+        self.meta = point_meta(self.manifold)
+        self.start = time.perf_counter()
+        rule = job.rule
+        self.history = AsyncHistory(
+            config={
+                "rule": rule.describe(),
+                "n_clients": self.problem.n_clients,
+                "workers": self.workers,
+                "engine": "flower",
+                "job": job.name,
+                "seed": job.seed,
+                "server_steps": job.server_steps,
+                "weights": job.weights,
+                "max_staleness": job.max_staleness,
+                "time": "wall-clock seconds since the first dispatch",
+            }
+        )
+        self.history.log["reason"] = []
+        self._epochs = getattr(rule, "local_epochs", None)
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+    # ------------------------------------------------------------------ messages
+    def dispatch(self) -> None:
+        """Send the current model to waiting clients while fewer than ``workers`` are busy."""
+        items, sent = [], []
+        while len(self.in_flight) + len(items) < self.workers and self.queue:
+            client = self.queue.popleft()
+            version = self.store.acquire()
+            epochs = self._epochs(client) if self._epochs is not None else None
+            config = {
+                "job": self.job.name,
+                "client": client,
+                "version": version,
+                "seed": self.job.seed,
+                "dispatch": self.dispatched,
+                "epochs": -1 if epochs is None else int(epochs),
+                **self.meta,
+            }
+            self.dispatched += 1
+            items.append((self.owner[client], encode(config, {"x": self.store.model})))
+            sent.append((client, version))
+        if not items:
+            return
+        ids = push(self.grid, items, ASYNC, f"{self.job.name}:{self.dispatched}")
+        for mid, (client, version) in zip(ids, sent, strict=True):
+            if mid:
+                self.in_flight[mid] = (client, version)
+            else:  # not accepted by the grid: back to the queue
+                self.store.release(version)
+                self.queue.append(client)
+
+    def _local_model(self, reply: Any, client: int) -> tuple[Any, str | None]:
+        why = reply_error(reply)
+        if why is not None:
+            return None, why
+        try:
+            config, arrays = decode(reply.content)
+            check_point_meta(self.manifold, config)
+        except RiemflError as exc:
+            return None, f"malformed reply: {exc}"
+        if int(config.get("client", -1)) != client or "x" not in arrays:
+            return None, f"reply for client {config.get('client')!r} without 'x'; expected {client}"
+        local = arrays["x"]
+        if tuple(local.shape) != tuple(self.manifold.point_shape):
+            return (
+                None,
+                f"local model has shape {local.shape}; expected {self.manifold.point_shape}",
+            )
+        why = check_rows(self.manifold, "point", local[None], self.job.atol)[0]
+        return (local, None) if why is None else (None, f"local model: {why}")
+
+    # ------------------------------------------------------------------ updates
+    def evaluate(self) -> None:
+        row = {"step": self.store.current, "time": self.now(), **self.counters}
+        row.update(self.trainer.evaluate(self.store.model))
+        self.history.record(row)
+
+    def arrive(self, reply: Any, client: int, version: int) -> None:
+        """Check and apply one reply; log it; release its version; queue the client again."""
+        store, job = self.store, self.job
+        self.counters["updates"] += 1
+        staleness = store.current - version
+        local, why = self._local_model(reply, client)
+        if why is None and job.max_staleness is not None and staleness > job.max_staleness:
+            why = f"staleness {staleness} > max_staleness {job.max_staleness}"
+        stepped = False
+        if why is None:
+            arrival = Arrival(client, store.get(version), local, store.model, staleness,
+                              float(self.weights[client]), store.current)  # fmt: skip
+            new = job.rule.apply(self.manifold, arrival)
+            if new is not None:
+                store.advance(new)
+                stepped = True
+        else:
+            self.counters["dropped"] += 1
+            log.warning("job %s: update of client %d dropped: %s", job.name, client, why)
+        entry = {"client": client, "staleness": staleness, "weight": float(self.weights[client]),
+                 "time": self.now(), "version": store.current, "applied": why is None,
+                 "reason": why or ""}  # fmt: skip
+        for key, value in entry.items():
+            self.history.log[key].append(value)
+        store.release(version)
+        self.queue.append(client)
+        if stepped and job.eval_every and store.current % job.eval_every == 0:
+            self.evaluate()
+
+    def run(self) -> AsyncHistory:
+        job = self.job
+        if job.eval_every:
+            self.evaluate()
+        self.dispatch()
+        poller = Poller(job.max_poll)
+        last_reply = time.monotonic()
+        while self.store.current < job.server_steps:
+            if not self.in_flight:
+                raise FlowerAdapterError(f"job {job.name!r}: no client could be dispatched")
+            replies = list(self.grid.pull_messages(list(self.in_flight)))
+            if not replies:
+                if time.monotonic() - last_reply > job.reply_timeout:
+                    raise ReplyTimeoutError(
+                        f"job {job.name!r}: no reply for {job.reply_timeout:g} s with "
+                        f"{len(self.in_flight)} client(s) in flight, at server step "
+                        f"{self.store.current} of {job.server_steps}"
+                    )
+                poller.wait()
+                continue
+            poller.reset()
+            last_reply = time.monotonic()
+            for reply in replies:
+                key = reply.metadata.reply_to_message_id
+                if key not in self.in_flight:
+                    continue
+                client, version = self.in_flight.pop(key)
+                if self.store.current < job.server_steps:
+                    self.arrive(reply, client, version)
+                else:  # arrived with others after the last step: not applied
+                    self.store.release(version)
+            if self.store.current < job.server_steps:
+                self.dispatch()
+        self.drain()
+        h = self.history
+        h.peak_versions = self.store.peak
+        h.final_point = self.store.model
+        if job.eval_every and (not h.metrics or h.metrics["step"][-1] != self.store.current):
+            self.evaluate()
+        return h
+
+    def drain(self) -> None:
+        """Wait (up to ``drain_timeout``) for the replies still in flight; do not apply them."""
+        deadline = time.monotonic() + self.job.drain_timeout
+        poller = Poller(self.job.max_poll)
+        waiting = dict(self.in_flight)
+        while waiting and time.monotonic() < deadline:
+            got = list(self.grid.pull_messages(list(waiting)))
+            for reply in got:
+                waiting.pop(reply.metadata.reply_to_message_id, None)
+            if got:
+                poller.reset()
+            else:
+                poller.wait()
+        if waiting:
+            log.warning("job %s: %d replies still in flight after %g s", self.job.name,
+                        len(waiting), self.job.drain_timeout)  # fmt: skip
+        for _, version in self.in_flight.values():
+            self.store.release(version)
+        self.in_flight.clear()
+
+
+def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistory:
+    """Run ``job`` over ``grid`` with the registered ``nodes``; return its :class:`AsyncHistory`.
+
+    ``metrics`` holds the global model's loss, optimality gap and gradient norm per evaluated
+    server step (``time`` in wall-clock seconds); ``log`` holds one entry per update with its
+    staleness, and a ``reason`` column (empty for an applied update).
+    """
+    problem = job.resolved
+    manifold = problem.manifold
+    job.rule.validate(manifold)
+    job.rule.reset(manifold, problem.n_clients)
+    init_rng = np.random.default_rng(np.random.SeedSequence(job.seed).spawn(4)[0])  # as run_async
+    x0 = job.x0 if job.x0 is not None else manifold.random_point(rng=init_rng)
+    hosting = setup_nodes(
+        grid, job.name, "async", manifold, nodes, problem.n_clients, job.reply_timeout,
+        max_poll=job.max_poll,
+    )  # fmt: skip
+    return _AsyncRun(grid, job, hosting, x0).run()

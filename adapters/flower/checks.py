@@ -1,0 +1,107 @@
+"""The server's checks of every reply: shape, finite values, on the manifold within tolerance.
+
+A reply that fails a check is dropped (not aggregated) with its reason, which the run logs and
+records, exactly like a client the in-process engine drops. What "on the manifold" means depends
+on what an upload is, which the algorithm knows but does not declare, so this table says it:
+
+* ``"point"``: a point of M, checked with ``Manifold.check_point(row, atol)``;
+* ``"tangent"``: a tangent vector at the broadcast point ``x`` of the phase, checked with
+  ``Manifold.check_tangent(x, row, atol)``;
+* ``"ambient"``: an ambient array with no manifold constraint (RFedProj's unprojected
+  :math:`\\hat z_{i,\\tau}`): shape and finite values only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import RiemflError
+from ...federated.algorithm import SyncAlgorithm
+from ...federated.rfedproj import RFedProj
+from ...federated.tangent import RFedProx, RFedSVRG
+from ...manifolds.base import Manifold
+from .errors import ProtocolError
+
+__all__ = ["UPLOAD_KINDS", "KINDS", "upload_kind", "check_rows", "check_upload_arrays"]
+
+KINDS = ("point", "tangent", "ambient")
+
+#: algorithm class -> {(phase, upload key): kind}; subclasses inherit (RFedAvg is an RFedProx)
+UPLOAD_KINDS: dict[type, dict[tuple[int, str], str]] = {
+    RFedProj: {(0, "x"): "ambient"},
+    RFedProx: {(0, "x"): "point"},
+    RFedSVRG: {(0, "grad"): "tangent", (1, "x"): "point"},
+}
+
+
+def upload_kind(
+    algorithm: SyncAlgorithm,
+    phase: int,
+    key: str,
+    overrides: Mapping[tuple[int, str], str] | None = None,
+) -> str:
+    """What upload ``key`` of ``phase`` is: ``overrides``, then :data:`UPLOAD_KINDS` along the
+    class hierarchy, else ``"ambient"`` (shape and finite checks only)."""
+    if overrides and (phase, key) in overrides:
+        kind = overrides[(phase, key)]
+        if kind not in KINDS:
+            raise ProtocolError(
+                f"upload kind of {(phase, key)} is {kind!r}; expected one of {KINDS}"
+            )
+        return kind
+    for cls in type(algorithm).__mro__:
+        table = UPLOAD_KINDS.get(cls)
+        if table is not None and (phase, key) in table:
+            return table[(phase, key)]
+    return "ambient"
+
+
+def check_upload_arrays(
+    uploads: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], m: int
+) -> str | None:
+    """Why a node's stacked uploads for ``m`` clients do not have the expected keys and shapes,
+    or ``None`` when they do."""
+    if set(uploads) != set(expected):
+        return f"uploads {sorted(uploads)} instead of {sorted(expected)}"
+    for key, shape in expected.items():
+        a = uploads[key]
+        if tuple(a.shape) != (m, *shape):
+            return f"upload {key!r} has shape {tuple(a.shape)}; expected {(m, *shape)}"
+        if not np.issubdtype(a.dtype, np.floating):
+            return f"upload {key!r} has dtype {a.dtype}; expected a floating-point dtype"
+    return None
+
+
+def check_rows(
+    manifold: Manifold, kind: str, rows: np.ndarray, atol: float, base: Any = None
+) -> list[str | None]:
+    """Per row of ``rows`` (one client each): why it fails the check of ``kind``, or ``None``.
+
+    Parameters
+    ----------
+    manifold : Manifold
+    kind : {"point", "tangent", "ambient"}
+    rows : array of shape (m, *point_shape)
+    atol : float
+        Tolerance of ``check_point`` / ``check_tangent``.
+    base : array, optional
+        The base point of tangent vectors.
+    """
+    out: list[str | None] = []
+    for row in rows:
+        if not np.all(np.isfinite(row)):
+            out.append("non-finite values")
+            continue
+        try:
+            if kind == "point":
+                manifold.check_point(row, atol=atol)
+            elif kind == "tangent":
+                manifold.check_tangent(base, row, atol=atol)
+        except RiemflError as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+            continue
+        out.append(None)
+    return out

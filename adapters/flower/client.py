@@ -1,0 +1,233 @@
+"""The Flower ``ClientApp``: each node runs riemfl's own client rules on the clients it hosts.
+
+A node hosts the riemfl clients of its partition: with ``partition-id`` p and ``num-partitions``
+P in its node configuration (Flower's simulation engine sets both; a SuperNode gets them from
+``--node-config "partition-id=0 num-partitions=3"``), it hosts block p of
+``numpy.array_split(range(n_clients), P)``. The handlers only translate: they decode a message,
+call the algorithm's ``client_step`` / ``client_finish`` (or :class:`ProblemTrainer.train`),
+and encode the result. Message format: :mod:`riemfl.adapters.flower.wire`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...federated.algorithm import ClientContext, SyncAlgorithm
+from ...problems.base import FederatedProblem
+from ._flwr import flwr
+from .errors import ProtocolError
+from .jobs import AsyncJob, Job, SyncJob
+from .node_state import NodeState
+from .wire import check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
+
+__all__ = ["make_client_app", "hosted_clients", "run_client_rule"]
+
+JobSource = Sequence[Job] | Callable[[str, Any], Job]
+
+
+def hosted_clients(node_config: Mapping[str, Any], n_clients: int) -> list[int]:
+    """The riemfl clients a node hosts: block ``partition-id`` of ``num-partitions`` blocks.
+
+    Raises
+    ------
+    ProtocolError
+        When the node configuration lacks either key or they are out of range.
+    """
+    try:
+        p, parts = int(node_config["partition-id"]), int(node_config["num-partitions"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(
+            f"node_config {dict(node_config)} lacks an integer 'partition-id' and "
+            "'num-partitions'; start the SuperNode with --node-config "
+            '"partition-id=0 num-partitions=3"'
+        ) from exc
+    if not 0 <= p < parts:
+        raise ProtocolError(f"partition-id {p} is not in 0..{parts - 1} (num-partitions {parts})")
+    return [int(c) for c in np.array_split(np.arange(n_clients), parts)[p]]
+
+
+def run_client_rule(
+    algorithm: SyncAlgorithm,
+    problem: FederatedProblem,
+    phase: int,
+    message: Mapping[str, Any],
+    rows: Mapping[str, Any],
+    clients: Sequence[int],
+    batches: np.ndarray | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[bool], dict[int, str]]:
+    """Run ``algorithm.client_step`` on a stack of clients, isolating the ones that raise.
+
+    As in the in-process engine, when the stacked call raises, each client is rerun alone with
+    exactly its batches, so only the failing ones are dropped.
+
+    Returns
+    -------
+    uploads, new_rows : dict of arrays
+        Of the clients that succeeded, stacked in order.
+    ok : list of bool
+        Per client of ``clients``.
+    reasons : dict
+        Stack row -> why that client failed.
+    """
+    ctx = ClientContext(problem, np.asarray(clients, dtype=np.intp), batches)
+    try:
+        uploads, new_rows = algorithm.client_step(ctx, phase, dict(message), dict(rows))
+        uploads = {k: to_numpy(v) for k, v in uploads.items()}
+        new_rows = {k: to_numpy(v) for k, v in new_rows.items()}
+        return uploads, new_rows, [True] * len(clients), {}
+    except Exception as exc:  # noqa: BLE001 - a client's failure is reported, not fatal
+        if len(clients) == 1:
+            return {}, {}, [False], {0: f"{type(exc).__name__}: {exc}"}
+    parts = []
+    for j in range(len(clients)):
+        sub_rows = {k: v[j : j + 1] for k, v in rows.items()}
+        sub_batches = None if batches is None else batches[j : j + 1]
+        parts.append(
+            run_client_rule(algorithm, problem, phase, message, sub_rows, [clients[j]], sub_batches)
+        )
+    ok = [p[2][0] for p in parts]
+    reasons = {j: p[3][0] for j, p in enumerate(parts) if not p[2][0]}
+    good = [p for p in parts if p[2][0]]
+    uploads = {k: np.concatenate([p[0][k] for p in good]) for k in (good[0][0] if good else {})}
+    new_rows = {k: np.concatenate([p[1][k] for p in good]) for k in (good[0][1] if good else {})}
+    return uploads, new_rows, ok, reasons
+
+
+class _Handlers:
+    """The message handlers of one ClientApp (jobs looked up by name)."""
+
+    def __init__(self, jobs: JobSource) -> None:
+        if callable(jobs):
+            self._resolve = jobs
+        else:
+            table = {job.name: job for job in jobs}
+            if len(table) != len(jobs):
+                raise ProtocolError(f"job names must be unique, got {[j.name for j in jobs]}")
+
+            def resolve(name: str, context: Any) -> Job:
+                if name not in table:
+                    raise ProtocolError(
+                        f"unknown job {name!r}; this ClientApp serves {sorted(table)}"
+                    )
+                return table[name]
+
+            self._resolve = resolve
+
+    def _job(self, config: Mapping[str, Any], context: Any, *kinds: type) -> Any:
+        job = self._resolve(str(config.get("job")), context)
+        if not isinstance(job, kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise ProtocolError(
+                f"job {job.name!r} is a {type(job).__name__}; this message needs a {expected}"
+            )
+        return job
+
+    def _reply(
+        self, msg: Any, config: Mapping[str, Any], arrays: Mapping[str, Any] | None = None
+    ) -> Any:
+        return flwr().Message(encode(config, arrays), reply_to=msg)
+
+    # ------------------------------------------------------------------ handlers
+    def setup(self, msg: Any, context: Any) -> Any:
+        config, arrays = decode(msg.content)
+        job = self._job(config, context, SyncJob, AsyncJob)
+        problem = job.resolved
+        check_point_meta(problem.manifold, config)
+        hosted = hosted_clients(context.node_config, problem.n_clients)
+        if isinstance(job, SyncJob):
+            _, rows = job.algorithm.init(problem, arrays["x0"])
+            NodeState(context.state, job.name).init(
+                hosted, {k: to_numpy(v)[hosted] for k, v in rows.items()}
+            )
+        meta = point_meta(problem.manifold)
+        return self._reply(msg, {"job": job.name, "clients": hosted, **meta})
+
+    def sync(self, msg: Any, context: Any) -> Any:
+        config, arrays = decode(msg.content)
+        job: SyncJob = self._job(config, context, SyncJob)
+        problem, algorithm = job.resolved, job.algorithm
+        check_point_meta(problem.manifold, config)
+        state = NodeState(context.state, job.name)
+        commit = [int(c) for c in config["commit"]]
+        state.commit(commit)
+        message = group("message", arrays)
+        if config["finish"] and commit:  # the new global model after the round of `commit`
+            state.write(commit, algorithm.client_finish(message, state.gather(commit)))
+        clients = [int(c) for c in config["clients"]]
+        reply = {"job": job.name, "clients": [], "dropped": [], "reasons": [], "cpu_time": 0.0}
+        uploads: dict[str, np.ndarray] = {}
+        if clients:
+            t0 = time.thread_time()
+            uploads, new_rows, ok, reasons = run_client_rule(
+                algorithm, problem, int(config["phase"]), message, state.gather(clients),
+                clients, arrays.get("batches"),
+            )  # fmt: skip
+            reply["cpu_time"] = time.thread_time() - t0
+            kept = [c for c, good in zip(clients, ok, strict=True) if good]
+            state.set_pending(kept, new_rows)
+            reply["clients"] = kept
+            reply["dropped"] = [clients[j] for j in sorted(reasons)]
+            reply["reasons"] = [reasons[j] for j in sorted(reasons)]
+        return self._reply(
+            msg, {**reply, **point_meta(problem.manifold)}, prefixed("upload", uploads)
+        )
+
+    def train_async(self, msg: Any, context: Any) -> Any:
+        config, arrays = decode(msg.content)
+        job: AsyncJob = self._job(config, context, AsyncJob)
+        problem = job.resolved
+        check_point_meta(problem.manifold, config)
+        client = int(config["client"])
+        hosted = hosted_clients(context.node_config, problem.n_clients)
+        if client not in hosted:
+            raise ProtocolError(f"client {client} is not hosted by this node (it hosts {hosted})")
+        seq = np.random.SeedSequence(
+            int(config["seed"]), spawn_key=(client, int(config["dispatch"]))
+        )
+        epochs = int(config["epochs"])
+        t0 = time.thread_time()
+        local = job.trainer().train(
+            client, arrays["x"], np.random.default_rng(seq), None if epochs < 0 else epochs
+        )
+        reply = {
+            "job": job.name,
+            "client": client,
+            "version": int(config["version"]),
+            "cpu_time": time.thread_time() - t0,
+            **point_meta(problem.manifold),
+        }
+        return self._reply(msg, reply, {"x": local})
+
+    def ping(self, msg: Any, context: Any) -> Any:
+        config, arrays = decode(msg.content)
+        return self._reply(msg, {"job": config.get("job", "")}, arrays)
+
+
+def make_client_app(jobs: JobSource, *, mods: Sequence[Callable] | None = None) -> Any:
+    """A Flower ``ClientApp`` that serves riemfl jobs.
+
+    Parameters
+    ----------
+    jobs : sequence of jobs, or callable
+        The jobs the server will run (looked up by the name in each message), or
+        ``resolve(name, context) -> job`` (the deployment app builds jobs from
+        ``context.run_config``).
+    mods : sequence of Flower mods, optional
+        Passed to ``ClientApp(mods=...)``.
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+    """
+    f = flwr()
+    handlers = _Handlers(jobs if callable(jobs) else list(jobs))
+    app = f.ClientApp(mods=list(mods) if mods else None)
+    app.train("riemfl_setup")(handlers.setup)
+    app.train("riemfl_sync")(handlers.sync)
+    app.train("riemfl_async")(handlers.train_async)
+    app.query("riemfl_ping")(handlers.ping)
+    return app

@@ -1,0 +1,257 @@
+"""A Flower App for real deployments: ``server_app`` and ``client_app`` built from the run config.
+
+``flwr run`` ships an app directory (a ``pyproject.toml``) to a SuperLink; the SuperLink and the
+SuperNodes then load the components named there. This module is such a component pair::
+
+    [tool.flwr.app.components]
+    serverapp = "riemfl.adapters.flower.deploy:server_app"
+    clientapp = "riemfl.adapters.flower.deploy:client_app"
+
+Both sides build the same job from ``context.run_config`` (the ``[tool.flwr.app.config]`` table,
+keys in :data:`DEFAULTS`): the problem by name from :mod:`riemfl.experiments.registry`, the
+algorithm or asynchronous rule by name. :func:`write_app_project` writes such a directory.
+Importing this module imports Flower.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ParameterError
+from ...experiments.registry import PROBLEMS, build_algorithm, build_async_rule
+from .client import make_client_app
+from .errors import ProtocolError
+from .jobs import AsyncJob, ProblemSpec, SyncJob
+from .server import make_server_app
+from .wire import to_numpy
+
+__all__ = [
+    "DEFAULTS",
+    "job_from_run_config",
+    "write_app_project",
+    "load_result",
+    "server_app",
+    "client_app",
+]
+
+#: run-config keys and their defaults (0 / "" / -1 mean "the registry's default" / "none")
+DEFAULTS: dict[str, Any] = {
+    "job": "riemfl",
+    "engine": "sync",
+    "problem": "kpca-synthetic",
+    "problem-clients": 0,
+    "problem-k": 0,
+    "problem-seed": 0,
+    "problem-data": "",
+    "algorithm": "rfedproj",
+    "step-size": 0.0,
+    "local-steps": 5,
+    "global-step-size": 1.0,
+    "mu": 1.0,
+    "operators": "approximate",
+    "rounds": 5,
+    "seed": 0,
+    "clients-per-round": 0,
+    "batch-size": 0,
+    "rule": "fedasync",
+    "server-lr": 0.0,
+    "buffer-size": 10,
+    "staleness": "constant",
+    "server-steps": 50,
+    "workers": 0,
+    "max-staleness": -1,
+    "min-nodes": 2,
+    "registration-timeout": 120.0,
+    "reply-timeout": 600.0,
+    "atol": 1e-8,
+    "max-poll": 0.05,
+    "output": "",
+}
+
+_JOBS: dict[tuple, SyncJob | AsyncJob] = {}
+
+
+def _config(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(run_config) - set(DEFAULTS))
+    if unknown:
+        raise ParameterError(
+            f"unknown run-config keys {unknown}; expected some of {list(DEFAULTS)}"
+        )
+    return {**DEFAULTS, **dict(run_config)}
+
+
+def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
+    """The job a run config describes (built once per process and config)."""
+    c = _config(run_config)
+    key = tuple(sorted((k, v) for k, v in c.items() if k != "output"))
+    if key in _JOBS:
+        return _JOBS[key]
+    if c["problem"] not in PROBLEMS:
+        raise ParameterError(
+            f"unknown problem {c['problem']!r}; expected one of {sorted(PROBLEMS)}"
+        )
+    spec = ProblemSpec(
+        c["problem"],
+        clients=c["problem-clients"] or None,
+        k=c["problem-k"] or None,
+        seed=int(c["problem-seed"]),
+        data=c["problem-data"] or None,
+    )
+    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(spec.build())
+    common = {
+        "name": c["job"],
+        "seed": int(c["seed"]),
+        "atol": float(c["atol"]),
+        "reply_timeout": float(c["reply-timeout"]),
+        "max_poll": float(c["max-poll"]),
+    }
+    if c["engine"] == "sync":
+        algorithm = build_algorithm(
+            c["algorithm"],
+            step_size=step,
+            local_steps=int(c["local-steps"]),
+            global_step_size=float(c["global-step-size"]),
+            mu=float(c["mu"]),
+            operators=c["operators"],
+        )
+        job: SyncJob | AsyncJob = SyncJob(
+            spec,
+            algorithm,
+            int(c["rounds"]),
+            clients_per_round=int(c["clients-per-round"]) or None,
+            batch_size=int(c["batch-size"]) or None,
+            **common,
+        )
+    elif c["engine"] == "async":
+        rule = build_async_rule(
+            c["rule"],
+            server_lr=float(c["server-lr"]) or None,
+            buffer_size=int(c["buffer-size"]),
+            operators=c["operators"],
+            staleness=c["staleness"],
+        )
+        job = AsyncJob(
+            spec,
+            rule,
+            int(c["server-steps"]),
+            step,
+            int(c["local-steps"]),
+            batch_size=int(c["batch-size"]) or None,
+            workers=int(c["workers"]) or None,
+            max_staleness=None if int(c["max-staleness"]) < 0 else int(c["max-staleness"]),
+            **common,
+        )
+    else:
+        raise ParameterError(f"engine must be 'sync' or 'async', got {c['engine']!r}")
+    _JOBS[key] = job
+    return job
+
+
+def _write_output(job: Any, result: Any, context: Any) -> None:
+    path = _config(context.run_config)["output"]
+    if not path:
+        return
+    final = getattr(result, "final_point", None)
+    payload = {
+        "job": job.name,
+        "kind": type(job).__name__,
+        "history": result.to_dict(),
+        "final_point": None if final is None else to_numpy(final).tolist(),
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    tmp.replace(target)  # atomic: a reader never sees half a file
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """Read what the deployment's ServerApp wrote to ``output``: ``job``, ``kind``,
+    ``history`` (the History's dict) and ``final_point`` (a numpy array)."""
+    data = json.loads(Path(path).read_text())
+    if data.get("final_point") is not None:
+        data["final_point"] = np.asarray(data["final_point"], dtype=float)
+    return data
+
+
+def _toml_value(key: str, v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ParameterError(f"run-config {key!r} must be finite, got {v!r}")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string
+    raise ParameterError(f"run-config {key!r} must be a bool, int, float or str, got {v!r}")
+
+
+def write_app_project(path: str | Path, run_config: Mapping[str, Any] | None = None) -> Path:
+    """Write a Flower App directory (``pyproject.toml``) that runs this module's apps.
+
+    Parameters
+    ----------
+    path : path
+        The directory (created); ``flwr run PATH SUPERLINK`` starts the run.
+    run_config : mapping, optional
+        Values of :data:`DEFAULTS` to change (the others are written with their defaults, since
+        ``flwr run --run-config`` can only override keys the file has).
+
+    Returns
+    -------
+    pathlib.Path
+        The ``pyproject.toml`` written.
+    """
+    config = _config(run_config or {})
+    lines = [
+        "[build-system]",
+        'requires = ["hatchling"]',
+        'build-backend = "hatchling.build"',
+        "",
+        "[project]",
+        'name = "riemfl-flower-app"',
+        'version = "1.0.0"',
+        'description = "riemfl federated optimisation on manifolds, run by Flower"',
+        'license = "MIT"',
+        "dependencies = []",
+        "",
+        "[tool.flwr.app]",
+        'publisher = "riemfl"',
+        "",
+        "[tool.flwr.app.components]",
+        'serverapp = "riemfl.adapters.flower.deploy:server_app"',
+        'clientapp = "riemfl.adapters.flower.deploy:client_app"',
+        "",
+        "[tool.flwr.app.config]",
+        *(f"{k} = {_toml_value(k, v)}" for k, v in config.items()),
+        "",
+    ]
+    target = Path(path)
+    target.mkdir(parents=True, exist_ok=True)
+    pyproject = target / "pyproject.toml"
+    pyproject.write_text("\n".join(lines))
+    return pyproject
+
+
+def _client_job(name: str, context: Any) -> SyncJob | AsyncJob:
+    job = job_from_run_config(context.run_config)
+    if job.name != name:
+        raise ProtocolError(f"message for job {name!r}; this run's job is {job.name!r}")
+    return job
+
+
+server_app = make_server_app(
+    lambda context: [job_from_run_config(context.run_config)],
+    min_nodes=lambda context: int(_config(context.run_config)["min-nodes"]),
+    registration_timeout=lambda context: float(_config(context.run_config)["registration-timeout"]),
+    on_result=_write_output,
+)
+client_app = make_client_app(_client_job)

@@ -1,0 +1,303 @@
+"""What a Flower run does: jobs (a synchronous run, an asynchronous run, a round-trip probe).
+
+A job holds everything both sides need: the server runs it over the grid and the nodes look it up
+by name in every message. A problem can be given as an object or as a :class:`ProblemSpec` (a
+name of :mod:`riemfl.experiments.registry` and its arguments): a spec travels as a few fields
+(Flower's simulation engine pickles the ClientApp with every message) and is built once per
+process, and it is the form a real deployment uses (``riemfl.adapters.flower.deploy``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import ParameterError
+from ...federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
+from ...federated.async_rules import AsyncRule
+from ...federated.local import ProblemTrainer
+from ...problems.base import FederatedProblem
+
+__all__ = ["ProblemSpec", "SyncJob", "AsyncJob", "PingJob", "Job", "resolve_problem"]
+
+_BUILT: dict[ProblemSpec, FederatedProblem] = {}
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """A problem of :data:`riemfl.experiments.registry.PROBLEMS`, built where it is needed.
+
+    Parameters
+    ----------
+    name : str
+        E.g. ``"kpca-synthetic"``.
+    clients : int, optional
+        Number of clients (default: the registry's).
+    k : int, optional
+        Number of components (default: the registry's).
+    seed : int
+        Seed of generated data.
+    data : str, optional
+        Data file of problems that need one (``"kpca-mnist"``).
+    """
+
+    name: str
+    clients: int | None = None
+    k: int | None = None
+    seed: int = 0
+    data: str | None = None
+
+    def build(self) -> FederatedProblem:
+        """The problem (built once per process and spec, then reused)."""
+        if self not in _BUILT:
+            from ...experiments.registry import build_problem
+
+            _BUILT[self] = build_problem(
+                self.name, clients=self.clients, k=self.k, seed=self.seed, data=self.data
+            )
+        return _BUILT[self]
+
+
+def resolve_problem(problem: FederatedProblem | ProblemSpec) -> FederatedProblem:
+    """``problem`` itself, or the problem a :class:`ProblemSpec` builds."""
+    if isinstance(problem, ProblemSpec):
+        return problem.build()
+    if not isinstance(problem, FederatedProblem):
+        raise ParameterError(
+            f"problem must be a FederatedProblem or a ProblemSpec, got {type(problem).__name__}"
+        )
+    return problem
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ParameterError(
+            f"job name must be a non-empty string of letters, digits, '_', '-', '.', got {name!r}"
+        )
+    return name
+
+
+def _check_positive(what: str, value: float) -> float:
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ParameterError(f"{what} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _check_count(what: str, value: int | None, low: int, high: float = math.inf) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or int(value) != value or not low <= value <= high:
+        top = "" if high == math.inf else f"..{int(high)}"
+        raise ParameterError(f"{what} must be an integer in {low}{top}, got {value!r}")
+    return int(value)
+
+
+@dataclass
+class _Job:
+    """Fields every job has."""
+
+    @property
+    def resolved(self) -> FederatedProblem:
+        """The problem object (a :class:`ProblemSpec` is built on first use)."""
+        return resolve_problem(self.problem)
+
+
+@dataclass
+class SyncJob(_Job):
+    """A synchronous riemfl algorithm run for ``rounds`` rounds through Flower.
+
+    Same meaning of every parameter as in :func:`riemfl.federated.run_sync`; for the same seed
+    the iterates are those of ``run_sync`` (``docs/flower.md``, "Equivalence").
+
+    Parameters
+    ----------
+    problem : FederatedProblem or ProblemSpec
+    algorithm : SyncAlgorithm
+        RFedProj, RFedAvg, RFedProx, RFedSVRG (FedAvg: RFedAvg on a Euclidean problem), or any
+        :class:`~riemfl.federated.SyncAlgorithm`.
+    rounds : int
+    name : str
+        Identifies the job in messages and in the nodes' state.
+    seed : int
+        Seed of the initial point, the client sampling and the mini-batches.
+    x0 : array, optional
+        Initial global model (default: :func:`riemfl.federated.initial_point` of ``seed``).
+    clients_per_round, batch_size : int, optional
+        As in ``run_sync``.
+    atol : float
+        Tolerance of the server's checks that an uploaded point is on the manifold, or an
+        uploaded vector tangent (``Manifold.check_point`` / ``check_tangent``).
+    reply_timeout : float
+        Seconds to wait for the replies of one phase; a node that does not answer in time (or
+        answers with an error) is dropped for the rest of the job.
+    upload_kinds : dict, optional
+        ``{(phase, key): "point" | "tangent" | "ambient"}``: how uploads of an algorithm that
+        :data:`riemfl.adapters.flower.checks.UPLOAD_KINDS` does not know are checked.
+    max_poll : float
+        Longest sleep (s) between two polls for replies (polls start at 1 ms and double while
+        nothing arrives): short in simulation, longer against a remote SuperLink.
+    """
+
+    problem: FederatedProblem | ProblemSpec
+    algorithm: SyncAlgorithm
+    rounds: int
+    name: str = "sync"
+    seed: int = 0
+    x0: Any = None
+    clients_per_round: int | None = None
+    batch_size: int | None = None
+    atol: float = 1e-8
+    reply_timeout: float = 600.0
+    upload_kinds: dict[tuple[int, str], str] | None = None
+    max_poll: float = 0.005
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not isinstance(self.algorithm, SyncAlgorithm):
+            raise ParameterError(
+                f"algorithm must be a SyncAlgorithm, got {type(self.algorithm).__name__}"
+            )
+        _check_count("rounds", self.rounds, 0)
+        problem = self.resolved
+        _check_count("clients_per_round", self.clients_per_round, 1, problem.n_clients)
+        _check_count("batch_size", self.batch_size, 1)
+        if self.batch_size is not None and problem.n_samples is None:
+            raise ParameterError(
+                f"{problem.name} has no per-sample losses: batch_size must be None"
+            )
+        self.atol = _check_positive("atol", self.atol)
+        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
+        self.max_poll = _check_positive("max_poll", self.max_poll)
+        self.algorithm.validate(problem)
+
+
+@dataclass
+class AsyncJob(_Job):
+    """An asynchronous riemfl server rule (FedAsync, FedBuff, ...) run through Flower.
+
+    Nodes train with :class:`riemfl.federated.ProblemTrainer` (Riemannian SGD, the local
+    training of :func:`riemfl.federated.run_async`); the server applies every reply as it
+    arrives and dispatches that client again with the current model.
+
+    Parameters
+    ----------
+    problem : FederatedProblem or ProblemSpec
+    rule : AsyncRule
+    server_steps : int
+        Stop after this many server steps (global model versions).
+    step_size, local_steps, batch_size
+        The local training (:class:`~riemfl.federated.ProblemTrainer`).
+    name : str
+    seed : int
+        Seed of the initial point (as ``run_async``) and of the clients' mini-batches.
+    x0 : array, optional
+    workers : int, optional
+        Clients in flight at once (default: all).
+    weights : {"samples", "uniform"}
+        :math:`w_i` of the rule's rate, as in ``run_async``.
+    max_staleness : int, optional
+        Drop (not apply) an update staler than this.
+    eval_every : int or None
+        Evaluate the global model every this many server steps.
+    atol : float
+        Tolerance of the check that a returned local model is on the manifold.
+    reply_timeout : float
+        Seconds without any reply after which the run stops with ``ReplyTimeoutError``.
+    drain_timeout : float
+        After the last server step, seconds to wait for the replies still in flight (they are
+        not applied; waiting keeps a node from running a stale task into the next job).
+    max_poll : float
+        Longest sleep (s) between two polls for replies.
+    """
+
+    problem: FederatedProblem | ProblemSpec
+    rule: AsyncRule
+    server_steps: int
+    step_size: float
+    local_steps: int = 5
+    batch_size: int | None = None
+    name: str = "async"
+    seed: int = 0
+    x0: Any = None
+    workers: int | None = None
+    weights: str = "samples"
+    max_staleness: int | None = None
+    eval_every: int | None = 1
+    atol: float = 1e-8
+    reply_timeout: float = 600.0
+    drain_timeout: float = 60.0
+    max_poll: float = 0.005
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not isinstance(self.rule, AsyncRule):
+            raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
+        _check_count("server_steps", self.server_steps, 0)
+        check_step_size("step_size", self.step_size)
+        check_local_steps(self.local_steps)
+        problem = self.resolved
+        _check_count("workers", self.workers, 1, problem.n_clients)
+        _check_count("max_staleness", self.max_staleness, 0)
+        _check_count("eval_every", self.eval_every, 1)
+        if self.weights not in ("samples", "uniform"):
+            raise ParameterError(f"weights must be 'samples' or 'uniform', got {self.weights!r}")
+        self.atol = _check_positive("atol", self.atol)
+        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
+        self.drain_timeout = _check_positive("drain_timeout", self.drain_timeout)
+        self.max_poll = _check_positive("max_poll", self.max_poll)
+        self.rule.validate(problem.manifold)
+        self.trainer()  # validates batch_size against the problem
+
+    def trainer(self) -> ProblemTrainer:
+        """The local training every client runs (the same class as ``run_async`` uses)."""
+        return ProblemTrainer(self.resolved, self.step_size, self.local_steps, self.batch_size)
+
+    def weight_vector(self) -> np.ndarray:
+        """:math:`w_i`: dataset shares (``"samples"``) or 1/n (``"uniform"``)."""
+        trainer = self.trainer()
+        n = trainer.n_clients
+        if self.weights == "uniform":
+            return np.full(n, 1.0 / n)
+        sizes = np.array([trainer.n_samples(i) for i in range(n)], dtype=float)
+        return sizes / sizes.sum()
+
+
+@dataclass
+class PingJob:
+    """Round trips without work: the messaging cost of a round, measured in the same run.
+
+    First ``repeats`` times, back to back, one message to every node until all replies are in
+    (a synchronous round with no compute); then ``repeats`` times one message to one node, the
+    nodes in turn (one asynchronous dispatch). The message carries zero arrays of ``payload``
+    shapes and the reply echoes them, so the bytes moved match those of a real round when
+    ``payload`` does.
+
+    Parameters
+    ----------
+    repeats : int
+    payload : dict of shapes
+        Arrays to send (float64 zeros), e.g. ``{"x": (20, 5), "px": (20, 5)}``.
+    name : str
+    reply_timeout, max_poll : float
+    """
+
+    repeats: int = 10
+    payload: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    name: str = "ping"
+    reply_timeout: float = 600.0
+    max_poll: float = 0.005
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        _check_count("repeats", self.repeats, 1)
+        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
+        self.max_poll = _check_positive("max_poll", self.max_poll)
+
+
+Job = SyncJob | AsyncJob | PingJob

@@ -1,0 +1,266 @@
+r"""A synchronous riemfl algorithm on a Flower grid: the round loop of the ServerApp.
+
+The loop is :func:`riemfl.federated.run_sync`'s, with the client rule run on the nodes:
+
+1. clients and mini-batches are drawn with :func:`riemfl.federated.engine.sample_round` from
+   :func:`~riemfl.federated.engine.run_rng` of the job's seed (the same draws as ``run_sync``),
+   and the batches travel in the message of each node;
+2. per phase, every node with participating clients gets the broadcast and runs the
+   algorithm's ``client_step`` on its stack; the server checks every reply
+   (:mod:`~riemfl.adapters.flower.checks`), drops failing clients with their reason, stacks the
+   survivors' uploads in client order and runs ``server_step``;
+3. the node keeps its new client rows *pending* until the server's next message says which were
+   accepted (a dropped client keeps its old rows, as in ``run_sync``); after the last phase,
+   that next message (the next round's phase-0 broadcast, which is exactly the new global model)
+   also runs ``client_finish`` on them. A node that has pending rows but no client in the next
+   round gets a message with no work for this. The last round's pending rows are never read,
+   so no message is spent on them. A node whose message fails (no reply in time, or an error
+   reply) is excluded for the rest of the job: its client state is no longer known.
+
+Same seed, same draws, same rules, same order of the stacked uploads: the iterates equal
+``run_sync``'s (to rounding; the tests ask for 1e-10).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ClientFailureError, RiemflError
+from ...federated.algorithm import State
+from ...federated.engine import ClientDroppedWarning, initial_point, run_rng, sample_round
+from ...federated.history import History
+from .checks import check_rows, check_upload_arrays, upload_kind
+from .grid_io import exchange, reply_error, setup_nodes
+from .jobs import SyncJob
+from .wire import SYNC, check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
+
+__all__ = ["run_sync_job"]
+
+log = logging.getLogger("riemfl.adapters.flower")
+
+
+def _metrics(job: SyncJob, server: State) -> dict[str, float]:
+    """Loss, optimality gap and gradient norm at the algorithm's output point (as run_sync)."""
+    problem = job.resolved
+    x = job.algorithm.output(server)
+    loss = problem.loss(x)
+    gap = loss - problem.optimum if problem.optimum is not None else math.nan
+    return {"loss": loss, "optimality_gap": gap, "grad_norm": problem.grad_norm(x)}
+
+
+class _Run:
+    """State of one synchronous job on the grid (the server's side)."""
+
+    def __init__(
+        self, grid: Any, job: SyncJob, hosting: dict[int, list[int]], history: History
+    ) -> None:
+        self.grid, self.job, self.history = grid, job, history
+        self.problem = job.resolved
+        self.manifold = self.problem.manifold
+        self.hosting = hosting
+        self.owner = {c: node for node, clients in hosting.items() for c in clients}
+        self.pending: dict[int, list[int]] = {node: [] for node in hosting}
+        self.finish = False
+        self.lost: dict[int, str] = {}
+        self.meta = point_meta(self.manifold)
+
+    # ------------------------------------------------------------------ drops
+    def drop(self, r: int, client: int, phase: int, why: str) -> None:
+        self.history.warnings.append({"round": r, "client": client, "phase": phase, "reason": why})
+        log.warning("job %s, round %d: client %d dropped (phase %d): %s", self.job.name, r,
+                    client, phase, why)  # fmt: skip
+        warnings.warn(
+            f"round {r}: client {client} dropped (phase {phase}): {why}",
+            ClientDroppedWarning,
+            stacklevel=2,
+        )
+
+    # ------------------------------------------------------------------ one phase
+    def _messages(
+        self, r: int, phase: int, message: State, active: np.ndarray, batches: np.ndarray | None
+    ) -> tuple[dict[int, Any], dict[int, list[int]], dict[int, str]]:
+        """Per node: the message; the stack rows it serves; rows dropped for a lost node."""
+        arrays = prefixed("message", {k: to_numpy(v) for k, v in message.items()})
+        rows_of: dict[int, list[int]] = {}
+        for j, c in enumerate(active):
+            rows_of.setdefault(self.owner[int(c)], []).append(j)
+        contents, drops = {}, {}
+        for node in self.hosting:
+            mine = rows_of.get(node, [])
+            if node in self.lost:
+                drops.update({j: self.lost[node] for j in mine})
+                continue
+            if not mine and not self.pending[node]:
+                continue
+            config = {
+                "job": self.job.name,
+                "round": r,
+                "phase": phase,
+                "clients": [int(active[j]) for j in mine],
+                "commit": self.pending[node],
+                "finish": phase == 0 and self.finish,
+                **self.meta,
+            }
+            node_arrays = dict(arrays)
+            if batches is not None and mine:
+                node_arrays["batches"] = batches[mine]
+            contents[node] = encode(config, node_arrays)
+        return contents, rows_of, drops
+
+    def _check_reply(
+        self, phase: int, message: State, reply: Any, requested: list[int]
+    ) -> tuple[dict[int, dict[str, np.ndarray]], dict[int, str], float]:
+        """Accepted upload rows and reasons per client of one node's reply; its CPU time."""
+        why = reply_error(reply)
+        if why is not None:
+            return {}, dict.fromkeys(requested, why), 0.0
+        try:
+            config, arrays = decode(reply.content)
+            check_point_meta(self.manifold, config)
+        except RiemflError as exc:
+            return {}, dict.fromkeys(requested, f"malformed reply: {exc}"), 0.0
+        reasons = {
+            int(c): str(w) for c, w in zip(config["dropped"], config["reasons"], strict=True)
+        }
+        served = [int(c) for c in config["clients"]]
+        if not set(served) <= set(requested) or len(set(served)) != len(served):
+            why = f"reply answers for clients {served}; expected some of {requested}"
+            return {}, dict.fromkeys(requested, why), 0.0
+        uploads = group("upload", arrays)
+        expected = self.job.algorithm.upload_shapes(self.problem, phase)
+        why = check_upload_arrays(uploads, expected, len(served))
+        if why is not None:
+            return {}, {**reasons, **dict.fromkeys(served, why)}, float(config["cpu_time"])
+        accepted: dict[int, dict[str, np.ndarray]] = {}
+        bad: dict[int, str] = {}
+        base = to_numpy(message["x"]) if "x" in message else None
+        for key in sorted(uploads):
+            kind = upload_kind(self.job.algorithm, phase, key, self.job.upload_kinds)
+            verdicts = check_rows(self.manifold, kind, uploads[key], self.job.atol, base)
+            for c, w in zip(served, verdicts, strict=True):
+                if w is not None and c not in bad:
+                    bad[c] = f"upload {key!r} ({kind}): {w}"
+        for s, c in enumerate(served):
+            if c not in bad:
+                accepted[c] = {k: v[s] for k, v in uploads.items()}
+        unanswered = set(requested) - set(served) - set(reasons)
+        reasons.update(dict.fromkeys(unanswered, "the node returned no upload for it"))
+        return accepted, {**reasons, **bad}, float(config["cpu_time"])
+
+    def phase(
+        self, r: int, phase: int, server: State, active: np.ndarray, batches: np.ndarray | None
+    ) -> tuple[State, np.ndarray, np.ndarray | None, float, float, float]:
+        """One phase; returns (server, survivors, their batches, matrices, bytes, CPU s)."""
+        algorithm = self.job.algorithm
+        message = algorithm.broadcast(server, phase)
+        contents, rows_of, drops = self._messages(r, phase, message, active, batches)
+        group_id = f"{self.job.name}:{r}:{phase}"
+        replies = exchange(
+            self.grid, contents, SYNC, group_id, self.job.reply_timeout, self.job.max_poll
+        )
+        self.finish = False
+        position = {int(c): j for j, c in enumerate(active)}
+        accepted: dict[int, dict[str, np.ndarray]] = {}
+        cpu = 0.0
+        for node, reply in replies.items():
+            self.pending[node] = []
+            failed = reply_error(reply)
+            if failed is not None:  # the node's client state is unknown from now on
+                self.lost[node] = f"node {node} excluded from the job after: {failed}"
+            requested = [int(active[j]) for j in rows_of.get(node, [])]
+            ok, bad, node_cpu = self._check_reply(phase, message, reply, requested)
+            cpu += node_cpu
+            accepted.update({position[c]: rows for c, rows in ok.items()})
+            drops.update({position[c]: w for c, w in bad.items()})
+            self.pending[node] = [c for c in requested if c in ok]
+        for j in sorted(drops):
+            self.drop(r, int(active[j]), phase, drops[j])
+        keep = np.array([j in accepted for j in range(len(active))], dtype=bool)
+        if not keep.any():
+            raise ClientFailureError(
+                f"job {self.job.name!r}, round {r}, phase {phase}: every participating client "
+                "failed: " + "; ".join(f"client {active[j]}: {w}" for j, w in sorted(drops.items()))
+            )
+        order = [j for j in range(len(active)) if keep[j]]
+        uploads = {k: np.stack([accepted[j][k] for j in order]) for k in accepted[order[0]]}
+        point_size = math.prod(self.manifold.point_shape)
+        matrices = sum(v.shape[0] * math.prod(v.shape[1:]) / point_size for v in uploads.values())
+        nbytes = sum(v.shape[0] * math.prod(v.shape[1:]) * v.itemsize for v in uploads.values())
+        t0 = time.thread_time()
+        server = algorithm.server_step(self.manifold, server, phase, message, uploads)
+        cpu += time.thread_time() - t0
+        return (
+            server,
+            active[keep],
+            None if batches is None else batches[keep],
+            matrices,
+            nbytes,
+            cpu,
+        )
+
+    def round(
+        self, r: int, rng: np.random.Generator, server: State
+    ) -> tuple[State, float, float, float, int]:
+        """One round; returns (server, uplink matrices / n, uplink bytes / n, CPU s, survivors)."""
+        algorithm = self.job.algorithm
+        active, batches = sample_round(
+            rng, self.problem, algorithm.local_steps, self.job.clients_per_round,
+            self.job.batch_size,
+        )  # fmt: skip
+        matrices = nbytes = cpu = 0.0
+        for phase in range(algorithm.n_phases):
+            server, active, batches, m, b, c = self.phase(r, phase, server, active, batches)
+            matrices, nbytes, cpu = matrices + m, nbytes + b, cpu + c
+        self.finish = True  # the next phase-0 message runs client_finish on the survivors
+        n = self.problem.n_clients
+        return server, matrices / n, nbytes / n, cpu, len(active)
+
+
+def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
+    """Run ``job`` over ``grid`` with the registered ``nodes``; return its :class:`History`.
+
+    The History has the columns of :func:`riemfl.federated.run_sync`'s; ``cpu_time`` is the CPU
+    time of the rules (the server's ``server_step`` and every node's ``client_step``, as each
+    node reports it), ``wall_time`` the wall-clock time of the rounds (messaging included), and
+    ``warnings`` every dropped client with its reason.
+    """
+    problem, algorithm = job.resolved, job.algorithm
+    x0 = job.x0 if job.x0 is not None else initial_point(problem, job.seed)
+    server, _ = algorithm.init(problem, x0)
+    hosting = setup_nodes(
+        grid, job.name, "sync", problem.manifold, nodes, problem.n_clients, job.reply_timeout,
+        {"x0": to_numpy(x0)}, job.max_poll,
+    )  # fmt: skip
+    history = History(
+        config={
+            "problem": problem.describe(),
+            "algorithm": algorithm.describe(),
+            "seed": job.seed,
+            "clients_per_round": job.clients_per_round,
+            "batch_size": job.batch_size,
+            "rounds": job.rounds,
+            "engine": "flower",
+            "job": job.name,
+            "nodes": len(hosting),
+        }
+    )
+    cumulative = ("uplink_matrices", "uplink_bytes", "cpu_time")
+    history.append(round=0, **_metrics(job, server), **dict.fromkeys(cumulative, 0.0),
+                   wall_time=0.0, participants=0)  # fmt: skip
+    run = _Run(grid, job, hosting, history)
+    rng = run_rng(job.seed)
+    wall0 = time.perf_counter()
+    for r in range(1, job.rounds + 1):
+        server, *added, m = run.round(r, rng, server)
+        totals = {k: history.last(k) + v for k, v in zip(cumulative, added, strict=True)}
+        history.append(round=r, **_metrics(job, server), **totals,
+                       wall_time=time.perf_counter() - wall0, participants=m)  # fmt: skip
+    history.final_point = algorithm.output(server)
+    return history
