@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -44,11 +45,17 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     settings = licudi2025.Settings(
         server_steps=6, seeds=(0,), eval_every=3, n_clients=6,
         methods=("FedAsync", "AsyncFedED", "AsyncBezier", "AsyncBezierED"),
-        epoch_study=(1, 2), epoch_study_steps=4,
+        epoch_study=(1, 2), epoch_study_steps=4, rate_grid=(0.5, 3.0), tune_steps=4,
     )  # fmt: skip
     md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
     assert _rows(md) == list(settings.methods)
     data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["rates"]) == set(settings.methods)
+    assert all(rate in (0.5, 3.0) for rate in data["rates"].values())
+    for run in data["runs"]:  # the main runs use the rates the line search chose
+        assert run["rate"] == data["rates"][run["method"]] and not run["validation"]
+    tuning = list((tmp_path / "runs").glob("*-val-seed100.json"))
+    assert len(tuning) == 4 * 2  # every method at every rate of the grid, on validation rows
     study = data["epoch_study"]
     assert {(r["method"], r["epochs"]) for r in study} == {
         (m, k) for m in ("FedAsync", "AsyncBezier", "AsyncBezierED") for k in (1, 2)
@@ -58,6 +65,7 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
     assert "Local-epoch study" in report and "Q = " in report and "AsyncBezier:" in report
+    assert "line search" in report and "| [P] Table 3 | chosen here |" in report
     # resume: every run is on disk; a second call reuses them and gives the same table
     stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
     assert licudi2025.reproduce(tmp_path, settings=settings, progress=False) == md
@@ -65,3 +73,15 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     with pytest.raises(ParameterError, match="unknown methods"):
         licudi2025.reproduce(tmp_path, settings=licudi2025.Settings(methods=("FedAvg",)),
                              progress=False)  # fmt: skip
+
+
+def test_the_line_search_never_sees_a_test_row():
+    from riemfl.nn import digits_clients
+
+    data = digits_clients(n_clients=5, alpha=0.5, seed=0)
+    split = licudi2025._validation_split(data, 0.25, seed=3)
+    for (x, y, _, _), (_, y2, xv, yv) in zip(data, split, strict=True):
+        assert len(y2) + len(yv) == len(y) and len(yv) == round(0.25 * len(y))
+        rows = {r.tobytes() for r in x.reshape(len(x), -1)}
+        assert {r.tobytes() for r in xv.reshape(len(xv), -1)} <= rows  # training rows only
+        assert sorted(np.concatenate([y2, yv]).tolist()) == sorted(y.tolist())
