@@ -5,7 +5,8 @@ message API: the nodes run riemfl's own client rules on the clients they host, t
 runs the server rule and checks every reply. Synchronous algorithms (RFedProj, RFedAvg,
 RFedProx, RFedSVRG; FedAvg = RFedAvg on a Euclidean problem) reproduce
 :func:`riemfl.federated.run_sync`'s iterates for the same seed; asynchronous rules (FedAsync,
-FedBuff, ...) run in a loop that applies each reply as it arrives. Guide: ``docs/flower.md``.
+FedBuff, AsyncBezier, ...) run in a loop that applies each reply as it arrives. Guide:
+``docs/flower.md``.
 
 Flower is imported only when used; without it, the functions raise
 :class:`FlowerNotInstalledError` (``pip install "riemfl[flower]"``).
@@ -26,6 +27,7 @@ from .errors import (
     NodeRegistrationError,
     ProtocolError,
     ReplyTimeoutError,
+    TrainerMismatchError,
 )
 from .faults import CorruptReplies
 from .jobs import AsyncJob, PingJob, ProblemSpec, SyncJob
@@ -45,6 +47,7 @@ __all__ = [
     "ProtocolError",
     "ReplyTimeoutError",
     "SyncJob",
+    "TrainerMismatchError",
     "UPLOAD_KINDS",
     "default_backend_config",
     "hosted_clients",

@@ -6,10 +6,11 @@ ServerApp runs its own loop over ``Grid.push_messages`` / ``Grid.pull_messages``
 1. after the handshake, every client (at most ``workers`` at a time) is dispatched with the
    current global model, whose version is held in a :class:`riemfl.federated.VersionStore`;
 2. the loop pulls whatever replies have arrived (polling from 1 ms up to ``max_poll``); for
-   each, in arrival order, it checks the returned local model (finite, on the manifold within
-   ``atol``), builds the :class:`~riemfl.federated.Arrival` (base = the version the client
-   received, staleness = current version minus that one) and calls the rule's ``apply``
-   (FedAsync, FedBuff, ... - the same code as :func:`riemfl.federated.run_async`);
+   each, in arrival order, it checks the upload (a local model: finite, on the manifold within
+   ``atol``; a curve rule's control points: also starting at the model the client received),
+   builds the :class:`~riemfl.federated.Arrival` (base = the version the client received,
+   staleness = current version minus that one) and calls the rule's ``apply`` (FedAsync,
+   FedBuff, AsyncBezier, ... - the same code as :func:`riemfl.federated.run_async`);
 3. the client is dispatched again at once with the current model, until ``server_steps``
    server steps have been taken.
 
@@ -31,11 +32,19 @@ import numpy as np
 from ...errors import RiemflError
 from ...federated.async_engine import AsyncHistory, VersionStore
 from ...federated.async_rules import Arrival
-from .checks import check_rows
+from .checks import check_control_points, check_local_model
 from .errors import FlowerAdapterError, ReplyTimeoutError
 from .grid_io import Poller, push, reply_error, setup_nodes
 from .jobs import AsyncJob
-from .wire import ASYNC, check_point_meta, decode, encode, point_meta
+from .wire import (
+    ASYNC,
+    check_point_meta,
+    check_upload_meta,
+    decode,
+    encode,
+    point_meta,
+    upload_meta,
+)
 
 __all__ = ["run_async_job"]
 
@@ -58,7 +67,8 @@ class _AsyncRun:
         self.in_flight: dict[str, tuple[int, int]] = {}
         self.dispatched = 0
         self.counters = {"updates": 0, "dropped": 0}
-        self.meta = point_meta(self.manifold)
+        self.upload = upload_meta(job.curve, job.upload_shape)
+        self.meta = {**point_meta(self.manifold), **self.upload}
         self.start = time.perf_counter()
         rule = job.rule
         self.history = AsyncHistory(
@@ -111,25 +121,28 @@ class _AsyncRun:
                 self.store.release(version)
                 self.queue.append(client)
 
-    def _local_model(self, reply: Any, client: int) -> tuple[Any, str | None]:
+    def _local_model(self, reply: Any, client: int, version: int) -> tuple[Any, str | None]:
+        """The checked upload of ``reply`` (a local model or a curve's control points), or
+        ``(None, reason)``."""
+        job = self.job
         why = reply_error(reply)
         if why is not None:
             return None, why
         try:
             config, arrays = decode(reply.content)
             check_point_meta(self.manifold, config)
+            check_upload_meta(config, self.upload)
         except RiemflError as exc:
             return None, f"malformed reply: {exc}"
         if int(config.get("client", -1)) != client or "x" not in arrays:
             return None, f"reply for client {config.get('client')!r} without 'x'; expected {client}"
         local = arrays["x"]
-        if tuple(local.shape) != tuple(self.manifold.point_shape):
-            return (
-                None,
-                f"local model has shape {local.shape}; expected {self.manifold.point_shape}",
-            )
-        why = check_rows(self.manifold, "point", local[None], self.job.atol)[0]
-        return (local, None) if why is None else (None, f"local model: {why}")
+        if job.curve:
+            received = self.store.get(version)
+            why = check_control_points(job.rule.embedding, local, received, job.atol)
+        else:
+            why = check_local_model(self.manifold, local, job.atol)
+        return (local, None) if why is None else (None, why)
 
     # ------------------------------------------------------------------ updates
     def evaluate(self) -> None:
@@ -142,7 +155,7 @@ class _AsyncRun:
         store, job = self.store, self.job
         self.counters["updates"] += 1
         staleness = store.current - version
-        local, why = self._local_model(reply, client)
+        local, why = self._local_model(reply, client, version)
         if why is None and job.max_staleness is not None and staleness > job.max_staleness:
             why = f"staleness {staleness} > max_staleness {job.max_staleness}"
         stepped = False
@@ -202,7 +215,8 @@ class _AsyncRun:
         self.drain()
         h = self.history
         h.peak_versions = self.store.peak
-        h.final_point = self.store.model
+        output = getattr(job.rule, "output", None)  # e.g. an SWA average (AsyncManifold)
+        h.final_point = output(self.store.model) if callable(output) else self.store.model
         if job.eval_every and (not h.metrics or h.metrics["step"][-1] != self.store.current):
             self.evaluate()
         return h

@@ -9,6 +9,10 @@ on what an upload is, which the algorithm knows but does not declare, so this ta
   ``Manifold.check_tangent(x, row, atol)``;
 * ``"ambient"``: an ambient array with no manifold constraint (RFedProj's unprojected
   :math:`\\hat z_{i,\\tau}`): shape and finite values only.
+
+An asynchronous reply carries one upload: a local model (:func:`check_local_model`) or, for a
+curve rule, the learned Bezier control points (:func:`check_control_points`), whose curve must
+start at the model the client received.
 """
 
 from __future__ import annotations
@@ -20,12 +24,21 @@ import numpy as np
 
 from ...errors import RiemflError
 from ...federated.algorithm import SyncAlgorithm
+from ...federated.async_manifold import BezierEmbedding
 from ...federated.rfedproj import RFedProj
 from ...federated.tangent import RFedProx, RFedSVRG
 from ...manifolds.base import Manifold
 from .errors import ProtocolError
 
-__all__ = ["UPLOAD_KINDS", "KINDS", "upload_kind", "check_rows", "check_upload_arrays"]
+__all__ = [
+    "UPLOAD_KINDS",
+    "KINDS",
+    "upload_kind",
+    "check_rows",
+    "check_upload_arrays",
+    "check_local_model",
+    "check_control_points",
+]
 
 KINDS = ("point", "tangent", "ambient")
 
@@ -105,3 +118,51 @@ def check_rows(
             continue
         out.append(None)
     return out
+
+
+def check_local_model(
+    manifold: Manifold, local: np.ndarray, atol: float, what: str = "local model"
+) -> str | None:
+    """Why an asynchronous upload is not a point of ``manifold`` (shape, floating dtype, finite,
+    ``check_point`` within ``atol``), or ``None`` when it is; ``what`` names it in the reason."""
+    shape = tuple(manifold.point_shape)
+    if tuple(local.shape) != shape:
+        return f"{what} has shape {tuple(local.shape)}; expected {shape}"
+    if not np.issubdtype(local.dtype, np.floating):
+        return f"{what} has dtype {local.dtype}; expected a floating-point dtype"
+    why = check_rows(manifold, "point", local[None], atol)[0]
+    return None if why is None else f"{what}: {why}"
+
+
+def check_control_points(
+    embedding: BezierEmbedding, phi: np.ndarray, received: np.ndarray, atol: float
+) -> str | None:
+    """Why an uploaded curve is not a valid AsyncBezier upload, or ``None`` when it is.
+
+    The upload must be ``degree + 1`` control points on the base manifold (shape
+    ``(degree + 1, *point_shape)``, finite, ``embedding.parameters.check_point`` =
+    :class:`~riemfl.manifolds.ControlPoints` within ``atol``), and the curve must start at the
+    model the client received: the client never trains its first control point, so it equals
+    ``received`` up to ``atol`` (largest entry difference).
+
+    Parameters
+    ----------
+    embedding : BezierEmbedding
+        The rule's embedding (its ``parameters`` and ``degree``).
+    phi : array
+        The uploaded control points.
+    received : array
+        The global model the client was dispatched with.
+    atol : float
+    """
+    what = f"control points (degree {embedding.degree} curve)"
+    why = check_local_model(embedding.parameters, phi, atol, what)
+    if why is not None:
+        return why
+    gap = float(np.max(np.abs(phi[0] - np.asarray(received)), initial=0.0))
+    if not gap <= atol:
+        return (
+            f"the curve starts {gap:.3g} (largest entry difference) away from the model the "
+            f"client received; expected its first control point to equal it within atol {atol:g}"
+        )
+    return None

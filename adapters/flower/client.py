@@ -4,8 +4,9 @@ A node hosts the riemfl clients of its partition: with ``partition-id`` p and ``
 P in its node configuration (Flower's simulation engine sets both; a SuperNode gets them from
 ``--node-config "partition-id=0 num-partitions=3"``), it hosts block p of
 ``numpy.array_split(range(n_clients), P)``. The handlers only translate: they decode a message,
-call the algorithm's ``client_step`` / ``client_finish`` (or :class:`ProblemTrainer.train`),
-and encode the result. Message format: :mod:`riemfl.adapters.flower.wire`.
+call the algorithm's ``client_step`` / ``client_finish`` (or the asynchronous job's trainer:
+:class:`ProblemTrainer.train`, or :class:`BezierProblemTrainer.train` for a curve rule), and
+encode the result. Message format: :mod:`riemfl.adapters.flower.wire`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from ._flwr import flwr
 from .errors import ProtocolError
 from .jobs import AsyncJob, Job, SyncJob
 from .node_state import NodeState
-from .wire import check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
+from .wire import (
+    check_point_meta,
+    check_upload_meta,
+    decode,
+    encode,
+    group,
+    point_meta,
+    prefixed,
+    to_numpy,
+    upload_meta,
+)
 
 __all__ = ["make_client_app", "hosted_clients", "run_client_rule"]
 
@@ -181,6 +192,8 @@ class _Handlers:
         job: AsyncJob = self._job(config, context, AsyncJob)
         problem = job.resolved
         check_point_meta(problem.manifold, config)
+        upload = upload_meta(job.curve, job.upload_shape)
+        check_upload_meta(config, upload)
         client = int(config["client"])
         hosted = hosted_clients(context.node_config, problem.n_clients)
         if client not in hosted:
@@ -199,6 +212,7 @@ class _Handlers:
             "version": int(config["version"]),
             "cpu_time": time.thread_time() - t0,
             **point_meta(problem.manifold),
+            **upload,
         }
         return self._reply(msg, reply, {"x": local})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...errors import MissingDependencyError, RiemflError
+from ...errors import MissingDependencyError, ParameterError, RiemflError
 
 __all__ = [
     "FlowerNotInstalledError",
@@ -10,6 +10,7 @@ __all__ = [
     "NodeRegistrationError",
     "ReplyTimeoutError",
     "ProtocolError",
+    "TrainerMismatchError",
 ]
 
 
@@ -32,3 +33,9 @@ class ReplyTimeoutError(FlowerAdapterError):
 class ProtocolError(FlowerAdapterError, ValueError):
     """A message does not follow riemfl's format: unknown job, wrong manifold or point shape,
     missing node configuration."""
+
+
+class TrainerMismatchError(ParameterError):
+    """An :class:`~riemfl.adapters.flower.AsyncJob` pairs a server rule with a client whose
+    upload it cannot take: a curve rule (AsyncBezier) with a point trainer, a point rule
+    (FedAsync) with the curve client, or curve settings without a curve rule."""

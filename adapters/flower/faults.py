@@ -23,6 +23,9 @@ FAULTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "nan": lambda row: np.full_like(row, np.nan),
     "off_manifold": lambda row: 1.01 * row,  # a Stiefel point with columns of norm 1.01
     "inf": lambda row: np.full_like(row, np.inf),
+    # adds 1 to row[0]: a curve's first control point (the curve no longer starts at the model
+    # the client received); on a point, its first entry along the first axis
+    "move_start": lambda row: np.concatenate([row[:1] + 1.0, row[1:]]),
 }
 
 
@@ -38,7 +41,8 @@ class CorruptReplies:
     faults : sequence of str
         One fault of :data:`FAULTS` per uploaded row, in order (row j of the node's stacked
         uploads gets ``faults[j]``; rows beyond are left alone). Asynchronous replies have one
-        row, the local model. ``("raise",)``: the ClientApp raises instead of answering.
+        row, the local model (or a curve rule's control points). ``("raise",)``: the ClientApp
+        raises instead of answering.
     """
 
     def __init__(self, job: str, partition: int, faults: Sequence[str] = ("nan",)) -> None:

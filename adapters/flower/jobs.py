@@ -18,11 +18,22 @@ import numpy as np
 
 from ...errors import ParameterError
 from ...federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
+from ...federated.async_manifold import AsyncManifold, BezierEmbedding
 from ...federated.async_rules import AsyncRule
+from ...federated.curve_local import BezierProblemTrainer
 from ...federated.local import ProblemTrainer
 from ...problems.base import FederatedProblem
+from .errors import TrainerMismatchError
 
-__all__ = ["ProblemSpec", "SyncJob", "AsyncJob", "PingJob", "Job", "resolve_problem"]
+__all__ = [
+    "ProblemSpec",
+    "SyncJob",
+    "AsyncJob",
+    "PingJob",
+    "Job",
+    "resolve_problem",
+    "is_curve_rule",
+]
 
 _BUILT: dict[ProblemSpec, FederatedProblem] = {}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -96,6 +107,13 @@ def _check_count(what: str, value: int | None, low: int, high: float = math.inf)
         top = "" if high == math.inf else f"..{int(high)}"
         raise ParameterError(f"{what} must be an integer in {low}{top}, got {value!r}")
     return int(value)
+
+
+def is_curve_rule(rule: Any) -> bool:
+    """Whether ``rule`` takes a learned Bezier curve's control points instead of a local model:
+    an :class:`~riemfl.federated.AsyncManifold` with a :class:`~riemfl.federated.BezierEmbedding`
+    (AsyncBezier, AsyncBezierED, AsyncCurve)."""
+    return isinstance(rule, AsyncManifold) and isinstance(rule.embedding, BezierEmbedding)
 
 
 @dataclass
@@ -179,11 +197,15 @@ class SyncJob(_Job):
 
 @dataclass
 class AsyncJob(_Job):
-    """An asynchronous riemfl server rule (FedAsync, FedBuff, ...) run through Flower.
+    """An asynchronous riemfl server rule (FedAsync, FedBuff, AsyncBezier, ...) run through Flower.
 
     Nodes train with :class:`riemfl.federated.ProblemTrainer` (Riemannian SGD, the local
-    training of :func:`riemfl.federated.run_async`); the server applies every reply as it
-    arrives and dispatches that client again with the current model.
+    training of :func:`riemfl.federated.run_async`) and upload their local model; for a curve
+    rule (an :class:`~riemfl.federated.AsyncManifold` with a
+    :class:`~riemfl.federated.BezierEmbedding`: AsyncBezier, AsyncBezierED) they train with
+    :class:`riemfl.federated.BezierProblemTrainer` and upload the learned control points,
+    shape ``(degree + 1, *point_shape)``. The server applies every reply as it arrives and
+    dispatches that client again with the current model.
 
     Parameters
     ----------
@@ -192,7 +214,8 @@ class AsyncJob(_Job):
     server_steps : int
         Stop after this many server steps (global model versions).
     step_size, local_steps, batch_size
-        The local training (:class:`~riemfl.federated.ProblemTrainer`).
+        The local training (:class:`~riemfl.federated.ProblemTrainer`; for a curve rule,
+        ``local_steps`` is the default of ``warmup_steps`` and ``curve_steps``).
     name : str
     seed : int
         Seed of the initial point (as ``run_async``) and of the clients' mini-batches.
@@ -214,6 +237,19 @@ class AsyncJob(_Job):
         not applied; waiting keeps a node from running a stale task into the next job).
     max_poll : float
         Longest sleep (s) between two polls for replies.
+    curve : bool, optional
+        Whether the nodes run the curve client (:class:`~riemfl.federated.BezierProblemTrainer`)
+        instead of :class:`~riemfl.federated.ProblemTrainer`. Default: exactly when ``rule`` is
+        a curve rule (:func:`is_curve_rule`); a value that contradicts the rule raises
+        :class:`~riemfl.adapters.flower.TrainerMismatchError`.
+    warmup_steps, curve_steps : int, optional
+        The curve client's K1 steps on the end point and K - K1 steps of curve learning
+        (default: ``local_steps`` each).
+    mu : float
+        The curve client's FedProx weight ([P] eq. 6; default 0).
+    freeze_end : bool
+        Keep the curve's end point fixed during curve learning (default True, [P]'s
+        experiments). The curve settings need a curve rule.
     """
 
     problem: FederatedProblem | ProblemSpec
@@ -233,11 +269,17 @@ class AsyncJob(_Job):
     reply_timeout: float = 600.0
     drain_timeout: float = 60.0
     max_poll: float = 0.005
+    curve: bool | None = None
+    warmup_steps: int | None = None
+    curve_steps: int | None = None
+    mu: float = 0.0
+    freeze_end: bool = True
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         if not isinstance(self.rule, AsyncRule):
             raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
+        self._check_client_kind()
         _check_count("server_steps", self.server_steps, 0)
         check_step_size("step_size", self.step_size)
         check_local_steps(self.local_steps)
@@ -254,8 +296,66 @@ class AsyncJob(_Job):
         self.rule.validate(problem.manifold)
         self.trainer()  # validates batch_size against the problem
 
-    def trainer(self) -> ProblemTrainer:
-        """The local training every client runs (the same class as ``run_async`` uses)."""
+    def _check_client_kind(self) -> None:
+        """Resolve ``curve`` from the rule; refuse a client that does not fit the rule."""
+        rule, name = self.rule, getattr(self.rule, "name", type(self.rule).__name__)
+        curve_rule = is_curve_rule(rule)
+        if isinstance(rule, AsyncManifold) and not curve_rule:
+            raise TrainerMismatchError(
+                f"rule {name!r} learns a {type(rule.embedding).__name__}; the Flower nodes have "
+                "a client only for a BezierEmbedding (BezierProblemTrainer)"
+            )
+        if self.curve is None:
+            self.curve = curve_rule
+        if not isinstance(self.curve, bool):
+            raise ParameterError(f"curve must be True, False or None, got {self.curve!r}")
+        if self.curve and not curve_rule:
+            raise TrainerMismatchError(
+                f"curve=True makes the nodes upload Bezier control points, but rule {name!r} "
+                f"({type(rule).__name__}) takes a local model; expected an AsyncManifold rule "
+                "with a BezierEmbedding (AsyncBezier, AsyncBezierED), or curve=False"
+            )
+        if not self.curve and curve_rule:
+            raise TrainerMismatchError(
+                f"rule {name!r} takes a curve's control points of shape "
+                f"{tuple(rule.embedding.parameters.point_shape)}, but curve=False makes the "
+                "nodes upload a local model (ProblemTrainer); expected curve=True (the default "
+                "for this rule)"
+            )
+        if not self.curve:
+            settings = {
+                "warmup_steps": self.warmup_steps,
+                "curve_steps": self.curve_steps,
+                "mu": self.mu or None,
+                "freeze_end": None if self.freeze_end else False,
+            }
+            given = {k: v for k, v in settings.items() if v is not None}
+            if given:
+                raise TrainerMismatchError(
+                    f"{given} are settings of the curve client, but rule {name!r} takes a "
+                    "local model (ProblemTrainer); expected a curve rule (AsyncBezier, "
+                    "AsyncBezierED) or none of these settings"
+                )
+            return
+        for what in ("warmup_steps", "curve_steps"):
+            steps = self.local_steps if getattr(self, what) is None else getattr(self, what)
+            setattr(self, what, _check_count(what, steps, 0))
+
+    @property
+    def upload_shape(self) -> tuple[int, ...]:
+        """Shape of a client's upload: the point shape, or ``(degree + 1, *point_shape)``."""
+        if self.curve:
+            return tuple(self.rule.embedding.parameters.point_shape)
+        return tuple(self.resolved.manifold.point_shape)
+
+    def trainer(self) -> ProblemTrainer | BezierProblemTrainer:
+        """The local training every client runs (the same classes as ``run_async`` uses)."""
+        if self.curve:
+            return BezierProblemTrainer(
+                self.resolved, self.step_size, self.warmup_steps, self.curve_steps, mu=self.mu,
+                batch_size=self.batch_size, degree=self.rule.embedding.degree,
+                freeze_end=self.freeze_end,
+            )  # fmt: skip
         return ProblemTrainer(self.resolved, self.step_size, self.local_steps, self.batch_size)
 
     def weight_vector(self) -> np.ndarray:

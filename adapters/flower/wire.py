@@ -8,8 +8,14 @@ Every message (and every reply) holds a :class:`flwr.app.RecordDict` with two re
 ``"riemfl.arrays"`` (an ``ArrayRecord``)
     numpy arrays under ``"<group>/<key>"`` names: ``message/x`` (a broadcast entry),
     ``upload/x`` (a client upload, stacked over the node's clients), ``batches`` (mini-batch
-    indices), ``x0``, ``x`` (a point). Arrays keep their dtype and shape exactly (Flower
-    serialises them with ``numpy.save``), so a float64 point arrives bit for bit.
+    indices), ``x0``, ``x`` (a point; in an asynchronous reply of a curve rule, the learned
+    control points, shape ``(degree + 1, *point_shape)``). Arrays keep their dtype and shape
+    exactly (Flower serialises them with ``numpy.save``), so a float64 point arrives bit for bit.
+
+An asynchronous message and its reply also say what the client uploads (:func:`upload_meta`):
+``upload`` (``"point"`` or ``"curve"``) and ``upload_shape``; the node refuses a message whose
+upload differs from its own job's, and the server a reply that does not match (a server and a
+node that built different jobs fail loudly).
 
 Message types (``Message.metadata.message_type``):
 
@@ -45,10 +51,13 @@ __all__ = [
     "to_numpy",
     "point_meta",
     "check_point_meta",
+    "upload_meta",
+    "check_upload_meta",
 ]
 
-#: version of the format; a node refuses a message of another version
-PROTOCOL = 1
+#: version of the format; a node refuses a message of another version (2: asynchronous
+#: messages and replies carry ``upload`` and ``upload_shape``)
+PROTOCOL = 2
 CONFIG_KEY = "riemfl.config"
 ARRAYS_KEY = "riemfl.arrays"
 
@@ -149,4 +158,24 @@ def check_point_meta(manifold: Any, config: Mapping[str, Any]) -> None:
             f"message carries points of {name!r} with shape {shape}; this side's problem is on "
             f"{manifold.name!r} with point shape {tuple(manifold.point_shape)} (the server and the "
             "nodes must build the same problem)"
+        )
+
+
+def upload_meta(curve: bool, shape: tuple[int, ...]) -> dict[str, Any]:
+    """The config entries that say what an asynchronous client uploads: ``upload``
+    (``"curve"``: control points, ``"point"``: a local model) and ``upload_shape``."""
+    return {"upload": "curve" if curve else "point", "upload_shape": [int(n) for n in shape]}
+
+
+def check_upload_meta(config: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """Raise :class:`ProtocolError` unless ``config`` announces the upload ``expected`` (what
+    :func:`upload_meta` gives for this side's job)."""
+    shape = config.get("upload_shape")
+    got = {"upload": config.get("upload"), "upload_shape": None if shape is None else list(shape)}
+    if got != dict(expected):
+        raise ProtocolError(
+            f"message announces upload {got['upload']!r} of shape "
+            f"{tuple(got['upload_shape'] or ())}; this side's job uploads {expected['upload']!r} "
+            f"of shape {tuple(expected['upload_shape'])} (the server and the nodes must build the "
+            "same job)"
         )

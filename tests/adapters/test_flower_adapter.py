@@ -3,7 +3,8 @@
 One simulation (one Ray start) runs every job of this module: RFedProj with client sampling and
 mini-batches, RFedSVRG (two phases, tangent uploads) and FedAvg on a Euclidean problem, each
 compared with ``run_sync`` to 1e-10; a run in which one node returns a NaN and an off-manifold
-upload; FedAsync and FedBuff through the asynchronous loop; and a ping.
+upload; FedAsync, FedBuff and AsyncBezier (curve uploads) through the asynchronous loop, with bad
+local models and bad curves dropped; and a ping.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from riemfl.adapters.flower import (  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.federated import (  # noqa: E402
+    AsyncBezier,
     ClientDroppedWarning,
     FedAsync,
     FedBuff,
@@ -79,15 +81,21 @@ ASYNC_BAD = AsyncJob(KPCA, FedAsync(), 12, ETA, 2, name="async-bad")
 FEDASYNC = AsyncJob(KPCA_K2, FedAsync(), 150, 1 / KPCA_K2.build().smoothness, 5, name="fedasync")
 FEDBUFF = AsyncJob(KPCA, FedBuff(buffer_size=3), 10, ETA, 3, name="fedbuff")
 PING = PingJob(repeats=3, payload={"x": (20, 5)})
+# AsyncBezier: the nodes run BezierProblemTrainer (3 warm-up + 3 curve steps) and upload curves
+BEZIER_RULE = AsyncBezier(EUCLIDEAN.manifold, 1.0)
+BEZIER = AsyncJob(EUCLIDEAN, BEZIER_RULE, 40, 0.05, 3, name="asyncbezier")
+BEZIER_BAD = AsyncJob(EUCLIDEAN, AsyncBezier(EUCLIDEAN.manifold), 6, 0.05, 2, name="bezier-bad")
 
 
 @pytest.fixture(scope="module")
 def results():
-    jobs = [*SYNC_JOBS, BAD, CRASH, FEDASYNC, FEDBUFF, ASYNC_BAD, PING]
+    jobs = [*SYNC_JOBS, BAD, CRASH, FEDASYNC, FEDBUFF, ASYNC_BAD, BEZIER, BEZIER_BAD, PING]
     mods = [
         CorruptReplies("bad", partition=BAD_NODE, faults=("nan", "off_manifold")),
         CorruptReplies("crash", partition=CRASH_NODE, faults=("raise",)),
         CorruptReplies("async-bad", partition=BAD_NODE, faults=("off_manifold",)),
+        CorruptReplies("bezier-bad", partition=BAD_NODE, faults=("move_start",)),
+        CorruptReplies("bezier-bad", partition=CRASH_NODE, faults=("nan",)),
     ]
     with pytest.warns(ClientDroppedWarning):
         return simulate(jobs, NODES, mods=mods)
@@ -179,6 +187,41 @@ def test_fedbuff_steps_once_per_buffer(results):
     # a server step happens exactly when the third update of a buffer arrives
     versions = history.log["version"][:30]
     assert versions == [(j + 1) // 3 for j in range(30)]
+
+
+def test_asyncbezier_records_staleness_and_converges(results):
+    history = results["asyncbezier"]
+    log = history.log
+    assert history.config["rule"]["name"] == "asyncbezier"
+    assert len(log["staleness"]) == len(log["client"]) >= 40
+    assert all(s >= 0 for s in log["staleness"]) and max(log["staleness"]) >= 1
+    assert all(log["applied"]) and set(log["reason"]) == {""}
+    assert set(log["client"]) == set(range(EUCLIDEAN.n_clients))
+    assert "r" in BEZIER_RULE.last  # the curve rule's step ran on the uploaded curves
+    gap = history.metrics["optimality_gap"]
+    assert history.metrics["step"] == list(range(41))
+    assert gap[-1] < gap[0] / 10  # in-process run_async on this problem: / 186
+    assert np.all(np.isfinite(history.final_point))
+
+
+def test_asyncbezier_bad_curves_are_dropped_with_their_reason(results):
+    """Node BAD_NODE's curves start 1 away from the model they received; node CRASH_NODE's are
+    NaN: both are logged and not applied; the good node's curves are."""
+    history = results["bezier-bad"]
+    log = history.log
+    part = {c: p for p in range(NODES) for c in hosted_clients(
+        {"partition-id": p, "num-partitions": NODES}, EUCLIDEAN.n_clients)}  # fmt: skip
+    expected = {0: "", BAD_NODE: "the curve starts 1 ", CRASH_NODE: "non-finite values"}
+    seen = set()
+    for client, applied, reason in zip(log["client"], log["applied"], log["reason"], strict=True):
+        node = part[client]
+        seen.add(node)
+        assert applied == (node == 0)
+        assert expected[node] in reason and bool(reason) == (node != 0)
+    assert seen == {0, BAD_NODE, CRASH_NODE}
+    assert history.metrics["step"][-1] == 6
+    assert history.metrics["dropped"][-1] == sum(not a for a in log["applied"]) > 0
+    assert history.metrics["optimality_gap"][-1] < history.metrics["optimality_gap"][0]
 
 
 def test_ping_measures_round_trips(results):

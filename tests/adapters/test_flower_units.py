@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -26,23 +27,41 @@ from riemfl.adapters.flower import (  # noqa: E402
     ProblemSpec,
     ProtocolError,
     SyncJob,
+    TrainerMismatchError,
     deploy,
     hosted_clients,
     wire,
 )
+from riemfl.adapters.flower.async_server import _AsyncRun  # noqa: E402
 from riemfl.adapters.flower.checks import (  # noqa: E402
+    check_control_points,
+    check_local_model,
     check_rows,
     check_upload_arrays,
     upload_kind,
 )
-from riemfl.adapters.flower.client import run_client_rule  # noqa: E402
+from riemfl.adapters.flower.client import _Handlers, run_client_rule  # noqa: E402
+from riemfl.adapters.flower.faults import FAULTS  # noqa: E402
 from riemfl.adapters.flower.grid_io import check_cover, wait_for_nodes  # noqa: E402
 from riemfl.adapters.flower.local import LocalDeployment  # noqa: E402
 from riemfl.adapters.flower.node_state import NodeState  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.errors import ParameterError  # noqa: E402
-from riemfl.federated import FedAsync, RFedAvg, RFedProj, RFedProx, RFedSVRG  # noqa: E402
+from riemfl.federated import (  # noqa: E402
+    AsyncBezier,
+    AsyncBezierED,
+    AsyncManifold,
+    BezierEmbedding,
+    BezierProblemTrainer,
+    Embedding,
+    FedAsync,
+    ProblemTrainer,
+    RFedAvg,
+    RFedProj,
+    RFedProx,
+    RFedSVRG,
+)
 from riemfl.problems import FunctionProblem  # noqa: E402
 
 KPCA = ProblemSpec("kpca-synthetic", clients=6, seed=1)
@@ -178,6 +197,56 @@ def test_check_upload_arrays():
     assert "dtype" in check_upload_arrays(ints, {"x": (6, 2)}, 2)
 
 
+def test_check_local_model():
+    m = riemfl.Stiefel(6, 2)
+    x = m.random_point(rng=np.random.default_rng(0))
+    assert check_local_model(m, x, 1e-8) is None
+    assert "has shape (2, 6, 2); expected (6, 2)" in check_local_model(m, np.stack([x, x]), 1e-8)
+    assert "dtype int64" in check_local_model(m, np.zeros((6, 2), dtype=np.int64), 1e-8)
+    assert check_local_model(m, 1.01 * x, 1e-8).startswith("local model: NotOnManifoldError")
+
+
+def test_check_control_points_reasons():
+    """An AsyncBezier upload: (degree + 1, *point_shape), finite, on the base manifold, and the
+    curve starting at the model the client received."""
+    base = riemfl.Stiefel(6, 2)
+    emb = BezierEmbedding(base)
+    rng = np.random.default_rng(0)
+    received = base.random_point(rng=rng)
+    phi = np.stack([received, base.random_point(rng=rng), base.random_point(rng=rng)])
+    assert check_control_points(emb, phi, received, 1e-8) is None
+    near = phi.copy()
+    near[0] = base.retract(received, 1e-12 * base.random_tangent(received, rng=rng))
+    assert check_control_points(emb, near, received, 1e-8) is None  # within atol
+    assert "has shape (6, 2); expected (3, 6, 2)" in check_control_points(
+        emb, received, received, 1e-8
+    )  # a local model instead of a curve
+    assert "expected (4, 6, 2)" in check_control_points(BezierEmbedding(base, 3), phi, received, 1)
+    nan = phi.copy()
+    nan[1, 0, 0] = np.nan
+    assert check_control_points(emb, nan, received, 1e-8).endswith("non-finite values")
+    off = phi.copy()
+    off[2] *= 1.01  # the end point off the Stiefel manifold
+    assert "NotOnManifoldError" in check_control_points(emb, off, received, 1e-8)
+    moved = phi.copy()
+    moved[0] = phi[1]  # on the manifold, but not the model the client received
+    why = check_control_points(emb, moved, received, 1e-8)
+    assert why.startswith("the curve starts") and "first control point" in why
+
+
+def test_upload_meta_must_match_the_job():
+    expected = wire.upload_meta(True, (3, 4, 2))
+    assert expected == {"upload": "curve", "upload_shape": [3, 4, 2]}
+    wire.check_upload_meta({**expected, "job": "a"}, expected)
+    point = wire.upload_meta(False, (4, 2))
+    with pytest.raises(ProtocolError, match=r"announces upload 'point' of shape \(4, 2\).*'curve'"):
+        wire.check_upload_meta(point, expected)
+    with pytest.raises(ProtocolError, match="announces upload None"):
+        wire.check_upload_meta({}, expected)
+    config, _ = wire.decode(wire.encode(expected))  # travels as a list of ints
+    wire.check_upload_meta(config, expected)
+
+
 # --------------------------------------------------------------------------------- node state
 def test_node_state_commits_only_accepted_rows():
     from flwr.app import RecordDict
@@ -249,6 +318,115 @@ def test_job_validation():
     assert KPCA.build() is KPCA.build()  # built once per process
     job = AsyncJob(KPCA, FedAsync(), 2, 1e-3, weights="uniform")
     np.testing.assert_allclose(job.weight_vector(), np.full(6, 1 / 6))
+
+
+def centres(n: int = 3, d: int = 4) -> FunctionProblem:
+    """f_i(x) = |x - c_i|^2 / 2 on R^d (the LeastSquares of the AsyncBezier tests)."""
+    c = np.random.default_rng(0).normal(size=(n, d))
+    return FunctionProblem(
+        riemfl.Euclidean(d),
+        [lambda x, i=i: 0.5 * float(np.sum((x - c[i]) ** 2)) for i in range(n)],
+        [lambda x, i=i: x - c[i] for i in range(n)],
+        name="centres",
+    )
+
+
+CENTRES = centres()
+
+
+def test_curve_job_builds_the_curve_client():
+    m = CENTRES.manifold
+    job = AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, 3, name="bezier")
+    assert job.curve is True and job.upload_shape == (3, 4)
+    trainer = job.trainer()
+    assert isinstance(trainer, BezierProblemTrainer)
+    assert (trainer.warmup_steps, trainer.curve_steps, trainer.degree) == (3, 3, 2)
+    assert trainer.freeze_end and trainer.mu == 0.0
+    job = AsyncJob(CENTRES, AsyncBezierED(m, degree=3), 4, 0.1, 3, warmup_steps=1,
+                   curve_steps=0, mu=0.5, freeze_end=False)  # fmt: skip
+    trainer = job.trainer()
+    assert job.upload_shape == (4, 4) and trainer.degree == 3
+    assert (trainer.warmup_steps, trainer.curve_steps, trainer.mu) == (1, 0, 0.5)
+    assert not trainer.freeze_end
+    point = AsyncJob(CENTRES, FedAsync(), 4, 0.1, 3)
+    assert point.curve is False and point.upload_shape == (4,)
+    assert isinstance(point.trainer(), ProblemTrainer)
+
+
+def test_curve_job_refuses_a_mismatched_client():
+    m = CENTRES.manifold
+    with pytest.raises(TrainerMismatchError, match=r"takes a curve's control points of shape "
+                       r"\(3, 4\), but curve=False"):  # fmt: skip
+        AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve=False)
+    with pytest.raises(TrainerMismatchError, match="curve=True .* rule 'fedasync'"):
+        AsyncJob(CENTRES, FedAsync(), 4, 0.1, curve=True)
+    with pytest.raises(TrainerMismatchError, match="'warmup_steps': 2.*'freeze_end': False"):
+        AsyncJob(CENTRES, FedAsync(), 4, 0.1, warmup_steps=2, freeze_end=False)
+    with pytest.raises(TrainerMismatchError, match="'mu': 0.1"):
+        AsyncJob(CENTRES, FedAsync(), 4, 0.1, mu=0.1)
+    assert issubclass(TrainerMismatchError, ParameterError)
+
+    class Flat(Embedding):
+        base = parameters = m
+
+        def point_parameters(self, theta):
+            return theta
+
+        def embed(self, phi, s):
+            return phi
+
+    with pytest.raises(TrainerMismatchError, match="learns a Flat; .* only for a BezierEmbedding"):
+        AsyncJob(CENTRES, AsyncManifold(Flat(), 1.0), 4, 0.1)
+    with pytest.raises(ParameterError, match="curve must be True, False or None"):
+        AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve=1)
+    with pytest.raises(ParameterError, match="curve_steps must be an integer in 0"):
+        AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve_steps=-1)
+    with pytest.raises(ParameterError, match="needs a Euclidean problem"):  # no curved client
+        AsyncJob(KPCA, AsyncBezier(KPCA.build().manifold), 4, 1e-3)
+
+
+def _message(content, message_id="m1"):
+    """A Flower message to a node, as the SuperLink delivers it (metadata set)."""
+    from flwr.app import Message, Metadata
+
+    meta = Metadata(run_id=1, message_id=message_id, src_node_id=0, dst_node_id=1,
+                    reply_to_message_id="", group_id="", created_at=time.time(), ttl=60.0,
+                    message_type=wire.ASYNC)  # fmt: skip
+    return Message(content, metadata=meta)
+
+
+def test_curve_round_trip_node_to_server_checks():
+    """Without Ray: the node's handler trains the curve client and the server's reply check
+    accepts its upload, and drops a moved start, a NaN curve and a mislabelled reply."""
+    from flwr.app import Context, RecordDict
+
+    job = AsyncJob(CENTRES, AsyncBezier(CENTRES.manifold), 4, 0.2, 2, name="bezier")
+    x = np.full(4, 2.0)
+    run = _AsyncRun(None, job, {1: [0, 1, 2]}, x)
+    version = run.store.acquire()
+    config = {"job": "bezier", "client": 1, "version": version, "seed": 0, "dispatch": 0,
+              "epochs": -1, **run.meta}  # fmt: skip
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1},
+                      state=RecordDict(), run_config={})  # fmt: skip
+    node = _Handlers([job])
+    reply = node.train_async(_message(wire.encode(config, {"x": x})), context)
+    reply_config, arrays = wire.decode(reply.content)
+    assert reply_config["upload"] == "curve" and reply_config["upload_shape"] == [3, 4]
+    phi = arrays["x"]
+    assert phi.shape == (3, 4) and np.array_equal(phi[0], x)  # the curve starts at x
+    assert not np.allclose(phi[2], x)  # the end point trained
+    local, why = run._local_model(reply, 1, version)
+    assert why is None and np.array_equal(local, phi)
+    for fault, reason in (("move_start", "the curve starts 1 "), ("nan", "non-finite")):
+        reply.content = wire.encode(reply_config, {"x": FAULTS[fault](phi)})
+        local, why = run._local_model(reply, 1, version)
+        assert local is None and reason in why
+    reply.content = wire.encode({**reply_config, "upload": "point"}, {"x": phi})
+    assert run._local_model(reply, 1, version)[1].startswith("malformed reply: message announces")
+    # a node refuses a dispatch that expects a point upload from its curve job
+    with pytest.raises(ProtocolError, match="announces upload 'point'"):
+        point = {**config, **wire.upload_meta(False, (4,))}
+        node.train_async(_message(wire.encode(point, {"x": x})), context)
 
 
 def test_fault_and_deployment_arguments():
