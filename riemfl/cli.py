@@ -237,6 +237,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             if args.paper == "licudi2025-baselines"
             else (licudi2025.Settings.quick() if args.quick else licudi2025.Settings())
         )
+        settings.dataset, settings.data, settings.device = args.dataset, args.data, args.device
         print(licudi2025.reproduce(out, settings=settings, progress=not args.no_progress))
         print(f"report: {out}/report.md")
         return 0
@@ -311,7 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines"))
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
-    p.add_argument("--data", default=None, help="MNIST idx/npz file (default: digits)")
+    p.add_argument(
+        "--data", default=None,
+        help="zhang2024: MNIST idx/npz file; licudi2025: LEAF data directory (train/, test/)",
+    )  # fmt: skip
+    p.add_argument(
+        "--dataset", choices=("digits", "femnist", "shakespeare"), default="digits",
+        help="licudi2025: the offline stand-in, or LEAF's files given by --data",
+    )  # fmt: skip
+    p.add_argument("--device", default="cpu", help="licudi2025: torch device (e.g. cuda)")
     p.add_argument("--out", default=None, help="output directory")
     p.add_argument("--no-progress", action="store_true")
     return parser

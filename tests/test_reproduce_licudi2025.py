@@ -85,3 +85,46 @@ def test_the_line_search_never_sees_a_test_row():
         rows = {r.tobytes() for r in x.reshape(len(x), -1)}
         assert {r.tobytes() for r in xv.reshape(len(xv), -1)} <= rows  # training rows only
         assert sorted(np.concatenate([y2, yv]).tolist()) == sorted(y.tolist())
+
+
+def _leaf_files(root, users):
+    """Write LEAF-format train/ and test/ JSON files: users = {name: (x, y)} split 3:1."""
+    for split, part in (("train", slice(0, 3)), ("test", slice(3, 4))):
+        (root / split).mkdir(parents=True)
+        blob = {"users": list(users), "num_samples": [], "user_data": {}}
+        for name, (x, y) in users.items():
+            xs, ys = x[part], y[part]
+            blob["num_samples"].append(len(ys))
+            blob["user_data"][name] = {"x": xs, "y": ys}
+        (root / split / "data.json").write_text(json.dumps(blob))
+
+
+@pytest.mark.parametrize("dataset", ["femnist", "shakespeare"])
+def test_reproduction_on_leaf_files(tmp_path, dataset):
+    rng = np.random.default_rng(0)
+    letters = "abcdefgh "
+    users = {}
+    for k in range(4):
+        if dataset == "femnist":
+            xs = [rng.random(784).round(3).tolist() for _ in range(4)]
+            ys = [int(v) for v in rng.integers(0, 62, 4)]
+        else:
+            xs = ["".join(rng.choice(list(letters), 80)) for _ in range(4)]
+            ys = [str(rng.choice(list(letters))) for _ in range(4)]
+        users[f"user{k}"] = (xs, ys)
+    _leaf_files(tmp_path / "leaf", users)
+    settings = licudi2025.Settings(
+        server_steps=3, seeds=(0,), eval_every=3, n_clients=2, methods=("FedAsync", "AsyncBezier"),
+        epoch_study=(), tune=False, dataset=dataset, data=str(tmp_path / "leaf"), alpha=5.0,
+    )  # fmt: skip
+    data = licudi2025.client_data(settings, 0)
+    assert len(data) == 2 and sum(len(d[1]) + len(d[3]) for d in data) == 16
+    md = licudi2025.reproduce(tmp_path / "out", settings=settings, progress=False)
+    paper = "Shakespeare" if dataset == "shakespeare" else "FEMNIST"
+    assert f"[P] {paper} Acc." in md and _rows(md) == ["FedAsync", "AsyncBezier"]
+    assert ("e = 0.50" in md) == (dataset == "shakespeare")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert ("LEAF " + ("Shakespeare" if dataset == "shakespeare" else "FEMNIST")) in report
+    with pytest.raises(ParameterError, match="needs data=DIR"):
+        settings.data = None
+        licudi2025.client_data(settings, 0)

@@ -97,6 +97,26 @@ METHODS: dict[str, Callable[[int, float], AsyncRule]] = {
     "AsyncBezier": lambda d, eta: AsyncBezier(Euclidean(d), eta, vartheta=1.0),
     "AsyncBezierED": lambda d, eta: AsyncBezierED(Euclidean(d), eta, vartheta=1.0),
 }  # fmt: skip
+#: [P] Table 1, Shakespeare: (accuracy %, std, T_e, std); rows 7/8 as for FEMNIST
+PAPER_SHAKESPEARE: dict[str, tuple[float, float, float, float]] = {
+    "FedAsync": (50.60, 0.06, 296, 10.0),
+    "FedOrtho": (52.76, 0.54, 202, 14.0),
+    "FedGS": (52.87, 0.18, 209, 11.0),
+    "DC-ASGD": (52.01, 0.06, 230, 8.5),
+    "FedBuff": (50.84, 0.34, 287, 13.0),
+    "AsyncFedED": (53.03, 0.29, 188, 7.0),
+    "AsyncBezier": (52.07, 0.05, 209, 2.0),
+    "AsyncBezierED": (53.13, 0.13, 164, 2.5),
+}
+#: data sets: the offline stand-in, and LEAF's files when a user has them
+DATASETS = ("digits", "femnist", "shakespeare")
+_DATA_NAMES = {
+    "digits": "the digits stand-in (scikit-learn's digits, Dirichlet clients)",
+    "femnist": "LEAF FEMNIST (pooled, Dirichlet clients)",
+    "shakespeare": "LEAF Shakespeare (roles dealt to clients)",
+}
+#: T_e's target error e per data set ([P] section 4: FEMNIST 0.20, Shakespeare 0.50)
+TARGET_ERRORS = {"digits": 0.20, "femnist": 0.20, "shakespeare": 0.50}
 #: [P] Table 3, FEMNIST column: the global rates found by the paper's line search
 PAPER_RATES: dict[str, float] = {
     "FedAsync": 3.0, "FedOrtho": 3.0, "FedGS": 1.0, "DC-ASGD": 1.0, "FedBuff": 1.0,
@@ -132,8 +152,11 @@ class Settings:
     batch_size: int = 32
     workers: int = 2
     scheduler_k: float = 2.0
-    target_error: float = 0.20
+    target_error: float | None = None  # None: TARGET_ERRORS[dataset]
     eval_every: int = 10
+    dataset: str = "digits"
+    data: str | None = None
+    device: str = "cpu"
     curve_epochs: int = 2
     methods: tuple[str, ...] = tuple(METHODS)
     epoch_study: tuple[int, ...] = (1, 2, 5, 10)
@@ -157,6 +180,17 @@ class Settings:
         base.methods, base.epoch_study, base.tune = BASELINES, (), False
         return base
 
+    @property
+    def error_target(self) -> float:
+        return TARGET_ERRORS[self.dataset] if self.target_error is None else self.target_error
+
+    def paper_table(self) -> tuple[str, dict[str, tuple[float, float, float, float]]]:
+        """The [P] Table 1 columns printed beside ours: Shakespeare's for Shakespeare, else
+        FEMNIST's (digits is the FEMNIST stand-in)."""
+        if self.dataset == "shakespeare":
+            return "Shakespeare", PAPER_SHAKESPEARE
+        return "FEMNIST", PAPER_FEMNIST
+
 
 class _BestModel:
     """Wraps a trainer's ``evaluate`` to remember the best global model (for fairness)."""
@@ -176,6 +210,67 @@ class _BestModel:
         return out
 
 
+def client_data(s: Settings, seed: int) -> list[Any]:
+    """The N clients' (X_train, y_train, X_test, y_test) of ``s.dataset``.
+
+    * ``digits``: :func:`riemfl.nn.digits_clients` (Dirichlet(alpha) per label);
+    * ``femnist``: LEAF's FEMNIST files under ``s.data`` (``train/`` and ``test/``), pooled and
+      split into N Dirichlet(alpha) clients per label, each with a 20% local test split ([P]'s
+      FEMNIST partition, digest 3.3);
+    * ``shakespeare``: LEAF's Shakespeare files under ``s.data``; LEAF's users (speaking roles),
+      each wholly on one client, dealt round-robin in a seeded order to N clients ([P] deals
+      plays; LEAF's user ids do not name the play in general, so roles are the groups here).
+    """
+    from ..nn import digits_clients
+    from ..nn.trainer import dirichlet_clients
+    from ..problems._checks import data_rng
+    from ..problems.leaf import leaf_client_datasets, load_femnist, load_shakespeare
+    from ..problems.partition import natural_partition
+
+    if s.dataset not in DATASETS:
+        raise ParameterError(f"dataset must be one of {DATASETS}, got {s.dataset!r}")
+    if s.dataset == "digits":
+        return digits_clients(n_clients=s.n_clients, alpha=s.alpha, seed=seed)
+    if s.data is None:
+        raise ParameterError(
+            f"dataset {s.dataset!r} needs data=DIR: LEAF's data directory with train/ and test/ "
+            "JSON files (nothing is downloaded)"
+        )
+    rng = data_rng(seed, f"licudi2025-{s.dataset}")
+    if s.dataset == "femnist":
+        reads = [load_femnist(s.data, split) for split in ("train", "test")]
+        x = np.concatenate([v[0] for read in reads for v in read.values()])
+        y = np.concatenate([v[1] for read in reads for v in read.values()])
+        return dirichlet_clients(x, y, s.n_clients, s.alpha, rng, 0.2)
+    train, vocabulary = load_shakespeare(s.data, "train")
+    test, _ = load_shakespeare(s.data, "test", vocabulary=vocabulary)
+    users, per_user = leaf_client_datasets(train, test)
+    parts = natural_partition(np.arange(len(users)), min(s.n_clients, len(users)), rng)
+    return [tuple(np.concatenate([per_user[u][j] for u in part]) for j in range(4))
+            for part in parts]  # fmt: skip
+
+
+def _model_fn(s: Settings) -> Callable[[], Any]:
+    from ..nn import SmallCNN
+    from ..nn.models import CharTransformer
+
+    if s.dataset == "femnist":
+        return lambda: SmallCNN(n_classes=62, image_size=28)
+    if s.dataset == "shakespeare":
+        return CharTransformer
+    return SmallCNN
+
+
+def _trainer(s: Settings, seed: int, epochs: int, validation: bool = False) -> Any:
+    from ..nn import TorchClientTrainer
+
+    data = client_data(s, seed)
+    if validation:
+        data = _validation_split(data, s.validation_fraction, seed)
+    return TorchClientTrainer(_model_fn(s), data, epochs=epochs, lr=s.local_lr, mu=s.mu,
+                              batch_size=s.batch_size, device=s.device)  # fmt: skip
+
+
 def _validation_split(data: list[Any], fraction: float, seed: int) -> list[Any]:
     """Each client's training rows split into training and validation rows (the validation rows
     take the place of the test rows): the data of the line search, which never sees a test row."""
@@ -193,16 +288,12 @@ def _one_run(
     method: str, seed: int, s: Settings, epochs: int | None = None, steps: int | None = None,
     rate: float | None = None, validation: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    from ..nn import BezierClientTrainer, SmallCNN, TorchClientTrainer, digits_clients
+    from ..nn import BezierClientTrainer
 
     epochs = s.epochs if epochs is None else epochs
     steps = s.server_steps if steps is None else steps
     rate = PAPER_RATES[method] if rate is None else rate
-    data = digits_clients(n_clients=s.n_clients, alpha=s.alpha, seed=seed)
-    if validation:
-        data = _validation_split(data, s.validation_fraction, seed)
-    trainer = TorchClientTrainer(SmallCNN, data, epochs=epochs, lr=s.local_lr, mu=s.mu,
-                                 batch_size=s.batch_size)  # fmt: skip
+    trainer = _trainer(s, seed, epochs, validation)
     client: Any = trainer
     if method in CURVE_METHODS:
         client = BezierClientTrainer(trainer, curve_epochs=min(epochs, s.curve_epochs))
@@ -216,7 +307,7 @@ def _one_run(
     per_client = trainer.per_client_accuracy(watched.best)
     per_client = per_client[np.isfinite(per_client)]
     errors = [1.0 - a for a in h.metrics["accuracy"]]
-    t_e = time_to_error(errors, s.target_error, steps=[int(v) for v in h.metrics["step"]])
+    t_e = time_to_error(errors, s.error_target, steps=[int(v) for v in h.metrics["step"]])
     return {
         "method": method,
         "seed": seed,
@@ -227,13 +318,20 @@ def _one_run(
         "accuracy": h.metrics["accuracy"][-1],
         "best_accuracy": watched.best_accuracy,
         "T_e": t_e,
-        "gini": gini(per_client),
-        "theil": theil(per_client),
+        **_fairness(per_client),
         "updates": len(h.log["client"]),
         "mean_staleness": float(np.mean(h.log["staleness"])),
         "curve": {"step": h.metrics["step"], "accuracy": h.metrics["accuracy"]},
         "final_point": h.final_point,
     }
+
+
+def _fairness(per_client: np.ndarray) -> dict[str, float]:
+    """Gini and Theil of the per-client accuracy; NaN where they are undefined (no client, or
+    every client at accuracy 0)."""
+    if per_client.size == 0 or not per_client.sum() > 0:
+        return {"gini": math.nan, "theil": math.nan}
+    return {"gini": gini(per_client), "theil": theil(per_client)}
 
 
 def _cached_run(runs_dir: Path, method: str, seed: int, s: Settings, epochs: int | None = None,
@@ -244,7 +342,7 @@ def _cached_run(runs_dir: Path, method: str, seed: int, s: Settings, epochs: int
     steps = s.server_steps if steps is None else steps
     rate = PAPER_RATES[method] if rate is None else rate
     kind = "val" if validation else "test"
-    stem = f"{method}-K{epochs}-T{steps}-N{s.n_clients}-eta{rate:g}-{kind}-seed{seed}"
+    stem = f"{s.dataset}-{method}-K{epochs}-T{steps}-N{s.n_clients}-eta{rate:g}-{kind}-seed{seed}"
     path = runs_dir / f"{stem}.json"
     point_path = runs_dir / f"{stem}.npy"
     if path.exists():
@@ -270,8 +368,8 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
     """Markdown table in the shape of [P] Table 1, fairness and staleness columns, and [P]'s
     FEMNIST numbers beside ours."""
     lines = [
-        f"| Method | Test Acc. (%) | T_e (e = {s.target_error:.2f}) | Gini | Theil | "
-        "mean staleness | [P] FEMNIST Acc. (%) | [P] FEMNIST T_e |",
+        f"| Method | Test Acc. (%) | T_e (e = {s.error_target:.2f}) | Gini | Theil | "
+        f"mean staleness | [P] {s.paper_table()[0]} Acc. (%) | [P] {s.paper_table()[0]} T_e |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for method in s.methods:
@@ -282,7 +380,7 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
         th = _mean_std([r["theil"] for r in rs])
         st = _mean_std([r["mean_staleness"] for r in rs])
         reached = f" ({te[2]}/{len(rs)} reached)" if te[2] < len(rs) else ""
-        pa, pas, pt, pts = PAPER_FEMNIST[method]
+        pa, pas, pt, pts = s.paper_table()[1][method]
         lines.append(
             f"| {method} | {acc[0]:.2f} +/- {acc[1]:.2f} | {te[0]:.0f} +/- {te[1]:.1f}{reached} | "
             f"{gi[0]:.4f} +/- {gi[1]:.4f} | {th[0]:.5f} +/- {th[1]:.5f} | {st[0]:.2f} | "
@@ -292,18 +390,20 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
 
 
 def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
-    """Plain sentences on where our accuracy ranking agrees with [P]'s FEMNIST ranking."""
+    """Plain sentences on where our accuracy ranking agrees with [P]'s (FEMNIST or
+    Shakespeare) ranking."""
+    name, paper = s.paper_table()
     ours = {m: _mean_std([r["accuracy"] for r in runs if r["method"] == m])[0] for m in s.methods}
     our_order = sorted(s.methods, key=lambda m: -ours[m])
-    paper_order = sorted(s.methods, key=lambda m: -PAPER_FEMNIST[m][0])
+    paper_order = sorted(s.methods, key=lambda m: -paper[m][0])
     agree = sum(
-        (ours[a] > ours[b]) == (PAPER_FEMNIST[a][0] > PAPER_FEMNIST[b][0])
+        (ours[a] > ours[b]) == (paper[a][0] > paper[b][0])
         for i, a in enumerate(s.methods) for b in s.methods[i + 1:]
     )  # fmt: skip
     pairs = len(s.methods) * (len(s.methods) - 1) // 2
     lines = [
         f"- Accuracy ranking, ours: {' > '.join(our_order)}.",
-        f"- Accuracy ranking, [P] FEMNIST: {' > '.join(paper_order)}.",
+        f"- Accuracy ranking, [P] {name}: {' > '.join(paper_order)}.",
         f"- The two rankings agree on {agree} of {pairs} pairs of methods.",
     ]
     for proposal in (m for m in CURVE_METHODS if m in s.methods):
@@ -311,7 +411,7 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
         lines.append(
             f"- {proposal}: " + ("beats every baseline here (as in [P])." if not beaten else
                                  f"does NOT beat {', '.join(beaten)} here ([P]: it beats every "
-                                 "baseline on FEMNIST).")
+                                 f"baseline on {name}).")
         )  # fmt: skip
     return lines
 
@@ -412,11 +512,9 @@ def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
 def _path_study(run: dict[str, Any], s: Settings, out: Path) -> dict[str, Any]:
     """Loss along a curve learned by client 0 from the final AsyncBezier model, against the
     straight line between the same end points; Q = mean line loss / mean curve loss."""
-    from ..nn import BezierClientTrainer, SmallCNN, TorchClientTrainer, digits_clients
+    from ..nn import BezierClientTrainer
 
-    data = digits_clients(n_clients=s.n_clients, alpha=s.alpha, seed=run["seed"])
-    trainer = TorchClientTrainer(SmallCNN, data, epochs=s.epochs, lr=s.local_lr, mu=s.mu,
-                                 batch_size=s.batch_size)  # fmt: skip
+    trainer = _trainer(s, run["seed"], s.epochs)
     clients = BezierClientTrainer(trainer, curve_epochs=s.curve_epochs)
     phi = clients.train(0, run["final_point"], np.random.default_rng(run["seed"]))
 
@@ -473,18 +571,17 @@ def reproduce(
     _plot(runs, s, out / "accuracy.png")
     _plot_fairness(runs, s, out / "fairness.png")
     sections = [
-        "# Licudi et al. (2025): [P] Table 1 on the digits stand-in",
+        f"# Licudi et al. (2025): [P] Table 1 on {_DATA_NAMES[s.dataset]}",
         "",
-        f"{len(s.seeds)} seed(s), {s.server_steps} server steps, N = {s.n_clients} Dirichlet("
-        f"{s.alpha}) clients of scikit-learn's digits, {s.workers} workers with the seeds' "
-        "scheduler. Settings and deviations: `riemfl/experiments/licudi2025.py` (module "
-        "docstring).",
+        f"{len(s.seeds)} seed(s), {s.server_steps} server steps, N = {s.n_clients} clients of "
+        f"{_DATA_NAMES[s.dataset]}, {s.workers} workers with the seeds' scheduler. Settings and "
+        "deviations: `riemfl/experiments/licudi2025.py` (module docstring).",
         "",
         (
-            "Global rates: each method's eta_g was chosen on the stand-in by [P]'s own protocol, a "
-            "line search over the grid below on validation rows split off the clients' training "
-            f"data (seed {s.tune_seed}, {s.tune_steps} server steps; final validation accuracy, %); "
-            "[P]'s FEMNIST choices are listed beside ours."
+            "Global rates: each method's eta_g was chosen on these data by [P]'s own protocol, "
+            "a line search over the grid below on validation rows split off the clients' "
+            f"training data (seed {s.tune_seed}, {s.tune_steps} server steps; final validation "
+            "accuracy, %); [P]'s FEMNIST choices are listed beside ours."
             if s.tune
             else "Global rates: [P] Table 3's FEMNIST column, unchanged."
         ),
@@ -493,9 +590,14 @@ def reproduce(
         "",
         md,
         "",
-        "The [P] columns are [P] Table 1 on FEMNIST (rows 7 and 8, whose labels are garbled in "
-        "the paper, beside AsyncBezier and AsyncBezierED in Table 3's order). The stand-in is a "
-        "different data set and model: compare orderings, not numbers.",
+        f"The [P] columns are [P] Table 1 on {s.paper_table()[0]} (rows 7 and 8, whose labels "
+        "are garbled in the paper, beside AsyncBezier and AsyncBezierED in Table 3's order). "
+        + (
+            "The stand-in is a different data set and model: compare orderings, not numbers."
+            if s.dataset == "digits"
+            else "The model and the client split are ours (module "
+            "docstring): compare orderings first."
+        ),
         "",
         *ranking_statement(runs, s),
         "",

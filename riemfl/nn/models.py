@@ -17,6 +17,8 @@ Models
   App. B; the exact layer sizes are only in a figure, digest 5.2 item E2, so the sizes here are
   a choice) for 8 x 8 digits (or any square single-channel image size divisible by 4).
 * :class:`MLP` -- fully connected layers with ReLU between them, for quick runs and benchmarks.
+* :class:`CharTransformer` -- [P]'s Shakespeare model: a GPT-like character transformer that
+  predicts the next character of an 80-character window.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ from torch import nn
 
 from ..errors import ParameterError, ShapeError
 
-__all__ = ["SmallCNN", "MLP", "flatten_parameters", "load_flat_parameters", "n_parameters"]
+__all__ = [
+    "SmallCNN",
+    "MLP",
+    "CharTransformer",
+    "flatten_parameters",
+    "load_flat_parameters",
+    "n_parameters",
+]
 
 
 def _positive_int(value: Any, name: str) -> int:
@@ -149,6 +158,63 @@ class MLP(nn.Module):
                 f"(input shape {tuple(x.shape)})"
             )
         return self.net(x)
+
+
+class CharTransformer(nn.Module):
+    r"""A GPT-like character model: the logits of the character after a window ([P] Sec. 4.1).
+
+    Token and learned position embeddings, ``n_layers`` pre-norm transformer blocks with causal
+    self-attention (GELU MLP of width 4 d, dropout), a final layer norm and a linear head on the
+    last position. [P] (App. B, nanoGPT) gives 6 layers, 6 heads, d = 128 and dropout 0.1; 128 is
+    not divisible by 6 (nanoGPT requires ``d % heads == 0``), so ``n_heads`` defaults to 4
+    (digest 5.2, E2). Inputs are character indices in 0..vocab-1 of shape (n, context), as any
+    numeric dtype (the trainers hand features over as float32; they are rounded to int here).
+    """
+
+    def __init__(
+        self,
+        vocab: int = 80,
+        context: int = 80,
+        n_layers: int = 6,
+        n_heads: int = 4,
+        d_model: int = 128,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        vocab, context = _positive_int(vocab, "vocab"), _positive_int(context, "context")
+        n_layers, n_heads = _positive_int(n_layers, "n_layers"), _positive_int(n_heads, "n_heads")
+        d_model = _positive_int(d_model, "d_model")
+        if d_model % n_heads:
+            raise ParameterError(
+                f"CharTransformer: d_model = {d_model} must be divisible by n_heads = {n_heads}"
+            )
+        self.vocab, self.context = vocab, context
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(context, d_model)
+        block = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout,
+                                           activation="gelu", batch_first=True,
+                                           norm_first=True)  # fmt: skip
+        self.blocks = nn.TransformerEncoder(block, n_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = torch.round(x).long() if x.is_floating_point() else x.long()
+        if idx.ndim != 2 or idx.shape[1] > self.context:
+            raise ShapeError(
+                f"CharTransformer: input must be (n, L) with L <= {self.context}, got "
+                f"{tuple(x.shape)}"
+            )
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab):
+            raise ParameterError(
+                f"CharTransformer: character indices must be in 0..{self.vocab - 1}"
+            )
+        length = idx.shape[1]
+        h = self.tokens(idx) + self.positions(torch.arange(length, device=idx.device))
+        causal = nn.Transformer.generate_square_subsequent_mask(length, device=idx.device)
+        h = self.blocks(self.drop(h), mask=causal, is_causal=True)
+        return self.head(self.norm(h[:, -1]))
 
 
 def n_parameters(module: nn.Module) -> int:

@@ -44,6 +44,7 @@ from .models import flatten_parameters, load_flat_parameters, n_parameters
 __all__ = [
     "TorchClientTrainer",
     "digits_clients",
+    "dirichlet_clients",
     "binary_auroc",
     "average_precision",
     "macro_auroc_auprc",
@@ -573,12 +574,31 @@ def digits_clients(
         )
     x, y = load_digits()
     rng = data_rng(seed, "digits_clients")
+    return dirichlet_clients(x.reshape(-1, 1, 8, 8).astype(np.float32), y, n_clients, alpha, rng,
+                             test_fraction, min_size=min_size)  # fmt: skip
+
+
+def dirichlet_clients(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    test_fraction: float = 0.2,
+    *,
+    min_size: int = 0,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Pooled labelled rows split into Dirichlet(alpha) clients, each with a local test split.
+
+    :func:`riemfl.problems.partition.dirichlet_partition` per label without balancing ([P]'s
+    FEMNIST split, digest 3.3); then each client's rows are shuffled by ``rng`` and the first
+    ``round(test_fraction * n_i)`` become its test rows.
+    """
     parts = dirichlet_partition(y, n_clients, alpha, rng, min_size=min_size)
-    images = x.reshape(-1, 1, 8, 8).astype(np.float32)
     out = []
     for idx in parts:
         idx = rng.permutation(idx)
         k = int(round(test_fraction * idx.size))
         test, train = idx[:k], idx[k:]
-        out.append((images[train], y[train], images[test], y[test]))
+        out.append((x[train], y[train], x[test], y[test]))
     return out
