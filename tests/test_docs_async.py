@@ -25,7 +25,9 @@ PAGES = (
     "asyncfeded.md",
     "orthocorrect.md",
     "simulator.md",
+    "asyncmanifold.md",
     "asyncbezier.md",
+    "asynccurve.md",
 )
 
 
@@ -122,8 +124,19 @@ def test_simulator_page(capsys):
     assert "staleness" in capsys.readouterr().out
 
 
-def test_asyncbezier_page(capsys):
-    ns = run_page("asyncbezier.md")
-    assert ns["history"].config["rule"]["name"] == "asyncbezier"
+def test_asyncmanifold_page(capsys):
+    ns = run_page("asyncmanifold.md")
+    assert ns["rule"].embedding.__class__.__name__ == "GeodesicArc"
     assert ns["manifold_quality"](ns["valley"], ns["bend"]) > 1.0
     assert "Q =" in capsys.readouterr().out
+
+
+def test_asyncbezier_page():
+    ns = run_page("asyncbezier.md")
+    assert ns["history"].config["rule"]["name"] == "asyncbezier"
+    assert ns["history"].metrics["optimality_gap"][-1] < ns["history"].metrics["optimality_gap"][0]
+
+
+def test_asynccurve_page():
+    ns = run_page("asynccurve.md")
+    assert ns["rule"].name == "asynccurve" and ns["psi"].shape == (3, 3)
