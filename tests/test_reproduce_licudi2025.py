@@ -128,3 +128,18 @@ def test_reproduction_on_leaf_files(tmp_path, dataset):
     with pytest.raises(ParameterError, match="needs data=DIR"):
         settings.data = None
         licudi2025.client_data(settings, 0)
+
+
+def test_reproductions_run_torch_on_one_thread_and_restore_it():
+    import torch
+
+    from riemfl.experiments._threads import single_torch_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with single_torch_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

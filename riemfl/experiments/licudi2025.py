@@ -72,6 +72,7 @@ from ..federated.fairness import gini, theil, time_to_error
 from ..federated.timing import ProportionalTime
 from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
+from ._threads import single_torch_thread
 
 __all__ = [
     "METHODS",
@@ -547,10 +548,14 @@ def reproduce(
     """Run every method and seed (and the epoch study); write ``report.md``, plots and
     ``results.json``. Finished runs are kept under ``out/runs`` and reused on a rerun."""
     s = settings if settings is not None else (Settings.quick() if quick else Settings())
+    with single_torch_thread():
+        return _reproduce(Path(out), s, progress)
+
+
+def _reproduce(out: Path, s: Settings, progress: bool) -> str:
     unknown = [m for m in s.methods if m not in METHODS]
     if unknown:
         raise ParameterError(f"unknown methods {unknown}; known: {list(METHODS)}")
-    out = Path(out)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
