@@ -10,6 +10,9 @@ from riemfl.testing import register_profiles
 
 register_profiles()
 
+# Keeps hypothesis' settings chains of the kit's shared test methods from growing (see the module)
+pytest_plugins = ["riemfl.testing.pytest_plugin"]
+
 if importlib.util.find_spec("torch") is not None:
     import torch
 

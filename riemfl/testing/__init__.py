@@ -10,7 +10,9 @@ Three layers, use whichever fits:
   float32, skipping (with the manifold's reason) the maps a manifold does not implement.
 
 This module needs ``pytest`` and ``hypothesis`` (the ``dev`` extra); ``import riemfl`` does not
-import it.
+import it. A suite running :class:`ManifoldTests` on many manifolds should enable
+:mod:`riemfl.testing.pytest_plugin` (``pytest_plugins = ["riemfl.testing.pytest_plugin"]`` in its
+``conftest.py``): it stops hypothesis' settings chains of the shared test methods from growing.
 """
 
 from . import checks, strategies
