@@ -367,3 +367,23 @@ def test_fused_closest_point_float32_and_cancellation():
     assert t[0] == pytest.approx(0.42, abs=1e-3) and dist[0] < 1e-3 * np.linalg.norm(on_curve)
     t_ref, d_ref = _closest_by_roots(cp.astype(np.float64), (on_curve + 0.5).astype(np.float64))
     assert t[1] == pytest.approx(t_ref, abs=1e-3) and dist[1] == pytest.approx(d_ref, rel=1e-4)
+
+
+def test_real_polynomial_roots_agree_with_numpy_roots():
+    """The closed-form cubic of the closest-point query against numpy's companion matrix,
+    on coefficients spanning six orders of magnitude (nearly quadratic cubics included)."""
+    from riemfl.manifolds.bezier import real_polynomial_roots
+
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        coeffs = rng.normal(size=4) * 10 ** rng.uniform(-3, 3, size=4)
+        ours = sorted(real_polynomial_roots(coeffs.tolist()))
+        ref = sorted(
+            r.real for r in np.roots(coeffs) if abs(r.imag) <= 1e-7 * max(1, abs(r.real))
+        )
+        assert len(ours) == len(ref), coeffs
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-300)
+    assert real_polynomial_roots([1.0, -3.0, 3.0, -1.0]) == pytest.approx([1.0] * 3)  # triple
+    assert sorted(real_polynomial_roots([2.0, -3.0, 1.0, 0.0])) == pytest.approx([0, 0.5, 1])
+    assert real_polynomial_roots([1.0, 0.0, 1.0]) == []  # no real root
+    assert real_polynomial_roots([4.0, 2.0]) == [-0.5]
