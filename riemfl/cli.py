@@ -228,6 +228,16 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    if args.paper == "floral":
+        from .experiments import floral
+
+        out = args.out or ("results/floral-quick" if args.quick else "results/floral")
+        table = floral.reproduce(
+            out, quick=args.quick, data=args.data, progress=not args.no_progress
+        )
+        print(table)
+        print(f"report: {out}/report.md")
+        return 0
     if args.paper in ("licudi2025", "licudi2025-baselines"):
         from .experiments import licudi2025
 
@@ -309,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
-    p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines"))
+    p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines", "floral"))
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument(

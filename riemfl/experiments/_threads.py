@@ -10,12 +10,20 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def single_torch_thread() -> Iterator[None]:
-    """Set torch's intra-op threads to 1 inside the block, then restore the previous count."""
+    """One torch intra-op thread (and one BLAS thread, through threadpoolctl when installed)
+    inside the block; the previous settings are restored after it."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            try:
+                from threadpoolctl import threadpool_limits
+
+                stack.enter_context(threadpool_limits(limits=1))
+            except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+                pass
+            yield
     finally:
         torch.set_num_threads(previous)

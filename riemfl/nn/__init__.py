@@ -7,7 +7,9 @@
   asynchronous simulator calls (``n_clients``, ``n_samples``, ``num_batches``, ``train``,
   ``evaluate``, ``per_client_accuracy``);
 * :func:`digits_clients`: the offline default data (scikit-learn digits, Dirichlet clients);
-* :func:`binary_auroc`, :func:`average_precision`, :func:`macro_auroc_auprc`: numpy metrics.
+* :func:`binary_auroc`, :func:`average_precision`, :func:`macro_auroc_auprc`: numpy metrics;
+* :mod:`riemfl.nn.floral`: FLoRAL, federated mixtures of low-rank adaptors (:func:`floralize`,
+  :class:`FloralModel`, :class:`EnsembleModel`, :class:`FloralTrainer`, :func:`run_floral`).
 """
 
 from ..errors import MissingDependencyError
@@ -19,7 +21,9 @@ except ImportError as exc:  # pragma: no cover - torch is installed in the test 
         "riemfl.nn needs torch; install the 'riemfl[torch]' extra (pip install 'riemfl[torch]')"
     ) from exc
 
+from . import floral
 from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox
+from .floral import EnsembleModel, FloralModel, FloralTrainer, floralize, run_floral
 from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters
 from .trainer import (
     LOSSES,
@@ -45,4 +49,10 @@ __all__ = [
     "average_precision",
     "macro_auroc_auprc",
     "LOSSES",
+    "floral",
+    "floralize",
+    "FloralModel",
+    "EnsembleModel",
+    "FloralTrainer",
+    "run_floral",
 ]

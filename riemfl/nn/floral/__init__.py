@@ -1,0 +1,107 @@
+r"""FLoRAL: federated mixtures of low-rank adaptors (Almansoori, Horvath and Takac; seed 003).
+
+A model parameterisation for the FML objective (digest-002-003 B.1)
+:math:`\min E_k f^k(\sum_c \pi^k_c w_c)` with weight sharing :math:`w_c = (u, a_c)` and
+low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with its own router
+:math:`\pi^k = \mathrm{softmax}(\theta^k)`. One job per module:
+
+* :mod:`~riemfl.nn.floral.budget`: rank from the budget, :math:`r = \max(1, \lfloor\rho mn/(m +
+  n)\rfloor)`; parameter accounting (:math:`C\rho d` against :math:`(C-1)d`);
+* :mod:`~riemfl.nn.floral.adaptor`, :mod:`~riemfl.nn.floral.linear`,
+  :mod:`~riemfl.nn.floral.conv`: the adapted layers (LinearLoRA, ConvLoRA balanced 2-D / in /
+  out layer, bias adaptors), ``merge``, ScaledGD preconditioning (eq. 36);
+* :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
+* :mod:`~riemfl.nn.floral.model`: :func:`floralize` (a plain model -> its FLoRAL version) and
+  :class:`FloralModel` (``merge`` for inference);
+* :mod:`~riemfl.nn.floral.ensemble`: the Ensemble baseline (C full models, output mixture);
+* :mod:`~riemfl.nn.floral.layout`: what is federated (base, clusters), what stays (private,
+  router), as flat vectors;
+* :mod:`~riemfl.nn.floral.aggregation`: eq. (2) and the aggregation formulas (factor averages,
+  manifold-aware product averages on ``FixedRank``); :mod:`~riemfl.nn.floral.server`: the
+  aggregator and the server optimiser;
+* :mod:`~riemfl.nn.floral.trainer`: client-side local training and personal evaluation;
+  :mod:`~riemfl.nn.floral.loop`: synchronous rounds with checkpoints;
+  :mod:`~riemfl.nn.floral.async_rule`: FedBuff + FLoRAL for the asynchronous simulator;
+* :mod:`~riemfl.nn.floral.metrics`: cluster recovery and aggregation mismatch;
+* :mod:`~riemfl.nn.floral.synthetic`, :mod:`~riemfl.nn.floral.clusters`: the tasks.
+
+Baselines: FedAvg is a plain model in :class:`FloralTrainer`; the Local Adaptor is
+``floralize(model, 1, rho, private_adaptors=True)``; the Ensemble is :class:`EnsembleModel`.
+See ``docs/floral.md``.
+"""
+
+from .adaptor import INITS, PRECONDITIONERS, MatrixView, MixtureAdaptor, MixtureContext
+from .aggregation import (
+    ClusterProbabilities,
+    average_base,
+    average_clusters,
+    average_products,
+    cluster_probabilities,
+    factor_average_error,
+    retract_products,
+)
+from .async_rule import FloralFedBuff
+from .budget import lora_rank, nominal_increase, parameter_counts
+from .clusters import (
+    ClusteredTask,
+    clustered_images,
+    digits_clusters,
+    reduce_rows,
+    rotate_images,
+    shift_labels,
+)
+from .conv import CONV_VARIANTS, MixtureConv2d
+from .ensemble import EnsembleModel
+from .layout import FederatedLayout, parameter_roles
+from .linear import MixtureLinear
+from .loop import run_floral
+from .metrics import aggregation_mismatch, cluster_recovery
+from .model import FloralModel, floralize
+from .router import Router
+from .server import ADAPTOR_AGGREGATIONS, FloralAggregator, ServerOptimizer
+from .synthetic import SyntheticTask, synthetic_linear, synthetic_mlp
+from .trainer import FloralTrainer
+
+__all__ = [
+    "ADAPTOR_AGGREGATIONS",
+    "CONV_VARIANTS",
+    "INITS",
+    "PRECONDITIONERS",
+    "ClusterProbabilities",
+    "ClusteredTask",
+    "EnsembleModel",
+    "FederatedLayout",
+    "FloralAggregator",
+    "FloralFedBuff",
+    "FloralModel",
+    "FloralTrainer",
+    "MatrixView",
+    "MixtureAdaptor",
+    "MixtureContext",
+    "MixtureConv2d",
+    "MixtureLinear",
+    "Router",
+    "ServerOptimizer",
+    "SyntheticTask",
+    "aggregation_mismatch",
+    "average_base",
+    "average_clusters",
+    "average_products",
+    "cluster_probabilities",
+    "cluster_recovery",
+    "clustered_images",
+    "digits_clusters",
+    "factor_average_error",
+    "floralize",
+    "lora_rank",
+    "nominal_increase",
+    "parameter_counts",
+    "parameter_roles",
+    "reduce_rows",
+    "retract_products",
+    "rotate_images",
+    "run_floral",
+    "shift_labels",
+    "synthetic_linear",
+    "synthetic_mlp",
+]

@@ -1,0 +1,116 @@
+r"""LinearLoRA mixture: a linear layer with one low-rank adaptor per cluster (digest B.2, eq. (1)).
+
+For a base ``nn.Linear`` with weight :math:`W \in \mathbb{R}^{m\times n}` (m = out_features,
+n = in_features) the adaptor of cluster c is :math:`L_c = A_c B_c^\top` with
+:math:`A_c \in \mathbb{R}^{m\times r}` (the paper's U) and :math:`B_c \in \mathbb{R}^{n\times r}`
+(the paper's V), stored with the rank components as rows like a weight: ``lora_out[c]`` =
+:math:`A_c^\top` (r x m), ``lora_in[c]`` = :math:`B_c^\top` (r x n), so that the stacked factors
+of all clusters are views. The layer computes
+
+.. math::
+
+    y = W x + b + \alpha\sum_c w_c\,(A_c B_c^\top x + L_{b,c})
+      = \bigl(W + [w_1 A_1 \cdots w_C A_C][B_1 \cdots B_C]^\top\bigr) x
+        + b + \alpha\sum_c w_c L_{b,c},
+
+the second form in one ``addmm`` (the merged weight) and one ``linear``. Rank
+:math:`r = \max(1, \lfloor\rho mn/(m+n)\rfloor)` (:func:`~riemfl.nn.floral.budget.lora_rank`)
+unless given.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...errors import ParameterError
+from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
+from .budget import lora_rank
+
+__all__ = ["MixtureLinear"]
+
+
+class MixtureLinear(MixtureAdaptor):
+    """A ``nn.Linear`` plus C rank-r adaptors mixed by the router (module docstring).
+
+    Parameters
+    ----------
+    base : torch.nn.Linear
+        The layer to adapt (kept as ``self.base``; its parameters are the federated base).
+    context : MixtureContext
+        Shared with the other layers of the model (router probabilities, scale, clamp).
+    rho : float, optional
+        Relative budget; ignored when ``rank`` is given.
+    rank : int, optional
+        Explicit rank r (e.g. the synthetic tasks' true rank).
+    bias : bool, default True
+        Add the bias adaptors :math:`L_{b,c}` (zero at start).
+    init : {"lora", "paper"}
+        Which factor starts random (see :data:`~riemfl.nn.floral.adaptor.INITS`).
+    """
+
+    def __init__(
+        self,
+        base: nn.Linear,
+        context: MixtureContext,
+        *,
+        rho: float | None = 0.01,
+        rank: int | None = None,
+        bias: bool = True,
+        init: str = "lora",
+    ) -> None:
+        super().__init__(context)
+        if not isinstance(base, nn.Linear):
+            raise ParameterError(f"MixtureLinear adapts nn.Linear, got {type(base).__name__}")
+        m, n = base.out_features, base.in_features
+        r = _resolve_rank(rho, rank, m, n, "MixtureLinear")
+        c = context.n_clusters
+        w = base.weight
+        self.base = base
+        self.rank = r
+        # rank components as rows, like a weight: lora_out[c] = A_c^T, lora_in[c] = B_c^T
+        self.lora_out = nn.Parameter(torch.empty(c, r, m, dtype=w.dtype, device=w.device))
+        self.lora_in = nn.Parameter(torch.empty(c, r, n, dtype=w.dtype, device=w.device))
+        self.out_view = MatrixView((r, m), (1, 0))
+        self.in_view = MatrixView((r, n), (1, 0))
+        self._init_factors(init, fan_in_in=n, fan_in_out=r)
+        self._make_bias(bias, m, w)
+
+    def _base_call(self, x, weight, bias):
+        return F.linear(x, weight, bias)
+
+    def _scaled_factors(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`[w_1 A_1 \cdots w_C A_C]^\top` (C r x m) and :math:`[B_1 \cdots B_C]^\top`
+        (C r x n): views of the stored factors, one multiplication."""
+        c, r, m = self.lora_out.shape
+        return (self.lora_out * w[:, None, None]).reshape(c * r, m), self.lora_in.reshape(c * r, -1)
+
+    def _delta(self, w: torch.Tensor) -> torch.Tensor:
+        a, b = self._scaled_factors(w)
+        return a.T @ b
+
+    def _merged_weight(self, w: torch.Tensor) -> torch.Tensor:
+        a, b = self._scaled_factors(w)  # one fused W + A_w B^T
+        return torch.addmm(self.base.weight, a.T, b)
+
+    def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
+        w = self.context.weights(pi)
+        h = torch.matmul(x.unsqueeze(-3), self.lora_in.mT)  # (..., C, batch, r): B_c^T x
+        out = torch.matmul(h * w[:, None, None], self.lora_out).sum(-3)
+        return out if self.lora_bias is None else out + w @ self.lora_bias
+
+    def extra_repr(self) -> str:
+        return f"clusters={self.n_clusters}, rank={self.rank}, bias={self.lora_bias is not None}"
+
+
+def _resolve_rank(rho: float | None, rank: int | None, m: int, n: int, where: str) -> int:
+    if rank is None:
+        if rho is None:
+            raise ParameterError(f"{where}: give rho (relative budget) or rank")
+        return lora_rank(rho, m, n)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= min(m, n):
+        raise ParameterError(
+            f"{where}: rank must be an int in 1..min(m, n) = 1..{min(m, n)}, got {rank!r}"
+        )
+    return rank

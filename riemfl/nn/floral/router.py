@@ -1,0 +1,120 @@
+r"""The client's router: mixture weights :math:`\pi^k \in \Delta^{C-1}` over the C clusters.
+
+.. math::
+
+    \pi^k = \operatorname{softmax}(\theta^k),\qquad
+    \pi^k_c = \frac{\exp\theta^k_c}{\sum_{c'}\exp\theta^k_{c'}}      \qquad\text{(digest B.3)}
+
+The logits :math:`\theta^k \in \mathbb{R}^C` are **personal**: the trainer keeps one row per
+client and they are never uploaded or aggregated (digest B.2 table). Initialisation
+:math:`\theta = 0`, i.e. :math:`\pi = 1/C` (the theory's uniform start). One router is shared by
+all adapted layers of a model (B.11 item 2, the paper's default).
+
+Modes
+-----
+``"learned"``
+    :math:`\theta` is a trainable parameter (softmax-GD of Algorithm 1, with its own learning
+    rate in :class:`~riemfl.nn.floral.FloralTrainer`). Optional exploration noise
+    ``noise_std * U[0, 1)`` added to the logits in training mode only ([OUTSIDE] code; 0 by
+    default, the paper has none).
+``"fixed"``
+    :math:`\pi` is a given point of the simplex, not trained; the oracle :math:`\pi^*` of the
+    synthetic and clustered tasks is the one-hot vector of the client's true cluster
+    (:meth:`Router.set_fixed`). The [OUTSIDE] code emulates it with logits -100 and router
+    learning rate 0; an exact one-hot is used here so that other clusters get weight exactly 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...errors import ParameterError, ShapeError
+
+__all__ = ["Router", "ROUTER_MODES"]
+
+#: the accepted router modes
+ROUTER_MODES = ("learned", "fixed")
+
+
+class Router(nn.Module):
+    """Softmax router over ``n_clusters`` clusters (module docstring).
+
+    Parameters
+    ----------
+    n_clusters : int
+        C >= 1.
+    mode : {"learned", "fixed"}
+    noise_std : float, default 0
+        Uniform noise ``noise_std * U[0, 1)`` on the logits in training mode ("learned" only).
+
+    Attributes
+    ----------
+    logits : torch.nn.Parameter, shape (C,)
+        :math:`\\theta`; ``requires_grad`` only in "learned" mode.
+    fixed : torch.Tensor, shape (C,)
+        The fixed probabilities of "fixed" mode (a buffer; uniform until :meth:`set_fixed`).
+    """
+
+    def __init__(self, n_clusters: int, mode: str = "learned", noise_std: float = 0.0) -> None:
+        super().__init__()
+        if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or n_clusters < 1:
+            raise ParameterError(f"Router: n_clusters must be an int >= 1, got {n_clusters!r}")
+        if mode not in ROUTER_MODES:
+            raise ParameterError(f"Router: mode must be one of {ROUTER_MODES}, got {mode!r}")
+        if not (isinstance(noise_std, (int, float)) and noise_std >= 0):
+            raise ParameterError(f"Router: noise_std must be a float >= 0, got {noise_std!r}")
+        self.n_clusters = n_clusters
+        self.mode = mode
+        self.noise_std = float(noise_std)
+        self.logits = nn.Parameter(torch.zeros(n_clusters), requires_grad=mode == "learned")
+        #: the noise's generator (set by the trainer per local run, so runs are reproducible)
+        self.generator: torch.Generator | None = None
+        self.register_buffer("fixed", torch.full((n_clusters,), 1.0 / n_clusters))
+
+    def forward(self) -> torch.Tensor:
+        """:math:`\\pi` of shape (C,), differentiable in the logits in "learned" mode."""
+        if self.mode == "fixed":
+            return self.fixed
+        theta = self.logits
+        if self.training and self.noise_std > 0:
+            noise = torch.rand(theta.shape, generator=self.generator, dtype=theta.dtype)
+            theta = theta + self.noise_std * noise
+        return torch.softmax(theta, dim=0)
+
+    def probabilities(self) -> torch.Tensor:
+        """:math:`\\pi` without noise and without gradient (what aggregation weights use)."""
+        with torch.no_grad():
+            if self.mode == "fixed":
+                return self.fixed.clone()
+            return torch.softmax(self.logits.detach(), dim=0)
+
+    def set_fixed(self, pi: torch.Tensor | list[float] | int) -> None:
+        """Set the fixed probabilities: a vector on the simplex, or a cluster index (one-hot).
+
+        Raises
+        ------
+        ShapeError
+            For a vector that is not of length C.
+        ParameterError
+            For negative entries, entries not summing to 1 (within 1e-6), or an index outside
+            ``0..C-1``.
+        """
+        c = self.n_clusters
+        if isinstance(pi, int) and not isinstance(pi, bool):
+            if not 0 <= pi < c:
+                raise ParameterError(f"Router.set_fixed: cluster index {pi} not in 0..{c - 1}")
+            vec = torch.zeros(c)
+            vec[pi] = 1.0
+        else:
+            vec = torch.as_tensor(pi, dtype=torch.float32).detach().reshape(-1)
+            if vec.numel() != c:
+                raise ShapeError(
+                    f"Router.set_fixed: pi has {vec.numel()} entries, expected C = {c}"
+                )
+            if bool((vec < 0).any()) or abs(float(vec.sum()) - 1.0) > 1e-6:
+                raise ParameterError(
+                    "Router.set_fixed: pi must lie on the simplex (entries >= 0 summing to 1), "
+                    f"got {vec.tolist()}"
+                )
+        self.fixed.copy_(vec.to(self.fixed))

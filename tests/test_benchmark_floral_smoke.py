@@ -1,0 +1,49 @@
+"""Smoke test of ``benchmarks/bench_floral.py``: the quick run has the full structure.
+
+No wall-clock assertions: every (model, mode, variant) cell is present with positive finite
+times, ratios are ratios of the medians, verdicts follow from the numbers, and the merged model
+reproduced the unmerged outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def test_quick_benchmark_structure(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_floral")
+    out = tmp_path / "bench_floral.json"
+    result = bench.main(["--quick", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["quick"] is True and saved["clusters"] == 4
+    cells = {(r["model"], r["mode"], r["variant"]) for r in result["rows"]}
+    for model in bench.MODELS:
+        for variant in ("base", "FLoRAL(1%)", "FLoRAL(10%)"):
+            assert (model, "train", variant) in cells
+        for variant in ("base", "FLoRAL(1%) unmerged", "FLoRAL(1%) merged"):
+            assert (model, "infer", variant) in cells
+    for row in result["rows"]:
+        assert math.isfinite(row["us"]) and row["us"] > 0
+        assert len(row["samples_us"]) == saved["repeats"]
+        base = next(
+            r
+            for r in result["rows"]
+            if r["model"] == row["model"]
+            and r["mode"] == row["mode"]
+            and r["batch"] == row["batch"]
+            and r["variant"] == "base"
+        )
+        assert row["ratio"] == pytest.approx(row["us"] / base["us"])
+        if row["variant"] == "FLoRAL(1%)" and row["mode"] == "train":
+            assert row["met"] == (row["ratio"] <= bench.TRAIN_GOAL)
+            assert 0 < row["extra_parameters"] < 1
+        if row["variant"] == "FLoRAL(1%) merged":
+            lo, hi = bench.MERGED_BAND
+            assert row["met"] == (lo <= row["ratio"] <= hi)
+            assert row["max_abs_output_diff"] < 1e-4
+    assert "FLoRAL(1%) merged" in bench.format_table(result)
