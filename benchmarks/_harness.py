@@ -20,7 +20,7 @@ import torch
 
 import riemfl
 
-__all__ = ["openblas_one_thread", "single_thread", "machine_info"]
+__all__ = ["openblas_one_thread", "single_thread", "machine_info", "write_result"]
 
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -114,3 +114,16 @@ def machine_info(thread_info: dict[str, Any], **versions: Any) -> dict[str, Any]
         "blas_threads": thread_info["blas_threads"],
         "thread_env": {v: os.environ.get(v) for v in THREAD_ENV},
     }
+
+
+def write_result(result: dict[str, Any], out: str | Path, table: str) -> dict[str, Any]:
+    """Write ``result`` as JSON to ``out`` (creating its folder), print ``table`` and where the
+    JSON went; return ``result`` (the end of every benchmark script's ``main``)."""
+    import json
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str))
+    print(table)
+    print(f"results written to {path}")
+    return result

@@ -28,7 +28,6 @@ if __name__ == "__main__":
         os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -40,7 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, single_thread  # noqa: E402
+from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.federated import ExponentialTime, FedAsync, FedBuff, run_async  # noqa: E402
@@ -212,12 +211,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             overhead = bench_overhead(60, 3)
     result = {"machine": machine_info(threads), "quick": args.quick, "events": events,
               "overhead": overhead}  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str))
-    print(format_table(result))
-    print(f"results written to {out}")
-    return result
+    return write_result(result, args.out, format_table(result))
 
 
 if __name__ == "__main__":

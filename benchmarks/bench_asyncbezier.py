@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, single_thread  # noqa: E402
+from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.federated import Arrival, AsyncBezier, FedAsync  # noqa: E402
@@ -127,12 +126,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             server, client = bench_server(1_000_000, 25), bench_client(10, 15)
     result = {"machine": machine_info(threads), "quick": args.quick, "server": server,
               "client": client}  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str))
-    print(format_table(result))
-    print(f"results written to {out}")
-    return result
+    return write_result(result, args.out, format_table(result))
 
 
 if __name__ == "__main__":

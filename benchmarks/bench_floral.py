@@ -32,7 +32,6 @@ if __name__ == "__main__":
         os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -43,7 +42,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, single_thread  # noqa: E402
+from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 from riemfl.nn import MLP, SmallCNN  # noqa: E402
 from riemfl.nn.floral import floralize, parameter_counts  # noqa: E402
@@ -202,12 +201,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "inner": inner,
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str))
-    print(format_table(result))
-    print(f"results written to {out}")
-    return result
+    return write_result(result, args.out, format_table(result))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,26 @@ from .trainer import TorchClientTrainer
 __all__ = ["BezierClientTrainer"]
 
 
-class BezierClientTrainer:
+class _WrappedTrainer:
+    """The trainer-protocol members a curve client forwards to the wrapped
+    :class:`~riemfl.nn.TorchClientTrainer` (data sizes, initialisation, evaluation)."""
+
+    trainer: TorchClientTrainer
+
+    def n_samples(self, i: int) -> int:
+        return self.trainer.n_samples(i)
+
+    def initial_parameters(self, seed: int = 0) -> np.ndarray:
+        return self.trainer.initial_parameters(seed)
+
+    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
+        return self.trainer.evaluate(flat, split)
+
+    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
+        return self.trainer.per_client_accuracy(flat, split)
+
+
+class BezierClientTrainer(_WrappedTrainer):
     """AsyncBezier's client: K1 FedProx epochs on the end point, then curve epochs on B.
 
     Parameters
@@ -92,22 +111,10 @@ class BezierClientTrainer:
         self.n_clients = trainer.n_clients
 
     # ------------------------------------------------------------------ protocol
-    def n_samples(self, i: int) -> int:
-        return self.trainer.n_samples(i)
-
     def num_batches(self, i: int, epochs: int | None = None) -> int:
         """Batches of K1 warm-up epochs plus the curve epochs (all cost compute time)."""
         warm = self.warmup_epochs if epochs is None else epochs
         return self.trainer.num_batches(i, warm + self.curve_epochs)
-
-    def initial_parameters(self, seed: int = 0) -> np.ndarray:
-        return self.trainer.initial_parameters(seed)
-
-    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
-        return self.trainer.evaluate(flat, split)
-
-    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
-        return self.trainer.per_client_accuracy(flat, split)
 
     def train(
         self, i: int, start: np.ndarray, rng: np.random.Generator, epochs: int | None = None
@@ -229,7 +236,7 @@ def lorentz_prox(
     )
 
 
-class CurveClientTrainer:
+class CurveClientTrainer(_WrappedTrainer):
     r"""[TR]'s AsyncCurve client (Algorithm 2, Adam form), uploading :math:`(\Theta^t, \phi,
     \theta)` for :class:`~riemfl.federated.async_manifold.AsyncCurve`.
 
@@ -292,21 +299,9 @@ class CurveClientTrainer:
         self.n_clients = trainer.n_clients
         self.capped = 0  # batches whose Lorentz prox exponent hit the cap (diagnostic)
 
-    def n_samples(self, i: int) -> int:
-        return self.trainer.n_samples(i)
-
     def num_batches(self, i: int, epochs: int | None = None) -> int:
         """Two passes (end point, control point) per epoch."""
         return 2 * self.trainer.num_batches(i, epochs)
-
-    def initial_parameters(self, seed: int = 0) -> np.ndarray:
-        return self.trainer.initial_parameters(seed)
-
-    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
-        return self.trainer.evaluate(flat, split)
-
-    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
-        return self.trainer.per_client_accuracy(flat, split)
 
     def train(
         self, i: int, start: np.ndarray, rng: np.random.Generator, epochs: int | None = None
