@@ -27,7 +27,14 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     for row in result["events"]:
         assert math.isfinite(row["us_per_event"]) and row["us_per_event"] > 0
         assert row["met"] == (row["us_per_event"] <= row["goal_us"])
-        assert 1 <= row["peak_versions"] <= row["workers"] + 1
+    peaks = {
+        (r["clients"], r["rule"]): (r["peak_versions"], r["workers"]) for r in result["events"]
+    }
+    for clients in (100, 1000):
+        fedasync, workers = peaks[clients, "fedasync"]
+        fedbuff, _ = peaks[clients, "fedbuff"]
+        assert fedasync == workers + 1  # every in-flight client holds its own version
+        assert fedbuff < fedasync  # a buffer of K updates shares one version among K clients
     o = result["overhead"]
     assert o["max_diff"] == 0.0 and o["updates"] >= o["steps"]
     assert o["ratio"] == pytest.approx(o["sim_s"] / o["plain_s"])

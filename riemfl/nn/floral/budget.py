@@ -54,8 +54,9 @@ def lora_rank(rho: float, m: int, n: int) -> int:
     Returns
     -------
     int
-        Never above ``min(m, n)`` (the budget itself keeps r below ``min(m, n) / 2`` for
-        rho <= 1; the cap only matters for the enforced minimum on 1 x n matrices).
+        Never above ``min(m, n)`` (the budget itself keeps r below ``min(m, n)`` for rho <= 1,
+        since :math:`mn/(m+n) < \min(m, n)`; the cap only matters for the enforced minimum on
+        1 x n matrices).
 
     Examples
     --------
