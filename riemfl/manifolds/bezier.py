@@ -797,9 +797,12 @@ class BezierCurve:
         norms = norms_t.astype(np.float64)
         d2 = best_d2 + norms
         bad = d2 <= 1e-6 * norms
-        if bad.any():  # cancellation: recompute those explicitly
-            diff = np.asarray(bernstein_weights(2, ts[bad])) @ flat - thetas[bad]
-            d2[bad] = np.einsum("ij,ij->i", diff, diff)
+        if bad.any():  # cancellation: recompute those explicitly (one pass each, in place)
+            weights = np.asarray(bernstein_weights(2, ts[bad]))
+            for k, row in zip(np.flatnonzero(bad), weights, strict=True):
+                diff = np.matmul(row.astype(flat.dtype), flat)
+                diff -= thetas[k]
+                d2[k] = float(np.dot(diff, diff))
         return ts, np.sqrt(np.maximum(d2, 0.0)).astype(thetas.dtype)
 
     @staticmethod
@@ -810,9 +813,16 @@ class BezierCurve:
         quad = ops.sum((weights @ gram_t) * weights, axis=-1)
         lin = ops.sum(weights * ops.mT(cross_t), axis=-1)
         d2 = quad - 2 * lin + norms_t
-        if ops.any(d2 <= 1e-6 * norms_t):  # cancellation: recompute those explicitly
-            diff = weights @ flat - thetas
-            d2 = ops.where(d2 <= 1e-6 * norms_t, ops.sum(diff * diff, axis=-1), d2)
+        bad = d2 <= 1e-6 * norms_t
+        if ops.any(bad):  # cancellation: recompute those explicitly
+            import torch
+
+            diff = torch.addmm(thetas, weights, flat, beta=-1.0)  # c(t_k) - theta_k, one pass
+            if diff.shape[0] <= _GEMV_ROWS:
+                exact = torch.stack([torch.dot(row, row) for row in diff])
+            else:
+                exact = ops.sum(diff * diff, axis=-1)
+            d2 = ops.where(bad, exact, d2)
         return ops.sqrt(ops.maximum(d2, 0.0))
 
     def _newton_closest(self, theta: np.ndarray, extended: bool, starts: int) -> float:
