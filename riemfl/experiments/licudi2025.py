@@ -47,6 +47,7 @@ Settings (digest section 3.2 unless noted):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -229,7 +230,6 @@ def client_data(s: Settings, seed: int) -> list[Any]:
     from ..nn import digits_clients
     from ..nn.trainer import dirichlet_clients
     from ..problems._checks import data_rng
-    from ..problems.leaf import leaf_client_datasets, load_femnist, load_shakespeare
     from ..problems.partition import natural_partition
 
     if s.dataset not in DATASETS:
@@ -243,16 +243,34 @@ def client_data(s: Settings, seed: int) -> list[Any]:
         )
     rng = data_rng(seed, f"licudi2025-{s.dataset}")
     if s.dataset == "femnist":
-        reads = [load_femnist(s.data, split) for split in ("train", "test")]
-        x = np.concatenate([v[0] for read in reads for v in read.values()])
-        y = np.concatenate([v[1] for read in reads for v in read.values()])
+        x, y = _pooled_femnist(s.data)
         return dirichlet_clients(x, y, s.n_clients, s.alpha, rng, 0.2)
-    train, vocabulary = load_shakespeare(s.data, "train")
-    test, _ = load_shakespeare(s.data, "test", vocabulary=vocabulary)
-    users, per_user = leaf_client_datasets(train, test)
+    users, per_user = _shakespeare_users(s.data)
     parts = natural_partition(np.arange(len(users)), min(s.n_clients, len(users)), rng)
     return [tuple(np.concatenate([per_user[u][j] for u in part]) for j in range(4))
             for part in parts]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def _pooled_femnist(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """LEAF FEMNIST's train and test rows pooled, read once per process (a reproduction makes
+    about a hundred runs from the same files)."""
+    from ..problems.leaf import load_femnist
+
+    reads = [load_femnist(path, split) for split in ("train", "test")]
+    x = np.concatenate([v[0] for read in reads for v in read.values()])
+    y = np.concatenate([v[1] for read in reads for v in read.values()])
+    return x, y
+
+
+@functools.lru_cache(maxsize=1)
+def _shakespeare_users(path: str) -> tuple[list[str], list[Any]]:
+    """LEAF Shakespeare's users and their (train, test) arrays, read once per process."""
+    from ..problems.leaf import leaf_client_datasets, load_shakespeare
+
+    train, vocabulary = load_shakespeare(path, "train")
+    test, _ = load_shakespeare(path, "test", vocabulary=vocabulary)
+    return leaf_client_datasets(train, test)
 
 
 def _model_fn(s: Settings) -> Callable[[], Any]:
