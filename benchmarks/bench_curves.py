@@ -23,9 +23,17 @@ The reference is measured in the same run, for the same D, dtype and backend, in
 riemfl's call: the *bound pass* is the fastest of a few honest one-pass spellings of
 ``a*A + b*B + c*C`` (reads 3D values and writes D; e.g. ``np.dot(w, P, out=buf)``); the bound of
 ``eval+grad`` adds the fastest spelling of the outer product ``w g^T`` into a (3, D) buffer
-(reads D, writes 3D). Reported: ``ratio`` = riemfl / bound (goal <= 1.3 for ``eval`` and
-``eval+grad``) and, for ``closest``, ``passes`` = riemfl / (one bound pass) (goal <= 4); the
-effective bandwidth of the bound, bytes = 4 D itemsize per pass (8 D itemsize for ``eval+grad``).
+(reads D, writes 3D). Reported: ``ratio`` = riemfl / bound and, for ``closest``, ``passes`` =
+riemfl / (one bound pass); the effective bandwidth of the bound, bytes = 4 D itemsize per pass
+(8 D itemsize for ``eval+grad``). The issue's goals are ``eval`` <= 1.3 (evaluation within 1.3x of
+one fused pass) and ``closest`` <= 4 passes; ``eval+grad`` is held to the same 1.3x of its
+two-part bound as this benchmark's own target, reported beside them. Its extra columns: the ratio
+to the two bound parts run back to back in one call (``vs seq``: the same working set as riemfl's
+call, which at D = 10^6 fits the last-level cache one part at a time but not whole), torch's
+analytic ``point_and_grad`` (no graph), and riemfl's allocating autograd call against plain torch
+autograd of ``torch.mv(P.T, w)`` (no riemfl code: what autograd itself costs). The allocating
+spellings are sampled in a group of their own, after the buffered calls and the bound, so that
+their allocation churn does not land in the others' timings.
 
 Timing: one BLAS and one torch thread, warm-up calls, median of ``time.perf_counter`` samples
 (each at least ``min_sample_s`` long), all implementations of a cell sampled round-robin so that
@@ -76,6 +84,12 @@ __all__ = ["Settings", "run_benchmark", "format_table", "format_summary", "main"
 
 DEFAULT_OUT = "results/bench_curves.json"
 OPS = ("eval", "eval+grad", "closest")
+#: the operations the issue sets goals for: "evaluation within 1.3x of that bound [one fused
+#: pass]; closest point within 4 passes". eval+grad (the point and the gradient, two passes of
+#: traffic) is held to 1.3x of its two-part bound as this benchmark's own target.
+ISSUE_GOAL_OPS = ("eval", "closest")
+#: riemfl's spellings that allocate their outputs (sampled apart from the buffered ones)
+ALLOCATING = frozenset({"riemfl_alloc", "riemfl_scalar_loss", "torch_native_alloc"})
 EVAL_NOTE = (
     "eval = curve(t, out=buf) (preallocated point, like the bound); alloc = curve(t), a fresh "
     "output per call"
@@ -459,10 +473,28 @@ def _riemfl_impls(
             (grad,) = torch.autograd.grad(torch.dot(point, gt), pt)
             return point.detach(), grad
 
+        # plain torch autograd of the same contraction, no riemfl code: what autograd itself
+        # costs (it cannot write into buffers, so it is compared with riemfl_alloc)
+        wt = torch.from_numpy(data.w.astype(data.dtype))
+
+        def torch_native_alloc() -> tuple[torch.Tensor, torch.Tensor]:
+            point = torch.mv(pt.T, wt)
+            (grad,) = torch.autograd.grad(point, pt, grad_outputs=gt)
+            return point.detach(), grad
+
+        # the analytic gradient (no graph), as in numpy
+        plain = BezierCurve(pt.detach())
+        abt, agbt = (
+            torch.from_numpy(np.empty_like(data.rbuf)),
+            torch.from_numpy(np.empty_like(data.rgbuf)),
+        )
+
         return {
             "riemfl": torch_vjp,
+            "riemfl_analytic": lambda: plain.point_and_grad(t, gt, out=abt, grad_out=agbt),
             "riemfl_alloc": torch_vjp_alloc,
             "riemfl_scalar_loss": torch_scalar_loss,
+            "torch_native_alloc": torch_native_alloc,
         }, check_grad
     if op == "closest":
         if data.query is None:
@@ -515,13 +547,20 @@ def _run_cell(op: str, data: _Data, backend: str, s: Settings) -> dict[str, Any]
             f"reference beyond {tol:g}: {bad}"
         )
 
-    fns = {**impls, **extra}
+    # riemfl's buffered call and the bound candidates (none of which allocates more than the
+    # point) are sampled together; the allocating spellings in a second group, so that their
+    # allocation churn (heap trims, fresh pages, evicted lines) does not land in the timings
+    # of the calls they are not
+    allocating = {key: fn for key, fn in impls.items() if key in ALLOCATING}
+    fns = {key: fn for key, fn in impls.items() if key not in ALLOCATING} | extra
     prunable: dict[str, str] = {}
     for part, cands in parts.items():
         for name, fn in cands.items():
             fns[f"{part}:{name}"] = fn
             prunable[f"{part}:{name}"] = part
     records = _measure(fns, prunable, s)
+    if allocating:
+        records |= _measure(allocating, {}, s)
 
     bound_parts: dict[str, float] = {}
     bound_impl: dict[str, str] = {}
@@ -568,6 +607,12 @@ def _run_cell(op: str, data: _Data, backend: str, s: Settings) -> dict[str, Any]
         cell["alloc_page_faults_per_call"] = records["riemfl_alloc"]["page_faults_per_call"]
     if "riemfl_scalar_loss" in records:
         cell["scalar_loss_ms"] = records["riemfl_scalar_loss"]["median_ms"]
+    if "riemfl_analytic" in records:
+        cell["analytic_ms"] = records["riemfl_analytic"]["median_ms"]
+        cell["analytic_ratio"] = cell["analytic_ms"] / bound_ms
+    if "torch_native_alloc" in records:
+        cell["native_autograd_ms"] = records["torch_native_alloc"]["median_ms"]
+        cell["alloc_vs_native_autograd"] = cell["alloc_ms"] / cell["native_autograd_ms"]
     if extra:
         seq = records["bound_sequential"]["median_ms"]
         cell["bound_sequential_ms"] = seq
@@ -681,6 +726,8 @@ def _cell_id(c: dict[str, Any]) -> str:
 
 
 def _summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per operation: cells checked, met and missed; ``issue goals`` counts ``eval`` and
+    ``closest`` (the issue's goals), ``eval+grad`` is held to the same 1.3x as a target."""
     out: dict[str, Any] = {}
     for op in OPS:
         sel = [c for c in cells if c["op"] == op]
@@ -691,16 +738,22 @@ def _summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
                 f"{_cell_id(c)}: {c['ratio']:.2f} {c['metric']}" for c in sel if not c["met"]
             ],
         }
-    out["all"] = {
-        "checked": len(cells),
-        "met": sum(c["met"] for c in cells),
-        "missed": [m for op in OPS for m in out[op]["missed"]],
+    goal_cells = [c for c in cells if c["op"] in ISSUE_GOAL_OPS]
+    out["issue goals"] = {
+        "ops": list(ISSUE_GOAL_OPS),
+        "checked": len(goal_cells),
+        "met": sum(c["met"] for c in goal_cells),
+        "missed": [m for op in ISSUE_GOAL_OPS for m in out[op]["missed"]],
     }
     return out
 
 
 def _fmt_ms(v: float) -> str:
     return f"{v:.4f}" if v < 1 else f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+
+def _opt_ratio(cell: dict[str, Any], key: str) -> str:
+    return f"{cell[key]:.2f}x" if key in cell else ""
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -719,6 +772,9 @@ def format_table(result: dict[str, Any]) -> str:
         "riemfl flt/call",
         "alloc ratio",
         "alloc flt/call",
+        "vs seq",
+        "analytic",
+        "alloc/native",
     ]
     rows = []
     for c in result["cells"]:
@@ -738,9 +794,12 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{c['riemfl_page_faults_per_call']:.0f}",
                 f"{c['alloc_ratio']:.2f}x" if "alloc_ratio" in c else "",
                 f"{c['alloc_page_faults_per_call']:.0f}" if "alloc_ratio" in c else "",
+                _opt_ratio(c, "ratio_vs_sequential"),
+                _opt_ratio(c, "analytic_ratio"),
+                _opt_ratio(c, "alloc_vs_native_autograd"),
             ]
         )
-    right = {0, 4, 5, 6, 7, 10, 11, 12}
+    right = {0, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15}
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
 
     def line(r: Sequence[str]) -> str:
@@ -759,9 +818,11 @@ def format_summary(result: dict[str, Any]) -> str:
     for op in OPS:
         if not s[op]["checked"]:
             continue
-        lines.append(f"{op}: goal met in {s[op]['met']}/{s[op]['checked']} cells")
+        kind = "goal" if op in ISSUE_GOAL_OPS else "target (not an issue goal)"
+        lines.append(f"{op}: {kind} met in {s[op]['met']}/{s[op]['checked']} cells")
         lines += [f"  missed: {m}" for m in s[op]["missed"]]
-    lines.append(f"all: goal met in {s['all']['met']}/{s['all']['checked']} cells")
+    g = s["issue goals"]
+    lines.append(f"issue goals ({' and '.join(g['ops'])}): met in {g['met']}/{g['checked']} cells")
     return "\n".join(lines)
 
 
@@ -778,6 +839,10 @@ def _header(result: dict[str, Any]) -> str:
             f"{st['closest_goal']:g}); GB/s of the bound: {st['bytes_definition']}",
             "riemfl flt/call: minor page faults per riemfl call (fresh output pages); alloc "
             "ratio: the allocating call (no out=) / bound, and its page faults",
+            "eval+grad: vs seq = riemfl / the two bound parts back to back in one call (same "
+            "working set as riemfl's call); analytic = torch point_and_grad (no graph) / bound; "
+            "alloc/native = riemfl's allocating autograd call / plain torch autograd of "
+            "torch.mv(P.T, w) (no riemfl code)",
             *result["notes"],
         ]
     )

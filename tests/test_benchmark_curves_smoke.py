@@ -83,6 +83,13 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
             assert "autograd" in c["note"]
             if c["backend"] == "torch":
                 assert _positive(c["scalar_loss_ms"])
+                assert c["analytic_ratio"] == pytest.approx(c["analytic_ms"] / c["bound_ms"])
+                assert c["alloc_vs_native_autograd"] == pytest.approx(
+                    c["alloc_ms"] / c["native_autograd_ms"]
+                )
+                assert {"analytic_grad", "torch_native_alloc_grad"} <= set(c["check"]["errors"])
+            else:
+                assert "analytic_ms" not in c and "native_autograd_ms" not in c
         if c["op"] == "closest":
             assert "alloc_ms" not in c
         else:  # riemfl's call writes into buffers; the allocating call is reported beside it
@@ -95,9 +102,11 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
         assert errors and all(v <= c["check"]["tolerance"] for v in errors.values()), errors
 
     summary = result["summary"]
-    assert summary["all"]["checked"] == len(cells)
-    assert summary["all"]["met"] == sum(c["met"] for c in cells)
-    assert summary["all"]["met"] + len(summary["all"]["missed"]) == len(cells)
+    goal_cells = [c for c in cells if c["op"] in ("eval", "closest")]
+    assert summary["issue goals"]["ops"] == ["eval", "closest"]
+    assert summary["issue goals"]["checked"] == len(goal_cells)
+    assert summary["issue goals"]["met"] == sum(c["met"] for c in goal_cells)
+    assert summary["issue goals"]["met"] + len(summary["issue goals"]["missed"]) == len(goal_cells)
     for op in ("eval", "eval+grad", "closest"):
         sel = [c for c in cells if c["op"] == op]
         assert summary[op]["checked"] == len(sel)
@@ -105,4 +114,7 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
 
     table = bench.format_table(result)
     assert len([line for line in table.splitlines() if line.strip()]) == len(cells) + 2
-    assert "goal met in" in bench.format_summary(result)
+    text = bench.format_summary(result)
+    assert "eval: goal met in" in text and "closest: goal met in" in text
+    assert "eval+grad: target (not an issue goal) met in" in text
+    assert "issue goals (eval and closest): met in" in text

@@ -285,30 +285,48 @@ class BezierCurve:
     def _check_buffer(self, name: str, buf: Array, shape: tuple[int, ...], *others: Array) -> None:
         """Raise a typed error unless ``buf`` can receive a result of ``shape`` in place."""
         cp = self.control_points
-        if not (isinstance(buf, np.ndarray) if type(cp) is np.ndarray else is_torch(buf)):
+        if type(cp) is not np.ndarray:
+            self._check_torch_buffer(name, buf, shape, others)
+            return
+        if not isinstance(buf, np.ndarray):
             raise ParameterError(
-                f"BezierCurve: {name} must be a {type(cp).__name__} like the control points, "
-                f"got {type(buf).__name__}"
+                f"BezierCurve: {name} must be a ndarray like the control points, got "
+                f"{type(buf).__name__}"
             )
+        self._check_shape_dtype(name, buf, shape)
+        if not (buf.flags.c_contiguous and buf.flags.writeable):
+            raise ParameterError(f"BezierCurve: {name} must be C-contiguous and writeable")
+        for other in (cp, *others):
+            if other is not None and np.may_share_memory(buf, other):
+                raise ParameterError(
+                    f"BezierCurve: {name} overlaps an input or another output in memory"
+                )
+
+    def _check_shape_dtype(self, name: str, buf: Array, shape: tuple[int, ...]) -> None:
         if tuple(buf.shape) != tuple(shape):
             raise ShapeError(
                 f"BezierCurve: {name} has shape {tuple(buf.shape)}; expected {tuple(shape)}"
             )
-        if buf.dtype != cp.dtype:
+        if buf.dtype != self.control_points.dtype:
             raise ParameterError(
-                f"BezierCurve: {name} has dtype {buf.dtype}; expected {cp.dtype} (that of the "
-                f"control points)"
+                f"BezierCurve: {name} has dtype {buf.dtype}; expected "
+                f"{self.control_points.dtype} (that of the control points)"
             )
-        if type(buf) is np.ndarray:
-            if not (buf.flags.c_contiguous and buf.flags.writeable):
-                raise ParameterError(f"BezierCurve: {name} must be C-contiguous and writeable")
-            for other in (cp, *others):
-                if other is not None and np.may_share_memory(buf, other):
-                    raise ParameterError(
-                        f"BezierCurve: {name} overlaps an input or another output in memory"
-                    )
-            return
-        if buf.device != cp.device or not buf.is_contiguous():
+
+    def _check_torch_buffer(
+        self, name: str, buf: Array, shape: tuple[int, ...], others: tuple[Array, ...]
+    ) -> None:
+        """The torch half of :meth:`_check_buffer`, in few tensor-attribute reads: it runs on
+        every call of a training loop that passes buffers, where D may be small."""
+        cp = self.control_points
+        if not is_torch(buf):
+            raise ParameterError(
+                f"BezierCurve: {name} must be a {type(cp).__name__} like the control points, "
+                f"got {type(buf).__name__}"
+            )
+        if buf.shape != shape or buf.dtype is not cp.dtype:
+            self._check_shape_dtype(name, buf, shape)
+        if not buf.is_contiguous() or buf.device != cp.device:
             raise ParameterError(
                 f"BezierCurve: {name} must be a contiguous tensor on {cp.device}, like the "
                 f"control points"
@@ -319,7 +337,7 @@ class BezierCurve:
                 f"in place"
             )
         lo = buf.data_ptr()  # contiguous (checked above)
-        hi = lo + buf.numel() * buf.element_size()
+        hi = lo + buf.nbytes
         for other in (cp, *others):
             if other is not None:
                 olo, ohi = _byte_span(other)
@@ -926,7 +944,7 @@ def _byte_span(x) -> tuple[int, int]:
     """Half-open byte range ``[lo, hi)`` spanned by a torch tensor (non-negative strides)."""
     lo = x.data_ptr()
     if x.is_contiguous():
-        return lo, lo + x.numel() * x.element_size()
+        return lo, lo + x.nbytes
     extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True) if n > 0)
     return lo, lo + (extent if x.numel() else 0) * x.element_size()
 

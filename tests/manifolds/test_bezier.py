@@ -244,6 +244,12 @@ def test_out_and_buffer_errors():
         tcurve(0.5, out=big[10:15], grad_buffer=big[:15].view(3, 5))
     with pytest.raises(ShapeError, match="grad_buffer has shape"):
         tcurve(0.5, grad_buffer=torch.empty((3, 4), dtype=torch.float64))
+    with pytest.raises(ShapeError, match="out has shape"):
+        tcurve(0.5, out=torch.empty(6, dtype=torch.float64))
+    with pytest.raises(ParameterError, match="dtype torch.float32; expected torch.float64"):
+        tcurve(0.5, out=torch.empty(5, dtype=torch.float32))
+    with pytest.raises(ParameterError, match="like the control points"):
+        tcurve(0.5, out=np.empty(5))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
