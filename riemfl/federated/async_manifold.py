@@ -35,7 +35,7 @@ from scipy.optimize import brentq
 from ..backend import Array
 from ..errors import ParameterError, ShapeError
 from ..manifolds.base import Manifold
-from ..manifolds.bezier import BezierCurve, _scalar_weights
+from ..manifolds.bezier import BezierCurve, _scalar_weights, power_basis_matrix
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
@@ -177,13 +177,9 @@ def chordal_root(power_gram: np.ndarray, f: float) -> float:
 def power_coefficient_matrix(degree: int) -> np.ndarray:
     r"""W with :math:`c_j = \sum_i W_{j-1,i} P_i`, j = 1..n: the power-basis coefficients
     :math:`c_j = \binom{n}{j}\Delta^j P_0 = \binom{n}{j}\sum_i (-1)^{j-i}\binom{j}{i} P_i` of a
-    Bezier curve :math:`c(s) = P_0 + \sum_j s^j c_j`."""
-    n = int(degree)
-    w = np.zeros((n, n + 1))
-    for j in range(1, n + 1):
-        for i in range(j + 1):
-            w[j - 1, i] = math.comb(n, j) * (-1) ** (j - i) * math.comb(j, i)
-    return w
+    Bezier curve :math:`c(s) = P_0 + \sum_j s^j c_j` (rows 1..n of
+    :func:`~riemfl.manifolds.bezier.power_basis_matrix`)."""
+    return power_basis_matrix(degree)[1:]
 
 
 def _first_crossing(fn, target: float, *, grow: float = 2.0, r_max: float = 2.0**20) -> float:

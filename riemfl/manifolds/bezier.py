@@ -28,7 +28,7 @@ from ..errors import ParameterError, ShapeError
 from .base import Manifold, RandomState, as_generator
 from .euclidean import Euclidean
 
-__all__ = ["BezierCurve", "bernstein_weights", "real_polynomial_roots"]
+__all__ = ["BezierCurve", "bernstein_weights", "power_basis_matrix", "real_polynomial_roots"]
 
 
 def bernstein_weights(degree: int, t: Array) -> Array:
@@ -49,6 +49,25 @@ def bernstein_weights(degree: int, t: Array) -> Array:
         nxt.append(t * weights[r - 1])
         weights = nxt
     return _stack_last(ops, weights)
+
+
+def power_basis_matrix(degree: int) -> np.ndarray:
+    r"""The (n + 1, n + 1) matrix W of the power-basis coefficients of a Bezier curve.
+
+    .. math::
+        c(t) = \sum_{j=0}^n t^j a_j, \qquad a_j = \sum_i W_{ji} P_i = \binom{n}{j}\Delta^j P_0,
+        \qquad W_{ji} = \binom{n}{j}(-1)^{j-i}\binom{j}{i} \ (i \le j),\ 0 \text{ otherwise}
+
+    (lower triangular; row 0 is :math:`a_0 = P_0`). Exact small integers for the degrees in use.
+    """
+    n = int(degree)
+    if n < 0:
+        raise ParameterError(f"power_basis_matrix: degree must be >= 0, got {degree}")
+    w = np.zeros((n + 1, n + 1))
+    for j in range(n + 1):
+        for i in range(j + 1):
+            w[j, i] = math.comb(n, j) * (-1) ** (j - i) * math.comb(j, i)
+    return w
 
 
 def _scalar_weights(degree: int, t: float) -> list[float]:
@@ -694,9 +713,12 @@ class BezierCurve:
         real line with ``extended`` (the extrapolated curve). Euclidean quadratic: the stationary
         points are the real roots of the cubic :math:`(b\cdot b)t^3 + 3(a\cdot b)t^2 + (2a\cdot a +
         (A-\theta)\cdot b)t + (A-\theta)\cdot a` (digest section 2.3), compared with the
-        endpoints. Otherwise: a safeguarded Newton iteration on :math:`\tfrac12\|c(t)-a\|^2` from
-        ``starts`` equally spaced starting points. Returns ``(t, distance)``; t as numpy float64,
-        the distance in the control points' array type.
+        endpoints. Euclidean of another degree n: the real roots of the degree-(2n - 1) derivative
+        of the squared distance, a polynomial whose coefficients come from the power-basis
+        coefficients of the curve (:meth:`_polynomial_closest`; global, all queries at once).
+        Manifold base: a safeguarded Newton iteration on :math:`\tfrac12\|c(t)-a\|^2` from
+        ``starts`` equally spaced starting points (``starts`` is used there only). Returns
+        ``(t, distance)``; t as numpy float64, the distance in the control points' array type.
         """
         ops = ops_for(self.control_points)
         a = a if hasattr(a, "shape") else np.asarray(a)
@@ -717,7 +739,10 @@ class BezierCurve:
             t, dist = self._quadratic_closest(thetas, extended)
             return t.reshape(batch), ops.reshape(dist, batch)
         flat = np.reshape(_numpy(a), (-1, math.prod(ps)))
-        t = np.array([self._newton_closest(row, extended, starts) for row in flat])
+        if self.euclidean:
+            t = self._polynomial_closest(flat, extended)
+        else:
+            t = np.array([self._newton_closest(row, extended, starts) for row in flat])
         t = t.reshape(batch)
         diff = self(t) - a
         axes = tuple(range(-len(ps), 0))
@@ -843,6 +868,55 @@ class BezierCurve:
             d2 = ops.where(bad, exact, d2)
         return ops.sqrt(ops.maximum(d2, 0.0))
 
+    def _polynomial_closest(self, thetas: np.ndarray, extended: bool) -> np.ndarray:
+        r"""Global closest parameters of a Euclidean curve of any degree for the rows of
+        ``thetas`` (m, D), all rows at once.
+
+        With the power-basis coefficients :math:`a_j` (:func:`power_basis_matrix`) and
+        :math:`e = P_0 - \theta`, the squared distance is the polynomial
+
+        .. math::
+            f(t) = \|c(t) - \theta\|^2 = \sum_{s=0}^{2n} t^s \sum_{j+l=s} H_{jl},
+            \qquad H = \begin{pmatrix} e\cdot e & e\cdot a_l \\ a_j\cdot e & a_j\cdot a_l
+            \end{pmatrix}_{j,l\ge1}
+
+        (only the first row and column depend on the query; :math:`e` is formed explicitly, so
+        nothing cancels however far :math:`\theta` is from the origin). The stationary points
+        are the roots of :math:`f'`, of degree 2n - 1 (the trailing zero coefficients of a
+        curve of lower true degree removed): the eigenvalues of its companion matrix, batched
+        over the queries. The real ones (up to a relative imaginary part of 1e-6: rounding splits
+        a double root into a close complex pair) and, on [0, 1], the endpoints are the
+        candidates; each is clipped to the range, polished by guarded Newton steps on
+        :math:`f'` to convergence and scored by f; the best is returned. Global for every
+        degree, unlike a multi-start local search, and O(k^2) per query after one pass over
+        the query (the quadratic has its own cheaper path)."""
+        k = self.degree + 1
+        flat = np.reshape(_numpy(self.control_points), (k, -1))
+        coef = power_basis_matrix(self.degree) @ flat
+        norms = np.sqrt(np.einsum("ij,ij->i", coef[1:], coef[1:]))
+        # the curve's true degree: drop power coefficients at the rounding level of the control
+        # points (a degree-elevated curve, a segment at uniform speed, a single point)
+        scale = float(np.sqrt(np.einsum("ij,ij->i", flat, flat)).max())
+        top = k - 1
+        while top > 0 and norms[top - 1] <= 64 * np.finfo(float).eps * scale:
+            top -= 1
+        m = thetas.shape[0]
+        if top == 0:  # every point of the curve is the same: any parameter is closest
+            return np.zeros(m)
+        gram = coef[1 : top + 1] @ coef[1 : top + 1].T
+        ts = np.empty(m)
+        chunk = max(1, (1 << 22) // max(1, thetas.shape[1]))  # bound the (rows, D) temporary
+        for lo in range(0, m, chunk):
+            e = coef[0] - thetas[lo : lo + chunk]
+            rows = e.shape[0]
+            h = np.empty((rows, top + 1, top + 1))
+            h[:, 0, 0] = np.einsum("ij,ij->i", e, e)
+            h[:, 0, 1:] = e @ coef[1 : top + 1].T
+            h[:, 1:, 0] = h[:, 0, 1:]
+            h[:, 1:, 1:] = gram
+            ts[lo : lo + rows] = _minimise_quadratic_form_polynomial(h, extended)
+        return ts
+
     def _newton_closest(self, theta: np.ndarray, extended: bool, starts: int) -> float:
         curve = self if not ops_for(self.control_points).is_torch else self._numpy_copy()
 
@@ -872,6 +946,70 @@ class BezierCurve:
 
     def _numpy_copy(self) -> BezierCurve:
         return BezierCurve(_numpy(self.control_points), self.manifold)
+
+
+#: most Newton steps polishing each closest-point candidate (quadratic convergence: a real part
+#: 1e-2 off is exact in four)
+_POLISH_STEPS = 8
+#: largest |imaginary part| / max(1, |real part|) of an eigenvalue taken as a real root of f'
+_REAL_ROOT_TOL = 1e-6
+
+
+def _minimise_quadratic_form_polynomial(h: np.ndarray, extended: bool) -> np.ndarray:
+    r"""Global minimisers of :math:`f_r(t) = T^\top H_r T`, :math:`T = (1, t, \dots, t^q)`, for
+    each of the (r, q + 1, q + 1) symmetric positive semidefinite ``h``; over [0, 1], or the real
+    line with ``extended`` (f has positive leading coefficient :math:`H_{qq}`, so a minimiser
+    exists). See :meth:`BezierCurve._polynomial_closest`.
+    """
+    rows, q1 = h.shape[0], h.shape[1]
+    q = q1 - 1
+    # f's coefficients, lowest first: sums of the anti-diagonals of H
+    f = np.zeros((rows, 2 * q + 1))
+    for j in range(q1):
+        f[:, j : j + q1] += h[:, j, :]
+    df = f[:, 1:] * np.arange(1, 2 * q + 1)  # f', degree 2q - 1, leading coefficient > 0
+    d2f = df[:, 1:] * np.arange(1, 2 * q)
+    deg = 2 * q - 1
+    companion = np.zeros((rows, deg, deg))
+    if deg > 1:
+        companion[:, np.arange(1, deg), np.arange(deg - 1)] = 1.0
+    companion[:, :, -1] = -df[:, :deg] / df[:, deg : deg + 1]
+    roots = np.linalg.eigvals(companion)
+    # a root is real up to rounding (a double root of f' splits into a pair about sqrt(eps)
+    # apart); a pair further off the axis is not a stationary point at all and is left out
+    real = np.abs(roots.imag) <= _REAL_ROOT_TOL * np.maximum(1.0, np.abs(roots.real))
+    cands = roots.real
+    lo, hi = (-np.inf, np.inf) if extended else (0.0, 1.0)
+    if not extended:
+        cands = np.clip(np.concatenate([cands, np.zeros((rows, 1)), np.ones((rows, 1))], 1), 0, 1)
+        real = np.concatenate([real, np.ones((rows, 2), dtype=bool)], 1)
+    # f' has odd degree, so every row keeps a real root; a left-out slot repeats the row's
+    # first kept candidate (harmless in the ranking below)
+    first = cands[np.arange(rows), np.argmax(real, axis=1)]
+    cands = np.where(real, cands, first[:, None])
+    # polish: Newton on f' where f is convex, kept in range, to convergence (quadratic: a few
+    # steps) so that f ranks exact stationary points
+    for _ in range(_POLISH_STEPS):
+        g, curv = _horner(df, cands), _horner(d2f, cands)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stepped = np.clip(cands - g / curv, lo, hi)
+        new = np.where((curv > 0) & np.isfinite(stepped), stepped, cands)
+        moved = np.abs(new - cands) > 4 * np.finfo(float).eps * np.maximum(1.0, np.abs(cands))
+        cands = new
+        if not moved.any():
+            break
+    best = np.argmin(_horner(f, cands), axis=1)
+    return cands[np.arange(rows), best]
+
+
+def _horner(coeffs: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row r of the polynomials ``coeffs`` (rows, degree + 1; lowest first) at the (rows, c)
+    points ``t[r]``."""
+    out = np.broadcast_to(coeffs[:, -1:], t.shape).copy()
+    for j in range(coeffs.shape[1] - 2, -1, -1):
+        out *= t
+        out += coeffs[:, j : j + 1]
+    return out
 
 
 def _gram_products(flat: Array, thetas: Array) -> tuple[Array, Array, Array]:

@@ -384,12 +384,111 @@ def test_real_polynomial_roots_agree_with_numpy_roots():
     for _ in range(3000):
         coeffs = rng.normal(size=4) * 10 ** rng.uniform(-3, 3, size=4)
         ours = sorted(real_polynomial_roots(coeffs.tolist()))
-        ref = sorted(
-            r.real for r in np.roots(coeffs) if abs(r.imag) <= 1e-7 * max(1, abs(r.real))
-        )
+        ref = sorted(r.real for r in np.roots(coeffs) if abs(r.imag) <= 1e-7 * max(1, abs(r.real)))
         assert len(ours) == len(ref), coeffs
         np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-300)
     assert real_polynomial_roots([1.0, -3.0, 3.0, -1.0]) == pytest.approx([1.0] * 3)  # triple
     assert sorted(real_polynomial_roots([2.0, -3.0, 1.0, 0.0])) == pytest.approx([0, 0.5, 1])
     assert real_polynomial_roots([1.0, 0.0, 1.0]) == []  # no real root
     assert real_polynomial_roots([4.0, 2.0]) == [-0.5]
+
+
+def test_power_basis_matrix_gives_the_curve():
+    from riemfl.manifolds.bezier import power_basis_matrix
+
+    for degree in range(0, 7):
+        cp = np.random.default_rng(degree).standard_normal((degree + 1, 4))
+        coef = power_basis_matrix(degree) @ cp
+        for t in (-0.7, 0.0, 0.3, 1.0, 1.6):
+            by_powers = sum(t**j * coef[j] for j in range(degree + 1))
+            expected = bernstein_weights(degree, np.array(t)) @ cp
+            np.testing.assert_allclose(by_powers, expected, atol=1e-12)
+    assert np.array_equal(power_basis_matrix(2), [[1, 0, 0], [-2, 2, 0], [1, -2, 1]])
+    with pytest.raises(ParameterError, match="degree must be >= 0"):
+        power_basis_matrix(-1)
+
+
+def _newton_reference(curve, queries, extended):
+    return np.array([curve._newton_closest(q, extended, 25) for q in queries])
+
+
+@given(
+    seed=rst.seeds(),
+    degree=st.sampled_from([1, 3, 4, 5]),
+    extended=st.booleans(),
+    spread=st.sampled_from([0.1, 1.5, 20.0]),
+)
+def test_polynomial_closest_point_is_global_and_stationary(seed, degree, extended, spread):
+    """Degrees other than 2: the roots of the squared distance's derivative, all queries at once.
+    No dense grid or 25-start Newton search finds a nearer point; interior solutions are
+    stationary; a query alone gets the answer it gets in a batch."""
+    rng = np.random.default_rng(seed)
+    curve = random_curve(seed, degree)
+    queries = rng.standard_normal((6, 3)) * spread
+    t, dist = curve.closest_point(queries, extended=extended)
+    grid = np.linspace(-3, 4, 20001) if extended else np.linspace(0, 1, 10001)
+    dense = np.linalg.norm(curve(grid)[None] - queries[:, None], axis=-1).min(axis=1)
+    newton = _newton_reference(curve, queries, extended)
+    by_newton = np.linalg.norm(curve(newton) - queries, axis=-1)
+    scale = 1.0 + np.abs(queries).max() + np.abs(curve.control_points).max()
+    assert np.all(dist <= np.minimum(dense, by_newton) + 1e-12 * scale**2 / np.maximum(dist, 1))
+    np.testing.assert_allclose(np.linalg.norm(curve(t) - queries, axis=-1), dist, atol=1e-12)
+    interior = (t > 1e-9) & (t < 1 - 1e-9) if not extended else np.ones_like(t, dtype=bool)
+    slope = np.einsum("ij,ij->i", curve.velocity(t), curve(t) - queries)
+    np.testing.assert_allclose(slope[interior], 0.0, atol=1e-9 * scale**2)
+    if not extended:
+        assert np.all((0 <= t) & (t <= 1))
+    alone = np.array([curve.closest_point(q, extended=extended)[0] for q in queries])
+    np.testing.assert_allclose(alone, t, atol=1e-9)
+
+
+def test_polynomial_closest_point_degenerate_curves():
+    rng = np.random.default_rng(3)
+    quad = rng.standard_normal((3, 4))
+    # a quadratic written as a cubic: the cubic's power coefficient vanishes (degree trimmed)
+    cubic = np.stack([quad[0], (quad[0] + 2 * quad[1]) / 3, (2 * quad[1] + quad[2]) / 3, quad[2]])
+    queries = rng.standard_normal((5, 4)) * 2
+    for extended in (False, True):
+        t3, d3 = BezierCurve(cubic).closest_point(queries, extended=extended)
+        t2, d2 = BezierCurve(quad).closest_point(queries, extended=extended)
+        np.testing.assert_allclose(d3, d2, rtol=1e-12)
+        np.testing.assert_allclose(t3, t2, atol=1e-10)
+    # a straight segment at uniform speed as a quartic: the orthogonal projection
+    a, b = rng.standard_normal((2, 4))
+    line = BezierCurve(np.stack([a + (b - a) * i / 4 for i in range(5)]))
+    t, _ = line.closest_point(queries, extended=True)
+    np.testing.assert_allclose(t, (queries - a) @ (b - a) / ((b - a) @ (b - a)), atol=1e-12)
+    # every control point equal: the curve is one point; t = 0 and the distance to it
+    point = BezierCurve(np.tile(a, (4, 1)))
+    t, dist = point.closest_point(queries)
+    assert np.all(t == 0)
+    np.testing.assert_allclose(dist, np.linalg.norm(queries - a, axis=-1), rtol=1e-14)
+
+
+def test_polynomial_closest_point_on_a_far_curve_and_in_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    cp = rng.standard_normal((4, 6)) + 1e6  # far from the origin: nothing may cancel
+    curve = BezierCurve(cp)
+    ts = np.array([0.05, 0.4, 0.93])
+    t, dist = curve.closest_point(curve(ts))
+    np.testing.assert_allclose(t, ts, atol=1e-9)
+    assert np.all(dist < 1e-9)
+    tcurve = BezierCurve(torch.tensor(cp))
+    tt, tdist = tcurve.closest_point(torch.tensor(curve(ts) + 0.25))
+    nt, ndist = curve.closest_point(curve(ts) + 0.25)
+    assert isinstance(tdist, torch.Tensor)
+    np.testing.assert_allclose(tt, nt, atol=1e-12)
+    np.testing.assert_allclose(tdist.numpy(), ndist, atol=1e-9)  # coordinates ~1e6: eps 2e-10
+
+
+def test_polynomial_closest_point_of_points_on_the_curve_is_exact_in_a_batch():
+    """Points on a cubic, many at once: the distance is zero to rounding. (Ranking by f the real
+    parts of complex root pairs, half polished, picked a point 1e-7 away: f at a zero distance
+    is rounding noise.)"""
+    curve = BezierCurve(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, -1.0], [3.0, 0.0]]))
+    ts = np.random.default_rng(22520350).uniform(0.0, 1.0, size=400)
+    for extended in (False, True):
+        t, dist = curve.closest_point(curve(ts), extended=extended)
+        assert dist.max() < 1e-13
+        np.testing.assert_allclose(t, ts, atol=1e-13)
