@@ -176,8 +176,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int:
-    from .experiments.registry import build_async_rule
+    from .experiments.registry import CURVE_RULE_NAMES, build_async_rule
     from .federated import (
+        BezierProblemTrainer,
         ExponentialTime,
         LogNormalTime,
         ProblemTrainer,
@@ -196,8 +197,25 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
         buffer_size=args.buffer_size,
         operators=args.operators,
         staleness=args.staleness,
+        manifold=problem.manifold,
+        vartheta=args.vartheta,
     )
-    trainer = ProblemTrainer(problem, step, args.local_steps, args.batch_size)
+    curve = args.algorithm in CURVE_RULE_NAMES
+    if not curve and (args.warmup_steps is not None or args.curve_steps is not None):
+        raise ParameterError(
+            f"--warmup-steps and --curve-steps set the curve clients of {CURVE_RULE_NAMES}; "
+            f"{args.algorithm} trains a point (--local-steps)"
+        )
+    if curve:
+        trainer = BezierProblemTrainer(
+            problem,
+            step,
+            args.local_steps if args.warmup_steps is None else args.warmup_steps,
+            args.local_steps if args.curve_steps is None else args.curve_steps,
+            batch_size=args.batch_size,
+        )
+    else:
+        trainer = ProblemTrainer(problem, step, args.local_steps, args.batch_size)
     history = run_async(
         trainer,
         rule,
@@ -317,6 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="enforce --max-staleness by dropping staler updates or by making fast clients wait",
     )  # fmt: skip
     a.add_argument("--eval-every", type=int, default=10, help="metrics every k server steps")
+    a.add_argument(
+        "--warmup-steps", type=int, default=None,
+        help="curve rules (asyncbezier, asyncbezier-ed): K1 steps on the end point "
+        "(default: --local-steps)",
+    )  # fmt: skip
+    a.add_argument(
+        "--curve-steps", type=int, default=None,
+        help="curve rules: K - K1 steps of curve learning (default: --local-steps)",
+    )  # fmt: skip
+    a.add_argument("--vartheta", type=float, default=1.0, help="curve rules: OrthoDC strength")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
     p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines", "floral"))

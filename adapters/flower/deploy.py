@@ -66,6 +66,9 @@ DEFAULTS: dict[str, Any] = {
     "server-steps": 50,
     "workers": 0,
     "max-staleness": -1,
+    "warmup-steps": -1,
+    "curve-steps": -1,
+    "vartheta": 1.0,
     "min-nodes": 2,
     "registration-timeout": 120.0,
     "reply-timeout": 600.0,
@@ -103,7 +106,8 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         seed=int(c["problem-seed"]),
         data=c["problem-data"] or None,
     )
-    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(spec.build())
+    problem = spec.build()
+    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(problem)
     common = {
         "name": c["job"],
         "seed": int(c["seed"]),
@@ -135,7 +139,14 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             buffer_size=int(c["buffer-size"]),
             operators=c["operators"],
             staleness=c["staleness"],
+            manifold=problem.manifold,
+            vartheta=float(c["vartheta"]),
         )
+        curve = {
+            key: int(c[name])
+            for key, name in (("warmup_steps", "warmup-steps"), ("curve_steps", "curve-steps"))
+            if int(c[name]) >= 0
+        }
         job = AsyncJob(
             spec,
             rule,
@@ -145,6 +156,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             batch_size=int(c["batch-size"]) or None,
             workers=int(c["workers"]) or None,
             max_staleness=None if int(c["max-staleness"]) < 0 else int(c["max-staleness"]),
+            **curve,
             **common,
         )
     else:

@@ -14,12 +14,14 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..federated import AsyncRule, RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
-from ..problems import FederatedProblem, KPCAProblem, LRMCProblem
+from ..manifolds.base import Manifold
+from ..problems import FederatedProblem, KPCAProblem, LRMCProblem, SoftmaxRegressionProblem
 
 __all__ = [
     "PROBLEMS",
     "ALGORITHM_NAMES",
     "ASYNC_RULE_NAMES",
+    "CURVE_RULE_NAMES",
     "ProblemEntry",
     "build_problem",
     "build_algorithm",
@@ -40,6 +42,13 @@ class ProblemEntry:
 
 def _inverse_beta(problem: FederatedProblem) -> float:
     return 1.0 / float(problem.smoothness)
+
+
+def _no_k(name: str, k: int | None) -> dict[str, Any]:
+    """Refuse a number of components for a problem that has none (rather than ignore it)."""
+    if k:
+        raise ParameterError(f"problem {name!r} has no components: leave k (--k) unset, got {k}")
+    return {}
 
 
 PROBLEMS: dict[str, ProblemEntry] = {
@@ -68,6 +77,24 @@ PROBLEMS: dict[str, ProblemEntry] = {
         10,
         summary="low-rank matrix completion on St(100, 2), 1000 columns (Figs. 4, 8, 9)",
     ),
+    "logreg-digits": ProblemEntry(
+        lambda n, k, seed, data: SoftmaxRegressionProblem.digits(
+            n_clients=n, seed=seed, **_no_k("logreg-digits", k)
+        ),
+        _inverse_beta,
+        10,
+        summary="softmax regression on R^(65 x 10), scikit-learn's digits, Dirichlet(0.5) "
+        "clients: Euclidean, so the curve rules (asyncbezier) run on it",
+    ),
+    "logreg-mnist": ProblemEntry(
+        lambda n, k, seed, data: SoftmaxRegressionProblem.mnist(
+            data, n_clients=n, seed=seed, **_no_k("logreg-mnist", k)
+        ),
+        _inverse_beta,
+        10,
+        needs_data=True,
+        summary="softmax regression on the user's MNIST file (--data), Dirichlet(0.5) clients",
+    ),
 }
 
 ALGORITHM_NAMES = ("rfedproj", "rfedavg", "rfedprox", "rfedsvrg")
@@ -75,8 +102,11 @@ ALGORITHM_NAMES = ("rfedproj", "rfedavg", "rfedprox", "rfedsvrg")
 #: asynchronous server rules (``riemfl run ... --engine async``)
 ASYNC_RULE_NAMES = (
     "fedasync", "asgd", "fedbuff", "dcasgd", "asyncfeded", "fedortho", "fedgs", "orthograd",
-    "orthopos", "orthostrict",
+    "orthopos", "orthostrict", "asyncbezier", "asyncbezier-ed",
 )  # fmt: skip
+#: the rules whose clients learn a Bezier curve (they need the problem's manifold, and a
+#: Euclidean problem for :class:`~riemfl.federated.BezierProblemTrainer`)
+CURVE_RULE_NAMES = ("asyncbezier", "asyncbezier-ed")
 
 
 def build_problem(
@@ -119,14 +149,25 @@ def build_async_rule(
     buffer_size: int = 10,
     operators: str = "approximate",
     staleness: str = "constant",
+    manifold: Manifold | None = None,
+    vartheta: float = 1.0,
 ) -> AsyncRule:
     """The asynchronous server rule called ``name`` (one of :data:`ASYNC_RULE_NAMES`).
 
-    ``server_lr`` None means the rule's default: eta_g = 1, and beta = 1/K for FedBuff.
+    ``server_lr`` None means the rule's default: eta_g = 1, beta = 1/K for FedBuff, and [P]
+    Table 3's 0.5 (AsyncBezier) and 0.25 (AsyncBezierED). The curve rules
+    (:data:`CURVE_RULE_NAMES`) need the problem's ``manifold`` (their embedding's base) and take
+    ``vartheta``, the OrthoDC strength of their correction.
     """
+    from ..federated import async_manifold as am
     from ..federated import async_rules as ar
 
+    if name in CURVE_RULE_NAMES and manifold is None:
+        raise ParameterError(
+            f"async rule {name!r} learns Bezier curves on the problem's manifold: pass manifold="
+        )
     common = {"server_lr": 1.0 if server_lr is None else server_lr, "operators": operators}
+    curve = {} if server_lr is None else {"server_lr": server_lr}
     makers: dict[str, Callable[[], AsyncRule]] = {
         "fedasync": lambda: ar.FedAsync(staleness=staleness, **common),
         "asgd": lambda: ar.ASGD(staleness=staleness, **common),
@@ -138,6 +179,8 @@ def build_async_rule(
         "orthograd": lambda: ar.OrthoGrad(**common),
         "orthopos": lambda: ar.OrthoPos(**common),
         "orthostrict": lambda: ar.OrthoStrict(**common),
+        "asyncbezier": lambda: am.AsyncBezier(manifold, vartheta=vartheta, **curve),
+        "asyncbezier-ed": lambda: am.AsyncBezierED(manifold, vartheta=vartheta, **curve),
     }
     if name not in makers:
         raise ParameterError(f"unknown async rule {name!r}; expected one of {list(makers)}")

@@ -3,6 +3,8 @@
 * :class:`FederatedProblem` (the interface the algorithms use) and :func:`sample_batches`;
 * :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
   across clients;
+* :class:`SoftmaxRegressionProblem`: multinomial logistic regression, a Euclidean problem (the
+  curve rules' clients need flat space);
 * :class:`FunctionProblem`: any manifold with per-client callables (numpy, autograd or torch);
 * :func:`label_sorted_split`, :func:`load_mnist`, :func:`load_digits`: data, offline only.
 """
@@ -11,6 +13,7 @@ from .base import FederatedProblem, sample_batches
 from .data import NPZ_KEYS, label_sorted_indices, label_sorted_split, load_digits, load_mnist
 from .functional import FunctionProblem
 from .kpca import KPCAProblem
+from .logreg import SoftmaxRegressionProblem
 from .lrmc import LRMCProblem
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "sample_batches",
     "KPCAProblem",
     "LRMCProblem",
+    "SoftmaxRegressionProblem",
     "FunctionProblem",
     "label_sorted_indices",
     "label_sorted_split",

@@ -454,6 +454,37 @@ def test_run_config_builds_jobs():
         deploy.job_from_run_config({"engine": "both"})
 
 
+def test_run_config_builds_curve_rule_jobs():
+    """AsyncBezier from a run config: the rule gets the problem's manifold, the nodes the curve
+    client (BezierProblemTrainer) with the configured K1 and K - K1."""
+    from riemfl.federated import AsyncManifold, BezierProblemTrainer
+
+    config = {
+        "engine": "async",
+        "rule": "asyncbezier-ed",
+        "problem": "logreg-digits",
+        "problem-clients": 5,
+        "warmup-steps": 2,
+        "curve-steps": 4,
+        "vartheta": 0.0,
+    }
+    job = deploy.job_from_run_config(config)
+    assert isinstance(job.rule, AsyncManifold) and job.rule.name == "asyncbezier-ed"
+    assert job.rule.embedding.base is job.resolved.manifold and job.rule.alpha == 1.0
+    assert job.rule.server_lr == 0.25  # [P] Table 3's default when server-lr is unset
+    assert job.rule.correction.vartheta == 0.0
+    assert job.curve and job.upload_shape == (3, 65, 10)
+    trainer = job.trainer()
+    assert isinstance(trainer, BezierProblemTrainer)
+    assert (trainer.warmup_steps, trainer.curve_steps) == (2, 4)
+    default = deploy.job_from_run_config({**config, "warmup-steps": -1, "curve-steps": -1})
+    assert (default.warmup_steps, default.curve_steps) == (5, 5)  # local-steps each
+    with pytest.raises(ParameterError, match="needs a Euclidean problem"):
+        deploy.job_from_run_config({**config, "problem": "kpca-synthetic"})
+    with pytest.raises(TrainerMismatchError, match="settings of the curve client"):
+        deploy.job_from_run_config({**config, "rule": "fedasync"})
+
+
 def test_app_project_is_a_valid_flower_app(tmp_path):
     from flwr.common.config import validate_config
 
