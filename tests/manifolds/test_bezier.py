@@ -132,6 +132,24 @@ def test_geodesic_de_casteljau_on_the_sphere():
     s.check_tangent(curve(0.3), curve.velocity(0.3), atol=1e-8)
 
 
+def test_closest_point_on_a_sphere_curve_by_multistart_newton():
+    """A manifold base has no polynomial distance: the multi-start safeguarded Newton, against a
+    dense search along the geodesic de Casteljau curve."""
+    s = Sphere(3)
+    rng = np.random.default_rng(6)
+    x = s.random_point(rng=rng)
+    curve = BezierCurve(
+        np.stack([s.exp(x, 0.8 * s.random_tangent(x, rng=rng)) for _ in range(3)]), s
+    )
+    queries = rng.standard_normal((4, 3))
+    grid = np.linspace(0.0, 1.0, 4001)
+    dense = np.linalg.norm(curve(grid)[None] - queries[:, None], axis=-1).min(axis=1)
+    t, dist = curve.closest_point(queries)
+    assert np.all((0 <= t) & (t <= 1))
+    assert np.all(dist <= dense + 1e-12) and np.all(dist >= dense - 1e-5)
+    np.testing.assert_allclose(np.linalg.norm(curve(t) - queries, axis=-1), dist, atol=1e-12)
+
+
 def test_gradients_with_respect_to_control_points():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
