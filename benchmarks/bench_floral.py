@@ -11,8 +11,9 @@ inputs) and the small CNN (:class:`riemfl.nn.SmallCNN`):
   mixture folded in). Goal: merged = base within noise (ratio in [0.9, 1.1]).
 
 Batch sizes 32 (the paper's MNIST batch) and 256. A FLoRAL layer adds a fixed number of small
-weight-sized operations per pass (the merged weight W + sum_c pi_c A_c B_c^T and bias), whatever
-the batch, so its relative cost falls as the batch (or the layer) grows.
+weight-sized operations per pass (the merged weight W + sum_c pi_c A_c B_c^T and bias, for all
+layers in one autograd node: :mod:`riemfl.nn.floral.fused`), whatever the batch, so its
+relative cost falls as the batch (or the layer) grows.
 
 Timing: one torch thread and one BLAS thread, all variants in this process, interleaved
 (round-robin over variants within each repeat, so that machine-load drifts hit them alike),

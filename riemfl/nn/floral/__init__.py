@@ -10,6 +10,8 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
 * :mod:`~riemfl.nn.floral.adaptor`, :mod:`~riemfl.nn.floral.linear`,
   :mod:`~riemfl.nn.floral.conv`: the adapted layers (LinearLoRA, ConvLoRA balanced 2-D / in /
   out layer, bias adaptors), ``merge``, ScaledGD preconditioning (eq. 36);
+* :mod:`~riemfl.nn.floral.fused`: the merged weights of all adapted layers of a model in one
+  autograd node (the training step's cost, ``benchmarks/bench_floral.py``);
 * :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
 * :mod:`~riemfl.nn.floral.model`: :func:`floralize` (a plain model -> its FLoRAL version) and
   :class:`FloralModel` (``merge`` for inference);

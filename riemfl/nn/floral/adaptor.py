@@ -36,6 +36,7 @@ the ScaledGD preconditioner work on these matrices.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ import torch
 from torch import nn
 
 from ...errors import ParameterError
+from .fused import merge_layers
 
 __all__ = ["MatrixView", "MixtureContext", "MixtureAdaptor", "INITS", "PRECONDITIONERS"]
 
@@ -104,9 +106,12 @@ class MatrixView:
 class MixtureContext:
     r"""What every adapted layer of one model reads at forward time: the mixture weights.
 
-    :class:`~riemfl.nn.floral.FloralModel` calls :meth:`set` with the router's pi once per
-    forward pass; the layers read :meth:`weights`, :math:`w = \alpha\,\max(\pi,
-    \pi_{min})` (computed once for all layers).
+    :class:`~riemfl.nn.floral.FloralModel` calls :meth:`set` with the router's pi and its adapted
+    layers once per forward pass: the mixture weights :math:`w = \alpha\,\max(\pi,
+    \pi_{min})` are computed once for all layers (:meth:`weights`), and so are the merged
+    weights and biases of the given layers, in one autograd node
+    (:func:`~riemfl.nn.floral.fused.merge_layers`); each layer reads its own with
+    :meth:`merged`.
     """
 
     def __init__(self, n_clusters: int, lora_scale: float = 1.0, min_prob: float = 0.0) -> None:
@@ -118,6 +123,7 @@ class MixtureContext:
         self.lora_scale = float(lora_scale)
         self.min_prob = float(min_prob)
         self._w: torch.Tensor | None = None
+        self._merged: dict = {}
 
     def mixture_weights(self, pi: torch.Tensor) -> torch.Tensor:
         r""":math:`\alpha\max(\pi, \pi_{min})` of a given pi."""
@@ -125,9 +131,17 @@ class MixtureContext:
             pi = pi.clamp(min=self.min_prob)
         return pi if self.lora_scale == 1.0 else self.lora_scale * pi
 
-    def set(self, pi: torch.Tensor | None) -> None:
-        """The pi of the coming forward pass (None: clear)."""
+    def set(self, pi: torch.Tensor | None, layers: Sequence[MixtureAdaptor] = ()) -> None:
+        """The pi of the coming forward pass (None: clear), and the layers to merge now.
+
+        The merged weights of ``layers`` are computed here, once, from the parameters as they
+        are now: call :meth:`set` again after changing them. A layer not given here merges its
+        own weights at each call.
+        """
+        self._merged = {}
         self._w = None if pi is None else self.mixture_weights(pi)
+        if self._w is not None and layers:
+            self._merged = merge_layers(layers, self._w)
 
     def weights(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass."""
@@ -140,13 +154,35 @@ class MixtureContext:
             )
         return self._w
 
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_merged", {})  # contexts pickled before the fused merge
+        self.__dict__.update(state)
+
+    def merged(self, layer: MixtureAdaptor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""``(merged weight, merged bias)`` of ``layer`` for the pi of this forward pass.
+
+        :math:`W + \sum_c w_c A_c B_c^\top` and :math:`b + \sum_c w_c L_{b,c}`: those computed
+        by :meth:`set` for its layers, or computed now for another layer.
+
+        Raises
+        ------
+        ParameterError
+            When no pi was set.
+        """
+        got = self._merged.get(layer)
+        if got is None:
+            got = merge_layers((layer,), self.weights())[layer]
+        return got
+
 
 class MixtureAdaptor(nn.Module):
     """Base class of the adapted layers (module docstring); subclasses define the views.
 
     Subclasses set ``base``, ``lora_out``, ``lora_in``, ``lora_bias`` (or None), ``rank``,
     ``out_view``, ``in_view`` and implement ``_base_call``, ``_delta`` and
-    :meth:`factored_output`.
+    :meth:`factored_output`; for the fused merge of :mod:`~riemfl.nn.floral.fused` also
+    ``_fusion_views``, ``_fused_weight`` and ``_fused_weight_backward`` (a subclass without
+    them is merged with ``_delta`` and ordinary autograd).
     """
 
     base: nn.Module
@@ -193,22 +229,13 @@ class MixtureAdaptor(nn.Module):
 
         Mixing adaptor outputs and merging are the same linear map, so the forward pass folds
         the mixture into the weight (a few small weight-sized operations, independent of the
-        batch) and runs the base operation once, instead of running every adaptor on the data
+        batch, done for all the layers of a model at once by :meth:`MixtureContext.set`) and
+        runs the base operation once, instead of running every adaptor on the data
         (:meth:`factored_output`, the reference path the tests compare against).
         """
-        w = self.context.weights()
-        return self._base_call(x, self._merged_weight(w), self._merged_bias(w))
-
-    def _merged_weight(self, w: torch.Tensor) -> torch.Tensor:
-        return self.base.weight + self._delta(w)
-
-    def _merged_bias(self, w: torch.Tensor) -> torch.Tensor | None:
-        b = self.base.bias
-        if self.lora_bias is None:
-            return b
-        if b is None:
-            return self.lora_bias.T @ w
-        return torch.addmv(b, self.lora_bias.T, w)
+        got = self.context._merged.get(self)
+        weight, bias = self.context.merged(self) if got is None else got
+        return self._base_call(x, weight, bias)
 
     def _base_call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
         raise NotImplementedError
@@ -217,9 +244,66 @@ class MixtureAdaptor(nn.Module):
         r""":math:`\sum_c w_c L_c` in the base weight's shape, for mixture weights w."""
         raise NotImplementedError
 
+    def _fusion_views(
+        self,
+        lora_out: torch.Tensor,
+        lora_in: torch.Tensor,
+        lora_bias: torch.Tensor | None,
+    ) -> tuple:
+        r"""Reshapings of the factors that :meth:`_fused_weight` uses, last :math:`L_b^\top`.
+
+        Views of the given tensors where possible (then cached across passes by
+        :mod:`~riemfl.nn.floral.fused`), None where a copy would be needed; the last entry is
+        the transposed bias adaptors (d_out, C), or None.
+        """
+        raise NotImplementedError
+
+    def _fused_weight(
+        self,
+        w: torch.Tensor,
+        shared: dict,
+        weight: torch.Tensor,
+        lora_out: torch.Tensor,
+        views: tuple,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""Forward of :class:`~riemfl.nn.floral.fused.MixtureMerge` for this layer.
+
+        Returns :math:`W + \sum_c w_c A_c B_c^\top` in the weight's shape and the scaled
+        factor kept for the backward pass; ``shared`` holds reshapings of w common to all
+        layers (:func:`~riemfl.nn.floral.fused.weight_vector`).
+        """
+        raise NotImplementedError
+
+    _fused_weight.fusion_missing = True  # type: ignore[attr-defined]  # subclasses override
+
+    def _fused_weight_backward(
+        self,
+        g: torch.Tensor,
+        w: torch.Tensor,
+        shared: dict,
+        lora_out: torch.Tensor,
+        views: tuple,
+        scaled: torch.Tensor | None,
+        need_out: bool,
+        need_in: bool,
+        need_w: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        r"""Backward of :meth:`_fused_weight` for the weight gradient ``g``.
+
+        Returns the gradients of ``lora_out`` and ``lora_in`` (None where not needed) and, if
+        ``need_w``, :math:`(\langle G, A_c B_c^\top\rangle)_c`. ``scaled`` is what
+        :meth:`_fused_weight` kept, or None to remake it.
+        """
+        raise NotImplementedError
+
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`\alpha\sum_c w_c (L_c x + L_{b,c})` computed factor by factor (no base)."""
         raise NotImplementedError
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_fusion_cache", None)  # views of this module's own parameters
+        return state
 
     def delta_weight(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`\alpha\sum_c w_c L_c` in the base weight's shape (for ``merge``)."""

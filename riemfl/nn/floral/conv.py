@@ -46,6 +46,7 @@ from torch import nn
 
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
+from .fused import weight_vector
 from .linear import _resolve_rank
 
 __all__ = ["MixtureConv2d", "CONV_VARIANTS"]
@@ -138,8 +139,32 @@ class MixtureConv2d(MixtureAdaptor):
         # A: rows (i, a_o, b_o), B: rows (j, a_i, b_i); the rank axis last
         self.out_view = MatrixView((c_out, r, *k_out), (0, 2, 3, 1))
         self.in_view = MatrixView((r, c_in, *k_in), (1, 2, 3, 0))
+        self._dims = (c_out, c_in, *k_out, *k_in, m, n, c * r)
+        self._set_layouts()
         self._init_factors(init, fan_in_in=n, fan_in_out=r * k_out[0] * k_out[1])
         self._make_bias(bias, c_out, w)
+
+    def _set_layouts(self) -> None:
+        """Sizes and strides (of contiguous tensors) of the reshapings the fused merge uses.
+
+        ``_kernel_layout``: the (m, n) product as a kernel; ``_grad_layout``: a kernel (its
+        gradient) as the 6-d (c_out, k_out, c_in, k_in) array whose reshape is the (m, n)
+        matrix; ``_out_layout`` / ``_in_layout``: (m, C r) / (n, C r) matrices seen in the
+        layouts of ``lora_out`` / ``lora_in``.
+        """
+        c_out, c_in, kh_o, kw_o, kh_i, kw_i, m, n, cr = self._dims
+        c = cr // self.rank
+        shape = self.base.weight.shape
+        mat = torch.empty(m, n, device="meta")
+        kernel = mat.view(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
+        self._kernel_layout = (shape, kernel.reshape(shape).stride())
+        g6 = torch.empty(shape, device="meta").view(c_out, c_in, kh_o, kh_i, kw_o, kw_i)
+        g6 = g6.permute(0, 2, 4, 1, 3, 5)
+        self._grad_layout = (g6.shape, g6.stride())
+        d = torch.empty(m, cr, device="meta").view(c_out, kh_o, kw_o, c, -1).permute(3, 0, 4, 1, 2)
+        self._out_layout = (d.shape, d.stride())
+        e = torch.empty(n, cr, device="meta").view(c_in, kh_i, kw_i, c, -1).permute(3, 4, 0, 1, 2)
+        self._in_layout = (e.shape, e.stride())
 
     def _base_call(self, x, weight, bias):
         return self.base._conv_forward(x, weight, bias)
@@ -147,13 +172,65 @@ class MixtureConv2d(MixtureAdaptor):
     def _delta(self, w: torch.Tensor) -> torch.Tensor:
         # sum_c w_c A_c B_c^T as one (m, C r) x (C r, n) product, then back to a kernel:
         # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i)
-        c, c_out, r, kh_o, kw_o = self.lora_out.shape
-        c_in, kh_i, kw_i = self.lora_in.shape[2:]
-        a = (self.lora_out * w[:, None, None, None, None]).permute(1, 3, 4, 0, 2)
-        b = self.lora_in.permute(2, 3, 4, 0, 1)
-        x = a.reshape(-1, c * r) @ b.reshape(-1, c * r).T
+        scaled = self._out_matrix(self.lora_out) * w.repeat_interleave(self.rank)
+        return self._kernel(scaled @ self._in_matrix(self.lora_in).T)
+
+    def _out_matrix(self, lora_out: torch.Tensor) -> torch.Tensor:
+        r""":math:`[A_1 \cdots A_C]`, shape (m, C r), rows (i, a_o, b_o), columns (c, k)."""
+        m, _, cr = self._dims[6:]
+        return lora_out.permute(1, 3, 4, 0, 2).reshape(m, cr)
+
+    def _in_matrix(self, lora_in: torch.Tensor) -> torch.Tensor:
+        r""":math:`[B_1 \cdots B_C]`, shape (n, C r), rows (j, a_i, b_i), columns (c, k)."""
+        _, n, cr = self._dims[6:]
+        return lora_in.permute(2, 3, 4, 0, 1).reshape(n, cr)
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        """The (m, n) matrix ``x`` as a kernel of the base weight's shape."""
+        c_out, c_in, kh_o, kw_o, kh_i, kw_i = self._dims[:6]
         kernel = x.reshape(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
-        return kernel.reshape(*self.base.weight.shape)
+        return kernel.reshape(self._kernel_layout[0])
+
+    def _fusion_views(self, lora_out, lora_in, lora_bias):
+        # [A_1 ... A_C] is a view of lora_out for r = 1 only (None: made per call);
+        # [B_1 ... B_C] always is one of lora_in
+        out_mat = self._out_matrix(lora_out) if self.rank == 1 else None
+        in_mat = self._in_matrix(lora_in)
+        return out_mat, in_mat, None if lora_bias is None else lora_bias.T
+
+    def _fused_weight(self, w, shared, weight, lora_out, views):
+        out_mat, in_mat, _ = views
+        if out_mat is None:
+            out_mat = self._out_matrix(lora_out)
+        aw = out_mat * weight_vector(shared, w, self.rank)  # [w_1 A_1 ... w_C A_C]
+        x = F.linear(aw, in_mat)  # (m, n): rows (i, a_o, b_o), columns (j, a_i, b_i)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        return weight + x.as_strided(*self._kernel_layout), aw
+
+    def _fused_weight_backward(self, g, w, shared, lora_out, views, aw, need_out, need_in, need_w):
+        # the kernel gradient as the (m, n) matrix G: d[A_1 ... A_C] = G [B_1 ... B_C] scaled
+        # by w_c, d[B_1 ... B_C] = G^T [w_1 A_1 ... w_C A_C], dw_c = <(G B)_c, A_c>
+        out_mat, in_mat, _ = views
+        if out_mat is None:
+            out_mat = self._out_matrix(lora_out)
+        r = self.rank
+        m, n = self._dims[6:8]
+        gm = g.contiguous().as_strided(*self._grad_layout).reshape(m, n)
+        d_out = d_in = dw = None
+        if need_out or need_w:
+            d = torch.mm(gm, in_mat)  # (m, C r)
+            if need_out:
+                d_out = (d * weight_vector(shared, w, r)).as_strided(*self._out_layout)
+            if need_w:
+                dw = torch.linalg.vecdot(d, out_mat, dim=0)  # (C r,)
+                if r > 1:
+                    dw = dw.view(-1, r).sum(1)
+        if need_in:
+            if aw is None:
+                aw = out_mat * weight_vector(shared, w, r)
+            d_in = torch.mm(gm.T, aw).as_strided(*self._in_layout)  # (n, C r)
+        return d_out, d_in, dw
 
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The two convolutions :math:`U * (V * x)` of every cluster, weighted (no base)."""

@@ -13,7 +13,8 @@ of all clusters are views. The layer computes
       = \bigl(W + [w_1 A_1 \cdots w_C A_C][B_1 \cdots B_C]^\top\bigr) x
         + b + \alpha\sum_c w_c L_{b,c},
 
-the second form in one ``addmm`` (the merged weight) and one ``linear``. Rank
+the second form in one ``addmm`` (the merged weight, computed with those of the model's other
+adapted layers in one autograd node: :mod:`~riemfl.nn.floral.fused`) and one ``linear``. Rank
 :math:`r = \max(1, \lfloor\rho mn/(m+n)\rfloor)` (:func:`~riemfl.nn.floral.budget.lora_rank`)
 unless given.
 """
@@ -27,6 +28,7 @@ from torch import nn
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
 from .budget import lora_rank
+from .fused import weight_column
 
 __all__ = ["MixtureLinear"]
 
@@ -74,6 +76,8 @@ class MixtureLinear(MixtureAdaptor):
         self.lora_in = nn.Parameter(torch.empty(c, r, n, dtype=w.dtype, device=w.device))
         self.out_view = MatrixView((r, m), (1, 0))
         self.in_view = MatrixView((r, n), (1, 0))
+        self._dims = (c * r, m, n)
+        self._shape_out, self._shape_in = (c, r, m), (c, r, n)
         self._init_factors(init, fan_in_in=n, fan_in_out=r)
         self._make_bias(bias, m, w)
 
@@ -90,9 +94,41 @@ class MixtureLinear(MixtureAdaptor):
         a, b = self._scaled_factors(w)
         return a.T @ b
 
-    def _merged_weight(self, w: torch.Tensor) -> torch.Tensor:
-        a, b = self._scaled_factors(w)  # one fused W + A_w B^T
-        return torch.addmm(self.base.weight, a.T, b)
+    def _fusion_views(self, lora_out, lora_in, lora_bias):
+        # the stored factors are the transposed matrices A_c^T (r x m), B_c^T (r x n): the
+        # stacks [A_1 ... A_C]^T (C r x m) and [B_1 ... B_C]^T (C r x n) are views
+        cr, m, n = self._dims
+        out2, in2 = lora_out.reshape(cr, m), lora_in.reshape(cr, n)
+        in_flat = in2 if self.rank == 1 else lora_in.reshape(lora_in.shape[0], -1)
+        return out2, out2.T, in2, in_flat, None if lora_bias is None else lora_bias.T
+
+    def _fused_weight(self, w, shared, weight, lora_out, views):
+        # W + [A_1 ... A_C][w_1 B_1 ... w_C B_C]^T in one addmm
+        _, out2t, in2, _, _ = views
+        scaled = in2 * weight_column(shared, w, self.rank)  # rows w_c B_c^T
+        return torch.addmm(weight, out2t, scaled), scaled
+
+    def _fused_weight_backward(
+        self, g, w, shared, lora_out, views, scaled, need_out, need_in, need_w
+    ):
+        # G (m x n): d A_c^T = w_c B_c^T G^T, d B_c^T = w_c A_c^T G, dw_c = <A_c^T G, B_c^T>
+        out2, _, in2, in_flat, _ = views
+        r = self.rank
+        if scaled is None:
+            scaled = in2 * weight_column(shared, w, r)
+        d_out = F.linear(scaled, g).view(self._shape_out) if need_out else None  # (C r, m)
+        d_in = dw = None
+        if need_in or need_w:
+            e = torch.mm(out2, g)  # (C r, n): rows A_k^T G
+            if need_in:
+                d_in = (e * weight_column(shared, w, r)).view(self._shape_in)
+            if need_w:
+                dw = (
+                    torch.linalg.vecdot(e, in2)
+                    if r == 1
+                    else torch.linalg.vecdot(e.view(in_flat.shape), in_flat)
+                )
+        return d_out, d_in, dw
 
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         w = self.context.weights(pi)

@@ -78,11 +78,25 @@ class FloralModel(nn.Module):
         return [(n, m) for n, m in self.named_modules() if isinstance(m, MixtureAdaptor)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.context.set(self.router())
+        """The model's output for the router's current pi.
+
+        The merged weights of all adapted layers are computed first, in one autograd node
+        (:meth:`MixtureContext.set`), then the model runs as the base model does. The adapted
+        layers are listed at the first call; a layer put into the model later still works (it
+        merges its own weights) and :meth:`refresh_layers` lists it again.
+        """
+        layers = self.__dict__.get("_adapted_layers")
+        if layers is None:
+            layers = self.__dict__["_adapted_layers"] = tuple(m for _, m in self.adaptors())
+        self.context.set(self.router(), layers)
         try:
             return self.model(x)
         finally:
             self.context.set(None)
+
+    def refresh_layers(self) -> None:
+        """Forget the list of adapted layers (after replacing modules of ``self.model``)."""
+        self.__dict__.pop("_adapted_layers", None)
 
     def parameter_roles(self) -> dict[str, str]:
         """``name -> "base" | "cluster" | "private" | "router"`` for every parameter."""
