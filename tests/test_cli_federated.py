@@ -200,3 +200,13 @@ def test_the_quick_reproduction_passes_its_deterministic_claims(tmp_path):
         assert verdicts[number] == "PASS", claims[number - 1].detail
     for n in range(1, 10):
         assert (tmp_path / f"fig{n}.png").exists()
+
+
+def test_warm_up_runs_each_kind_of_run_once():
+    """Before the timed runs every distinct (problem, algorithm, tau, batch, step) runs two
+    untimed rounds, so that no run's CPU seconds carry the process's first-call costs."""
+    figs = zhang2024.figures(quick=True)
+    runs = [run for n in (4, 9) for _, panel in figs[n].panels for _, run in panel]
+    kinds = zhang2024._warm_up(runs + runs[:2], zhang2024._Problems(None))
+    expected = {(r.problem, r.algorithm, r.local_steps, r.batch_size, r.step) for r in runs}
+    assert len(kinds) == len(expected) and set(kinds) == expected
