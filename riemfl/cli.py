@@ -198,12 +198,13 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
         operators=args.operators,
         staleness=args.staleness,
         manifold=problem.manifold,
-        vartheta=args.vartheta,
+        vartheta=1.0 if args.vartheta is None else args.vartheta,
     )
     curve = args.algorithm in CURVE_RULE_NAMES
-    if not curve and (args.warmup_steps is not None or args.curve_steps is not None):
+    curve_only = (args.warmup_steps, args.curve_steps, args.vartheta)
+    if not curve and any(v is not None for v in curve_only):
         raise ParameterError(
-            f"--warmup-steps and --curve-steps set the curve clients of {CURVE_RULE_NAMES}; "
+            f"--warmup-steps, --curve-steps and --vartheta set the curve rules {CURVE_RULE_NAMES}; "
             f"{args.algorithm} trains a point (--local-steps)"
         )
     if curve:
@@ -344,7 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--curve-steps", type=int, default=None,
         help="curve rules: K - K1 steps of curve learning (default: --local-steps)",
     )  # fmt: skip
-    a.add_argument("--vartheta", type=float, default=1.0, help="curve rules: OrthoDC strength")
+    a.add_argument(
+        "--vartheta", type=float, default=None, help="curve rules: OrthoDC strength (default 1)"
+    )
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures and check its claims")
     p.add_argument("paper", choices=("zhang2024", "licudi2025", "licudi2025-baselines", "floral"))

@@ -131,7 +131,12 @@ def test_run_curve_rule_errors(tmp_path, capsys):
     assert "needs a Euclidean problem" in capsys.readouterr().err
     assert _run(tmp_path, "logreg-digits", "--algorithm", "fedasync", "--engine", "async",
                 "--curve-steps", "3") == 2  # fmt: skip
-    assert "--warmup-steps and --curve-steps set the curve clients" in capsys.readouterr().err
+    assert "--warmup-steps, --curve-steps and --vartheta set the curve rules" in (
+        capsys.readouterr().err
+    )
+    assert _run(tmp_path, "logreg-digits", "--algorithm", "fedbuff", "--engine", "async",
+                "--vartheta", "0") == 2  # fmt: skip
+    assert "trains a point" in capsys.readouterr().err
     assert _run(tmp_path, "logreg-digits", "--algorithm", "rfedavg", "-k", "3") == 2
     assert "has no components" in capsys.readouterr().err
 
