@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import ParameterError
-from ...experiments.registry import PROBLEMS, build_algorithm, build_async_rule
+from ...experiments.registry import (
+    CURVE_RULE_NAMES,
+    PROBLEMS,
+    build_algorithm,
+    build_async_rule,
+)
 from .client import make_client_app
 from .errors import ProtocolError
 from .jobs import AsyncJob, ProblemSpec, SyncJob
@@ -133,6 +138,11 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             **common,
         )
     elif c["engine"] == "async":
+        if c["rule"] not in CURVE_RULE_NAMES and float(c["vartheta"]) != DEFAULTS["vartheta"]:
+            raise ParameterError(
+                f"run-config 'vartheta' sets the curve rules {CURVE_RULE_NAMES}; rule "
+                f"{c['rule']!r} has no curve correction"
+            )
         rule = build_async_rule(
             c["rule"],
             server_lr=float(c["server-lr"]) or None,

@@ -482,7 +482,9 @@ def test_run_config_builds_curve_rule_jobs():
     with pytest.raises(ParameterError, match="needs a Euclidean problem"):
         deploy.job_from_run_config({**config, "problem": "kpca-synthetic"})
     with pytest.raises(TrainerMismatchError, match="settings of the curve client"):
-        deploy.job_from_run_config({**config, "rule": "fedasync"})
+        deploy.job_from_run_config({**config, "rule": "fedasync", "vartheta": 1.0})
+    with pytest.raises(ParameterError, match="'vartheta' sets the curve rules"):
+        deploy.job_from_run_config({**config, "rule": "fedasync", "warmup-steps": -1})
 
 
 def test_app_project_is_a_valid_flower_app(tmp_path):
