@@ -1,0 +1,50 @@
+"""The scripts of ``examples/`` run end to end (small settings) and say what they claim."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module
+
+
+def test_asyncbezier_logreg(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("sklearn")
+    summary = _load("asyncbezier_logreg").main(["--steps", "30", "--out", str(tmp_path)])
+    assert set(summary) == {"FedAsync", "FedBuff (K = 3)", "AsyncBezier", "AsyncBezierED"}
+    for name, s in summary.items():
+        assert math.isfinite(s["optimality_gap"]) and s["optimality_gap"] > 0, name
+        assert 0.5 < s["accuracy"] <= 1.0, name  # from 10% at the zero start
+        expected = 90 if name.startswith("FedBuff") else 30  # K = 3 updates per server step
+        assert s["client_updates"] == expected
+    assert (tmp_path / "asyncbezier_logreg.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert "AsyncBezierED" in out and "accuracy at the optimum" in out
+
+
+@pytest.mark.slow
+def test_flower_kpca_quick(capsys):
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    _load("flower_kpca").main(["--quick"])
+    out = capsys.readouterr().out
+    assert "same iterates as in-process" in out
+    difference = float(out.split("max |difference|")[1].split()[0])
+    assert difference < 1e-10
+    assert "3. FedAsync:" in out
