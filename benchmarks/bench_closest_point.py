@@ -47,7 +47,8 @@ QUICK_CASES = [(3, 2, 10), (5, 2, 10)]
 NEWTON_STARTS = 9
 
 
-def _median_us(fn: Callable[[], Any], repeats: int) -> list[float]:
+def _samples_us(fn: Callable[[], Any], repeats: int) -> list[float]:
+    """Microseconds of ``repeats`` single calls of ``fn``."""
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -74,8 +75,8 @@ def bench_case(degree: int, dim: int, queries: int, repeats: int, seed: int = 0)
     poly_us: list[float] = []
     newton_us: list[float] = []
     for _ in range(repeats):  # interleaved
-        poly_us += _median_us(polynomial, 1)
-        newton_us += _median_us(newton, 1)
+        poly_us += _samples_us(polynomial, 1)
+        newton_us += _samples_us(newton, 1)
     p, n = statistics.median(poly_us), statistics.median(newton_us)
     return {
         "degree": degree,
