@@ -6,19 +6,18 @@ inputs) and the small CNN (:class:`riemfl.nn.SmallCNN`):
 * ``train``: one forward + backward pass (cross-entropy, gradients of every parameter, the
   router's included) of the base model and of its FLoRAL version with C = 4 adaptors per layer
   at rho = 1% and 10% (bias adaptors on, learned router). Goal: FLoRAL(1%) <= 1.3 x the base.
-* ``FLoRAL floor`` (train, a diagnostic): the FLoRAL(1%) step with the merge replaced by a
-  pass-through autograd node that hands the base weights on unchanged and gives the router's
-  weights and every adaptor tensor a zero gradient: what the step costs apart from the merge
-  arithmetic (the router and its softmax, the adapted layers' forward, autograd's handling of
-  the extra parameters). Where the floor is above the goal, the merge is not what misses it.
+* ``FLoRAL(1%) torch`` (train): the same step on the pure-torch path (``backend="torch"``:
+  the merge of :mod:`riemfl.nn.floral.fused`, then the base operations), against the default,
+  which runs every adapted layer in the compiled FLoRAL layer (:mod:`riemfl.nn.floral.kernels`,
+  one autograd node per layer); the JSON records which backend the default had.
 * ``infer``: a forward pass without gradient of the base model, of the unmerged FLoRAL(1%)
   model and of its merged model (``FloralModel.merge()``: the base architecture with the
   mixture folded in). Goal: merged = base within noise (ratio in [0.9, 1.1]).
 
-Batch sizes 32 (the paper's MNIST batch) and 256. A FLoRAL layer adds a fixed number of small
-weight-sized operations per pass (the merged weight W + sum_c pi_c A_c B_c^T and bias, for all
-layers in one autograd node: :mod:`riemfl.nn.floral.fused`), whatever the batch, so its
-relative cost falls as the batch (or the layer) grows.
+Batch sizes 32 (the paper's MNIST batch) and 256. A FLoRAL layer adds a fixed amount of
+weight-sized work per pass (the merged weight W + sum_c pi_c A_c B_c^T and bias, and their
+backward), whatever the batch, plus torch's fixed costs for the router and the extra parameter
+tensors, so its relative cost falls as the batch (or the layer) grows.
 
 Timing: one torch thread and one BLAS thread, all variants in this process, interleaved
 (round-robin over variants within each repeat, so that machine-load drifts hit them alike),
@@ -51,13 +50,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 from riemfl.nn import MLP, SmallCNN  # noqa: E402
-from riemfl.nn.floral import adaptor, floralize, parameter_counts  # noqa: E402
+from riemfl.nn.floral import floralize, kernels, parameter_counts  # noqa: E402
 
 __all__ = ["MODELS", "bench_model", "format_table", "main"]
 
 TRAIN_GOAL = 1.3
-#: the train variant that measures the floor of any FLoRAL step (:func:`_floor_merge`)
-FLOOR = "FLoRAL floor"
+#: the FLoRAL(1%) train variant on the pure-torch path (no compiled layer)
+TORCH_PATH = "FLoRAL(1%) torch"
 MERGED_BAND = (0.9, 1.1)
 N_CLUSTERS = 4
 
@@ -78,6 +77,11 @@ def _floral(base: torch.nn.Module, rho: float) -> torch.nn.Module:
     return model
 
 
+def _torch_path(model: torch.nn.Module) -> torch.nn.Module:
+    model.backend = "torch"
+    return model
+
+
 def _train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
     params = [p for p in model.parameters() if p.requires_grad]
 
@@ -86,48 +90,6 @@ def _train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Cal
         torch.autograd.grad(loss, params)
 
     return step
-
-
-class _PassThrough(torch.autograd.Function):
-    """The base weights and biases unchanged, in one autograd node that also takes the router's
-    mixture weights and every FLoRAL-only tensor and gives them zero gradients (the floor
-    variant: a FLoRAL step without the merge arithmetic)."""
-
-    @staticmethod
-    def forward(ctx: Any, n_base: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.extra = [(t.shape, t.dtype) for t in tensors[n_base:]]
-        return tuple(t.view_as(t) for t in tensors[:n_base])
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        return (None, *grads, *(torch.zeros(s, dtype=d) for s, d in ctx.extra))
-
-
-def _floor_merge(layers: Sequence[Any], w: torch.Tensor) -> dict[Any, tuple[Any, Any]]:
-    """``merge_layers`` without its arithmetic: each layer's own weight and bias, through
-    :class:`_PassThrough` (its signature, for the floor variant)."""
-    base = [t for layer in layers for t in (layer.base.weight, layer.base.bias) if t is not None]
-    extra = [t for layer in layers for t in (layer.lora_out, layer.lora_in, layer.lora_bias)]
-    outs = iter(_PassThrough.apply(len(base), *base, *(t for t in extra if t is not None), w))
-    return {
-        layer: (next(outs), None if layer.base.bias is None else next(outs)) for layer in layers
-    }
-
-
-def _floor_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
-    """The FLoRAL model's training step with the merge replaced by :func:`_floor_merge` (the
-    module attribute that :meth:`MixtureContext.set` calls is swapped for the call only)."""
-    step = _train_step(model, x, y)
-    real = adaptor.merge_layers
-
-    def floor() -> None:
-        adaptor.merge_layers = _floor_merge
-        try:
-            step()
-        finally:
-            adaptor.merge_layers = real
-
-    return floor
 
 
 def _infer(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -173,7 +135,7 @@ def bench_model(name: str, batch: int, repeats: int, inner: int) -> list[dict[st
             "base": _train_step(base, x, y),
             "FLoRAL(1%)": _train_step(floral[0.01].train(), x, y),
             "FLoRAL(10%)": _train_step(floral[0.1].train(), x, y),
-            FLOOR: _floor_step(_floral(base, 0.01).train(), x, y),
+            TORCH_PATH: _train_step(_torch_path(_floral(base, 0.01).train()), x, y),
         },
         repeats,
         inner,
@@ -248,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "machine": machine_info(threads),
         "quick": args.quick,
         "clusters": N_CLUSTERS,
+        "floral_backend": kernels.backend(),
         "repeats": repeats,
         "inner": inner,
         "rows": rows,

@@ -1,4 +1,5 @@
-"""The fused merge (one autograd node for all merged weights): gradients, caches, fallbacks."""
+"""The fused merge of the torch path (one autograd node for all merged weights): gradients,
+caches, fallbacks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from floral_helpers import randomise  # noqa: E402
 from torch import nn  # noqa: E402
 
 from riemfl.errors import ParameterError, ShapeError  # noqa: E402
@@ -20,16 +22,11 @@ from riemfl.nn.floral.fused import MixtureMerge, merge_layers, plain_merge  # no
 F = torch.nn.functional
 
 
-def randomise(model, seed=0):
-    """Non-zero factors, bias adaptors and router logits (the LoRA init zeroes one side)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, layer in model.adaptors():
-            for p in (layer.lora_out, layer.lora_in, layer.lora_bias):
-                if p is not None:
-                    p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
-        model.router.logits.copy_(torch.randn(model.router.logits.shape, generator=g))
-    return model
+@pytest.fixture(autouse=True)
+def torch_path(monkeypatch):
+    """This module tests the pure-torch merge: FloralModel forward passes do not take the
+    compiled layer (tests/nn/test_floral_kernel.py compares the two)."""
+    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "off")
 
 
 def _arguments(layers, w):
@@ -226,7 +223,9 @@ def test_frozen_parameters_get_no_gradient():
     assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_torch_func_transforms_use_the_plain_path():
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_torch_func_transforms_use_the_plain_path(mode, monkeypatch):
+    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", mode)  # "auto": the compiled layer steps aside too
     fl = randomise(floralize(MLP([6, 5, 3]), 2, rank=1, seed=0))
     x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
     params = {n: p.detach() for n, p in fl.named_parameters()}

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from ...errors import ParameterError
-from .fused import merge_layers
+from .fused import _layer_tensors, merge_layers
 
 __all__ = ["MatrixView", "MixtureContext", "MixtureAdaptor", "INITS", "PRECONDITIONERS"]
 
@@ -124,6 +124,8 @@ class MixtureContext:
         self.min_prob = float(min_prob)
         self._w: torch.Tensor | None = None
         self._merged: dict = {}
+        #: the compiled layer of this forward pass (:meth:`set_compiled`), or None
+        self._kernel: Any = None
 
     def mixture_weights(self, pi: torch.Tensor) -> torch.Tensor:
         r""":math:`\alpha\max(\pi, \pi_{min})` of a given pi."""
@@ -139,9 +141,17 @@ class MixtureContext:
         own weights at each call.
         """
         self._merged = {}
+        self._kernel = None
         self._w = None if pi is None else self.mixture_weights(pi)
         if self._w is not None and layers:
             self._merged = merge_layers(layers, self._w)
+
+    def set_compiled(self, pi: torch.Tensor, kernel: Any) -> None:
+        """The pi of the coming forward pass, every adapted layer running in the compiled
+        extension ``kernel`` (:mod:`~riemfl.nn.floral.kernels`): nothing is merged here."""
+        self._merged = {}
+        self._w = self.mixture_weights(pi)
+        self._kernel = kernel
 
     def weights(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass."""
@@ -156,7 +166,13 @@ class MixtureContext:
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_merged", {})  # contexts pickled before the fused merge
+        state["_kernel"] = None  # an extension module does not pickle (see __getstate__)
         self.__dict__.update(state)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_kernel"] = None
+        return state
 
     def merged(self, layer: MixtureAdaptor) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""``(merged weight, merged bias)`` of ``layer`` for the pi of this forward pass.
@@ -173,6 +189,36 @@ class MixtureContext:
         if got is None:
             got = merge_layers((layer,), self.weights())[layer]
         return got
+
+
+#: methods whose meaning the compiled layer reproduces: a subclass that overrides any of them
+#: runs the torch path
+_COMPILED_CONTRACT = (
+    "_delta",
+    "_base_call",
+    "_kernel_spec_values",
+    "_compiled_input",
+    "_fusion_views",
+    "_fused_weight",
+    "_fused_weight_backward",
+)
+_compilable_classes: dict[type, bool] = {}
+
+
+def _compilable(cls: type) -> bool:
+    """Whether layers of class ``cls`` may run in the compiled layer: the class, or the class
+    it inherits from that declares ``_compiled_kind``, defines the whole contract, and ``cls``
+    overrides none of it."""
+    got = _compilable_classes.get(cls)
+    if got is None:
+        owner = next((k for k in cls.__mro__ if "_compiled_kind" in k.__dict__), None)
+        got = bool(
+            owner is not None
+            and owner.__dict__["_compiled_kind"] is not None
+            and all(getattr(cls, name) is getattr(owner, name) for name in _COMPILED_CONTRACT)
+        )
+        _compilable_classes[cls] = got
+    return got
 
 
 class MixtureAdaptor(nn.Module):
@@ -233,9 +279,30 @@ class MixtureAdaptor(nn.Module):
         runs the base operation once, instead of running every adaptor on the data
         (:meth:`factored_output`, the reference path the tests compare against).
         """
-        got = self.context._merged.get(self)
-        weight, bias = self.context.merged(self) if got is None else got
+        context = self.context
+        kernel = context._kernel
+        if kernel is not None and _compilable(type(self)) and self._compiled_input(x):
+            weight, bias, lora_out, lora_in, lora_bias = _layer_tensors(self)
+            spec = self.__dict__.get("_kernel_spec")
+            if spec is None:
+                spec = self.__dict__["_kernel_spec"] = kernel.Spec(self._kernel_spec_values())
+            return kernel.floral_op(x, weight, bias, lora_out, lora_in, lora_bias, context._w, spec)
+        got = context._merged.get(self)
+        weight, bias = context.merged(self) if got is None else got
         return self._base_call(x, weight, bias)
+
+    #: the compiled layer's kind for this class ("linear", "conv2d"; None: not compiled)
+    _compiled_kind: str | None = None
+
+    def _compiled_input(self, x: torch.Tensor) -> bool:
+        """Whether the compiled layer takes this input (else: the torch path)."""
+        return True
+
+    def _kernel_spec_values(self) -> list[int]:
+        """The layer's description for the compiled layer: kind (0 linear, 1 conv2d), C, r, m,
+        n, c_out, c_in, the out and in kernels' (height, width), stride, padding, dilation
+        (``csrc/floral_ops.cpp``)."""
+        raise NotImplementedError
 
     def _base_call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
         raise NotImplementedError
@@ -303,6 +370,7 @@ class MixtureAdaptor(nn.Module):
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
         state.pop("_fusion_cache", None)  # views of this module's own parameters
+        state.pop("_kernel_spec", None)  # an extension object (remade on first use)
         return state
 
     def delta_weight(self, pi: torch.Tensor | None = None) -> torch.Tensor:

@@ -169,6 +169,20 @@ class MixtureConv2d(MixtureAdaptor):
     def _base_call(self, x, weight, bias):
         return self.base._conv_forward(x, weight, bias)
 
+    def _compiled_input(self, x: torch.Tensor) -> bool:
+        return x.dim() == 4  # an unbatched image runs the torch path
+
+    _compiled_kind = "conv2d"
+
+    def _kernel_spec_values(self) -> list[int]:
+        c_out, c_in, kh_o, kw_o, kh_i, kw_i, m, n, cr = self._dims
+        base = self.base
+        padding = (0, 0) if base.padding == "valid" else _pair(base.padding, "padding")
+        return [
+            1, cr // self.rank, self.rank, m, n, c_out, c_in, kh_o, kw_o, kh_i, kw_i,
+            *_pair(base.stride, "stride"), *padding, *_pair(base.dilation, "dilation"),
+        ]  # fmt: skip
+
     def _delta(self, w: torch.Tensor) -> torch.Tensor:
         # sum_c w_c A_c B_c^T as one (m, C r) x (C r, n) product, then back to a kernel:
         # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i)

@@ -84,6 +84,12 @@ class MixtureLinear(MixtureAdaptor):
     def _base_call(self, x, weight, bias):
         return F.linear(x, weight, bias)
 
+    _compiled_kind = "linear"
+
+    def _kernel_spec_values(self) -> list[int]:
+        cr, m, n = self._dims
+        return [0, cr // self.rank, self.rank, m, n] + [0] * 6 + [1, 1, 0, 0, 1, 1]
+
     def _scaled_factors(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r""":math:`[w_1 A_1 \cdots w_C A_C]^\top` (C r x m) and :math:`[B_1 \cdots B_C]^\top`
         (C r x n): views of the stored factors, one multiplication."""

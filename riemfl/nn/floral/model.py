@@ -26,16 +26,20 @@ import torch
 from torch import nn
 
 from ...errors import ParameterError
+from . import kernels
 from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
 from .conv import MixtureConv2d
+from .fused import _transforms_active
 from .linear import MixtureLinear
 from .router import Router
 
-__all__ = ["FloralModel", "floralize", "LAYER_TYPES"]
+__all__ = ["FloralModel", "floralize", "LAYER_TYPES", "BACKENDS"]
 
 #: layer-type names accepted by ``floralize(layer_types=...)``
 LAYER_TYPES = ("linear", "conv2d")
+#: values of :attr:`FloralModel.backend`
+BACKENDS = ("auto", "torch")
 
 
 class FloralModel(nn.Module):
@@ -54,6 +58,11 @@ class FloralModel(nn.Module):
     context : MixtureContext
     private_adaptors : bool
         True for the "Local Adaptor" baseline: the adaptors stay on the client.
+    backend : {"auto", "torch"}
+        How the adapted layers run in :meth:`forward`: ``"auto"`` (default) in the compiled
+        FLoRAL layer on the CPU where it is available (:mod:`~riemfl.nn.floral.kernels`, one
+        autograd node per layer), else, and always with ``"torch"``, with the merge of
+        :mod:`~riemfl.nn.floral.fused` and the base operations. Same numbers either way.
     """
 
     def __init__(
@@ -68,6 +77,21 @@ class FloralModel(nn.Module):
         self.router = router
         self.context = context
         self.private_adaptors = bool(private_adaptors)
+        self.backend = "auto"
+
+    @property
+    def backend(self) -> str:
+        return self.__dict__["_backend"]
+
+    @backend.setter
+    def backend(self, value: str) -> None:
+        if value not in BACKENDS:
+            raise ParameterError(f"FloralModel.backend must be one of {BACKENDS}, got {value!r}")
+        self.__dict__["_backend"] = value
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_backend", "auto")  # models pickled before the compiled layer
+        super().__setstate__(state)
 
     @property
     def n_clusters(self) -> int:
@@ -88,7 +112,12 @@ class FloralModel(nn.Module):
         layers = self.__dict__.get("_adapted_layers")
         if layers is None:
             layers = self.__dict__["_adapted_layers"] = tuple(m for _, m in self.adaptors())
-        self.context.set(self.router(), layers)
+        pi = self.router()
+        kernel = _compiled_layer(pi) if self.__dict__["_backend"] == "auto" else None
+        if kernel is not None:
+            self.context.set_compiled(pi, kernel)
+        else:
+            self.context.set(pi, layers)
         try:
             return self.model(x)
         finally:
@@ -145,6 +174,15 @@ class FloralModel(nn.Module):
         finally:
             self.context.set(None)
         return merged
+
+
+def _compiled_layer(pi: torch.Tensor):
+    """The compiled FLoRAL layer (:mod:`~riemfl.nn.floral.kernels`) for a forward pass with
+    mixture weights ``pi``, or None for the torch path (other devices and dtypes, ``torch.func``
+    transforms, the extension off or not buildable)."""
+    if pi.device.type != "cpu" or pi.dtype not in kernels.DTYPES or _transforms_active():
+        return None
+    return kernels.load()
 
 
 def _adapted_children(model: nn.Module):

@@ -1,0 +1,145 @@
+r"""The compiled FLoRAL layer (``csrc/floral_ops.cpp``): building it, loading it, choosing it.
+
+An adapted layer's training step in pure torch pays torch's fixed cost per operation and per
+autograd node many times over for a few weight-sized products (at the digits MLP's size that
+cost, not arithmetic, is the whole difference to the base model). The C++ extension does the
+layer in **one autograd node**: the merged weight
+
+.. math::
+
+    W' = W + \sum_c w_c A_c B_c^\top,\qquad b' = b + \sum_c w_c L_{b,c}
+
+in plain loops, the base operation (``linear`` or ``conv2d``) and its backward with ATen, and the
+backward pass of the merge (:mod:`riemfl.nn.floral.fused` has the formulas) in plain loops, for
+float32 and float64 CPU tensors. Under ``create_graph=True`` its backward pass differentiates
+the same layer written in differentiable ATen operations, so second derivatives stay exact.
+
+It is built with :func:`torch.utils.cpp_extension.load` (a C++ compiler and ninja; about 30 s,
+once: the build is cached in ``TORCH_EXTENSIONS_DIR``, by default
+``~/.cache/torch_extensions``) the first time a :class:`~riemfl.nn.floral.FloralModel` runs
+on the CPU, or ahead of time with ``python -m riemfl.nn.floral.kernels``. Where it cannot be
+built the models run the pure-torch path (:mod:`~riemfl.nn.floral.fused`), with one warning;
+both give the same numbers (tests compare them).
+
+The environment variable ``RIEMFL_FLORAL_KERNEL`` chooses:
+
+* ``auto`` (default): the compiled layer where it builds, else the torch path with a warning;
+* ``off`` (or ``0``): always the torch path;
+* ``require`` (or ``1``): the compiled layer, or :class:`~riemfl.errors.MissingDependencyError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ...errors import MissingDependencyError, ParameterError
+
+__all__ = ["KERNEL_ENV", "MODES", "SOURCE", "backend", "load", "mode"]
+
+KERNEL_ENV = "RIEMFL_FLORAL_KERNEL"
+MODES = ("auto", "off", "require")
+_ALIASES = {"0": "off", "1": "require", "": "auto"}
+#: the C++ source of the extension
+SOURCE = Path(__file__).with_name("csrc") / "floral_ops.cpp"
+#: dtypes the compiled layer takes (others run the torch path)
+DTYPES = (torch.float32, torch.float64)
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_loaded: ModuleType | None = None
+_failed: str | None = None  # why the build failed (then the torch path is used)
+
+
+def mode() -> str:
+    """The mode chosen by ``RIEMFL_FLORAL_KERNEL`` (module docstring).
+
+    Raises
+    ------
+    ParameterError
+        For a value that is none of ``auto``, ``off``, ``require``, ``0``, ``1``.
+    """
+    raw = os.environ.get(KERNEL_ENV, "auto").strip().lower()
+    chosen = _ALIASES.get(raw, raw)
+    if chosen not in MODES:
+        raise ParameterError(
+            f"{KERNEL_ENV}={raw!r}: expected one of {MODES} (or 0 / 1 for off / require)"
+        )
+    return chosen
+
+
+def load() -> ModuleType | None:
+    """The compiled extension, building it on first use; None for the torch path.
+
+    Returns None when the mode is ``off``, or (mode ``auto``) when the build failed, after one
+    :class:`RuntimeWarning` naming the reason.
+
+    Raises
+    ------
+    MissingDependencyError
+        In mode ``require``, when the extension cannot be built or loaded.
+    """
+    global _loaded, _failed
+    chosen = mode()
+    if chosen == "off":
+        return None
+    if _loaded is not None:
+        return _loaded
+    if _failed is None:
+        with _lock:
+            if _loaded is None and _failed is None:
+                _loaded, _failed = _build()
+                if _failed is not None and chosen == "auto":
+                    warnings.warn(
+                        f"riemfl: the compiled FLoRAL layer could not be built ({_failed}); "
+                        "FLoRAL models run the (slower) pure-torch path. Set "
+                        f"{KERNEL_ENV}=off to silence this.",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+    if _loaded is None and chosen == "require":
+        raise MissingDependencyError(
+            f"{KERNEL_ENV}=require, but the compiled FLoRAL layer could not be built: {_failed}"
+        )
+    return _loaded
+
+
+def _build() -> tuple[ModuleType | None, str | None]:
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        _log.info("building the compiled FLoRAL layer from %s (once; about 30 s)", SOURCE)
+        module = load_extension(
+            name="riemfl_floral_ops",
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp-simd"],
+            verbose=False,
+        )
+    except Exception as exc:  # noqa: BLE001  (any build failure: no compiler, no ninja, ...)
+        first = str(exc).strip().splitlines()
+        return None, f"{type(exc).__name__}: {first[0] if first else ''}"[:300]
+    return module, None
+
+
+def backend() -> str:
+    """``"compiled"`` when FLoRAL models on the CPU use the extension, else ``"torch"``."""
+    return "compiled" if load() is not None else "torch"
+
+
+def _main() -> int:  # pragma: no cover - exercised by hand and in the docs
+    module = load()
+    if module is None:
+        print(f"compiled FLoRAL layer: not available ({_failed or 'mode off'})")
+        return 1
+    print(f"compiled FLoRAL layer: built and loaded from {module.__file__}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())

@@ -1,0 +1,355 @@
+"""The compiled FLoRAL layer (riemfl/nn/floral/csrc/floral_ops.cpp) against the torch path.
+
+The extension is built on first use (a C++ compiler is needed; about 30 s once). These tests
+require it unless ``RIEMFL_FLORAL_KERNEL=off`` is set, in which case they are skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from floral_helpers import randomise  # noqa: E402
+from torch import nn  # noqa: E402
+
+from riemfl.errors import MissingDependencyError, ParameterError  # noqa: E402
+from riemfl.nn import MLP, SmallCNN  # noqa: E402
+from riemfl.nn.floral import MixtureLinear, floralize, kernels  # noqa: E402
+
+F = torch.nn.functional
+
+if kernels.mode() == "off":  # pragma: no cover - a run that asked for the torch path only
+    pytest.skip("RIEMFL_FLORAL_KERNEL=off", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    module = kernels.load()
+    assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
+    return module
+
+
+def graph_names(t):
+    """Names of every autograd node behind ``t``."""
+    seen, stack, names = set(), [t.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(node.name())
+        stack.extend(f for f, _ in node.next_functions)
+    return names
+
+
+def uses_kernel(t):
+    return any("FloralOp" in n for n in graph_names(t))
+
+
+# one adapted layer of every kind the extension handles: (base layer, input shape, options)
+LAYERS = {
+    "linear": (lambda: nn.Linear(5, 4), (3, 5), {}),
+    "linear-nobias": (lambda: nn.Linear(5, 4, bias=False), (3, 5), {}),
+    "linear-leading-axes": (lambda: nn.Linear(5, 4), (2, 3, 5), {}),
+    "balanced_2d": (
+        lambda: nn.Conv2d(3, 4, 3, padding=1),
+        (2, 3, 5, 5),
+        {"conv_variant": "balanced_2d"},
+    ),
+    "balanced_2d-rect": (
+        lambda: nn.Conv2d(2, 3, (3, 2), stride=(2, 1)),
+        (2, 2, 6, 5),
+        {"conv_variant": "balanced_2d"},
+    ),
+    "in_layer": (
+        lambda: nn.Conv2d(2, 3, 3, stride=2, padding=1),
+        (2, 2, 5, 5),
+        {"conv_variant": "in_layer"},
+    ),
+    "out_layer": (
+        lambda: nn.Conv2d(2, 3, (2, 3), dilation=2, bias=False),
+        (2, 2, 6, 7),
+        {"conv_variant": "out_layer"},
+    ),
+}
+
+
+def one_layer(kind, rank, bias, dtype=torch.float64):
+    make, shape, options = LAYERS[kind]
+    model = floralize(nn.Sequential(make()), 3, rank=rank, bias=bias, seed=rank, **options)
+    model = randomise(model.to(dtype), seed=rank)
+    layer = model.adaptors()[0][1]
+    return model, layer, shape
+
+
+def op_inputs(kernel, layer, shape, dtype=torch.float64):
+    """``floral_op``'s arguments as a function of its differentiable tensors, and those."""
+    spec = kernel.Spec(layer._kernel_spec_values())
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    w = torch.rand(3, dtype=dtype, requires_grad=True)
+    named = [x, layer.base.weight, layer.base.bias, layer.lora_out, layer.lora_in, layer.lora_bias]
+    tensors = [t for t in [*named, w] if t is not None]
+    present = [t is not None for t in [*named, w]]
+
+    def op(*args):
+        it = iter(args)
+        full = [next(it) if p else None for p in present]
+        return kernel.floral_op(*full[:6], full[6], spec)
+
+    return op, tensors
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("rank", [1, 2])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias-adaptors", "no-bias-adaptors"])
+def test_gradcheck(kernel, kind, rank, bias):
+    _, layer, shape = one_layer(kind, rank, bias)
+    op, inputs = op_inputs(kernel, layer, shape)
+    assert torch.autograd.gradcheck(op, inputs, eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["linear", "balanced_2d", "in_layer", "out_layer"])
+def test_second_derivatives(kernel, kind):
+    _, layer, shape = one_layer(kind, 2, True)
+    op, inputs = op_inputs(kernel, layer, shape)
+    assert torch.autograd.gradgradcheck(op, inputs, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("rank", [1, 2])
+def test_layer_equals_the_differentiable_reference(kernel, kind, rank):
+    """The loops of the forward and backward passes against the same layer in ATen ops."""
+    _, layer, shape = one_layer(kind, rank, True)
+    op, inputs = op_inputs(kernel, layer, shape)
+    spec = kernel.Spec(layer._kernel_spec_values())
+    out = op(*inputs)
+    ref = kernel.floral_op_reference(*inputs[:6], inputs[6], spec) if len(inputs) == 7 else None
+    if ref is None:  # a layer without base bias: rebuild the argument list with None there
+        ref = kernel.floral_op_reference(inputs[0], inputs[1], None, *inputs[2:5], inputs[5], spec)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, upstream)
+    want = torch.autograd.grad(ref, inputs, upstream)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def step(model, x, y, backend):
+    model.backend = backend
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    return out, loss.detach(), torch.autograd.grad(loss, params)
+
+
+@pytest.mark.parametrize("make", [lambda: MLP([64, 20, 10]), SmallCNN], ids=["mlp", "cnn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"lora_scale": 2.0, "min_prob": 0.2},
+        {"routing": "fixed"},
+        {"init": "paper", "bias": False},
+        {"conv_variant": "in_layer", "rank": 2},
+        {"conv_variant": "out_layer"},
+    ],
+    ids=["default", "scale-clamp", "fixed", "paper-nobias", "in-layer-r2", "out-layer"],
+)
+def test_training_step_equals_the_torch_path(kernel, make, dtype, options):
+    """Outputs and the gradients of every parameter (router included) of whole models."""
+    torch.manual_seed(0)
+    rho = None if "rank" in options else 0.1
+    model = randomise(floralize(make(), 4, rho, seed=1, **options).to(dtype), seed=2)
+    with torch.no_grad():  # two clusters under the clamp
+        model.router.logits.copy_(torch.tensor([2.0, -1.5, 0.3, -2.0]))
+    x = torch.rand(6, 1, 8, 8, dtype=dtype)
+    y = torch.randint(0, 10, (6,))
+    out, loss, grads = step(model, x, y, "auto")
+    assert uses_kernel(out)
+    ref_out, ref_loss, ref_grads = step(model, x, y, "torch")
+    assert not uses_kernel(ref_out)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 0.0}
+    torch.testing.assert_close(loss, ref_loss, **tol)
+    for g, ref in zip(grads, ref_grads, strict=True):
+        scale = float(ref.abs().max())
+        if dtype == torch.float32:
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5 * scale)
+        else:
+            torch.testing.assert_close(g, ref, rtol=1e-10, atol=1e-12 * max(scale, 1.0))
+
+
+def test_frozen_parts_and_an_input_that_needs_its_gradient(kernel):
+    """Every subset of requires_grad gives the torch path's gradients, None where frozen."""
+    model = randomise(floralize(SmallCNN(), 3, 0.1, seed=0).double())
+    x = torch.rand(3, 1, 8, 8, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 10, (3,))
+    for freeze in ("base", "lora_out", "lora_in", "lora_bias", "router"):
+        for name, p in model.named_parameters():
+            p.requires_grad_(freeze not in name)
+        wrt = [x] + [p for p in model.parameters() if p.requires_grad]
+        results = []
+        for backend in ("auto", "torch"):
+            model.backend = backend
+            loss = F.cross_entropy(model(x), y)
+            results.append(torch.autograd.grad(loss, wrt))
+        for a, b in zip(*results, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_non_contiguous_inputs_and_parameters(kernel):
+    model = randomise(floralize(MLP([6, 5, 3]), 2, rank=2, seed=0).double())
+    x = torch.randn(6, 4, dtype=torch.float64).T  # (4, 6), not contiguous
+    layer = model.adaptors()[0][1]
+    layer.lora_in.data = torch.randn(tuple(reversed(layer.lora_in.shape))).double().permute(2, 1, 0)
+    assert not layer.lora_in.is_contiguous() and not x.is_contiguous()
+    y = torch.randint(0, 3, (4,))
+    out, loss, grads = step(model, x, y, "auto")
+    assert uses_kernel(out)
+    _, ref_loss, ref_grads = step(model, x, y, "torch")
+    torch.testing.assert_close(loss, ref_loss)
+    for g, ref in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, ref)
+
+
+def test_second_derivatives_through_a_model(kernel):
+    """A gradient penalty (create_graph) differentiates to the torch path's numbers."""
+    model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0).double())
+    x = torch.rand(2, 1, 8, 8, dtype=torch.float64, requires_grad=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = []
+    for backend in ("auto", "torch"):
+        model.backend = backend
+        (gx,) = torch.autograd.grad(model(x).square().sum(), x, create_graph=True)
+        results.append(torch.autograd.grad(gx.square().sum(), params))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_an_unbatched_image_takes_the_torch_path(kernel):
+    """(torch.func transforms too: tests/nn/test_floral_fused.py, in both modes.)"""
+    model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0)).eval()
+    image = torch.rand(1, 8, 8)
+    conv = model.adaptors()[0][1]
+    model.context.set_compiled(model.router(), kernel)
+    try:
+        out = conv(image)  # (C, H, W): the compiled layer takes batches only
+        assert not uses_kernel(out)
+        torch.testing.assert_close(out, conv(image[None])[0])
+    finally:
+        model.context.set(None)
+
+
+def test_a_subclass_that_changes_the_layer_takes_the_torch_path(kernel):
+    from riemfl.nn.floral.adaptor import MixtureAdaptor
+
+    class Doubled(MixtureLinear):  # a user's variant, with the plain merge: twice the adaptor
+        _fusion_views = MixtureAdaptor._fusion_views
+        _fused_weight = MixtureAdaptor._fused_weight
+        _fused_weight_backward = MixtureAdaptor._fused_weight_backward
+
+        def _delta(self, w):
+            return 2.0 * super()._delta(w)
+
+    class Renamed(MixtureLinear):  # same meaning, new name: still compiled
+        pass
+
+    model = randomise(floralize(MLP([6, 5, 3]), 2, rank=1, seed=0))
+    x = torch.randn(4, 6)
+    plain = model(x)
+    assert uses_kernel(plain)
+    first = model.adaptors()[0][1]
+    first.__class__ = Renamed
+    out = model(x)
+    assert uses_kernel(out)
+    torch.testing.assert_close(out, plain)
+    first.__class__ = Doubled
+    doubled = model.eval()(x)
+    pi = model.router.probabilities()
+    bias_part = pi @ first.lora_bias
+    adaptor_part = first.factored_output(x, pi) - bias_part
+    hidden = torch.relu(first.base(x) + 2.0 * adaptor_part + bias_part)
+    second = model.adaptors()[1][1]
+    expected = second.base(hidden) + second.factored_output(hidden, pi)
+    torch.testing.assert_close(doubled, expected)
+
+
+def test_copies_and_pickles_after_a_compiled_pass(kernel):
+    model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0))
+    x = torch.rand(3, 1, 8, 8)
+    out = model(x)
+    assert all("_kernel_spec" in m.__dict__ for _, m in model.adaptors())
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert all("_kernel_spec" not in m.__dict__ for _, m in twin.adaptors())
+        assert twin.backend == "auto" and twin.context._kernel is None
+        again = twin(x)
+        assert uses_kernel(again)
+        torch.testing.assert_close(again, out)
+
+
+def test_backend_attribute_is_checked():
+    model = floralize(MLP([6, 5, 3]), 2, rank=1)
+    with pytest.raises(ParameterError, match="backend"):
+        model.backend = "cuda"
+
+
+def test_the_extension_checks_its_inputs(kernel):
+    _, layer, shape = one_layer("linear", 1, True)
+    spec = kernel.Spec(layer._kernel_spec_values())
+    args = [layer.base.weight, layer.base.bias, layer.lora_out, layer.lora_in, layer.lora_bias]
+    x = torch.randn(shape, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="dtype"):
+        kernel.floral_op(x, *args, torch.rand(3), spec)  # float32 mixture weights
+    with pytest.raises(RuntimeError, match="mixture weights"):
+        kernel.floral_op(x, *args, torch.rand(2, dtype=torch.float64), spec)
+    with pytest.raises(RuntimeError, match="spec"):
+        kernel.Spec([0, 1, 2])
+
+
+# ------------------------------------------------------------------ building and choosing
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [("auto", "auto"), ("", "auto"), ("OFF", "off"), ("0", "off"), ("1", "require")],
+)
+def test_mode_from_the_environment(monkeypatch, value, mode):
+    monkeypatch.setenv(kernels.KERNEL_ENV, value)
+    assert kernels.mode() == mode
+
+
+def test_bad_mode_is_refused(monkeypatch):
+    monkeypatch.setenv(kernels.KERNEL_ENV, "sometimes")
+    with pytest.raises(ParameterError, match="RIEMFL_FLORAL_KERNEL"):
+        kernels.load()
+
+
+def test_mode_off_runs_the_torch_path(monkeypatch, kernel):
+    model = randomise(floralize(MLP([6, 5, 3]), 2, rank=1, seed=0))
+    x = torch.randn(4, 6)
+    assert uses_kernel(model(x))
+    monkeypatch.setenv(kernels.KERNEL_ENV, "off")
+    assert kernels.load() is None and kernels.backend() == "torch"
+    assert not uses_kernel(model(x))
+
+
+def test_a_failed_build_falls_back_with_one_warning_or_raises(monkeypatch):
+    monkeypatch.setattr(kernels, "_loaded", None)
+    monkeypatch.setattr(kernels, "_failed", None)
+    monkeypatch.setattr(kernels, "_build", lambda: (None, "OSError: no C++ compiler"))
+    model = randomise(floralize(MLP([6, 5, 3]), 2, rank=1, seed=0))
+    x = torch.randn(4, 6)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+        out = model(x)
+    assert not uses_kernel(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        model(x)
+    monkeypatch.setenv(kernels.KERNEL_ENV, "require")
+    with pytest.raises(MissingDependencyError, match="no C\\+\\+ compiler"):
+        model(x)
