@@ -284,6 +284,19 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernels() -> int:
+    """Build (or load from the cache) the compiled FLoRAL layer; 0 if FLoRAL models use it."""
+    from .nn.floral import kernels
+
+    module = kernels.load()
+    if module is None:
+        why = kernels.build_failure() or f"{kernels.KERNEL_ENV}=off"
+        print(f"compiled FLoRAL layer: not used ({why}); FLoRAL models run the torch path")
+        return 1
+    print(f"compiled FLoRAL layer: loaded from {module.__file__}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``riemfl`` command."""
     from .experiments.registry import ALGORITHM_NAMES, ASYNC_RULE_NAMES, PROBLEMS
@@ -296,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("manifolds", help="the manifolds riemfl ships and a self-check")
     m.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     m.add_argument("--seed", type=int, default=0)
+
+    sub.add_parser(
+        "kernels",
+        help="build the compiled FLoRAL layer now (else it is built on first use) and report",
+    )
 
     r = sub.add_parser("run", help="one federated run on a named problem")
     r.add_argument("problem", choices=sorted(PROBLEMS))
@@ -375,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "reproduce":
             return _reproduce(args)
+        if args.command == "kernels":
+            return _kernels()
         return _manifolds(args)
     except RiemflError as exc:
         print(f"riemfl: error: {exc}", file=sys.stderr)

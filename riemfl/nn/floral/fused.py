@@ -37,7 +37,9 @@ pass is written in differentiable torch operations on the saved inputs, so secon
 (``create_graph=True``) stay available; under ``torch.func`` transforms :func:`merge_layers`
 falls back to :func:`plain_merge`.
 
-:meth:`~riemfl.nn.floral.FloralModel.forward` calls :func:`merge_layers` once per pass (through
+This is the **torch path** of :meth:`~riemfl.nn.floral.FloralModel.forward` (on the CPU the
+compiled layer of :mod:`~riemfl.nn.floral.kernels` is used where it is available): it calls
+:func:`merge_layers` once per pass (through
 :meth:`~riemfl.nn.floral.adaptor.MixtureContext.set`); each adapted layer then runs its base
 operation with its merged weight and bias, exactly as the base model runs its own.
 """

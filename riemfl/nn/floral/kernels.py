@@ -17,7 +17,7 @@ the same layer written in differentiable ATen operations, so second derivatives 
 It is built with :func:`torch.utils.cpp_extension.load` (a C++ compiler and ninja; about 30 s,
 once: the build is cached in ``TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``) the first time a :class:`~riemfl.nn.floral.FloralModel` runs
-on the CPU, or ahead of time with ``python -m riemfl.nn.floral.kernels``. Where it cannot be
+on the CPU, or ahead of time with ``riemfl kernels``. Where it cannot be
 built the models run the pure-torch path (:mod:`~riemfl.nn.floral.fused`), with one warning;
 both give the same numbers (tests compare them).
 
@@ -41,7 +41,7 @@ import torch
 
 from ...errors import MissingDependencyError, ParameterError
 
-__all__ = ["KERNEL_ENV", "MODES", "SOURCE", "backend", "load", "mode"]
+__all__ = ["KERNEL_ENV", "MODES", "SOURCE", "backend", "build_failure", "load", "mode"]
 
 KERNEL_ENV = "RIEMFL_FLORAL_KERNEL"
 MODES = ("auto", "off", "require")
@@ -127,19 +127,11 @@ def _build() -> tuple[ModuleType | None, str | None]:
     return module, None
 
 
+def build_failure() -> str | None:
+    """Why the extension could not be built (None: it was built, or not tried yet)."""
+    return _failed
+
+
 def backend() -> str:
     """``"compiled"`` when FLoRAL models on the CPU use the extension, else ``"torch"``."""
     return "compiled" if load() is not None else "torch"
-
-
-def _main() -> int:  # pragma: no cover - exercised by hand and in the docs
-    module = load()
-    if module is None:
-        print(f"compiled FLoRAL layer: not available ({_failed or 'mode off'})")
-        return 1
-    print(f"compiled FLoRAL layer: built and loaded from {module.__file__}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())

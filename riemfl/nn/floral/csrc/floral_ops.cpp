@@ -12,9 +12,9 @@
 //     dA_c = w_c G B_c,  dB_c = w_c G^T A_c,  dL_b,c = w_c db',
 //     dw_c = <G B_c, A_c> + <db', L_b,c>,        G = M(dW'),
 //
-// (docs/floral.md, "Fused kernel"; the Python twin is riemfl/nn/floral/fused.py). The weight-sized
-// loops are plain C++ (the tensors are small: the per-operation overhead of torch, not
-// arithmetic, dominates at these sizes); the base operation and its backward are ATen's. Under
+// (docs/floral.md, "The compiled layer"; the torch path is riemfl/nn/floral/fused.py). The
+// weight-sized loops are plain C++ (the tensors are small: the per-operation overhead of torch,
+// not arithmetic, dominates at these sizes); the base operation and its backward are ATen's. Under
 // create_graph the backward pass recomputes the forward pass with differentiable ATen operations
 // and differentiates it, so second derivatives are exact.
 #include <torch/extension.h>
@@ -308,7 +308,9 @@ struct FloralOp : public torch::autograd::Function<FloralOp> {
     if (!dy.defined()) return out;
     // needs_input_grad counts the tensor arguments only: map the argument positions to it
     std::array<bool, 7> need{};
-    for (int64_t i = 0, v = 0; i < 7; ++i) need[i] = saved[i].defined() && ctx->needs_input_grad(v++);
+    for (int64_t i = 0, v = 0; i < 7; ++i) {
+      need[i] = saved[i].defined() && ctx->needs_input_grad(v++);  // v counts defined ones
+    }
     if (torch::GradMode::is_enabled()) return differentiable_backward(saved, need, dy, spec);
 
     const bool need_x = need[0];
