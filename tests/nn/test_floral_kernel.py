@@ -353,3 +353,22 @@ def test_a_failed_build_falls_back_with_one_warning_or_raises(monkeypatch):
     monkeypatch.setenv(kernels.KERNEL_ENV, "require")
     with pytest.raises(MissingDependencyError, match="no C\\+\\+ compiler"):
         model(x)
+
+
+def test_build_directory_and_stale_locks(monkeypatch, tmp_path):
+    import os
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    directory = kernels.build_directory()
+    assert directory.parent == tmp_path and torch.__version__ in directory.name
+    directory.mkdir()
+    lock = directory / "lock"
+    lock.touch()
+    kernels._remove_stale_lock(directory)  # a build in progress: kept
+    assert lock.exists()
+    old = time.time() - kernels.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    kernels._remove_stale_lock(directory)  # left over from a killed build: removed
+    assert not lock.exists()
+    kernels._remove_stale_lock(directory)  # no lock: nothing to do

@@ -15,8 +15,8 @@ float32 and float64 CPU tensors. Under ``create_graph=True`` its backward pass d
 the same layer written in differentiable ATen operations, so second derivatives stay exact.
 
 It is built with :func:`torch.utils.cpp_extension.load` (a C++ compiler and ninja; about 30 s,
-once: the build is cached in ``TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``) the first time a :class:`~riemfl.nn.floral.FloralModel` runs
+once: the build is cached in :func:`build_directory`, under ``TORCH_EXTENSIONS_DIR``, by
+default ``~/.cache/torch_extensions``) the first time a :class:`~riemfl.nn.floral.FloralModel` runs
 on the CPU, or ahead of time with ``riemfl kernels``. Where it cannot be
 built the models run the pure-torch path (:mod:`~riemfl.nn.floral.fused`), with one warning;
 both give the same numbers (tests compare them).
@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -41,7 +43,16 @@ import torch
 
 from ...errors import MissingDependencyError, ParameterError
 
-__all__ = ["KERNEL_ENV", "MODES", "SOURCE", "backend", "build_failure", "load", "mode"]
+__all__ = [
+    "KERNEL_ENV",
+    "MODES",
+    "SOURCE",
+    "backend",
+    "build_directory",
+    "build_failure",
+    "load",
+    "mode",
+]
 
 KERNEL_ENV = "RIEMFL_FLORAL_KERNEL"
 MODES = ("auto", "off", "require")
@@ -110,15 +121,44 @@ def load() -> ModuleType | None:
     return _loaded
 
 
+#: a build lock older than this is left over from a killed build (torch would wait forever)
+STALE_LOCK_SECONDS = 900.0
+
+
+def build_directory() -> Path:
+    """Where the extension is built and cached: ``$TORCH_EXTENSIONS_DIR`` (else torch's default
+    root), one folder per torch and Python version."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(root) / f"riemfl_floral_ops-{tag}"
+
+
+def _remove_stale_lock(directory: Path) -> None:
+    lock = directory / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return
+    if age > STALE_LOCK_SECONDS:
+        _log.warning("removing the stale build lock %s (%.0f s old)", lock, age)
+        lock.unlink(missing_ok=True)
+
+
 def _build() -> tuple[ModuleType | None, str | None]:
     try:
         from torch.utils.cpp_extension import load as load_extension
 
-        _log.info("building the compiled FLoRAL layer from %s (once; about 30 s)", SOURCE)
+        directory = build_directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_stale_lock(directory)
+        _log.info("building the compiled FLoRAL layer in %s (once; about 30 s)", directory)
         module = load_extension(
             name="riemfl_floral_ops",
             sources=[str(SOURCE)],
             extra_cflags=["-O3", "-fopenmp-simd"],
+            build_directory=str(directory),
             verbose=False,
         )
     except Exception as exc:  # noqa: BLE001  (any build failure: no compiler, no ninja, ...)
