@@ -372,3 +372,20 @@ def test_build_directory_and_stale_locks(monkeypatch, tmp_path):
     kernels._remove_stale_lock(directory)  # left over from a killed build: removed
     assert not lock.exists()
     kernels._remove_stale_lock(directory)  # no lock: nothing to do
+
+
+def test_cpu_autocast_takes_the_torch_path(kernel):
+    model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0))
+    x = torch.rand(3, 1, 8, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    assert out.dtype == torch.bfloat16 and not uses_kernel(out)
+    out.float().sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    # the merge itself runs in float32, as the base model's weights: under autocast the model
+    # computes what its merged (plain) model computes
+    merged = model.eval().merge()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(model(x), merged(x), rtol=0, atol=0)
+    with torch.inference_mode():  # and inference mode runs the compiled layer
+        torch.testing.assert_close(model(x), merged(x), rtol=1e-4, atol=1e-4)

@@ -62,6 +62,7 @@ __all__ = [
     "plain_merge",
     "weight_vector",
     "weight_column",
+    "autocast_enabled",
 ]
 
 #: tensors per layer passed to :class:`MixtureMerge`: weight, bias, lora_out, lora_in, lora_bias
@@ -252,6 +253,11 @@ def merge_layers(
                 f"merge_layers: mixture weights of shape {tuple(shape)} do not match the "
                 f"layers' cluster counts {sorted({t.shape[0] for t in tensors[2::_PER_LAYER]})}"
             )
+    if autocast_enabled(w.device.type):
+        # the merged weights in the parameters' dtype, as the base model's own weights: the
+        # base operations that use them are the ones autocast casts
+        with torch.autocast(w.device.type, enabled=False):
+            return merge_layers(layers, w)
     if _transforms_active():
         return plain_merge(layers, w)
     if not fusable:
@@ -292,6 +298,16 @@ def plain_merge(
             bias = lora_bias.T @ w if bias is None else torch.addmv(bias, lora_bias.T, w)
         merged[layer] = (weight + layer._delta(w), bias)
     return merged
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` ("cpu", "cuda", ...)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()
 
 
 def _transforms_active() -> bool:

@@ -30,7 +30,7 @@ from . import kernels
 from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
 from .conv import MixtureConv2d
-from .fused import _transforms_active
+from .fused import _transforms_active, autocast_enabled
 from .linear import MixtureLinear
 from .router import Router
 
@@ -179,8 +179,13 @@ class FloralModel(nn.Module):
 def _compiled_layer(pi: torch.Tensor):
     """The compiled FLoRAL layer (:mod:`~riemfl.nn.floral.kernels`) for a forward pass with
     mixture weights ``pi``, or None for the torch path (other devices and dtypes, ``torch.func``
-    transforms, the extension off or not buildable)."""
-    if pi.device.type != "cpu" or pi.dtype not in kernels.DTYPES or _transforms_active():
+    transforms, CPU autocast, the extension off or not buildable)."""
+    if (
+        pi.device.type != "cpu"
+        or pi.dtype not in kernels.DTYPES
+        or _transforms_active()
+        or autocast_enabled("cpu")
+    ):
         return None
     return kernels.load()
 
