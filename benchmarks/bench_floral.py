@@ -10,6 +10,10 @@ inputs) and the small CNN (:class:`riemfl.nn.SmallCNN`):
   the merge of :mod:`riemfl.nn.floral.fused`, then the base operations), against the default,
   which runs every adapted layer in the compiled FLoRAL layer (:mod:`riemfl.nn.floral.kernels`,
   one autograd node per layer); the JSON records which backend the default had.
+* ``FLoRAL(1%) base grads`` and ``FLoRAL(1%) no router`` (train, diagnostics): the same
+  FLoRAL(1%) step asking autograd only for the gradients of the base weights, or of the base
+  weights and the adaptors: the differences to the full step are what the adaptors' and the
+  router's gradients cost.
 * ``infer``: a forward pass without gradient of the base model, of the unmerged FLoRAL(1%)
   model and of its merged model (``FloralModel.merge()``: the base architecture with the
   mixture folded in). Goal: merged = base within noise (ratio in [0.9, 1.1]).
@@ -57,6 +61,10 @@ __all__ = ["MODELS", "bench_model", "format_table", "main"]
 TRAIN_GOAL = 1.3
 #: the FLoRAL(1%) train variant on the pure-torch path (no compiled layer)
 TORCH_PATH = "FLoRAL(1%) torch"
+#: diagnostics: the FLoRAL(1%) step asking autograd for the base weights' gradients only, and
+#: for those and the adaptors' (not the router's)
+BASE_GRADS = "FLoRAL(1%) base grads"
+NO_ROUTER_GRAD = "FLoRAL(1%) no router"
 MERGED_BAND = (0.9, 1.1)
 N_CLUSTERS = 4
 
@@ -82,8 +90,19 @@ def _torch_path(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
-    params = [p for p in model.parameters() if p.requires_grad]
+def _train_step(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    roles: Sequence[str] | None = None,
+) -> Callable[[], None]:
+    """One forward and backward pass; gradients of every trainable parameter, or (``roles``)
+    of those whose FLoRAL role is listed (:meth:`FloralModel.parameter_roles`)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if roles is not None:
+        role_of = model.parameter_roles()
+        named = [(n, p) for n, p in named if role_of[n] in roles]
+    params = [p for _, p in named]
 
     def step() -> None:
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -136,6 +155,8 @@ def bench_model(name: str, batch: int, repeats: int, inner: int) -> list[dict[st
             "FLoRAL(1%)": _train_step(floral[0.01].train(), x, y),
             "FLoRAL(10%)": _train_step(floral[0.1].train(), x, y),
             TORCH_PATH: _train_step(_torch_path(_floral(base, 0.01).train()), x, y),
+            BASE_GRADS: _train_step(floral[0.01], x, y, roles=("base",)),
+            NO_ROUTER_GRAD: _train_step(floral[0.01], x, y, roles=("base", "cluster")),
         },
         repeats,
         inner,

@@ -24,7 +24,14 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     assert saved["floral_backend"] in ("compiled", "torch")
     cells = {(r["model"], r["mode"], r["variant"]) for r in result["rows"]}
     for model in bench.MODELS:
-        for variant in ("base", "FLoRAL(1%)", "FLoRAL(10%)", bench.TORCH_PATH):
+        for variant in (
+            "base",
+            "FLoRAL(1%)",
+            "FLoRAL(10%)",
+            bench.TORCH_PATH,
+            bench.BASE_GRADS,
+            bench.NO_ROUTER_GRAD,
+        ):
             assert (model, "train", variant) in cells
         for variant in ("base", "FLoRAL(1%) unmerged", "FLoRAL(1%) merged"):
             assert (model, "infer", variant) in cells
@@ -48,6 +55,28 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
             assert row["met"] == (lo <= row["ratio"] <= hi)
             assert row["max_abs_output_diff"] < 1e-4
     assert "FLoRAL(1%) merged" in bench.format_table(result)
+
+
+def test_partial_gradient_variants_ask_for_what_they_say(load_benchmark, monkeypatch):
+    import torch
+
+    bench = load_benchmark("bench_floral")
+    factory, shape = bench.MODELS["digits MLP 64-200-10"]
+    model = bench._floral(factory(), 0.01).train()
+    x, y = torch.rand((4, *shape)), torch.randint(0, 10, (4,))
+    asked = []
+    real_grad = torch.autograd.grad
+    monkeypatch.setattr(
+        torch.autograd, "grad", lambda out, inputs: asked.append(inputs) or real_grad(out, inputs)
+    )
+    for roles in (("base",), ("base", "cluster"), None):
+        bench._train_step(model, x, y, roles=roles)()
+    named = dict(model.named_parameters())
+    role_of = model.parameter_roles()
+    for inputs, roles in zip(asked, (("base",), ("base", "cluster"), None), strict=True):
+        want = [n for n in named if roles is None or role_of[n] in roles]
+        assert [id(p) for p in inputs] == [id(named[n]) for n in want]
+    assert {role_of[n] for n in named} == {"base", "cluster", "router"}
 
 
 def test_torch_path_variant_runs_without_the_compiled_layer(load_benchmark):
