@@ -256,3 +256,34 @@ def test_adaptor_without_the_fused_methods_uses_the_plain_merge():
     torch.testing.assert_close(loss, loss2)
     for g, ref in zip(grads, grads2, strict=True):
         torch.testing.assert_close(g, ref)
+
+
+def test_large_linear_layers_on_few_rows_run_factored():
+    """C r (m n - rows (m + n)) > FACTORED_SAVING: the layer runs x -> B^T x -> A (w-scaled)
+    instead of merging, from the pass after the one that saw those rows; same numbers."""
+    model = randomise(
+        floralize(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 3)), 2, rank=2)
+    ).double()
+    first, last = (m for _, m in model.adaptors())
+    x, y = torch.randn(4, 256, dtype=torch.float64), torch.randint(0, 3, (4,))
+    pi = model.router.probabilities()
+
+    def reference():
+        hidden = torch.relu(first.base(x) + first.factored_output(x, pi))
+        return last.base(hidden) + last.factored_output(hidden, pi)
+
+    model.eval()
+    passes = [_grads_of_step(model, x, y) for _ in range(2)]
+    assert first.__dict__["_factored_hint"] and not last.__dict__["_factored_hint"]
+    for (loss, grads), (loss2, grads2) in zip(passes, passes[1:], strict=False):
+        torch.testing.assert_close(loss, loss2, rtol=1e-12, atol=0)
+        for g, g2 in zip(grads, grads2, strict=True):
+            torch.testing.assert_close(g, g2, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(model(x), reference(), rtol=1e-12, atol=1e-12)
+    # many rows: back to the merge
+    _grads_of_step(model, torch.randn(200, 256, dtype=torch.float64), torch.zeros(200).long())
+    assert not first.__dict__["_factored_hint"]
+    # second derivatives through the factored layer
+    xg = x.clone().requires_grad_(True)
+    (gx,) = torch.autograd.grad(model(xg).square().sum(), xg, create_graph=True)
+    assert torch.autograd.grad(gx.square().sum(), first.lora_in)[0].abs().sum() > 0

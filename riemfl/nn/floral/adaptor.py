@@ -191,10 +191,12 @@ class MixtureContext:
         return got
 
 
-#: methods whose meaning the compiled layer reproduces: a subclass that overrides any of them
-#: runs the torch path
+#: methods whose meaning the compiled layer (and the factored torch path) reproduces: a
+#: subclass that overrides any of them runs the merge of the torch path
 _COMPILED_CONTRACT = (
     "_delta",
+    "_prefers_factored",
+    "_factored_forward",
     "_base_call",
     "_kernel_spec_values",
     "_compiled_input",
@@ -287,9 +289,25 @@ class MixtureAdaptor(nn.Module):
             if spec is None:
                 spec = self.__dict__["_kernel_spec"] = kernel.Spec(self._kernel_spec_values())
             return kernel.floral_op(x, weight, bias, lora_out, lora_in, lora_bias, context._w, spec)
+        # a large linear layer on few rows runs factored; FloralModel reads the hint at the next
+        # pass and leaves the layer out of the merge (this pass uses a merge already made)
+        factored = _compilable(type(self)) and self._prefers_factored(x)
+        self.__dict__["_factored_hint"] = factored
         got = context._merged.get(self)
-        weight, bias = context.merged(self) if got is None else got
-        return self._base_call(x, weight, bias)
+        if got is None:
+            if factored:
+                return self._factored_forward(x, context.weights())
+            got = context.merged(self)
+        return self._base_call(x, *got)
+
+    def _prefers_factored(self, x: torch.Tensor) -> bool:
+        """Whether running the adaptors on ``x`` (:meth:`_factored_forward`) costs fewer
+        multiply-adds than merging them into the weight (never, unless a subclass says so)."""
+        return False
+
+    def _factored_forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        r"""The layer without the merged weight: base, plus the mixture of adaptor outputs."""
+        raise NotImplementedError
 
     #: the compiled layer's kind for this class ("linear", "conv2d"; None: not compiled)
     _compiled_kind: str | None = None

@@ -30,7 +30,13 @@ from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
 from .budget import lora_rank
 from .fused import weight_column
 
-__all__ = ["MixtureLinear"]
+__all__ = ["MixtureLinear", "FACTORED_SAVING"]
+
+#: multiply-adds per pass that running the adaptors on the input (``x B``, then ``A``) must
+#: save against merging them into the weight before it does so: the factored pass has more,
+#: smaller operations, each with a fixed cost of a few microseconds (the compiled layer's
+#: ``kFactoredSaving``)
+FACTORED_SAVING = 1 << 16
 
 
 class MixtureLinear(MixtureAdaptor):
@@ -89,6 +95,23 @@ class MixtureLinear(MixtureAdaptor):
     def _kernel_spec_values(self) -> list[int]:
         cr, m, n = self._dims
         return [0, cr // self.rank, self.rank, m, n] + [0] * 6 + [1, 1, 0, 0, 1, 1]
+
+    def _prefers_factored(self, x: torch.Tensor) -> bool:
+        # rows (m + n) C r multiply-adds against m n C r for the merge, and a saving that pays
+        # for the extra operations (the compiled layer's rule, csrc/floral_ops.cpp)
+        cr, m, n = self._dims
+        return cr * (m * n - (x.numel() // n) * (m + n)) > FACTORED_SAVING
+
+    def _factored_forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # W x + b' + A diag(w) (B^T x): [B_1 ... B_C]^T and [A_1 ... A_C] are views of the factors
+        cr, m, n = self._dims
+        h = F.linear(x, self.lora_in.reshape(cr, n))  # (..., C r)
+        h = h * (w if self.rank == 1 else w.repeat_interleave(self.rank))
+        bias = self.base.bias
+        if self.lora_bias is not None:
+            mixed = self.lora_bias.T @ w
+            bias = mixed if bias is None else bias + mixed
+        return F.linear(x, self.base.weight, bias) + F.linear(h, self.lora_out.reshape(cr, m).T)
 
     def _scaled_factors(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r""":math:`[w_1 A_1 \cdots w_C A_C]^\top` (C r x m) and :math:`[B_1 \cdots B_C]^\top`

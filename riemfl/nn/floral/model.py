@@ -116,8 +116,8 @@ class FloralModel(nn.Module):
         kernel = _compiled_layer(pi) if self.__dict__["_backend"] == "auto" else None
         if kernel is not None:
             self.context.set_compiled(pi, kernel)
-        else:
-            self.context.set(pi, layers)
+        else:  # merged in one node: the layers that ran factored last time do so again
+            self.context.set(pi, [m for m in layers if not m.__dict__.get("_factored_hint")])
         try:
             return self.model(x)
         finally:

@@ -193,6 +193,22 @@ void for_kernel_entries(const Spec& s, F f) {
           }
 }
 
+// merge work (C r m n multiply-adds) from which ATen's blocked, threaded products beat the loops
+constexpr int64_t kBlasWork = int64_t(1) << 17;
+
+// multiply-adds the factored pass must save to pay for its extra operations (a few us each)
+constexpr int64_t kFactoredSaving = int64_t(1) << 16;
+
+// Whether a linear layer runs factored, y = x W^T + b' + ((x B) diag(w)) A^T, rather than with
+// the merged weight: for `rows` input rows the factored pass costs rows (m + n) C r
+// multiply-adds, the merge m n C r (forward; the backward passes scale alike); it runs when it
+// saves more than kFactoredSaving. Convolutions always merge (their rows are batch x output
+// pixels). The torch path applies the same rule (riemfl/nn/floral/linear.py).
+bool runs_factored(const Spec& s, int64_t rows) {
+  const int64_t m = s.v[kM], n = s.v[kN];
+  return !s.conv() && s.cr() * (m * n - rows * (m + n)) > kFactoredSaving;
+}
+
 // whether [A_1 ... A_C]^T (C r, m) is lora_out's own memory (linear layers; conv with r = 1)
 bool out_is_matrix(const Tensor& lora_out, const Spec& s) {
   return (!s.conv() || s.v[kR] == 1) && lora_out.is_contiguous();
@@ -268,41 +284,66 @@ struct FloralOp : public torch::autograd::Function<FloralOp> {
     auto a = out_is_matrix(lora_out, spec) ? lora_out : out_matrix(lora_out, spec);
     auto b = lora_in.contiguous();
     auto wc = w.contiguous();
-    auto merged = at::empty({m, n}, weight.options());
-    auto base = weight.contiguous();
-    // a convolution's delta is made as the (m, n) matrix, then added to the kernel entry-wise
-    Tensor kernel = spec.conv() ? at::empty(weight.sizes(), weight.options()) : Tensor();
-    Tensor merged_b;
-    if (lora_bias.defined()) merged_b = at::empty({m_out}, weight.options());
-    AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_merge", [&] {
-      kernel_merge(merged.data_ptr<scalar_t>(), spec.conv() ? nullptr : base.data_ptr<scalar_t>(),
-                   a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), cr, r,
-                   m, n);
-      if (spec.conv()) {
-        const scalar_t* delta = merged.data_ptr<scalar_t>();
-        const scalar_t* w0 = base.data_ptr<scalar_t>();
-        scalar_t* out = kernel.data_ptr<scalar_t>();
-        for_kernel_entries(spec, [&](int64_t q, int64_t k) { out[k] = w0[k] + delta[q]; });
-      }
-      if (lora_bias.defined()) {
+    Tensor merged_b = bias;  // b + L_b^T w
+    if (lora_bias.defined()) {
+      merged_b = at::empty({m_out}, weight.options());
+      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_bias", [&] {
         auto bc = bias.defined() ? bias.contiguous() : Tensor();
         auto lbc = lora_bias.contiguous();
         bias_merge<scalar_t>(merged_b.data_ptr<scalar_t>(),
                              bc.defined() ? bc.data_ptr<scalar_t>() : nullptr,
                              lbc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), c, m_out);
-      }
-    });
-    if (spec.conv()) merged = kernel;
-    ctx->save_for_backward({x, weight, bias, lora_out, lora_in, lora_bias, w, merged});
+      });
+    }
     ctx->saved_data["spec"] = c10::List<int64_t>(spec.v);
-    return base_op(x, merged, opt(lora_bias.defined() ? merged_b : bias), spec);
+    const int64_t rows = spec.conv() ? 0 : x.numel() / n;
+    const bool factored = runs_factored(spec, rows);
+    ctx->saved_data["factored"] = factored;
+    if (factored) {  // y = x W^T + b' + ((x B) diag(w)) A^T, without the merged weight
+      auto x2 = x.reshape({rows, n});
+      auto h = at::mm(x2, b.view({cr, n}).t());  // (rows, C r): x B
+      auto y = at::linear(x2, weight, opt(merged_b));
+      y.addmm_(h * weight_per_rank(w, spec), a.view({cr, m}));
+      ctx->save_for_backward({x, weight, bias, lora_out, lora_in, lora_bias, w, h});
+      std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+      sizes.back() = m;
+      return y.view(sizes);
+    }
+    auto base = weight.contiguous();
+    Tensor merged;
+    if (cr * m * n >= kBlasWork) {  // large: ATen's (blocked, threaded) products
+      auto scaled = a.view({cr, m}) * weight_per_rank(w, spec).unsqueeze(1);
+      merged = spec.conv() ? at::mm(scaled.t(), b.view({cr, n})).contiguous()
+                           : at::addmm(base.view({m, n}), scaled.t(), b.view({cr, n}));
+    } else {
+      merged = at::empty({m, n}, weight.options());
+      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_merge", [&] {
+        kernel_merge(merged.data_ptr<scalar_t>(),
+                     spec.conv() ? nullptr : base.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
+                     b.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), cr, r, m, n);
+      });
+    }
+    if (spec.conv()) {  // the delta was made as the (m, n) matrix: add it to the kernel
+      auto kernel = at::empty(weight.sizes(), weight.options());
+      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_kernel", [&] {
+        const scalar_t* delta = merged.data_ptr<scalar_t>();
+        const scalar_t* w0 = base.data_ptr<scalar_t>();
+        scalar_t* out = kernel.data_ptr<scalar_t>();
+        for_kernel_entries(spec, [&](int64_t q, int64_t k) { out[k] = w0[k] + delta[q]; });
+      });
+      merged = kernel;
+    }
+    ctx->save_for_backward({x, weight, bias, lora_out, lora_in, lora_bias, w, merged});
+    return base_op(x, merged, opt(merged_b), spec);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const Spec spec(ctx->saved_data["spec"].toIntVector());
+    const bool factored = ctx->saved_data["factored"].toBool();
     auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &lora_out = saved[3],
-                 &lora_in = saved[4], &lora_bias = saved[5], &w = saved[6], &merged = saved[7];
+                 &lora_in = saved[4], &lora_bias = saved[5], &w = saved[6];
+    // saved[7]: the merged weight, or (factored) x B
     const Tensor& dy = grads[0];
     variable_list out(8);  // x, weight, bias, lora_out, lora_in, lora_bias, w, spec
     if (!dy.defined()) return out;
@@ -313,61 +354,105 @@ struct FloralOp : public torch::autograd::Function<FloralOp> {
     }
     if (torch::GradMode::is_enabled()) return differentiable_backward(saved, need, dy, spec);
 
-    const bool need_x = need[0];
+    const int64_t m = spec.v[kM], n = spec.v[kN], cr = spec.cr(), c = spec.v[kC], r = spec.v[kR];
+    const int64_t m_out = spec.conv() ? spec.v[kCout] : m;
     const bool need_factors = need[3] || need[4] || need[6];
     const bool need_bias_path = bias.defined() || lora_bias.defined();
-    // the base operation's backward with the merged weight: dx, dW', db'
-    Tensor dx, dmerged, dbias;
-    if (!spec.conv()) {
-      const int64_t m = spec.v[kM], n = spec.v[kN];
-      auto g2 = dy.reshape({-1, m});
-      if (need_x) dx = at::mm(g2, merged).view(x.sizes());
-      dmerged = at::mm(g2.t(), x.reshape({-1, n}));
-      if (need_bias_path) dbias = g2.sum(0);
-    } else {
-      auto res = at::convolution_backward(
-          dy, x, merged, need_bias_path ? c10::OptionalIntArrayRef(at::IntArrayRef(spec.v[kCout]))
-                                        : c10::nullopt,
-          {spec.v[kStride], spec.v[kStride + 1]}, {spec.v[kPad], spec.v[kPad + 1]},
-          {spec.v[kDil], spec.v[kDil + 1]}, false, {0, 0}, 1, {need_x, true, need_bias_path});
-      dx = std::get<0>(res);
-      dmerged = std::get<1>(res);
-      dbias = std::get<2>(res);
-    }
-    if (need[0]) out[0] = dx;
-    if (need[1]) out[1] = dmerged;
-    if (need[2]) out[2] = dbias;
-
-    const int64_t cr = spec.cr(), c = spec.v[kC], r = spec.v[kR];
-    const int64_t m_out = spec.conv() ? spec.v[kCout] : spec.v[kM];
-    if (!(need_factors || need[5])) return out;
-    std::vector<double> dw(c, 0.0);
+    const bool direct = out_is_matrix(lora_out, spec);
+    auto a = direct ? lora_out : out_matrix(lora_out, spec);
+    auto b = lora_in.contiguous();
     auto wc = w.contiguous();
-    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_merge_backward", [&] {
-      if (need_factors) {
-        const bool direct = out_is_matrix(lora_out, spec);
-        auto a = direct ? lora_out : out_matrix(lora_out, spec);
-        auto b = lora_in.contiguous();
-        Tensor g;
-        if (spec.conv()) {  // the kernel gradient as the (m, n) matrix
-          auto gk = dmerged.contiguous();
-          g = at::empty({spec.v[kM], spec.v[kN]}, gk.options());
-          const scalar_t* src = gk.data_ptr<scalar_t>();
-          scalar_t* dst = g.data_ptr<scalar_t>();
-          for_kernel_entries(spec, [&](int64_t q, int64_t k) { dst[q] = src[k]; });
-        } else {
-          g = dmerged.contiguous();
-        }
-        auto da = direct ? at::empty_like(lora_out) : at::empty_like(a);
-        auto db = at::empty(lora_in.sizes(), lora_in.options());
-        kernel_merge_backward(g.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
-                              b.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), cr, r, spec.v[kM],
-                              spec.v[kN], da.data_ptr<scalar_t>(), db.data_ptr<scalar_t>(),
-                              dw.data());
-        if (need[3]) out[3] = direct ? da : out_grad(da, lora_out, spec);
-        if (need[4]) out[4] = db;
+    std::vector<double> dw(c, 0.0);
+    Tensor dbias;
+    if (factored) {
+      const Tensor& h = saved[7];  // (rows, C r): x B
+      auto g2 = dy.reshape({-1, m});
+      auto x2 = x.reshape({-1, n});
+      auto wck = weight_per_rank(w, spec);
+      Tensor ga;  // (rows, C r): dy A
+      if (need[0] || need[4] || need[6]) ga = at::mm(g2, a.view({cr, m}).t());
+      if (need[0]) {
+        auto dx = at::mm(g2, weight);
+        dx.addmm_(ga * wck, b.view({cr, n}));
+        out[0] = dx.view(x.sizes());
       }
-      if (lora_bias.defined() && (need[5] || need[6])) {
+      if (need[1]) out[1] = at::mm(g2.t(), x2);
+      if (need_bias_path) dbias = g2.sum(0);
+      if (need[3]) out[3] = out_grad(at::mm((h * wck).t(), g2), lora_out, spec);
+      if (need[4]) out[4] = at::mm((ga * wck).t(), x2).view(lora_in.sizes());
+      if (need[6]) {
+        auto per_rank = (h * ga).sum(0).to(at::kDouble).contiguous();  // <x B_ck, dy A_ck>
+        const double* p = per_rank.data_ptr<double>();
+        for (int64_t q = 0; q < cr; ++q) dw[q / r] += p[q];
+      }
+    } else {
+      const Tensor& merged = saved[7];
+      // the base operation's backward with the merged weight: dx, dW', db'
+      Tensor dmerged;
+      if (!spec.conv()) {
+        auto g2 = dy.reshape({-1, m});
+        if (need[0]) out[0] = at::mm(g2, merged).view(x.sizes());
+        dmerged = at::mm(g2.t(), x.reshape({-1, n}));
+        if (need_bias_path) dbias = g2.sum(0);
+      } else {
+        auto res = at::convolution_backward(
+            dy, x, merged,
+            need_bias_path ? c10::OptionalIntArrayRef(at::IntArrayRef(spec.v[kCout]))
+                           : c10::nullopt,
+            {spec.v[kStride], spec.v[kStride + 1]}, {spec.v[kPad], spec.v[kPad + 1]},
+            {spec.v[kDil], spec.v[kDil + 1]}, false, {0, 0}, 1, {need[0], true, need_bias_path});
+        if (need[0]) out[0] = std::get<0>(res);
+        dmerged = std::get<1>(res);
+        dbias = std::get<2>(res);
+      }
+      if (need[1]) out[1] = dmerged;
+      if (need_factors) {
+        AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_merge_backward", [&] {
+          Tensor g;  // dW' as the (m, n) matrix
+          if (spec.conv()) {
+            auto gk = dmerged.contiguous();
+            g = at::empty({m, n}, gk.options());
+            const scalar_t* src = gk.data_ptr<scalar_t>();
+            scalar_t* dst = g.data_ptr<scalar_t>();
+            for_kernel_entries(spec, [&](int64_t q, int64_t k) { dst[q] = src[k]; });
+          } else {
+            g = dmerged.contiguous();
+          }
+          auto da = direct ? at::empty_like(lora_out) : at::empty_like(a);
+          Tensor db;
+          const scalar_t* wp = wc.data_ptr<scalar_t>();
+          if (cr * m * n >= kBlasWork) {  // large: (G B)^T and A^T G with ATen, then scale
+            auto d = at::mm(b.view({cr, n}), g.t());  // (C r, m)
+            db = at::mm(a.view({cr, m}), g).view(lora_in.sizes());
+            const scalar_t* dp = d.data_ptr<scalar_t>();
+            const scalar_t* ap = a.data_ptr<scalar_t>();
+            scalar_t* dap = da.data_ptr<scalar_t>();
+            scalar_t* dbp = db.data_ptr<scalar_t>();
+            for (int64_t q = 0; q < cr; ++q) {
+              const scalar_t f = wp[q / r];
+              double acc = 0.0;
+              for (int64_t i = 0; i < m; ++i) {
+                acc += static_cast<double>(ap[q * m + i]) * static_cast<double>(dp[q * m + i]);
+                dap[q * m + i] = f * dp[q * m + i];
+              }
+              dw[q / r] += acc;
+              for (int64_t j = 0; j < n; ++j) dbp[q * n + j] *= f;
+            }
+          } else {
+            db = at::empty(lora_in.sizes(), lora_in.options());
+            kernel_merge_backward(g.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
+                                  b.data_ptr<scalar_t>(), wp, cr, r, m, n, da.data_ptr<scalar_t>(),
+                                  db.data_ptr<scalar_t>(), dw.data());
+          }
+          if (need[3]) out[3] = direct ? da : out_grad(da, lora_out, spec);
+          if (need[4]) out[4] = db;
+        });
+      }
+    }
+    if (need[2]) out[2] = dbias;
+    if (!(need[5] || need[6])) return out;
+    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_bias_backward", [&] {
+      if (lora_bias.defined()) {
         auto gb = dbias.contiguous();
         auto lbc = lora_bias.contiguous();
         Tensor dlb;
@@ -431,5 +516,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("floral_op", &floral_op, "FLoRAL fused layer (merged weight + base operation)");
   m.def("floral_op_reference", &floral_op_reference,
         "the same layer with differentiable ATen operations");
+  m.def("runs_factored", &runs_factored,
+        "whether a layer with this spec runs factored (not merged) for this many input rows");
   m.attr("SPEC_LENGTH") = static_cast<int64_t>(kSpecLength);
+  m.attr("BLAS_WORK") = kBlasWork;
+  m.attr("FACTORED_SAVING") = kFactoredSaving;
 }
