@@ -76,12 +76,15 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
 
 
 def _floral(base: torch.nn.Module, rho: float) -> torch.nn.Module:
+    """The FLoRAL version of ``base`` in a trained-looking state (non-zero adaptors and router,
+    seeded: the same numbers at every call)."""
     model = floralize(base, N_CLUSTERS, rho, seed=0)
-    with torch.no_grad():  # a trained-looking state: non-zero adaptors and router
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
         for _, layer in model.adaptors():
-            layer.lora_out.normal_(0.0, 0.02)
-            layer.lora_bias.normal_(0.0, 0.02)
-        model.router.logits.normal_()
+            layer.lora_out.normal_(0.0, 0.02, generator=g)
+            layer.lora_bias.normal_(0.0, 0.02, generator=g)
+        model.router.logits.normal_(generator=g)
     return model
 
 

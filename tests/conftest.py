@@ -37,3 +37,19 @@ def load_benchmark():
         return module
 
     return load
+
+
+@pytest.fixture
+def node_names():
+    """The names of every autograd node behind a tensor (a function)."""
+
+    def names(t):
+        seen, stack = set(), [t.grad_fn]
+        while stack:
+            node = stack.pop()
+            if node is not None and node.name() not in seen:
+                seen.add(node.name())
+                stack.extend(f for f, _ in node.next_functions)
+        return seen
+
+    return names

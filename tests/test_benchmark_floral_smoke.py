@@ -79,18 +79,13 @@ def test_partial_gradient_variants_ask_for_what_they_say(load_benchmark, monkeyp
     assert {role_of[n] for n in named} == {"base", "cluster", "router"}
 
 
-def test_torch_path_variant_runs_without_the_compiled_layer(load_benchmark):
+def test_torch_path_variant_runs_without_the_compiled_layer(load_benchmark, node_names):
     import torch
 
     bench = load_benchmark("bench_floral")
     factory, shape = bench.MODELS["SmallCNN (8x8 digits)"]
     model = bench._torch_path(bench._floral(factory(), 0.01).train())
     out = model(torch.rand((2, *shape)))
-    stack, names = [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is not None and node.name() not in names:
-            names.add(node.name())
-            stack.extend(f for f, _ in node.next_functions)
+    names = node_names(out)
     assert "MixtureMergeBackward" in names
     assert not any("FloralOp" in n for n in names)

@@ -279,7 +279,10 @@ class MixtureAdaptor(nn.Module):
         the mixture into the weight (a few small weight-sized operations, independent of the
         batch, done for all the layers of a model at once by :meth:`MixtureContext.set`) and
         runs the base operation once, instead of running every adaptor on the data
-        (:meth:`factored_output`, the reference path the tests compare against).
+        (:meth:`factored_output`, the reference path the tests compare against), unless running
+        them on the data is cheaper (:meth:`_prefers_factored`: large linear layers on few
+        rows). Inside a :class:`~riemfl.nn.floral.FloralModel` on the CPU the whole layer runs in
+        the compiled layer of :mod:`~riemfl.nn.floral.kernels` where it is available.
         """
         context = self.context
         kernel = context._kernel

@@ -9,10 +9,13 @@ layer in **one autograd node**: the merged weight
 
     W' = W + \sum_c w_c A_c B_c^\top,\qquad b' = b + \sum_c w_c L_{b,c}
 
-in plain loops, the base operation (``linear`` or ``conv2d``) and its backward with ATen, and the
-backward pass of the merge (:mod:`riemfl.nn.floral.fused` has the formulas) in plain loops, for
-float32 and float64 CPU tensors. Under ``create_graph=True`` its backward pass differentiates
-the same layer written in differentiable ATen operations, so second derivatives stay exact.
+in plain loops (ATen's products for large ones), the base operation (``linear`` or ``conv2d``)
+and its backward with ATen, and the backward pass of the merge (:mod:`riemfl.nn.floral.fused`
+has the formulas) in plain loops, for float32 and float64 CPU tensors. A large linear layer on
+few input rows runs the factored pass instead, ``x W^T + b' + ((x B) diag(w)) A^T``, by the rule
+of :data:`~riemfl.nn.floral.linear.FACTORED_SAVING`. Under ``create_graph=True`` its backward
+pass differentiates the same layer written in differentiable ATen operations, so second
+derivatives stay exact.
 
 It is built with :func:`torch.utils.cpp_extension.load` (a C++ compiler and ninja; about 30 s,
 once: the build is cached in :func:`build_directory`, under ``TORCH_EXTENSIONS_DIR``, by
