@@ -21,22 +21,31 @@ if importlib.util.find_spec("torch") is not None:
     torch.set_num_threads(1)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_script(folder: str, name: str):
+    """Import ``ROOT/folder/name.py`` as a module (benchmarks and examples are scripts)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module
+
+
 @pytest.fixture
 def load_benchmark():
     """Import a script of ``benchmarks/`` by file name (they are scripts, not a package)."""
+    return lambda name: _load_script("benchmarks", name)
 
-    def load(name: str):
-        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        try:
-            spec.loader.exec_module(module)
-        finally:
-            sys.modules.pop(spec.name, None)
-        return module
 
-    return load
+@pytest.fixture
+def load_example():
+    """Import a script of ``examples/`` by file name."""
+    return lambda name: _load_script("examples", name)
 
 
 @pytest.fixture

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
-
-
-def test_asyncbezier_logreg(tmp_path, capsys):
+def test_asyncbezier_logreg(tmp_path, capsys, load_example):
     pytest.importorskip("matplotlib")
     pytest.importorskip("sklearn")
-    summary = _load("asyncbezier_logreg").main(["--steps", "30", "--out", str(tmp_path)])
+    summary = load_example("asyncbezier_logreg").main(["--steps", "30", "--out", str(tmp_path)])
     assert set(summary) == {"FedAsync", "FedBuff (K = 3)", "AsyncBezier", "AsyncBezierED"}
     for name, s in summary.items():
         assert math.isfinite(s["optimality_gap"]) and s["optimality_gap"] > 0, name
@@ -39,10 +23,10 @@ def test_asyncbezier_logreg(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_flower_kpca_quick(capsys):
+def test_flower_kpca_quick(capsys, load_example):
     pytest.importorskip("flwr")
     pytest.importorskip("ray")
-    _load("flower_kpca").main(["--quick"])
+    load_example("flower_kpca").main(["--quick"])
     out = capsys.readouterr().out
     assert "same iterates as in-process" in out
     difference = float(out.split("max |difference|")[1].split()[0])
