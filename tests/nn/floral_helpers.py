@@ -17,3 +17,25 @@ def randomise(model, seed=0):
         logits = model.router.logits
         logits.copy_(torch.randn(logits.shape, generator=g, dtype=logits.dtype))
     return model
+
+
+def graph_names(t):
+    """Names of every autograd node behind ``t``."""
+    seen, stack, names = set(), [t.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(node.name())
+        stack.extend(f for f, _ in node.next_functions)
+    return names
+
+
+def compiled_kernel():
+    """The compiled FLoRAL extension (built on first use); fails the test if it did not build."""
+    from riemfl.nn.floral import kernels
+
+    module = kernels.load()
+    assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
+    return module

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from floral_helpers import randomise  # noqa: E402
+from floral_helpers import compiled_kernel, graph_names, randomise  # noqa: E402
 from torch import nn  # noqa: E402
 
 from riemfl.errors import MissingDependencyError, ParameterError  # noqa: E402
@@ -30,26 +30,11 @@ if kernels.mode() == "off":  # pragma: no cover - a run that asked for the torch
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = kernels.load()
-    assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
-    return module
-
-
-def graph_names(t):
-    """Names of every autograd node behind ``t``."""
-    seen, stack, names = set(), [t.grad_fn], []
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        names.append(node.name())
-        stack.extend(f for f, _ in node.next_functions)
-    return names
+    return compiled_kernel()
 
 
 def uses_kernel(t):
-    return any("FloralOp" in n for n in graph_names(t))
+    return any("FloralOp" in n or "FloralChain" in n for n in graph_names(t))
 
 
 # one adapted layer of every kind the extension handles: (base layer, input shape, options)
@@ -57,7 +42,8 @@ LAYERS = {
     "linear": (lambda: nn.Linear(5, 4), (3, 5), {}),
     "linear-nobias": (lambda: nn.Linear(5, 4, bias=False), (3, 5), {}),
     "linear-leading-axes": (lambda: nn.Linear(5, 4), (2, 3, 5), {}),
-    # few rows for the layer's size: run factored, x B then A, not with the merged weight
+    # few rows for the layer's size: run factored, x B then A, not with the merged weight (the
+    # thin products in loops at these sizes; ATen's products: "linear-factored-aten" below)
     "linear-factored": (lambda: nn.Linear(160, 160), (2, 160), {}),
     "linear-factored-leading-axes": (lambda: nn.Linear(160, 150, bias=False), (2, 1, 160), {}),
     "linear-factored-one-row": (lambda: nn.Linear(160, 160), (160,), {}),
@@ -134,23 +120,32 @@ def rows_of(layer, shape):
     return 0 if isinstance(layer.base, nn.Conv2d) else math.prod(shape[:-1])
 
 
+MERGED, FACTORED, FACTORED_LOOPS = 0, 1, 2  # the extension's layer_pass codes
+
+
 @pytest.mark.parametrize(
-    ("kind", "factored"),
-    [("linear", False), ("linear-leading-axes", False), ("balanced_2d", False)]
-    + [(k, True) for k in LAYERS if "factored" in k],
+    ("kind", "rank", "expected"),
+    [("linear", 1, MERGED), ("linear-leading-axes", 1, MERGED), ("balanced_2d", 1, MERGED)]
+    + [(k, 1, FACTORED_LOOPS) for k in LAYERS if "factored" in k]
+    + [("linear-factored-aten", 10, FACTORED), ("linear-blas", 10, MERGED)],
 )
-def test_the_layers_take_the_intended_mode(kernel, kind, factored):
-    """A linear layer runs factored when rows (m + n) < m n (module docstring of kernels)."""
-    _, layer, shape = one_layer(kind, 1, True)
+def test_the_layers_take_the_intended_pass(kernel, kind, rank, expected, monkeypatch):
+    """Linear layers run factored when that saves multiply-adds (module docstring of kernels):
+    in loops when small, with ATen's products when large; convolutions merge."""
+    if kind in LARGE:
+        monkeypatch.setitem(LAYERS, kind, LARGE[kind][:3])
+    _, layer, shape = one_layer(kind, rank, True)
     spec = kernel.Spec(layer._kernel_spec_values())
-    assert kernel.runs_factored(spec, rows_of(layer, shape)) is factored
+    assert kernel.layer_pass(spec, rows_of(layer, shape)) == expected
 
 
 @pytest.mark.parametrize("size", [(64, 200), (200, 10), (160, 160), (784, 200), (1024, 1024)])
 @pytest.mark.parametrize("rank", [1, 5])
 def test_torch_path_and_compiled_layer_choose_alike(kernel, size, rank):
-    """The torch path's rule (MixtureLinear._prefers_factored) is the extension's, row for row,
-    and it picks the merge for the digits MLP at batch 32 (where the factored pass is slower)."""
+    """The torch path's rule (MixtureLinear._prefers_factored) is the extension's rule for its
+    ATen-factored pass, row for row, and it picks the merge for the digits MLP at batch 32 (where
+    the factored pass with torch operations is slower); the extension runs that layer factored
+    in loops, which costs no more than the multiply-adds it saves."""
     from riemfl.nn.floral.linear import FACTORED_SAVING
 
     assert kernel.FACTORED_SAVING == FACTORED_SAVING
@@ -163,6 +158,7 @@ def test_torch_path_and_compiled_layer_choose_alike(kernel, size, rank):
         assert layer._prefers_factored(x) is kernel.runs_factored(spec, rows), rows
     if size == (64, 200) and rank == 1:  # rho = 1%
         assert not kernel.runs_factored(spec, 32)
+        assert kernel.layer_pass(spec, 32) == FACTORED_LOOPS
     if size == (1024, 1024):
         assert kernel.runs_factored(spec, 256)
 
@@ -171,6 +167,7 @@ def test_torch_path_and_compiled_layer_choose_alike(kernel, size, rank):
 # the reference only (gradcheck would take too long)
 LARGE = {
     "linear-blas": (lambda: nn.Linear(512, 64), (80, 512), {}, 10),
+    "linear-factored-aten": (lambda: nn.Linear(1024, 512), (2, 4, 1024), {}, 10),
     "conv-blas": (lambda: nn.Conv2d(16, 32, 3, padding=1), (2, 16, 6, 6), {}, 10),
 }
 
@@ -187,8 +184,11 @@ def test_layer_equals_the_differentiable_reference(kernel, kind, rank, monkeypat
     if kind in LARGE:
         spec = kernel.Spec(layer._kernel_spec_values())
         values = layer._kernel_spec_values()
-        assert values[1] * values[2] * values[3] * values[4] >= kernel.BLAS_WORK
-        assert not kernel.runs_factored(spec, rows_of(layer, shape))
+        if kind == "linear-factored-aten":
+            assert kernel.layer_pass(spec, rows_of(layer, shape)) == FACTORED
+        else:
+            assert values[1] * values[2] * values[3] * values[4] >= kernel.BLAS_WORK
+            assert kernel.layer_pass(spec, rows_of(layer, shape)) == MERGED
     op, inputs = op_inputs(kernel, layer, shape)
     spec = kernel.Spec(layer._kernel_spec_values())
     out = op(*inputs)
@@ -347,9 +347,12 @@ def test_copies_and_pickles_after_a_compiled_pass(kernel):
     model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0))
     x = torch.rand(3, 1, 8, 8)
     out = model(x)
-    assert all("_kernel_spec" in m.__dict__ for _, m in model.adaptors())
+    convs = [m for _, m in model.adaptors() if isinstance(m.base, nn.Conv2d)]
+    assert convs and all("_kernel_spec" in m.__dict__ for m in convs)
+    assert "_chain_plan" in model.model.classifier.__dict__  # the linear layers: one chain
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert all("_kernel_spec" not in m.__dict__ for _, m in twin.adaptors())
+        assert "_chain_plan" not in twin.model.classifier.__dict__
         assert twin.backend == "auto" and twin.context._kernel is None
         again = twin(x)
         assert uses_kernel(again)

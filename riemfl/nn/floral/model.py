@@ -29,6 +29,7 @@ from ...errors import ParameterError
 from . import kernels
 from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
+from .chain import make_fusable, make_plain
 from .conv import MixtureConv2d
 from .fused import _transforms_active, autocast_enabled
 from .linear import MixtureLinear
@@ -173,6 +174,7 @@ class FloralModel(nn.Module):
                 _set_submodule(merged, name, layer.merged_base())
         finally:
             self.context.set(None)
+        make_plain(merged)
         return merged
 
 
@@ -298,5 +300,6 @@ def floralize(
             extra = {"variant": conv_variant} if wrapper is MixtureConv2d else {}
             layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
             _set_submodule(copied, name, layer)
+    make_fusable(copied)
     router = Router(n_clusters, routing, router_noise)
     return FloralModel(copied, router, context, private_adaptors)

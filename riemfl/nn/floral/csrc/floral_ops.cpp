@@ -19,7 +19,9 @@
 // and differentiates it, so second derivatives are exact.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 namespace {
@@ -154,6 +156,71 @@ RIEMFL_CLONES void kernel_merge_backward(const double* g, const double* a, const
   merge_rows_backward<double>(g, a, b, w, cr, r, m, n, da, db, dw);
 }
 
+// The thin products of the factored pass (one side has C r columns), for small layers: in loops
+// they cost no more than their multiply-adds, where each ATen call costs a few microseconds.
+// h[i, q] = <x[i, :], f[q, :]>  (H = X F^T; X: rows x k, F: C r x k)
+template <typename T>
+RIEMFL_INLINE void thin_dots(const T* x, const T* f, int64_t rows, int64_t k, int64_t cr, T* h) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xrow = x + i * k;
+    for (int64_t q = 0; q < cr; ++q) {
+      const T* frow = f + q * k;
+      T dot = T(0);
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < k; ++j) dot += xrow[j] * frow[j];
+      h[i * cr + q] = dot;
+    }
+  }
+}
+
+// out[i, :] += sum_q s[q] h[i, q] f[q, :]  (OUT += H diag(s) F)
+template <typename T>
+RIEMFL_INLINE void thin_axpy(T* out, const T* h, const T* s, const T* f, int64_t rows, int64_t k,
+                             int64_t cr) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* orow = out + i * k;
+    for (int64_t q = 0; q < cr; ++q) {
+      const T coef = s[q] * h[i * cr + q];
+      const T* frow = f + q * k;
+#pragma omp simd
+      for (int64_t j = 0; j < k; ++j) orow[j] += coef * frow[j];
+    }
+  }
+}
+
+// d[q, :] = s[q] sum_i h[i, q] x[i, :]  (D = diag(s) H^T X)
+template <typename T>
+RIEMFL_INLINE void thin_outer(T* d, const T* h, const T* s, const T* x, int64_t rows, int64_t k,
+                              int64_t cr) {
+  for (int64_t q = 0; q < cr * k; ++q) d[q] = T(0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xrow = x + i * k;
+    for (int64_t q = 0; q < cr; ++q) {
+      const T coef = s[q] * h[i * cr + q];
+      T* drow = d + q * k;
+#pragma omp simd
+      for (int64_t j = 0; j < k; ++j) drow[j] += coef * xrow[j];
+    }
+  }
+}
+
+#define RIEMFL_THIN_KERNELS(T)                                                                   \
+  RIEMFL_CLONES void kernel_thin_dots(const T* x, const T* f, int64_t rows, int64_t k,          \
+                                      int64_t cr, T* h) {                                       \
+    thin_dots<T>(x, f, rows, k, cr, h);                                                          \
+  }                                                                                              \
+  RIEMFL_CLONES void kernel_thin_axpy(T* out, const T* h, const T* s, const T* f, int64_t rows, \
+                                      int64_t k, int64_t cr) {                                  \
+    thin_axpy<T>(out, h, s, f, rows, k, cr);                                                     \
+  }                                                                                              \
+  RIEMFL_CLONES void kernel_thin_outer(T* d, const T* h, const T* s, const T* x, int64_t rows,  \
+                                       int64_t k, int64_t cr) {                                 \
+    thin_outer<T>(d, h, s, x, rows, k, cr);                                                      \
+  }
+RIEMFL_THIN_KERNELS(float)
+RIEMFL_THIN_KERNELS(double)
+#undef RIEMFL_THIN_KERNELS
+
 // out[i] = (bias ? bias[i] : 0) + sum_c w_c lb[c, i]
 template <typename T>
 void bias_merge(T* out, const T* bias, const T* lb, const T* w, int64_t c, int64_t m) {
@@ -207,6 +274,21 @@ constexpr int64_t kFactoredSaving = int64_t(1) << 16;
 bool runs_factored(const Spec& s, int64_t rows) {
   const int64_t m = s.v[kM], n = s.v[kN];
   return !s.conv() && s.cr() * (m * n - rows * (m + n)) > kFactoredSaving;
+}
+
+// thin-product work C r rows (m + n) up to which the factored pass runs in loops
+constexpr int64_t kThinWork = int64_t(1) << 17;
+
+// How a layer runs: with the merged weight; factored with ATen's products; or factored with the
+// thin products in loops, which a small linear layer does whenever that is fewer multiply-adds,
+// rows (m + n) < m n (no per-call costs to pay for). Only the compiled layer has the last.
+enum Pass : int64_t { kMerged = 0, kFactored = 1, kFactoredLoops = 2 };
+
+Pass layer_pass(const Spec& s, int64_t rows) {
+  if (s.conv()) return kMerged;
+  const int64_t m = s.v[kM], n = s.v[kN];
+  if (rows * (m + n) < m * n && s.cr() * rows * (m + n) <= kThinWork) return kFactoredLoops;
+  return runs_factored(s, rows) ? kFactored : kMerged;
 }
 
 // whether [A_1 ... A_C]^T (C r, m) is lora_out's own memory (linear layers; conv with r = 1)
@@ -271,226 +353,575 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias,
               "floral_op: bias adaptors of shape (", c, ", ", m_out, ") expected");
 }
 
+// One adapted layer's tensors (bias and lora_bias may be undefined).
+struct LayerTensors {
+  Tensor weight, bias, lora_out, lora_in, lora_bias;
+};
+
+// What the forward pass of one layer keeps for its backward: the merged weight, or, for a
+// factored pass, x B.
+struct Kept {
+  Tensor tensor;
+  Pass pass = kMerged;
+};
+
+// One layer's forward pass: y = op(x, W', b') (or the factored linear pass); fills `kept`.
+Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, const Spec& spec,
+                     Kept& kept) {
+  check_inputs(x, t.weight, t.bias, t.lora_out, t.lora_in, t.lora_bias, w, spec);
+  const Tensor &weight = t.weight, &bias = t.bias, &lora_bias = t.lora_bias;
+  const int64_t m = spec.v[kM], n = spec.v[kN], cr = spec.cr(), r = spec.v[kR];
+  const int64_t c = spec.v[kC], m_out = spec.conv() ? spec.v[kCout] : m;
+  auto a = out_is_matrix(t.lora_out, spec) ? t.lora_out : out_matrix(t.lora_out, spec);
+  auto b = t.lora_in.contiguous();
+  auto wc = w.contiguous();
+  Tensor merged_b = bias;  // b + L_b^T w
+  if (lora_bias.defined()) {
+    merged_b = at::empty({m_out}, weight.options());
+    AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_bias", [&] {
+      auto bc = bias.defined() ? bias.contiguous() : Tensor();
+      auto lbc = lora_bias.contiguous();
+      bias_merge<scalar_t>(merged_b.data_ptr<scalar_t>(),
+                           bc.defined() ? bc.data_ptr<scalar_t>() : nullptr,
+                           lbc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), c, m_out);
+    });
+  }
+  const int64_t rows = spec.conv() ? 0 : x.numel() / n;
+  kept.pass = layer_pass(spec, rows);
+  if (kept.pass != kMerged) {  // y = x W^T + b' + ((x B) diag(w)) A^T, without the merged weight
+    auto x2 = x.reshape({rows, n});
+    Tensor h, y;  // h = x B: (rows, C r)
+    if (kept.pass == kFactoredLoops) {
+      x2 = x2.contiguous();
+      h = at::empty({rows, cr}, x.options());
+      y = at::linear(x2, weight, opt(merged_b));
+      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_thin_forward", [&] {
+        auto wck = weight_per_rank(w, spec);
+        kernel_thin_dots(x2.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), rows, n, cr,
+                         h.data_ptr<scalar_t>());
+        kernel_thin_axpy(y.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
+                         wck.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(), rows, m, cr);
+      });
+    } else {
+      h = at::mm(x2, b.view({cr, n}).t());
+      y = at::linear(x2, weight, opt(merged_b));
+      y.addmm_(h * weight_per_rank(w, spec), a.view({cr, m}));
+    }
+    kept.tensor = h;
+    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+    sizes.back() = m;
+    return y.view(sizes);
+  }
+  auto base = weight.contiguous();
+  Tensor merged;
+  if (cr * m * n >= kBlasWork) {  // large: ATen's (blocked, threaded) products
+    auto scaled = a.view({cr, m}) * weight_per_rank(w, spec).unsqueeze(1);
+    merged = spec.conv() ? at::mm(scaled.t(), b.view({cr, n})).contiguous()
+                         : at::addmm(base.view({m, n}), scaled.t(), b.view({cr, n}));
+  } else {
+    merged = at::empty({m, n}, weight.options());
+    AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_merge", [&] {
+      kernel_merge(merged.data_ptr<scalar_t>(), spec.conv() ? nullptr : base.data_ptr<scalar_t>(),
+                   a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), cr, r,
+                   m, n);
+    });
+  }
+  if (spec.conv()) {  // the delta was made as the (m, n) matrix: add it to the kernel
+    auto kernel = at::empty(weight.sizes(), weight.options());
+    AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_kernel", [&] {
+      const scalar_t* delta = merged.data_ptr<scalar_t>();
+      const scalar_t* w0 = base.data_ptr<scalar_t>();
+      scalar_t* out = kernel.data_ptr<scalar_t>();
+      for_kernel_entries(spec, [&](int64_t q, int64_t k) { out[k] = w0[k] + delta[q]; });
+    });
+    merged = kernel;
+  }
+  kept.tensor = merged;
+  return base_op(x, merged, opt(merged_b), spec);
+}
+
+// Which gradients one layer's backward pass computes: x, weight, bias, lora_out, lora_in,
+// lora_bias, w (false for an undefined tensor).
+using Needs = std::array<bool, 7>;
+
+// One layer's backward pass for the output gradient dy: fills grads[0..5] (x, weight, bias,
+// lora_out, lora_in, lora_bias) where needed and adds the mixture weights' gradient to dw.
+void layer_backward(const Tensor& x, const LayerTensors& t, const Tensor& w, const Spec& spec,
+                    const Kept& kept, const Tensor& dy, const Needs& need, std::vector<double>& dw,
+                    std::array<Tensor, 6>& grads) {
+  const Tensor &bias = t.bias, &lora_out = t.lora_out, &lora_in = t.lora_in,
+               &lora_bias = t.lora_bias;
+  const int64_t m = spec.v[kM], n = spec.v[kN], cr = spec.cr(), c = spec.v[kC], r = spec.v[kR];
+  const int64_t m_out = spec.conv() ? spec.v[kCout] : m;
+  const bool need_factors = need[3] || need[4] || need[6];
+  const bool need_bias_path = bias.defined() || lora_bias.defined();
+  const bool direct = out_is_matrix(lora_out, spec);
+  auto a = direct ? lora_out : out_matrix(lora_out, spec);
+  auto b = lora_in.contiguous();
+  auto wc = w.contiguous();
+  Tensor dbias;
+  if (kept.pass == kFactoredLoops) {
+    const Tensor& h = kept.tensor;  // (rows, C r): x B
+    auto g2 = dy.reshape({-1, m}).contiguous();
+    auto x2 = x.reshape({-1, n}).contiguous();
+    const int64_t rows = g2.size(0);
+    if (need[1]) grads[1] = at::mm(g2.t(), x2);
+    if (need_bias_path) dbias = g2.sum(0);
+    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_thin_backward", [&] {
+      auto wck = weight_per_rank(w, spec);
+      const scalar_t* s = wck.data_ptr<scalar_t>();
+      const scalar_t* hp = h.data_ptr<scalar_t>();
+      Tensor ga;  // (rows, C r): dy A
+      if (need[0] || need[4] || need[6]) {
+        ga = at::empty({rows, cr}, h.options());
+        kernel_thin_dots(g2.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(), rows, m, cr,
+                         ga.data_ptr<scalar_t>());
+      }
+      if (need[0]) {
+        auto dx = at::mm(g2, t.weight);
+        kernel_thin_axpy(dx.data_ptr<scalar_t>(), ga.data_ptr<scalar_t>(), s,
+                         b.data_ptr<scalar_t>(), rows, n, cr);
+        grads[0] = dx.view(x.sizes());
+      }
+      if (need[3]) {
+        auto da = at::empty({cr, m}, h.options());
+        kernel_thin_outer(da.data_ptr<scalar_t>(), hp, s, g2.data_ptr<scalar_t>(), rows, m, cr);
+        grads[3] = out_grad(da, lora_out, spec);
+      }
+      if (need[4]) {
+        auto db = at::empty(lora_in.sizes(), lora_in.options());
+        kernel_thin_outer(db.data_ptr<scalar_t>(), ga.data_ptr<scalar_t>(), s,
+                          x2.data_ptr<scalar_t>(), rows, n, cr);
+        grads[4] = db;
+      }
+      if (need[6]) {  // dw_c += sum_(i, k in c) h[i, ck] ga[i, ck]
+        const scalar_t* gp = ga.data_ptr<scalar_t>();
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t q = 0; q < cr; ++q) {
+            dw[q / r] += static_cast<double>(hp[i * cr + q]) * static_cast<double>(gp[i * cr + q]);
+          }
+        }
+      }
+    });
+  } else if (kept.pass == kFactored) {
+    const Tensor& h = kept.tensor;  // (rows, C r): x B
+    auto g2 = dy.reshape({-1, m});
+    auto x2 = x.reshape({-1, n});
+    auto wck = weight_per_rank(w, spec);
+    Tensor ga;  // (rows, C r): dy A
+    if (need[0] || need[4] || need[6]) ga = at::mm(g2, a.view({cr, m}).t());
+    if (need[0]) {
+      auto dx = at::mm(g2, t.weight);
+      dx.addmm_(ga * wck, b.view({cr, n}));
+      grads[0] = dx.view(x.sizes());
+    }
+    if (need[1]) grads[1] = at::mm(g2.t(), x2);
+    if (need_bias_path) dbias = g2.sum(0);
+    if (need[3]) grads[3] = out_grad(at::mm((h * wck).t(), g2), lora_out, spec);
+    if (need[4]) grads[4] = at::mm((ga * wck).t(), x2).view(lora_in.sizes());
+    if (need[6]) {
+      auto per_rank = (h * ga).sum(0).to(at::kDouble).contiguous();  // <x B_ck, dy A_ck>
+      const double* p = per_rank.data_ptr<double>();
+      for (int64_t q = 0; q < cr; ++q) dw[q / r] += p[q];
+    }
+  } else {
+    const Tensor& merged = kept.tensor;
+    // the base operation's backward with the merged weight: dx, dW', db'
+    Tensor dmerged;
+    if (!spec.conv()) {
+      auto g2 = dy.reshape({-1, m});
+      if (need[0]) grads[0] = at::mm(g2, merged).view(x.sizes());
+      dmerged = at::mm(g2.t(), x.reshape({-1, n}));
+      if (need_bias_path) dbias = g2.sum(0);
+    } else {
+      auto res = at::convolution_backward(
+          dy, x, merged,
+          need_bias_path ? c10::OptionalIntArrayRef(at::IntArrayRef(spec.v[kCout])) : c10::nullopt,
+          {spec.v[kStride], spec.v[kStride + 1]}, {spec.v[kPad], spec.v[kPad + 1]},
+          {spec.v[kDil], spec.v[kDil + 1]}, false, {0, 0}, 1, {need[0], true, need_bias_path});
+      if (need[0]) grads[0] = std::get<0>(res);
+      dmerged = std::get<1>(res);
+      dbias = std::get<2>(res);
+    }
+    if (need[1]) grads[1] = dmerged;
+    if (need_factors) {
+      AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_merge_backward", [&] {
+        Tensor g;  // dW' as the (m, n) matrix
+        if (spec.conv()) {
+          auto gk = dmerged.contiguous();
+          g = at::empty({m, n}, gk.options());
+          const scalar_t* src = gk.data_ptr<scalar_t>();
+          scalar_t* dst = g.data_ptr<scalar_t>();
+          for_kernel_entries(spec, [&](int64_t q, int64_t k) { dst[q] = src[k]; });
+        } else {
+          g = dmerged.contiguous();
+        }
+        auto da = direct ? at::empty_like(lora_out) : at::empty_like(a);
+        Tensor db;
+        const scalar_t* wp = wc.data_ptr<scalar_t>();
+        if (cr * m * n >= kBlasWork) {  // large: (G B)^T and A^T G with ATen, then scale
+          auto d = at::mm(b.view({cr, n}), g.t());  // (C r, m)
+          db = at::mm(a.view({cr, m}), g).view(lora_in.sizes());
+          const scalar_t* dp = d.data_ptr<scalar_t>();
+          const scalar_t* ap = a.data_ptr<scalar_t>();
+          scalar_t* dap = da.data_ptr<scalar_t>();
+          scalar_t* dbp = db.data_ptr<scalar_t>();
+          for (int64_t q = 0; q < cr; ++q) {
+            const scalar_t f = wp[q / r];
+            double acc = 0.0;
+            for (int64_t i = 0; i < m; ++i) {
+              acc += static_cast<double>(ap[q * m + i]) * static_cast<double>(dp[q * m + i]);
+              dap[q * m + i] = f * dp[q * m + i];
+            }
+            dw[q / r] += acc;
+            for (int64_t j = 0; j < n; ++j) dbp[q * n + j] *= f;
+          }
+        } else {
+          db = at::empty(lora_in.sizes(), lora_in.options());
+          kernel_merge_backward(g.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
+                                b.data_ptr<scalar_t>(), wp, cr, r, m, n, da.data_ptr<scalar_t>(),
+                                db.data_ptr<scalar_t>(), dw.data());
+        }
+        if (need[3]) grads[3] = direct ? da : out_grad(da, lora_out, spec);
+        if (need[4]) grads[4] = db;
+      });
+    }
+  }
+  if (need[2]) grads[2] = dbias;
+  if (lora_bias.defined() && (need[5] || need[6])) {
+    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_bias_backward", [&] {
+      auto gb = dbias.contiguous();
+      auto lbc = lora_bias.contiguous();
+      Tensor dlb;
+      if (need[5]) dlb = at::empty({c, m_out}, lora_bias.options());
+      bias_backward<scalar_t>(gb.data_ptr<scalar_t>(), lbc.data_ptr<scalar_t>(),
+                              wc.data_ptr<scalar_t>(), c, m_out,
+                              dlb.defined() ? dlb.data_ptr<scalar_t>() : nullptr, dw.data());
+      if (need[5]) grads[5] = dlb;
+    });
+  }
+}
+
+// the mixture weights' gradient (accumulated in double) as a tensor like w
+Tensor weight_gradient(const std::vector<double>& dw, const Tensor& w) {
+  auto out = at::empty({static_cast<int64_t>(dw.size())}, w.options());
+  AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_weight_gradient", [&] {
+    scalar_t* p = out.data_ptr<scalar_t>();
+    for (size_t k = 0; k < dw.size(); ++k) p[k] = static_cast<scalar_t>(dw[k]);
+  });
+  return out;
+}
+
+// The gradients of `y` (a differentiable recomputation) with respect to the needed ones of
+// `inputs`, differentiable themselves (the create_graph paths); undefined where not needed.
+variable_list recomputed_gradients(const Tensor& y, const Tensor& dy, const variable_list& inputs,
+                                   const std::vector<bool>& need) {
+  variable_list out(inputs.size());
+  std::vector<size_t> slots;
+  variable_list wanted;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (need[i]) {
+      slots.push_back(i);
+      wanted.push_back(inputs[i]);
+    }
+  }
+  if (wanted.empty()) return out;
+  auto got = torch::autograd::grad({y}, wanted, {dy}, /*retain_graph=*/true,
+                                   /*create_graph=*/true, /*allow_unused=*/true);
+  for (size_t k = 0; k < slots.size(); ++k) out[slots[k]] = got[k];
+  return out;
+}
+
 struct FloralOp : public torch::autograd::Function<FloralOp> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight,
                         const c10::optional<Tensor>& bias_opt, const Tensor& lora_out,
                         const Tensor& lora_in, const c10::optional<Tensor>& lora_bias_opt,
                         const Tensor& w, const Spec& spec) {
-    const Tensor bias = bias_opt.value_or(Tensor());
-    const Tensor lora_bias = lora_bias_opt.value_or(Tensor());
-    check_inputs(x, weight, bias, lora_out, lora_in, lora_bias, w, spec);
-    const int64_t m = spec.v[kM], n = spec.v[kN], cr = spec.cr(), r = spec.v[kR];
-    const int64_t c = spec.v[kC], m_out = spec.conv() ? spec.v[kCout] : m;
-    auto a = out_is_matrix(lora_out, spec) ? lora_out : out_matrix(lora_out, spec);
-    auto b = lora_in.contiguous();
-    auto wc = w.contiguous();
-    Tensor merged_b = bias;  // b + L_b^T w
-    if (lora_bias.defined()) {
-      merged_b = at::empty({m_out}, weight.options());
-      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_bias", [&] {
-        auto bc = bias.defined() ? bias.contiguous() : Tensor();
-        auto lbc = lora_bias.contiguous();
-        bias_merge<scalar_t>(merged_b.data_ptr<scalar_t>(),
-                             bc.defined() ? bc.data_ptr<scalar_t>() : nullptr,
-                             lbc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), c, m_out);
-      });
-    }
+    const LayerTensors t{weight, bias_opt.value_or(Tensor()), lora_out, lora_in,
+                         lora_bias_opt.value_or(Tensor())};
+    Kept kept;
+    auto y = layer_forward(x, t, w, spec, kept);
     ctx->saved_data["spec"] = c10::List<int64_t>(spec.v);
-    const int64_t rows = spec.conv() ? 0 : x.numel() / n;
-    const bool factored = runs_factored(spec, rows);
-    ctx->saved_data["factored"] = factored;
-    if (factored) {  // y = x W^T + b' + ((x B) diag(w)) A^T, without the merged weight
-      auto x2 = x.reshape({rows, n});
-      auto h = at::mm(x2, b.view({cr, n}).t());  // (rows, C r): x B
-      auto y = at::linear(x2, weight, opt(merged_b));
-      y.addmm_(h * weight_per_rank(w, spec), a.view({cr, m}));
-      ctx->save_for_backward({x, weight, bias, lora_out, lora_in, lora_bias, w, h});
-      std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-      sizes.back() = m;
-      return y.view(sizes);
-    }
-    auto base = weight.contiguous();
-    Tensor merged;
-    if (cr * m * n >= kBlasWork) {  // large: ATen's (blocked, threaded) products
-      auto scaled = a.view({cr, m}) * weight_per_rank(w, spec).unsqueeze(1);
-      merged = spec.conv() ? at::mm(scaled.t(), b.view({cr, n})).contiguous()
-                           : at::addmm(base.view({m, n}), scaled.t(), b.view({cr, n}));
-    } else {
-      merged = at::empty({m, n}, weight.options());
-      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_merge", [&] {
-        kernel_merge(merged.data_ptr<scalar_t>(),
-                     spec.conv() ? nullptr : base.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
-                     b.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), cr, r, m, n);
-      });
-    }
-    if (spec.conv()) {  // the delta was made as the (m, n) matrix: add it to the kernel
-      auto kernel = at::empty(weight.sizes(), weight.options());
-      AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_kernel", [&] {
-        const scalar_t* delta = merged.data_ptr<scalar_t>();
-        const scalar_t* w0 = base.data_ptr<scalar_t>();
-        scalar_t* out = kernel.data_ptr<scalar_t>();
-        for_kernel_entries(spec, [&](int64_t q, int64_t k) { out[k] = w0[k] + delta[q]; });
-      });
-      merged = kernel;
-    }
-    ctx->save_for_backward({x, weight, bias, lora_out, lora_in, lora_bias, w, merged});
-    return base_op(x, merged, opt(merged_b), spec);
+    ctx->saved_data["pass"] = static_cast<int64_t>(kept.pass);
+    ctx->save_for_backward({x, weight, t.bias, lora_out, lora_in, t.lora_bias, w, kept.tensor});
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const Spec spec(ctx->saved_data["spec"].toIntVector());
-    const bool factored = ctx->saved_data["factored"].toBool();
     auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &lora_out = saved[3],
-                 &lora_in = saved[4], &lora_bias = saved[5], &w = saved[6];
-    // saved[7]: the merged weight, or (factored) x B
     const Tensor& dy = grads[0];
     variable_list out(8);  // x, weight, bias, lora_out, lora_in, lora_bias, w, spec
     if (!dy.defined()) return out;
     // needs_input_grad counts the tensor arguments only: map the argument positions to it
-    std::array<bool, 7> need{};
+    Needs need{};
     for (int64_t i = 0, v = 0; i < 7; ++i) {
       need[i] = saved[i].defined() && ctx->needs_input_grad(v++);  // v counts defined ones
     }
-    if (torch::GradMode::is_enabled()) return differentiable_backward(saved, need, dy, spec);
-
-    const int64_t m = spec.v[kM], n = spec.v[kN], cr = spec.cr(), c = spec.v[kC], r = spec.v[kR];
-    const int64_t m_out = spec.conv() ? spec.v[kCout] : m;
-    const bool need_factors = need[3] || need[4] || need[6];
-    const bool need_bias_path = bias.defined() || lora_bias.defined();
-    const bool direct = out_is_matrix(lora_out, spec);
-    auto a = direct ? lora_out : out_matrix(lora_out, spec);
-    auto b = lora_in.contiguous();
-    auto wc = w.contiguous();
-    std::vector<double> dw(c, 0.0);
-    Tensor dbias;
-    if (factored) {
-      const Tensor& h = saved[7];  // (rows, C r): x B
-      auto g2 = dy.reshape({-1, m});
-      auto x2 = x.reshape({-1, n});
-      auto wck = weight_per_rank(w, spec);
-      Tensor ga;  // (rows, C r): dy A
-      if (need[0] || need[4] || need[6]) ga = at::mm(g2, a.view({cr, m}).t());
-      if (need[0]) {
-        auto dx = at::mm(g2, weight);
-        dx.addmm_(ga * wck, b.view({cr, n}));
-        out[0] = dx.view(x.sizes());
-      }
-      if (need[1]) out[1] = at::mm(g2.t(), x2);
-      if (need_bias_path) dbias = g2.sum(0);
-      if (need[3]) out[3] = out_grad(at::mm((h * wck).t(), g2), lora_out, spec);
-      if (need[4]) out[4] = at::mm((ga * wck).t(), x2).view(lora_in.sizes());
-      if (need[6]) {
-        auto per_rank = (h * ga).sum(0).to(at::kDouble).contiguous();  // <x B_ck, dy A_ck>
-        const double* p = per_rank.data_ptr<double>();
-        for (int64_t q = 0; q < cr; ++q) dw[q / r] += p[q];
-      }
-    } else {
-      const Tensor& merged = saved[7];
-      // the base operation's backward with the merged weight: dx, dW', db'
-      Tensor dmerged;
-      if (!spec.conv()) {
-        auto g2 = dy.reshape({-1, m});
-        if (need[0]) out[0] = at::mm(g2, merged).view(x.sizes());
-        dmerged = at::mm(g2.t(), x.reshape({-1, n}));
-        if (need_bias_path) dbias = g2.sum(0);
-      } else {
-        auto res = at::convolution_backward(
-            dy, x, merged,
-            need_bias_path ? c10::OptionalIntArrayRef(at::IntArrayRef(spec.v[kCout]))
-                           : c10::nullopt,
-            {spec.v[kStride], spec.v[kStride + 1]}, {spec.v[kPad], spec.v[kPad + 1]},
-            {spec.v[kDil], spec.v[kDil + 1]}, false, {0, 0}, 1, {need[0], true, need_bias_path});
-        if (need[0]) out[0] = std::get<0>(res);
-        dmerged = std::get<1>(res);
-        dbias = std::get<2>(res);
-      }
-      if (need[1]) out[1] = dmerged;
-      if (need_factors) {
-        AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_merge_backward", [&] {
-          Tensor g;  // dW' as the (m, n) matrix
-          if (spec.conv()) {
-            auto gk = dmerged.contiguous();
-            g = at::empty({m, n}, gk.options());
-            const scalar_t* src = gk.data_ptr<scalar_t>();
-            scalar_t* dst = g.data_ptr<scalar_t>();
-            for_kernel_entries(spec, [&](int64_t q, int64_t k) { dst[q] = src[k]; });
-          } else {
-            g = dmerged.contiguous();
-          }
-          auto da = direct ? at::empty_like(lora_out) : at::empty_like(a);
-          Tensor db;
-          const scalar_t* wp = wc.data_ptr<scalar_t>();
-          if (cr * m * n >= kBlasWork) {  // large: (G B)^T and A^T G with ATen, then scale
-            auto d = at::mm(b.view({cr, n}), g.t());  // (C r, m)
-            db = at::mm(a.view({cr, m}), g).view(lora_in.sizes());
-            const scalar_t* dp = d.data_ptr<scalar_t>();
-            const scalar_t* ap = a.data_ptr<scalar_t>();
-            scalar_t* dap = da.data_ptr<scalar_t>();
-            scalar_t* dbp = db.data_ptr<scalar_t>();
-            for (int64_t q = 0; q < cr; ++q) {
-              const scalar_t f = wp[q / r];
-              double acc = 0.0;
-              for (int64_t i = 0; i < m; ++i) {
-                acc += static_cast<double>(ap[q * m + i]) * static_cast<double>(dp[q * m + i]);
-                dap[q * m + i] = f * dp[q * m + i];
-              }
-              dw[q / r] += acc;
-              for (int64_t j = 0; j < n; ++j) dbp[q * n + j] *= f;
-            }
-          } else {
-            db = at::empty(lora_in.sizes(), lora_in.options());
-            kernel_merge_backward(g.data_ptr<scalar_t>(), a.data_ptr<scalar_t>(),
-                                  b.data_ptr<scalar_t>(), wp, cr, r, m, n, da.data_ptr<scalar_t>(),
-                                  db.data_ptr<scalar_t>(), dw.data());
-          }
-          if (need[3]) out[3] = direct ? da : out_grad(da, lora_out, spec);
-          if (need[4]) out[4] = db;
-        });
-      }
+    const LayerTensors t{saved[1], saved[2], saved[3], saved[4], saved[5]};
+    if (torch::GradMode::is_enabled()) {  // create_graph: differentiate plain_forward
+      variable_list inputs(saved.begin(), saved.begin() + 7);
+      auto y = plain_forward(saved[0], t.weight, t.bias, t.lora_out, t.lora_in, t.lora_bias,
+                             saved[6], spec);
+      auto got = recomputed_gradients(y, dy, inputs, std::vector<bool>(need.begin(), need.end()));
+      std::copy(got.begin(), got.end(), out.begin());
+      return out;
     }
-    if (need[2]) out[2] = dbias;
-    if (!(need[5] || need[6])) return out;
-    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_bias_backward", [&] {
-      if (lora_bias.defined()) {
-        auto gb = dbias.contiguous();
-        auto lbc = lora_bias.contiguous();
-        Tensor dlb;
-        if (need[5]) dlb = at::empty({c, m_out}, lora_bias.options());
-        bias_backward<scalar_t>(gb.data_ptr<scalar_t>(), lbc.data_ptr<scalar_t>(),
-                                wc.data_ptr<scalar_t>(), c, m_out,
-                                dlb.defined() ? dlb.data_ptr<scalar_t>() : nullptr, dw.data());
-        if (need[5]) out[5] = dlb;
-      }
-      if (need[6]) {
-        auto dwt = at::empty({c}, w.options());
-        scalar_t* p = dwt.data_ptr<scalar_t>();
-        for (int64_t k = 0; k < c; ++k) p[k] = static_cast<scalar_t>(dw[k]);
-        out[6] = dwt;
-      }
-    });
+    const Kept kept{saved[7], static_cast<Pass>(ctx->saved_data["pass"].toInt())};
+    std::vector<double> dw(spec.v[kC], 0.0);
+    std::array<Tensor, 6> layer_grads;
+    layer_backward(saved[0], t, saved[6], spec, kept, dy, need, dw, layer_grads);
+    std::copy(layer_grads.begin(), layer_grads.end(), out.begin());
+    if (need[6]) out[6] = weight_gradient(dw, saved[6]);
     return out;
   }
+};
 
-  // create_graph: the gradients of plain_forward, themselves differentiable
-  static variable_list differentiable_backward(const variable_list& saved,
-                                               const std::array<bool, 7>& need, const Tensor& dy,
-                                               const Spec& spec) {
-    variable_list out(8);
-    std::vector<int64_t> slots;
-    variable_list inputs;
-    for (int64_t i = 0; i < 7; ++i) {
-      if (need[i]) {
-        slots.push_back(i);
-        inputs.push_back(saved[i]);
-      }
+// ---------------------------------------------------------------------------------------------
+// A chain of adapted linear layers with elementwise activations between them, in one autograd
+// node: z_l = h_{l-1} W'_l^T + b'_l, h_l = act_l(z_l), h_0 = x. The per-node and per-call fixed
+// costs of torch (a few microseconds each) are paid once for the chain instead of once per
+// layer and activation.
+
+// activation after a layer
+enum Activation : int64_t { kIdentity = 0, kRelu = 1, kTanh = 2, kSigmoid = 3, kActivations = 4 };
+
+// The chain's description: per layer its spec, activation and whether it has a base bias and
+// bias adaptors; the parameters come as one flat list, per layer weight, [bias], lora_out,
+// lora_in, [lora_bias]. Encoded as one integer list (kept with the autograd node).
+struct Chain {
+  std::vector<Spec> layers;
+  std::vector<int64_t> acts;
+  std::vector<std::array<int64_t, 5>> slots;  // position of each layer tensor in params, or -1
+  int64_t n_params = 0;
+
+  Chain(const std::vector<std::vector<int64_t>>& specs, const std::vector<int64_t>& activations,
+        const std::vector<bool>& has_bias, const std::vector<bool>& has_lora_bias) {
+    const size_t count = specs.size();
+    TORCH_CHECK(count > 0, "floral_chain: a chain needs at least one layer");
+    TORCH_CHECK(activations.size() == count && has_bias.size() == count &&
+                    has_lora_bias.size() == count,
+                "floral_chain: one activation and bias flags per layer expected");
+    for (size_t l = 0; l < count; ++l) {
+      layers.emplace_back(specs[l]);
+      TORCH_CHECK(!layers.back().conv(), "floral_chain: linear layers only");
+      TORCH_CHECK(activations[l] >= 0 && activations[l] < kActivations,
+                  "floral_chain: unknown activation code ", activations[l]);
+      TORCH_CHECK(l == 0 || layers[l].v[kN] == layers[l - 1].v[kM],
+                  "floral_chain: layer ", l, " takes ", layers[l].v[kN],
+                  " features, the one before gives ", layers[l - 1].v[kM]);
+      acts.push_back(activations[l]);
+      std::array<int64_t, 5> at{};
+      at[0] = n_params++;
+      at[1] = has_bias[l] ? n_params++ : -1;
+      at[2] = n_params++;
+      at[3] = n_params++;
+      at[4] = has_lora_bias[l] ? n_params++ : -1;
+      slots.push_back(at);
     }
-    if (inputs.empty()) return out;
-    auto y = plain_forward(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6],
-                           spec);
-    auto got = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/true,
-                                     /*create_graph=*/true, /*allow_unused=*/true);
-    for (size_t k = 0; k < slots.size(); ++k) out[slots[k]] = got[k];
+  }
+
+  // the flat encoding: count, then per layer spec, activation, has_bias, has_lora_bias
+  std::vector<int64_t> encode() const {
+    std::vector<int64_t> e{static_cast<int64_t>(layers.size())};
+    for (size_t l = 0; l < layers.size(); ++l) {
+      e.insert(e.end(), layers[l].v.begin(), layers[l].v.end());
+      e.push_back(acts[l]);
+      e.push_back(slots[l][1] >= 0);
+      e.push_back(slots[l][4] >= 0);
+    }
+    return e;
+  }
+
+  static Chain decode(const std::vector<int64_t>& e) {
+    std::vector<std::vector<int64_t>> specs;
+    std::vector<int64_t> activations;
+    std::vector<bool> has_bias, has_lora_bias;
+    size_t at = 1;
+    for (int64_t l = 0; l < e[0]; ++l) {
+      specs.emplace_back(e.begin() + at, e.begin() + at + kSpecLength);
+      at += kSpecLength;
+      activations.push_back(e[at++]);
+      has_bias.push_back(e[at++] != 0);
+      has_lora_bias.push_back(e[at++] != 0);
+    }
+    return Chain(specs, activations, has_bias, has_lora_bias);
+  }
+
+  size_t size() const { return layers.size(); }
+
+  // layer l's tensors out of the flat list
+  LayerTensors tensors(const variable_list& params, size_t l, size_t offset = 0) const {
+    auto get = [&](int64_t i) { return i < 0 ? Tensor() : params[offset + i]; };
+    const auto& s = slots[l];
+    return {get(s[0]), get(s[1]), get(s[2]), get(s[3]), get(s[4])};
+  }
+};
+
+// act(z) in place (z is the chain's own tensor)
+void activate_(Tensor& z, int64_t act) {
+  if (act == kRelu) z.relu_();
+  else if (act == kTanh) z.tanh_();
+  else if (act == kSigmoid) z.sigmoid_();
+}
+
+// act(z), differentiable (the create_graph path)
+Tensor activate(const Tensor& z, int64_t act) {
+  if (act == kRelu) return at::relu(z);
+  if (act == kTanh) return at::tanh(z);
+  if (act == kSigmoid) return at::sigmoid(z);
+  return z;
+}
+
+// dL/dz from dL/dh and the activation's output h = act(z)
+Tensor activation_backward(const Tensor& dh, const Tensor& h, int64_t act) {
+  if (act == kRelu) return at::threshold_backward(dh, h, 0);
+  if (act == kTanh) return at::tanh_backward(dh, h);
+  if (act == kSigmoid) return at::sigmoid_backward(dh, h);
+  return dh;
+}
+
+// the chain with differentiable ATen operations (the create_graph path and the reference)
+Tensor plain_chain(const Tensor& x, const Tensor& w, const variable_list& params,
+                   const Chain& chain, size_t offset = 0) {
+  Tensor h = x;
+  for (size_t l = 0; l < chain.size(); ++l) {
+    const auto t = chain.tensors(params, l, offset);
+    h = activate(plain_forward(h, t.weight, t.bias, t.lora_out, t.lora_in, t.lora_bias, w,
+                               chain.layers[l]),
+                 chain.acts[l]);
+  }
+  return h;
+}
+
+// The router folded into the chain: the mixture weights of logits theta,
+//     w = alpha max(softmax(theta), pi_min)       (riemfl/nn/floral/router.py, adaptor.py),
+// and the logits' gradient from the weights' one: with pi = softmax(theta) and
+// g_c = alpha dw_c [pi_c >= pi_min] (the clamp passes the gradient where it does not bind),
+//     dtheta = pi * (g - <pi, g>).
+struct Mixture {
+  bool logits = false;  // false: the input is w itself
+  double scale = 1.0;
+  double min_prob = 0.0;
+};
+
+// softmax(theta) in double
+std::vector<double> softmax_of(const Tensor& theta) {
+  auto t = theta.to(at::kDouble).contiguous();
+  const double* p = t.data_ptr<double>();
+  const int64_t c = t.numel();
+  std::vector<double> pi(c);
+  double top = p[0], total = 0.0;
+  for (int64_t k = 1; k < c; ++k) top = std::max(top, p[k]);
+  for (int64_t k = 0; k < c; ++k) total += pi[k] = std::exp(p[k] - top);
+  for (int64_t k = 0; k < c; ++k) pi[k] /= total;
+  return pi;
+}
+
+Tensor mixture_weights(const Tensor& theta, const Mixture& mix) {
+  const auto pi = softmax_of(theta);
+  std::vector<double> w(pi.size());
+  for (size_t k = 0; k < pi.size(); ++k) {
+    w[k] = mix.scale * (mix.min_prob > 0.0 ? std::max(pi[k], mix.min_prob) : pi[k]);
+  }
+  return weight_gradient(w, theta);  // (a tensor like theta from doubles)
+}
+
+Tensor logits_gradient(const std::vector<double>& dw, const Tensor& theta, const Mixture& mix) {
+  const auto pi = softmax_of(theta);
+  std::vector<double> g(pi.size());
+  double dot = 0.0;
+  for (size_t k = 0; k < pi.size(); ++k) {
+    g[k] = (mix.min_prob > 0.0 && pi[k] < mix.min_prob) ? 0.0 : mix.scale * dw[k];
+    dot += pi[k] * g[k];
+  }
+  for (size_t k = 0; k < pi.size(); ++k) g[k] = pi[k] * (g[k] - dot);
+  return weight_gradient(g, theta);
+}
+
+// the same with differentiable ATen operations (the create_graph path and the reference)
+Tensor plain_mixture_weights(const Tensor& theta, const Mixture& mix) {
+  auto pi = at::softmax(theta, 0);
+  if (mix.min_prob > 0.0) pi = at::clamp_min(pi, mix.min_prob);
+  return mix.scale == 1.0 ? pi : pi * mix.scale;
+}
+
+struct FloralChain : public torch::autograd::Function<FloralChain> {
+  // `mix`: the mixture weights w, or (mix.logits) the router's logits theta
+  // saved: x, mix, params (n_params), then per layer the kept tensor, then per layer h_l, then w
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& mixture,
+                        at::TensorList params, const Chain& chain, const Mixture& mix) {
+    TORCH_CHECK(static_cast<int64_t>(params.size()) == chain.n_params, "floral_chain: ",
+                chain.n_params, " parameter tensors expected, got ", params.size());
+    TORCH_CHECK(mixture.dim() == 1 && mixture.numel() > 0,
+                "floral_chain: mixture weights or logits of shape (C,) expected, got ",
+                mixture.sizes());
+    const Tensor w = mix.logits ? mixture_weights(mixture, mix) : mixture;
+    const variable_list ps(params.begin(), params.end());
+    variable_list to_save{x, mixture};
+    to_save.insert(to_save.end(), ps.begin(), ps.end());
+    variable_list outputs;
+    c10::List<int64_t> passes;
+    Tensor h = x;
+    for (size_t l = 0; l < chain.size(); ++l) {
+      Kept kept;
+      h = layer_forward(h, chain.tensors(ps, l), w, chain.layers[l], kept);
+      activate_(h, chain.acts[l]);
+      to_save.push_back(kept.tensor);
+      passes.push_back(kept.pass);
+      outputs.push_back(h);
+    }
+    to_save.insert(to_save.end(), outputs.begin(), outputs.end());
+    to_save.push_back(w);
+    ctx->saved_data["chain"] = c10::List<int64_t>(chain.encode());
+    ctx->saved_data["mix"] = c10::List<double>({mix.logits ? 1.0 : 0.0, mix.scale, mix.min_prob});
+    ctx->saved_data["passes"] = passes;
+    ctx->save_for_backward(to_save);
+    return h;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const Chain chain = Chain::decode(ctx->saved_data["chain"].toIntVector());
+    const auto passes = ctx->saved_data["passes"].toIntList();
+    const auto mix_values = ctx->saved_data["mix"].toDoubleVector();
+    const Mixture mix{mix_values[0] != 0.0, mix_values[1], mix_values[2]};
+    auto saved = ctx->get_saved_variables();
+    const size_t count = chain.size(), n_params = static_cast<size_t>(chain.n_params);
+    const Tensor &x = saved[0], &mixture = saved[1], &w = saved.back();
+    const Tensor& dy = grads[0];
+    variable_list out(4 + n_params);  // x, mixture, params..., chain, mix
+    if (!dy.defined()) return out;
+    std::vector<bool> need(2 + n_params);
+    for (size_t i = 0; i < need.size(); ++i) need[i] = ctx->needs_input_grad(i);
+    if (torch::GradMode::is_enabled()) {  // create_graph: differentiate plain_chain
+      variable_list inputs(saved.begin(), saved.begin() + 2 + n_params);
+      auto y = plain_chain(x, mix.logits ? plain_mixture_weights(mixture, mix) : mixture, inputs,
+                           chain, 2);
+      auto got = recomputed_gradients(y, dy, inputs, need);
+      std::copy(got.begin(), got.end(), out.begin());
+      return out;
+    }
+    const size_t kept_at = 2 + n_params, h_at = kept_at + count;
+    std::vector<double> dw(w.size(0), 0.0);
+    Tensor dh = dy;
+    for (size_t k = count; k-- > 0;) {
+      const auto& s = chain.slots[k];
+      auto dz = activation_backward(dh, saved[h_at + k], chain.acts[k]);
+      Needs layer_need{};
+      layer_need[0] = k > 0 || need[0];
+      for (int64_t i = 0; i < 5; ++i) layer_need[1 + i] = s[i] >= 0 && need[2 + s[i]];
+      layer_need[6] = need[1];
+      std::array<Tensor, 6> g;
+      const Tensor& input = k == 0 ? x : saved[h_at + k - 1];
+      layer_backward(input, chain.tensors(saved, k, 2), w, chain.layers[k],
+                     Kept{saved[kept_at + k], static_cast<Pass>(passes.get(k))}, dz, layer_need, dw, g);
+      for (int64_t i = 0; i < 5; ++i) {
+        if (s[i] >= 0) out[2 + s[i]] = g[1 + i];
+      }
+      dh = g[0];
+    }
+    if (need[0]) out[0] = dh;
+    if (need[1]) out[1] = mix.logits ? logits_gradient(dw, mixture, mix) : weight_gradient(dw, w);
     return out;
   }
 };
@@ -509,16 +940,53 @@ Tensor floral_op_reference(const Tensor& x, const Tensor& weight,
                        lora_bias.value_or(Tensor()), w, spec);
 }
 
+Tensor floral_chain(const Tensor& x, const Tensor& mixture, const std::vector<Tensor>& params,
+                    const Chain& chain, bool logits, double scale, double min_prob) {
+  return FloralChain::apply(x, mixture, at::TensorList(params), chain,
+                            Mixture{logits, scale, min_prob});
+}
+
+Tensor floral_chain_reference(const Tensor& x, const Tensor& mixture,
+                              const std::vector<Tensor>& params, const Chain& chain, bool logits,
+                              double scale, double min_prob) {
+  TORCH_CHECK(static_cast<int64_t>(params.size()) == chain.n_params, "floral_chain: ",
+              chain.n_params, " parameter tensors expected, got ", params.size());
+  const Mixture mix{logits, scale, min_prob};
+  return plain_chain(x, logits ? plain_mixture_weights(mixture, mix) : mixture,
+                     variable_list(params.begin(), params.end()), chain);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<Spec>(m, "Spec").def(pybind11::init<std::vector<int64_t>>());
+  pybind11::class_<Chain>(m, "Chain")
+      .def(pybind11::init<const std::vector<std::vector<int64_t>>&, const std::vector<int64_t>&,
+                          const std::vector<bool>&, const std::vector<bool>&>())
+      .def_readonly("n_params", &Chain::n_params);
   m.def("floral_op", &floral_op, "FLoRAL fused layer (merged weight + base operation)");
   m.def("floral_op_reference", &floral_op_reference,
         "the same layer with differentiable ATen operations");
+  m.def("floral_chain", &floral_chain,
+        "a chain of FLoRAL linear layers and activations in one autograd node; the mixture "
+        "weights w, or (logits=True) the router's logits with w = scale max(softmax, min_prob)",
+        pybind11::arg("x"), pybind11::arg("mixture"), pybind11::arg("params"),
+        pybind11::arg("chain"), pybind11::arg("logits") = false, pybind11::arg("scale") = 1.0,
+        pybind11::arg("min_prob") = 0.0);
+  m.def("floral_chain_reference", &floral_chain_reference,
+        "the same chain with differentiable ATen operations", pybind11::arg("x"),
+        pybind11::arg("mixture"), pybind11::arg("params"), pybind11::arg("chain"),
+        pybind11::arg("logits") = false, pybind11::arg("scale") = 1.0,
+        pybind11::arg("min_prob") = 0.0);
   m.def("runs_factored", &runs_factored,
-        "whether a layer with this spec runs factored (not merged) for this many input rows");
+        "whether a layer with this spec runs factored with ATen's products (not merged) for this "
+        "many input rows, ignoring the loops (the torch path's rule)");
+  m.def("layer_pass", [](const Spec& s, int64_t rows) { return static_cast<int64_t>(layer_pass(s, rows)); },
+        "how a layer with this spec runs for this many input rows: 0 merged, 1 factored (ATen), "
+        "2 factored (loops)");
   m.attr("SPEC_LENGTH") = static_cast<int64_t>(kSpecLength);
   m.attr("BLAS_WORK") = kBlasWork;
   m.attr("FACTORED_SAVING") = kFactoredSaving;
+  m.attr("THIN_WORK") = kThinWork;
+  m.attr("ACTIVATIONS") = std::vector<std::string>{"identity", "relu", "tanh", "sigmoid"};
 }
