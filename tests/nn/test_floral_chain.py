@@ -285,3 +285,114 @@ def test_a_users_sequential_subclass_is_left_alone(kernel):
     assert type(model.model[0]) is Mine
     out = model(torch.randn(2, 4))
     assert count(out, "FloralChain") == 0 and count(out, "FloralOp") == 1
+
+
+# ------------------------------------------------------------------ the router folded in
+
+
+@pytest.mark.parametrize(("scale", "min_prob"), [(1.0, 0.0), (2.5, 0.0), (1.0, 0.2), (0.5, 0.3)])
+def test_chain_takes_the_router_logits(kernel, scale, min_prob):
+    """logits=True: w = scale max(softmax(theta), min_prob) made in the node, and theta's
+    gradient (zero through the entries the clamp holds) matches the reference and gradcheck."""
+    model = randomise(floralize(MLP([5, 4, 3]), 4, rank=2, seed=0).double(), seed=1)
+    params, chain = chain_inputs(kernel, model, [2, 0])
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    theta = torch.tensor([1.5, -1.0, 0.2, -2.5], dtype=torch.float64, requires_grad=True)
+    if min_prob > 0:  # some entries under the clamp, none at it
+        pi = torch.softmax(theta.detach(), 0)
+        assert bool((pi < min_prob).any()) and bool((pi > min_prob).any())
+
+    def op(*args):
+        return kernel.floral_chain(args[0], args[1], list(args[2:]), chain, True, scale, min_prob)
+
+    inputs = [x, theta, *params]
+    out = op(*inputs)
+    w = scale * torch.softmax(theta, 0).clamp(min=min_prob)
+    by_weights = kernel.floral_chain(x, w, params, chain)
+    ref = kernel.floral_chain_reference(x, theta, params, chain, True, scale, min_prob)
+    torch.testing.assert_close(out, by_weights, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, upstream)
+    want = torch.autograd.grad(by_weights, inputs, upstream)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(op, inputs, eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradgradcheck(op, inputs, eps=1e-6, atol=1e-5)
+
+
+def test_chain_checks_the_mixture_shape(kernel):
+    model = floralize(MLP([5, 4, 3]), 2, rank=1)
+    params, chain = chain_inputs(kernel, model, [1, 0])
+    with pytest.raises(RuntimeError, match="shape \\(C,\\)"):
+        kernel.floral_chain(torch.randn(2, 5), torch.rand(1, 2), params, chain, True)
+    with pytest.raises(RuntimeError, match="mixture weights of shape"):
+        kernel.floral_chain(torch.randn(2, 5), torch.rand(3), params, chain, True)
+
+
+def test_a_chain_only_model_gives_the_chains_the_logits(kernel):
+    """No softmax node: the chain takes the logits; the router's gradient is the torch path's."""
+    model = randomise(floralize(MLP([6, 5, 4]), 3, rank=1, min_prob=0.1, lora_scale=2.0))
+    x, y = torch.randn(4, 6), torch.randint(0, 4, (4,))
+    out, grads = step(model, x, y, "auto")
+    assert count(out, "Softmax") == 0 and count(out, "FloralChain") == 1
+    assert not model.context.layers_need_weights
+    ref_out, ref_grads = step(model, x, y, "torch")
+    assert count(ref_out, "Softmax") == 1
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_model_with_layers_outside_chains_shares_one_softmax(kernel):
+    """The CNN's convolutions need w: from the second pass on the chains get w, not the
+    logits (one softmax node for all the layers); every pass gives the torch path's numbers."""
+    from riemfl.nn import SmallCNN
+
+    model = randomise(floralize(SmallCNN(), 3, 0.1, seed=0).double(), seed=1)
+    x, y = torch.rand(4, 1, 8, 8, dtype=torch.float64), torch.randint(0, 10, (4,))
+    _, ref_grads = step(model, x, y, "torch")
+    for first in (True, False):
+        out, grads = step(model, x, y, "auto")
+        assert model.context.layers_need_weights
+        assert count(out, "Softmax") == 1
+        assert count(out, "FloralChain") == 1 and count(out, "FloralOp") == 2
+        for a, b in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+        if first:
+            assert chain_mixture_source(out) == "logits"
+        else:
+            assert chain_mixture_source(out) == "weights"
+
+
+def chain_mixture_source(out):
+    """Whether the chain node's mixture input comes from the router's logits directly (an
+    AccumulateGrad) or from the softmax."""
+    stack, seen = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if "FloralChain" in node.name():
+            source = node.next_functions[1][0]
+            return "logits" if "AccumulateGrad" in source.name() else "weights"
+        stack.extend(f for f, _ in node.next_functions)
+    raise AssertionError("no chain in the graph")
+
+
+def test_router_noise_is_drawn_once_per_pass(kernel):
+    """With training noise on the logits, the compiled pass and the torch path draw the same
+    noise from the router's generator (once per pass) and give the same numbers."""
+    model = randomise(floralize(MLP([6, 5, 4]), 3, rank=1, router_noise=0.5))
+    x = torch.randn(4, 6)
+    results = []
+    for backend in ("auto", "torch"):
+        model.backend = backend
+        model.router.generator = torch.Generator().manual_seed(7)
+        first, second = model(x), model(x)
+        assert not torch.allclose(first, second)  # new noise each pass
+        results.append((first, second, model.router.generator.get_state()))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-5, atol=1e-6)
+    assert torch.equal(results[0][2], results[1][2])

@@ -300,7 +300,7 @@ def test_an_unbatched_image_takes_the_torch_path(kernel):
     model = randomise(floralize(SmallCNN(), 2, 0.1, seed=0)).eval()
     image = torch.rand(1, 8, 8)
     conv = model.adaptors()[0][1]
-    model.context.set_compiled(model.router(), kernel)
+    model.context.set_compiled(kernel, pi=model.router())
     try:
         out = conv(image)  # (C, H, W): the compiled layer takes batches only
         assert not uses_kernel(out)

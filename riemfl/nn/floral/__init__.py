@@ -12,6 +12,8 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
   out layer, bias adaptors), ``merge``, ScaledGD preconditioning (eq. 36);
 * :mod:`~riemfl.nn.floral.fused`: the merged weights of all adapted layers of a model in one
   autograd node (the training step's cost, ``benchmarks/bench_floral.py``);
+  :mod:`~riemfl.nn.floral.kernels`: the compiled layer (C++), one node per layer;
+  :mod:`~riemfl.nn.floral.chain`: runs of adapted linear layers and activations in one node;
 * :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
 * :mod:`~riemfl.nn.floral.model`: :func:`floralize` (a plain model -> its FLoRAL version) and
   :class:`FloralModel` (``merge`` for inference);

@@ -123,6 +123,11 @@ class MixtureContext:
         self.lora_scale = float(lora_scale)
         self.min_prob = float(min_prob)
         self._w: torch.Tensor | None = None
+        #: the router's logits of this forward pass when the compiled layer makes w from them
+        self._logits: torch.Tensor | None = None
+        #: whether a layer outside the compiled chains asked for w in a pass that gave logits
+        #: (FloralModel then gives pi: one softmax node for all the layers)
+        self.layers_need_weights = False
         self._merged: dict = {}
         #: the compiled layer of this forward pass (:meth:`set_compiled`), or None
         self._kernel: Any = None
@@ -142,21 +147,37 @@ class MixtureContext:
         """
         self._merged = {}
         self._kernel = None
+        self._logits = None
         self._w = None if pi is None else self.mixture_weights(pi)
         if self._w is not None and layers:
             self._merged = merge_layers(layers, self._w)
 
-    def set_compiled(self, pi: torch.Tensor, kernel: Any) -> None:
-        """The pi of the coming forward pass, every adapted layer running in the compiled
-        extension ``kernel`` (:mod:`~riemfl.nn.floral.kernels`): nothing is merged here."""
+    def set_compiled(
+        self, kernel: Any, pi: torch.Tensor | None = None, logits: torch.Tensor | None = None
+    ) -> None:
+        r"""The coming forward pass runs the adapted layers in the compiled extension ``kernel``
+        (:mod:`~riemfl.nn.floral.kernels`): nothing is merged here.
+
+        Give the pass's pi, or the router's ``logits`` :math:`\theta` (learned routing): then
+        the compiled chains (:mod:`~riemfl.nn.floral.chain`) make
+        :math:`w = \alpha\max(\operatorname{softmax}(\theta), \pi_{min})` and its gradient
+        themselves, and :meth:`weights` makes w with torch operations only for the layers that
+        ask for it.
+        """
+        if (pi is None) == (logits is None):
+            raise ParameterError("set_compiled: give exactly one of pi and logits")
         self._merged = {}
-        self._w = self.mixture_weights(pi)
+        self._logits = logits
+        self._w = None if pi is None else self.mixture_weights(pi)
         self._kernel = kernel
 
     def weights(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass."""
         if pi is not None:
             return self.mixture_weights(pi)
+        if self._w is None and self._logits is not None:
+            self._w = self.mixture_weights(torch.softmax(self._logits, 0))
+            self.layers_need_weights = True
         if self._w is None:
             raise ParameterError(
                 "the adapted layer has no router probabilities: call it through its FloralModel "
@@ -166,6 +187,8 @@ class MixtureContext:
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_merged", {})  # contexts pickled before the fused merge
+        state.setdefault("_logits", None)  # ... and before the router was folded in
+        state.setdefault("layers_need_weights", False)
         state["_kernel"] = None  # an extension module does not pickle (see __getstate__)
         self.__dict__.update(state)
 
@@ -291,7 +314,8 @@ class MixtureAdaptor(nn.Module):
             spec = self.__dict__.get("_kernel_spec")
             if spec is None:
                 spec = self.__dict__["_kernel_spec"] = kernel.Spec(self._kernel_spec_values())
-            return kernel.floral_op(x, weight, bias, lora_out, lora_in, lora_bias, context._w, spec)
+            w = context.weights()
+            return kernel.floral_op(x, weight, bias, lora_out, lora_in, lora_bias, w, spec)
         # a large linear layer on few rows runs factored; FloralModel reads the hint at the next
         # pass and leaves the layer out of the merge (this pass uses a merge already made)
         factored = _compilable(type(self)) and self._prefers_factored(x)

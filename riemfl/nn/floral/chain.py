@@ -44,17 +44,14 @@ __all__ = ["FloralSequential", "ACTIVATION_CODES"]
 #: (``csrc/floral_ops.cpp``, ``Activation``); exact types only (a subclass may change forward)
 ACTIVATION_CODES: dict[type, int] = {nn.ReLU: 1, nn.Tanh: 2, nn.Sigmoid: 3}
 
+#: a module's hook dictionaries (torch registers hooks into them in place)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-_GLOBAL_HOOKS = (
-    "_global_forward_hooks",
-    "_global_forward_pre_hooks",
-    "_global_backward_hooks",
-    "_global_backward_pre_hooks",
+#: torch's global module hooks (``register_module_forward_hook`` etc.), also filled in place
+_GLOBAL_HOOK_DICTS = tuple(
+    getattr(_module_globals, f"_global_{name[1:]}")
+    for name in _HOOK_DICTS
+    if hasattr(_module_globals, f"_global_{name[1:]}")
 )
-
-
-def _global_hooks_set() -> bool:
-    return any(getattr(_module_globals, name, None) for name in _GLOBAL_HOOKS)
 
 
 class _Run:
@@ -72,16 +69,14 @@ class _Run:
                 self.acts[-1] = ACTIVATION_CODES[type(m)]
         self.context = self.layers[0].context
         self.specs = [layer._kernel_spec_values() for layer in self.layers]
+        self._hook_dicts = tuple(getattr(m, name) for m in modules for name in _HOOK_DICTS)
         self._chain: Any = None
         self._chain_key: tuple | None = None
-
-    def _hooked(self) -> bool:
-        return any(getattr(m, name) for m in self.modules for name in _HOOK_DICTS)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         context = self.context
         kernel = context._kernel
-        if kernel is None or self._hooked() or _global_hooks_set():
+        if kernel is None or any(self._hook_dicts) or any(_GLOBAL_HOOK_DICTS):
             for m in self.modules:
                 x = m(x)
             return x
@@ -103,7 +98,12 @@ class _Run:
                 self.specs, self.acts, [f[0] for f in flags], [f[1] for f in flags]
             )
             self._chain_key = key
-        return kernel.floral_chain(x, context._w, params, self._chain)
+        logits = context._logits
+        if logits is not None:  # the router folded in: w = scale max(softmax(logits), min_prob)
+            return kernel.floral_chain(
+                x, logits, params, self._chain, True, context.lora_scale, context.min_prob
+            )
+        return kernel.floral_chain(x, context.weights(), params, self._chain)
 
 
 def _runs(modules: tuple[nn.Module, ...]) -> list[nn.Module | _Run]:

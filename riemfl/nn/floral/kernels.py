@@ -11,11 +11,15 @@ layer in **one autograd node**: the merged weight
 
 in plain loops (ATen's products for large ones), the base operation (``linear`` or ``conv2d``)
 and its backward with ATen, and the backward pass of the merge (:mod:`riemfl.nn.floral.fused`
-has the formulas) in plain loops, for float32 and float64 CPU tensors. A large linear layer on
-few input rows runs the factored pass instead, ``x W^T + b' + ((x B) diag(w)) A^T``, by the rule
-of :data:`~riemfl.nn.floral.linear.FACTORED_SAVING`. Under ``create_graph=True`` its backward
-pass differentiates the same layer written in differentiable ATen operations, so second
-derivatives stay exact.
+has the formulas) in plain loops, for float32 and float64 CPU tensors. A linear layer on few
+input rows runs the factored pass instead, ``x W^T + b' + ((x B) diag(w)) A^T``: with its thin
+products (C r columns) in loops whenever that is fewer multiply-adds and the layer is small
+(``layer_pass``), with ATen's products for large layers by the rule of
+:data:`~riemfl.nn.floral.linear.FACTORED_SAVING` (the torch path's). Runs of adapted linear
+layers and activations run as one node, ``floral_chain`` (:mod:`~riemfl.nn.floral.chain`),
+which can take the router's logits and do the softmax and its backward itself. Under
+``create_graph=True`` the backward passes differentiate the same layers written in
+differentiable ATen operations, so second derivatives stay exact.
 
 It is built with :func:`torch.utils.cpp_extension.load` (a C++ compiler and ninja; about 30 s,
 once: the build is cached in :func:`build_directory`, under ``TORCH_EXTENSIONS_DIR``, by
@@ -100,6 +104,8 @@ def load() -> ModuleType | None:
         In mode ``require``, when the extension cannot be built or loaded.
     """
     global _loaded, _failed
+    if _loaded is not None and KERNEL_ENV not in os.environ:  # the default mode, built: fast
+        return _loaded
     chosen = mode()
     if chosen == "off":
         return None

@@ -105,24 +105,37 @@ class FloralModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The model's output for the router's current pi.
 
-        The merged weights of all adapted layers are computed first, in one autograd node
-        (:meth:`MixtureContext.set`), then the model runs as the base model does. The adapted
-        layers are listed at the first call; a layer put into the model later still works (it
-        merges its own weights) and :meth:`refresh_layers` lists it again.
+        On the CPU with the compiled layer (:attr:`backend` ``"auto"``) every adapted layer runs
+        in it, and runs of adapted linear layers and activations in one compiled node each
+        (:mod:`~riemfl.nn.floral.chain`), which take the router's logits and do the softmax
+        themselves. Otherwise the merged weights of all adapted layers are computed first, in
+        one autograd node (:meth:`MixtureContext.set`), then the model runs as the base model
+        does. The adapted layers are listed at the first call; a layer put into the model later
+        still works (it merges its own weights) and :meth:`refresh_layers` lists it again.
         """
-        layers = self.__dict__.get("_adapted_layers")
-        if layers is None:
-            layers = self.__dict__["_adapted_layers"] = tuple(m for _, m in self.adaptors())
-        pi = self.router()
-        kernel = _compiled_layer(pi) if self.__dict__["_backend"] == "auto" else None
+        router, context = self._modules["router"], self.__dict__["context"]
+        kernel = (
+            _compiled_layer(router._parameters["logits"])
+            if self.__dict__["_backend"] == "auto"
+            else None
+        )
         if kernel is not None:
-            self.context.set_compiled(pi, kernel)
+            logits = router.pass_logits()
+            if logits is None:
+                context.set_compiled(kernel, pi=router.fixed)
+            elif context.layers_need_weights:  # layers outside chains: one softmax for all
+                context.set_compiled(kernel, pi=torch.softmax(logits, 0))
+            else:  # only chains: they take the logits
+                context.set_compiled(kernel, logits=logits)
         else:  # merged in one node: the layers that ran factored last time do so again
-            self.context.set(pi, [m for m in layers if not m.__dict__.get("_factored_hint")])
+            layers = self.__dict__.get("_adapted_layers")
+            if layers is None:
+                layers = self.__dict__["_adapted_layers"] = tuple(m for _, m in self.adaptors())
+            context.set(router(), [m for m in layers if not m.__dict__.get("_factored_hint")])
         try:
-            return self.model(x)
+            return self._modules["model"](x)
         finally:
-            self.context.set(None)
+            context.set(None)
 
     def refresh_layers(self) -> None:
         """Forget the list of adapted layers (after replacing modules of ``self.model``)."""
@@ -178,13 +191,13 @@ class FloralModel(nn.Module):
         return merged
 
 
-def _compiled_layer(pi: torch.Tensor):
-    """The compiled FLoRAL layer (:mod:`~riemfl.nn.floral.kernels`) for a forward pass with
-    mixture weights ``pi``, or None for the torch path (other devices and dtypes, ``torch.func``
-    transforms, CPU autocast, the extension off or not buildable)."""
+def _compiled_layer(like: torch.Tensor):
+    """The compiled FLoRAL layer (:mod:`~riemfl.nn.floral.kernels`) for a forward pass of a
+    model whose router logits are ``like``, or None for the torch path (other devices and
+    dtypes, ``torch.func`` transforms, CPU autocast, the extension off or not buildable)."""
     if (
-        pi.device.type != "cpu"
-        or pi.dtype not in kernels.DTYPES
+        not like.is_cpu
+        or like.dtype not in kernels.DTYPES
         or _transforms_active()
         or autocast_enabled("cpu")
     ):

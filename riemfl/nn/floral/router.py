@@ -74,13 +74,19 @@ class Router(nn.Module):
 
     def forward(self) -> torch.Tensor:
         """:math:`\\pi` of shape (C,), differentiable in the logits in "learned" mode."""
+        theta = self.pass_logits()
+        return self.fixed if theta is None else torch.softmax(theta, dim=0)
+
+    def pass_logits(self) -> torch.Tensor | None:
+        """The logits of a forward pass, :math:`\\theta` (plus the training noise), whose
+        softmax is :math:`\\pi`; None in "fixed" mode."""
         if self.mode == "fixed":
-            return self.fixed
-        theta = self.logits
+            return None
+        theta = self._parameters["logits"]
         if self.training and self.noise_std > 0:
             noise = torch.rand(theta.shape, generator=self.generator, dtype=theta.dtype)
             theta = theta + self.noise_std * noise
-        return torch.softmax(theta, dim=0)
+        return theta
 
     def probabilities(self) -> torch.Tensor:
         """:math:`\\pi` without noise and without gradient (what aggregation weights use)."""
