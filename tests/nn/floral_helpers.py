@@ -39,3 +39,14 @@ def compiled_kernel():
     module = kernels.load()
     assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
     return module
+
+
+def assert_same_passes(out, ref, inputs):
+    """``out`` equals ``ref`` (float64) and so do their gradients with respect to ``inputs`` for
+    one random upstream gradient."""
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, upstream)
+    want = torch.autograd.grad(ref, inputs, upstream)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
