@@ -8,8 +8,11 @@ inputs) and the small CNN (:class:`riemfl.nn.SmallCNN`):
   at rho = 1% and 10% (bias adaptors on, learned router). Goal: FLoRAL(1%) <= 1.3 x the base.
 * ``FLoRAL(1%) torch`` (train): the same step on the pure-torch path (``backend="torch"``:
   the merge of :mod:`riemfl.nn.floral.fused`, then the base operations), against the default,
-  which runs every adapted layer in the compiled FLoRAL layer (:mod:`riemfl.nn.floral.kernels`,
-  one autograd node per layer); the JSON records which backend the default had.
+  which runs the adapted layers in the compiled FLoRAL layer (:mod:`riemfl.nn.floral.kernels`),
+  runs of linear layers and activations as one autograd node each
+  (:mod:`riemfl.nn.floral.chain`); the JSON records which backend the default had.
+* ``FLoRAL(1%) per layer`` (train): the compiled layer without the chains
+  (``backend="layers"``, one autograd node per adapted layer).
 * ``FLoRAL(1%) base grads`` and ``FLoRAL(1%) no router`` (train, diagnostics): the same
   FLoRAL(1%) step asking autograd only for the gradients of the base weights, or of the base
   weights and the adaptors: the differences to the full step are what the adaptors' and the
@@ -23,9 +26,11 @@ weight-sized work per pass (the merged weight W + sum_c pi_c A_c B_c^T and bias,
 backward), whatever the batch, plus torch's fixed costs for the router and the extra parameter
 tensors, so its relative cost falls as the batch (or the layer) grows.
 
-Timing: one torch thread and one BLAS thread, all variants in this process, interleaved
-(round-robin over variants within each repeat, so that machine-load drifts hit them alike),
-medians of the repeats; ratios are of medians.
+Timing: one torch thread and one BLAS thread, glibc's allocator told to keep freed memory
+(:func:`_harness.steady_allocator`: otherwise the SmallCNN's step at batch 256 pays page faults
+for its activations at some steps and not at others, 3.0 to 5.0 ms), all variants in this
+process, interleaved (round-robin over variants within each repeat, so that machine-load drifts
+hit them alike), medians of the repeats; ratios are of medians.
 
 Usage::
 
@@ -51,7 +56,12 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, single_thread, write_result  # noqa: E402
+from _harness import (  # noqa: E402
+    machine_info,
+    single_thread,
+    steady_allocator,
+    write_result,
+)
 
 from riemfl.nn import MLP, SmallCNN  # noqa: E402
 from riemfl.nn.floral import floralize, kernels, parameter_counts  # noqa: E402
@@ -61,6 +71,8 @@ __all__ = ["MODELS", "bench_model", "format_table", "main"]
 TRAIN_GOAL = 1.3
 #: the FLoRAL(1%) train variant on the pure-torch path (no compiled layer)
 TORCH_PATH = "FLoRAL(1%) torch"
+#: ... and in the compiled layer, one node per adapted layer (no chains)
+PER_LAYER = "FLoRAL(1%) per layer"
 #: diagnostics: the FLoRAL(1%) step asking autograd for the base weights' gradients only, and
 #: for those and the adaptors' (not the router's)
 BASE_GRADS = "FLoRAL(1%) base grads"
@@ -88,8 +100,8 @@ def _floral(base: torch.nn.Module, rho: float) -> torch.nn.Module:
     return model
 
 
-def _torch_path(model: torch.nn.Module) -> torch.nn.Module:
-    model.backend = "torch"
+def _with_backend(model: torch.nn.Module, backend: str) -> torch.nn.Module:
+    model.backend = backend
     return model
 
 
@@ -157,7 +169,8 @@ def bench_model(name: str, batch: int, repeats: int, inner: int) -> list[dict[st
             "base": _train_step(base, x, y),
             "FLoRAL(1%)": _train_step(floral[0.01].train(), x, y),
             "FLoRAL(10%)": _train_step(floral[0.1].train(), x, y),
-            TORCH_PATH: _train_step(_torch_path(_floral(base, 0.01).train()), x, y),
+            TORCH_PATH: _train_step(_with_backend(_floral(base, 0.01).train(), "torch"), x, y),
+            PER_LAYER: _train_step(_with_backend(_floral(base, 0.01).train(), "layers"), x, y),
             BASE_GRADS: _train_step(floral[0.01], x, y, roles=("base",)),
             NO_ROUTER_GRAD: _train_step(floral[0.01], x, y, roles=("base", "cluster")),
         },
@@ -204,13 +217,13 @@ def bench_model(name: str, batch: int, repeats: int, inner: int) -> list[dict[st
 
 def format_table(result: dict[str, Any]) -> str:
     lines = [
-        f"{'model':<22} {'batch':>5} {'mode':<6} {'variant':<20} {'median us':>10} "
+        f"{'model':<22} {'batch':>5} {'mode':<6} {'variant':<22} {'median us':>10} "
         f"{'x base':>7}  goal"
     ]
     for r in result["rows"]:
         goal = f"{r['goal']}: {'met' if r['met'] else 'NOT met'}" if "goal" in r else ""
         lines.append(
-            f"{r['model']:<22} {r['batch']:>5} {r['mode']:<6} {r['variant']:<20} "
+            f"{r['model']:<22} {r['batch']:>5} {r['mode']:<6} {r['variant']:<22} "
             f"{r['us']:>10.1f} {r['ratio']:>7.2f}  {goal}"
         )
     return "\n".join(lines)
@@ -223,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     repeats, inner = (3, 5) if args.quick else (15, 50)
     batches = (32,) if args.quick else (32, 256)
+    allocator = steady_allocator()
     with single_thread() as threads:
         rows = [
             row
@@ -231,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for row in bench_model(name, batch, repeats, inner)
         ]
     result = {
-        "machine": machine_info(threads),
+        "machine": {**machine_info(threads), **allocator},
         "quick": args.quick,
         "clusters": N_CLUSTERS,
         "floral_backend": kernels.backend(),

@@ -15,7 +15,8 @@ worth, with C = 4 clusters, rho = 1% and 10%:
 * ``torch, always merged``: the torch path forced to merge (what every FLoRAL layer did before
   the factored pass existed).
 
-Timing: one torch thread and one BLAS thread, all variants in this process, interleaved,
+Timing: one torch thread and one BLAS thread, freed memory kept (``steady_allocator``), all
+variants in this process, interleaved,
 medians of the repeats; ratios are of medians.
 
 Usage::
@@ -44,7 +45,12 @@ from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_floral  # noqa: E402
-from _harness import machine_info, single_thread, write_result  # noqa: E402
+from _harness import (  # noqa: E402
+    machine_info,
+    single_thread,
+    steady_allocator,
+    write_result,
+)
 
 from riemfl.nn.floral import kernels  # noqa: E402
 
@@ -158,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     repeats, budget = (3, 0.01) if args.quick else (9, 0.1)
     sizes = SIZES[:1] if args.quick else SIZES
     batches = (32,) if args.quick else (32, 256)
+    allocator = steady_allocator()
     with single_thread() as threads:
         rows = [
             row
@@ -167,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for row in bench_layer(size, batch, rho, repeats, budget)
         ]
     result = {
-        "machine": machine_info(threads),
+        "machine": {**machine_info(threads), **allocator},
         "quick": args.quick,
         "clusters": N_CLUSTERS,
         "floral_backend": kernels.backend(),

@@ -386,3 +386,15 @@ def test_router_noise_is_drawn_once_per_pass(kernel):
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-5, atol=1e-6)
     assert torch.equal(results[0][2], results[1][2])
+
+
+def test_backend_layers_runs_one_node_per_layer(kernel):
+    model = randomise(floralize(MLP([6, 5, 4]), 3, rank=1, seed=0).double(), seed=1)
+    x, y = torch.randn(4, 6, dtype=torch.float64), torch.randint(0, 4, (4,))
+    chained, chained_grads = step(model, x, y, "auto")
+    per_layer, per_layer_grads = step(model, x, y, "layers")
+    assert count(chained, "FloralChain") == 1 and count(chained, "FloralOp") == 0
+    assert count(per_layer, "FloralChain") == 0 and count(per_layer, "FloralOp") == 2
+    torch.testing.assert_close(per_layer, chained, rtol=1e-12, atol=1e-12)
+    for a, b in zip(per_layer_grads, chained_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

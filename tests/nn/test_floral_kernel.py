@@ -452,3 +452,15 @@ def test_cpu_autocast_takes_the_torch_path(kernel):
     torch.testing.assert_close(got, want, rtol=0, atol=2e-2 * float(want.abs().max()))
     with torch.inference_mode():  # and inference mode runs the compiled layer
         torch.testing.assert_close(model(x), merged(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_build_failure_names_the_compiler_error():
+    exc = RuntimeError(
+        "Error building extension 'riemfl_floral_ops': [1/2] c++ -MMD ...\n"
+        "floral_ops.cpp:372:31: error: call of overloaded 'linear' is ambiguous\n"
+        "ninja: build stopped: subcommand failed."
+    )
+    got = kernels._failure_summary(exc)
+    assert got.startswith("RuntimeError: Error building extension 'riemfl_floral_ops'")
+    assert got.endswith("floral_ops.cpp:372:31: error: call of overloaded 'linear' is ambiguous")
+    assert kernels._failure_summary(OSError("no compiler")) == "OSError: no compiler"

@@ -131,6 +131,8 @@ class MixtureContext:
         self._merged: dict = {}
         #: the compiled layer of this forward pass (:meth:`set_compiled`), or None
         self._kernel: Any = None
+        #: whether runs of linear layers and activations run as compiled chains in this pass
+        self._chains = False
 
     def mixture_weights(self, pi: torch.Tensor) -> torch.Tensor:
         r""":math:`\alpha\max(\pi, \pi_{min})` of a given pi."""
@@ -147,13 +149,18 @@ class MixtureContext:
         """
         self._merged = {}
         self._kernel = None
+        self._chains = False
         self._logits = None
         self._w = None if pi is None else self.mixture_weights(pi)
         if self._w is not None and layers:
             self._merged = merge_layers(layers, self._w)
 
     def set_compiled(
-        self, kernel: Any, pi: torch.Tensor | None = None, logits: torch.Tensor | None = None
+        self,
+        kernel: Any,
+        pi: torch.Tensor | None = None,
+        logits: torch.Tensor | None = None,
+        chains: bool = True,
     ) -> None:
         r"""The coming forward pass runs the adapted layers in the compiled extension ``kernel``
         (:mod:`~riemfl.nn.floral.kernels`): nothing is merged here.
@@ -162,7 +169,7 @@ class MixtureContext:
         the compiled chains (:mod:`~riemfl.nn.floral.chain`) make
         :math:`w = \alpha\max(\operatorname{softmax}(\theta), \pi_{min})` and its gradient
         themselves, and :meth:`weights` makes w with torch operations only for the layers that
-        ask for it.
+        ask for it. ``chains=False`` runs every adapted layer in its own node (no chains).
         """
         if (pi is None) == (logits is None):
             raise ParameterError("set_compiled: give exactly one of pi and logits")
@@ -170,6 +177,7 @@ class MixtureContext:
         self._logits = logits
         self._w = None if pi is None else self.mixture_weights(pi)
         self._kernel = kernel
+        self._chains = chains
 
     def weights(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass."""
@@ -189,6 +197,7 @@ class MixtureContext:
         state.setdefault("_merged", {})  # contexts pickled before the fused merge
         state.setdefault("_logits", None)  # ... and before the router was folded in
         state.setdefault("layers_need_weights", False)
+        state["_chains"] = False
         state["_kernel"] = None  # an extension module does not pickle (see __getstate__)
         self.__dict__.update(state)
 

@@ -22,8 +22,9 @@ one by one (tests compare them, and the second derivatives).
 linear layer a :class:`FloralSequential` (same children, same parameter names and state dict;
 :meth:`FloralModel.merge <riemfl.nn.floral.FloralModel.merge>` gives back plain ones). A run is
 left to the modules themselves, one by one, when the compiled layer is not in use (the torch
-path: :mod:`~riemfl.nn.floral.fused`), when a module of the run has hooks (or global module
-hooks are set), or when a layer's class overrides the compiled layer's contract.
+path: :mod:`~riemfl.nn.floral.fused`), with ``FloralModel.backend = "layers"``, when a module
+of the run has hooks (or global module hooks are set), or when a layer's class overrides the
+compiled layer's contract.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class _Run:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         context = self.context
         kernel = context._kernel
-        if kernel is None or any(self._hook_dicts) or any(_GLOBAL_HOOK_DICTS):
+        if not context._chains or any(self._hook_dicts) or any(_GLOBAL_HOOK_DICTS):
             for m in self.modules:
                 x = m(x)
             return x

@@ -171,9 +171,16 @@ def _build() -> tuple[ModuleType | None, str | None]:
             verbose=False,
         )
     except Exception as exc:  # noqa: BLE001  (any build failure: no compiler, no ninja, ...)
-        first = str(exc).strip().splitlines()
-        return None, f"{type(exc).__name__}: {first[0] if first else ''}"[:300]
+        return None, _failure_summary(exc)
     return module, None
+
+
+def _failure_summary(exc: Exception) -> str:
+    """The exception's first line, and the compiler's first error line if it has one."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    summary = f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+    error = next((line for line in lines[1:] if "error:" in line), None)
+    return summary if error is None else f"{summary} ... {error[:300]}"
 
 
 def build_failure() -> str | None:

@@ -40,7 +40,7 @@ __all__ = ["FloralModel", "floralize", "LAYER_TYPES", "BACKENDS"]
 #: layer-type names accepted by ``floralize(layer_types=...)``
 LAYER_TYPES = ("linear", "conv2d")
 #: values of :attr:`FloralModel.backend`
-BACKENDS = ("auto", "torch")
+BACKENDS = ("auto", "layers", "torch")
 
 
 class FloralModel(nn.Module):
@@ -59,11 +59,14 @@ class FloralModel(nn.Module):
     context : MixtureContext
     private_adaptors : bool
         True for the "Local Adaptor" baseline: the adaptors stay on the client.
-    backend : {"auto", "torch"}
+    backend : {"auto", "layers", "torch"}
         How the adapted layers run in :meth:`forward`: ``"auto"`` (default) in the compiled
-        FLoRAL layer on the CPU where it is available (:mod:`~riemfl.nn.floral.kernels`, one
-        autograd node per layer), else, and always with ``"torch"``, with the merge of
-        :mod:`~riemfl.nn.floral.fused` and the base operations. Same numbers either way.
+        FLoRAL layer on the CPU where it is available (:mod:`~riemfl.nn.floral.kernels`), runs
+        of adapted linear layers and activations in one autograd node each
+        (:mod:`~riemfl.nn.floral.chain`), every other adapted layer in one node; ``"layers"``:
+        the same with one node per adapted layer (no chains); else, and always with
+        ``"torch"``, with the merge of :mod:`~riemfl.nn.floral.fused` and the base operations.
+        Same numbers either way.
     """
 
     def __init__(
@@ -114,18 +117,16 @@ class FloralModel(nn.Module):
         still works (it merges its own weights) and :meth:`refresh_layers` lists it again.
         """
         router, context = self._modules["router"], self.__dict__["context"]
-        kernel = (
-            _compiled_layer(router._parameters["logits"])
-            if self.__dict__["_backend"] == "auto"
-            else None
-        )
+        backend = self.__dict__["_backend"]
+        kernel = None if backend == "torch" else _compiled_layer(router._parameters["logits"])
         if kernel is not None:
+            chains = backend == "auto"
             logits = router.pass_logits()
             if logits is None:
-                context.set_compiled(kernel, pi=router.fixed)
-            elif context.layers_need_weights:  # layers outside chains: one softmax for all
-                context.set_compiled(kernel, pi=torch.softmax(logits, 0))
-            else:  # only chains: they take the logits
+                context.set_compiled(kernel, pi=router.fixed, chains=chains)
+            elif context.layers_need_weights or not chains:  # one softmax node for all layers
+                context.set_compiled(kernel, pi=torch.softmax(logits, 0), chains=chains)
+            else:  # only chains so far: they take the logits
                 context.set_compiled(kernel, logits=logits)
         else:  # merged in one node: the layers that ran factored last time do so again
             layers = self.__dict__.get("_adapted_layers")

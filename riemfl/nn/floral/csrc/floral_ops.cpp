@@ -60,6 +60,16 @@ Tensor in_matrix(const Tensor& lora_in, const Spec& s) {
   return lora_in.reshape({s.cr(), s.v[kN]}).contiguous();
 }
 
+// x as a (rows, cols) matrix: x itself when it is one (a view costs about half a microsecond)
+Tensor as_rows(const Tensor& x, int64_t cols) {
+  return x.dim() == 2 && x.size(1) == cols ? x : x.reshape({-1, cols});
+}
+
+// a (rows, cols) matrix in the shape `like` (the inverse of as_rows)
+Tensor like_shape(const Tensor& y, const Tensor& like) {
+  return y.sizes() == like.sizes() ? y : y.view(like.sizes());
+}
+
 // the gradient of out_matrix, in lora_out's shape
 Tensor out_grad(const Tensor& d, const Tensor& lora_out, const Spec& s) {
   if (!s.conv()) return d.view(lora_out.sizes());
@@ -204,6 +214,32 @@ RIEMFL_INLINE void thin_outer(T* d, const T* h, const T* s, const T* x, int64_t 
   }
 }
 
+// out[j] = sum_i g[i, j], accumulated in double (the bias gradient of a small layer)
+template <typename T>
+RIEMFL_INLINE void row_sum(const T* g, int64_t rows, int64_t m, double* acc, T* out) {
+  for (int64_t j = 0; j < m; ++j) acc[j] = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* grow = g + i * m;
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) acc[j] += static_cast<double>(grow[j]);
+  }
+  for (int64_t j = 0; j < m; ++j) out[j] = static_cast<T>(acc[j]);
+}
+
+// z = max(z, 0) in place (NaN stays NaN, as in ATen)
+template <typename T>
+RIEMFL_INLINE void relu_inplace(T* z, int64_t count) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) z[i] = z[i] < T(0) ? T(0) : z[i];
+}
+
+// out = dh where h > 0, else 0 (ReLU's backward from its output h)
+template <typename T>
+RIEMFL_INLINE void relu_backward(const T* dh, const T* h, int64_t count, T* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) out[i] = h[i] <= T(0) ? T(0) : dh[i];  // as ATen's
+}
+
 #define RIEMFL_THIN_KERNELS(T)                                                                   \
   RIEMFL_CLONES void kernel_thin_dots(const T* x, const T* f, int64_t rows, int64_t k,          \
                                       int64_t cr, T* h) {                                       \
@@ -216,7 +252,14 @@ RIEMFL_INLINE void thin_outer(T* d, const T* h, const T* s, const T* x, int64_t 
   RIEMFL_CLONES void kernel_thin_outer(T* d, const T* h, const T* s, const T* x, int64_t rows,  \
                                        int64_t k, int64_t cr) {                                 \
     thin_outer<T>(d, h, s, x, rows, k, cr);                                                      \
-  }
+  }                                                                                              \
+  RIEMFL_CLONES void kernel_row_sum(const T* g, int64_t rows, int64_t m, double* acc, T* out) { \
+    row_sum<T>(g, rows, m, acc, out);                                                            \
+  }                                                                                              \
+  RIEMFL_CLONES void kernel_relu_backward(const T* dh, const T* h, int64_t count, T* out) {     \
+    relu_backward<T>(dh, h, count, out);                                                         \
+  }                                                                                              \
+  RIEMFL_CLONES void kernel_relu_inplace(T* z, int64_t count) { relu_inplace<T>(z, count); }
 RIEMFL_THIN_KERNELS(float)
 RIEMFL_THIN_KERNELS(double)
 #undef RIEMFL_THIN_KERNELS
@@ -291,6 +334,22 @@ Pass layer_pass(const Spec& s, int64_t rows) {
   return runs_factored(s, rows) ? kFactored : kMerged;
 }
 
+// elementwise work up to which loops beat ATen's (threaded, vectorised) kernels and their fixed
+// cost of a few microseconds
+constexpr int64_t kSmallElementwise = int64_t(1) << 16;
+
+// the bias gradient sum_i g[i, :] of a linear layer (g: rows x m)
+Tensor bias_gradient(const Tensor& g2) {
+  if (g2.numel() > kSmallElementwise || !g2.is_contiguous()) return g2.sum(0);
+  const int64_t rows = g2.size(0), m = g2.size(1);
+  auto out = at::empty({m}, g2.options());
+  std::vector<double> acc(m);
+  AT_DISPATCH_FLOATING_TYPES(g2.scalar_type(), "floral_bias_gradient", [&] {
+    kernel_row_sum(g2.data_ptr<scalar_t>(), rows, m, acc.data(), out.data_ptr<scalar_t>());
+  });
+  return out;
+}
+
 // whether [A_1 ... A_C]^T (C r, m) is lora_out's own memory (linear layers; conv with r = 1)
 bool out_is_matrix(const Tensor& lora_out, const Spec& s) {
   return (!s.conv() || s.v[kR] == 1) && lora_out.is_contiguous();
@@ -301,9 +360,16 @@ Tensor weight_per_rank(const Tensor& w, const Spec& s) {
   return s.v[kR] == 1 ? w.contiguous() : w.repeat_interleave(s.v[kR]).contiguous();
 }
 
+// x W^T + b; for a matrix x the addmm that at::linear runs, without its two dispatch layers
+Tensor linear_rows(const Tensor& x, const Tensor& weight, const c10::optional<Tensor>& bias) {
+  if (x.dim() != 2) return at::linear(x, weight, bias);
+  if (bias.has_value() && bias->defined()) return at::addmm(*bias, x, weight.transpose(0, 1));
+  return at::mm(x, weight.transpose(0, 1));
+}
+
 Tensor base_op(const Tensor& x, const Tensor& weight, const c10::optional<Tensor>& bias,
                const Spec& s) {
-  if (!s.conv()) return at::linear(x, weight, bias);
+  if (!s.conv()) return linear_rows(x, weight, bias);
   return at::conv2d(x, weight, bias, {s.v[kStride], s.v[kStride + 1]},
                     {s.v[kPad], s.v[kPad + 1]}, {s.v[kDil], s.v[kDil + 1]}, 1);
 }
@@ -389,12 +455,12 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
   const int64_t rows = spec.conv() ? 0 : x.numel() / n;
   kept.pass = layer_pass(spec, rows);
   if (kept.pass != kMerged) {  // y = x W^T + b' + ((x B) diag(w)) A^T, without the merged weight
-    auto x2 = x.reshape({rows, n});
+    auto x2 = as_rows(x, n);
     Tensor h, y;  // h = x B: (rows, C r)
     if (kept.pass == kFactoredLoops) {
       x2 = x2.contiguous();
       h = at::empty({rows, cr}, x.options());
-      y = at::linear(x2, weight, opt(merged_b));
+      y = linear_rows(x2, weight, opt(merged_b));
       AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_thin_forward", [&] {
         auto wck = weight_per_rank(w, spec);
         kernel_thin_dots(x2.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), rows, n, cr,
@@ -404,10 +470,11 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
       });
     } else {
       h = at::mm(x2, b.view({cr, n}).t());
-      y = at::linear(x2, weight, opt(merged_b));
+      y = linear_rows(x2, weight, opt(merged_b));
       y.addmm_(h * weight_per_rank(w, spec), a.view({cr, m}));
     }
     kept.tensor = h;
+    if (x.dim() == 2) return y;
     std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
     sizes.back() = m;
     return y.view(sizes);
@@ -462,11 +529,11 @@ void layer_backward(const Tensor& x, const LayerTensors& t, const Tensor& w, con
   Tensor dbias;
   if (kept.pass == kFactoredLoops) {
     const Tensor& h = kept.tensor;  // (rows, C r): x B
-    auto g2 = dy.reshape({-1, m}).contiguous();
-    auto x2 = x.reshape({-1, n}).contiguous();
+    auto g2 = as_rows(dy, m).contiguous();
+    auto x2 = as_rows(x, n).contiguous();
     const int64_t rows = g2.size(0);
-    if (need[1]) grads[1] = at::mm(g2.t(), x2);
-    if (need_bias_path) dbias = g2.sum(0);
+    if (need[1]) grads[1] = at::mm(g2.transpose(0, 1), x2);
+    if (need_bias_path) dbias = bias_gradient(g2);
     AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "floral_thin_backward", [&] {
       auto wck = weight_per_rank(w, spec);
       const scalar_t* s = wck.data_ptr<scalar_t>();
@@ -481,12 +548,12 @@ void layer_backward(const Tensor& x, const LayerTensors& t, const Tensor& w, con
         auto dx = at::mm(g2, t.weight);
         kernel_thin_axpy(dx.data_ptr<scalar_t>(), ga.data_ptr<scalar_t>(), s,
                          b.data_ptr<scalar_t>(), rows, n, cr);
-        grads[0] = dx.view(x.sizes());
+        grads[0] = like_shape(dx, x);
       }
-      if (need[3]) {
-        auto da = at::empty({cr, m}, h.options());
+      if (need[3]) {  // (C r, m) rows in lora_out's (C, r, m) shape
+        auto da = at::empty(lora_out.sizes(), h.options());
         kernel_thin_outer(da.data_ptr<scalar_t>(), hp, s, g2.data_ptr<scalar_t>(), rows, m, cr);
-        grads[3] = out_grad(da, lora_out, spec);
+        grads[3] = da;
       }
       if (need[4]) {
         auto db = at::empty(lora_in.sizes(), lora_in.options());
@@ -529,10 +596,10 @@ void layer_backward(const Tensor& x, const LayerTensors& t, const Tensor& w, con
     // the base operation's backward with the merged weight: dx, dW', db'
     Tensor dmerged;
     if (!spec.conv()) {
-      auto g2 = dy.reshape({-1, m});
-      if (need[0]) grads[0] = at::mm(g2, merged).view(x.sizes());
-      dmerged = at::mm(g2.t(), x.reshape({-1, n}));
-      if (need_bias_path) dbias = g2.sum(0);
+      auto g2 = as_rows(dy, m);
+      if (need[0]) grads[0] = like_shape(at::mm(g2, merged), x);
+      dmerged = at::mm(g2.transpose(0, 1), as_rows(x, n));
+      if (need_bias_path) dbias = bias_gradient(g2.contiguous());
     } else {
       auto res = at::convolution_backward(
           dy, x, merged,
@@ -760,7 +827,11 @@ struct Chain {
 
 // act(z) in place (z is the chain's own tensor)
 void activate_(Tensor& z, int64_t act) {
-  if (act == kRelu) z.relu_();
+  if (act == kRelu && z.numel() <= kSmallElementwise && z.is_contiguous()) {
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "floral_relu", [&] {
+      kernel_relu_inplace(z.data_ptr<scalar_t>(), z.numel());
+    });
+  } else if (act == kRelu) z.relu_();
   else if (act == kTanh) z.tanh_();
   else if (act == kSigmoid) z.sigmoid_();
 }
@@ -775,6 +846,15 @@ Tensor activate(const Tensor& z, int64_t act) {
 
 // dL/dz from dL/dh and the activation's output h = act(z)
 Tensor activation_backward(const Tensor& dh, const Tensor& h, int64_t act) {
+  if (act == kRelu && h.numel() <= kSmallElementwise && dh.is_contiguous() &&
+      h.is_contiguous() && dh.sizes() == h.sizes()) {
+    auto out = at::empty_like(h);
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "floral_relu_backward", [&] {
+      kernel_relu_backward(dh.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), h.numel(),
+                           out.data_ptr<scalar_t>());
+    });
+    return out;
+  }
   if (act == kRelu) return at::threshold_backward(dh, h, 0);
   if (act == kTanh) return at::tanh_backward(dh, h);
   if (act == kSigmoid) return at::sigmoid_backward(dh, h);
@@ -807,13 +887,16 @@ struct Mixture {
 
 // softmax(theta) in double
 std::vector<double> softmax_of(const Tensor& theta) {
-  auto t = theta.to(at::kDouble).contiguous();
-  const double* p = t.data_ptr<double>();
-  const int64_t c = t.numel();
+  const int64_t c = theta.numel();
   std::vector<double> pi(c);
-  double top = p[0], total = 0.0;
-  for (int64_t k = 1; k < c; ++k) top = std::max(top, p[k]);
-  for (int64_t k = 0; k < c; ++k) total += pi[k] = std::exp(p[k] - top);
+  AT_DISPATCH_FLOATING_TYPES(theta.scalar_type(), "floral_softmax", [&] {
+    const auto t = theta.contiguous();
+    const scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < c; ++k) pi[k] = static_cast<double>(p[k]);
+  });
+  double top = pi[0], total = 0.0;
+  for (int64_t k = 1; k < c; ++k) top = std::max(top, pi[k]);
+  for (int64_t k = 0; k < c; ++k) total += pi[k] = std::exp(pi[k] - top);
   for (int64_t k = 0; k < c; ++k) pi[k] /= total;
   return pi;
 }
