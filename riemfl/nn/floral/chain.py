@@ -69,6 +69,7 @@ class _Run:
             else:
                 self.acts[-1] = ACTIVATION_CODES[type(m)]
         self.context = self.layers[0].context
+        self.classes = tuple(map(type, modules))  # a class may be swapped later
         self.specs = [layer._kernel_spec_values() for layer in self.layers]
         self._hook_dicts = tuple(getattr(m, name) for m in modules for name in _HOOK_DICTS)
         self._chain: Any = None
@@ -77,7 +78,12 @@ class _Run:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         context = self.context
         kernel = context._kernel
-        if not context._chains or any(self._hook_dicts) or any(_GLOBAL_HOOK_DICTS):
+        if (
+            not context._chains
+            or any(self._hook_dicts)
+            or any(_GLOBAL_HOOK_DICTS)
+            or tuple(map(type, self.modules)) != self.classes
+        ):
             for m in self.modules:
                 x = m(x)
             return x
@@ -141,11 +147,10 @@ class FloralSequential(nn.Sequential):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         modules = tuple(self._modules.values())
-        classes = tuple(map(type, modules))  # a layer's class may be swapped (or its contract)
         plan = self.__dict__.get("_chain_plan")
-        if plan is None or plan[0] != modules or plan[1] != classes:
-            plan = self.__dict__["_chain_plan"] = (modules, classes, _runs(modules))
-        for item in plan[2]:
+        if plan is None or plan[0] != modules:
+            plan = self.__dict__["_chain_plan"] = (modules, _runs(modules))
+        for item in plan[1]:
             x = item(x)
         return x
 

@@ -69,6 +69,16 @@ SOURCE = Path(__file__).with_name("csrc") / "floral_ops.cpp"
 #: dtypes the compiled layer takes (others run the torch path)
 DTYPES = (torch.float32, torch.float64)
 
+#: os.environ's own dictionary and the variable's key in it: checking it costs a twentieth of
+#: ``KERNEL_ENV in os.environ`` (load() runs at every forward pass); None where os.environ is
+#: built differently (then the plain check)
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+_ENVIRON_KEY = (
+    os.environ.encodekey(KERNEL_ENV)  # type: ignore[attr-defined]
+    if _ENVIRON_DATA is not None and hasattr(os.environ, "encodekey")
+    else None
+)
+
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
@@ -104,7 +114,7 @@ def load() -> ModuleType | None:
         In mode ``require``, when the extension cannot be built or loaded.
     """
     global _loaded, _failed
-    if _loaded is not None and KERNEL_ENV not in os.environ:  # the default mode, built: fast
+    if _loaded is not None and not _mode_variable_set():  # the default mode, built: fast
         return _loaded
     chosen = mode()
     if chosen == "off":
@@ -128,6 +138,12 @@ def load() -> ModuleType | None:
             f"{KERNEL_ENV}=require, but the compiled FLoRAL layer could not be built: {_failed}"
         )
     return _loaded
+
+
+def _mode_variable_set() -> bool:
+    if _ENVIRON_KEY is not None:
+        return _ENVIRON_KEY in _ENVIRON_DATA  # type: ignore[operator]
+    return KERNEL_ENV in os.environ
 
 
 #: a build lock older than this is left over from a killed build (torch would wait forever)
