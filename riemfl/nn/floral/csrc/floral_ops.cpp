@@ -233,6 +233,16 @@ RIEMFL_INLINE void relu_inplace(T* z, int64_t count) {
   for (int64_t i = 0; i < count; ++i) z[i] = z[i] < T(0) ? T(0) : z[i];
 }
 
+// y[i, :] += v for every row i
+template <typename T>
+RIEMFL_INLINE void add_to_rows(T* y, const T* v, int64_t rows, int64_t m) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = y + i * m;
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) row[j] += v[j];
+  }
+}
+
 // out = dh where h > 0, else 0 (ReLU's backward from its output h)
 template <typename T>
 RIEMFL_INLINE void relu_backward(const T* dh, const T* h, int64_t count, T* out) {
@@ -259,7 +269,10 @@ RIEMFL_INLINE void relu_backward(const T* dh, const T* h, int64_t count, T* out)
   RIEMFL_CLONES void kernel_relu_backward(const T* dh, const T* h, int64_t count, T* out) {     \
     relu_backward<T>(dh, h, count, out);                                                         \
   }                                                                                              \
-  RIEMFL_CLONES void kernel_relu_inplace(T* z, int64_t count) { relu_inplace<T>(z, count); }
+  RIEMFL_CLONES void kernel_relu_inplace(T* z, int64_t count) { relu_inplace<T>(z, count); }      \
+  RIEMFL_CLONES void kernel_add_to_rows(T* y, const T* v, int64_t rows, int64_t m) {            \
+    add_to_rows<T>(y, v, rows, m);                                                               \
+  }
 RIEMFL_THIN_KERNELS(float)
 RIEMFL_THIN_KERNELS(double)
 #undef RIEMFL_THIN_KERNELS
@@ -431,6 +444,38 @@ struct Kept {
   Pass pass = kMerged;
 };
 
+// y = x2 W^T + b' for a linear layer with x2 (rows, n) contiguous: the product with ATen (no
+// bias: addmm would first copy the bias into every row), then b' = b + L_b^T w added to the rows
+// in a loop, without a tensor for b'
+Tensor linear_plus_merged_bias(const Tensor& x2, const Tensor& weight, const LayerTensors& t,
+                               const Tensor& w, int64_t c) {
+  auto y = at::mm(x2, weight.transpose(0, 1));
+  if (!t.bias.defined() && !t.lora_bias.defined()) return y;
+  const int64_t rows = y.size(0), m = y.size(1);
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "floral_rows_bias", [&] {
+    std::vector<scalar_t> merged_b(m, scalar_t(0));
+    const auto bc = t.bias.defined() ? t.bias.contiguous() : Tensor();
+    if (t.lora_bias.defined()) {
+      const auto lbc = t.lora_bias.contiguous();
+      const auto wc = w.contiguous();
+      bias_merge<scalar_t>(merged_b.data(), bc.defined() ? bc.data_ptr<scalar_t>() : nullptr,
+                           lbc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), c, m);
+    } else {
+      std::copy(bc.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>() + m, merged_b.begin());
+    }
+    kernel_add_to_rows(y.data_ptr<scalar_t>(), merged_b.data(), rows, m);
+  });
+  return y;
+}
+
+// y in x's shape with m columns (y: (rows, m))
+Tensor rows_like_input(const Tensor& y, const Tensor& x, int64_t m) {
+  if (x.dim() == 2) return y;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = m;
+  return y.view(sizes);
+}
+
 // One layer's forward pass: y = op(x, W', b') (or the factored linear pass); fills `kept`.
 Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, const Spec& spec,
                      Kept& kept) {
@@ -441,8 +486,12 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
   auto a = out_is_matrix(t.lora_out, spec) ? t.lora_out : out_matrix(t.lora_out, spec);
   auto b = t.lora_in.contiguous();
   auto wc = w.contiguous();
-  Tensor merged_b = bias;  // b + L_b^T w
-  if (lora_bias.defined()) {
+  const int64_t rows = spec.conv() ? 0 : x.numel() / n;
+  kept.pass = layer_pass(spec, rows);
+  // linear layers other than the ATen-factored pass add b' to the rows of x W^T themselves
+  const bool bias_in_rows = !spec.conv() && kept.pass != kFactored;
+  Tensor merged_b = bias;  // b + L_b^T w, as a tensor
+  if (lora_bias.defined() && !bias_in_rows) {
     merged_b = at::empty({m_out}, weight.options());
     AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_bias", [&] {
       auto bc = bias.defined() ? bias.contiguous() : Tensor();
@@ -452,15 +501,13 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
                            lbc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), c, m_out);
     });
   }
-  const int64_t rows = spec.conv() ? 0 : x.numel() / n;
-  kept.pass = layer_pass(spec, rows);
   if (kept.pass != kMerged) {  // y = x W^T + b' + ((x B) diag(w)) A^T, without the merged weight
     auto x2 = as_rows(x, n);
     Tensor h, y;  // h = x B: (rows, C r)
     if (kept.pass == kFactoredLoops) {
       x2 = x2.contiguous();
       h = at::empty({rows, cr}, x.options());
-      y = linear_rows(x2, weight, opt(merged_b));
+      y = linear_plus_merged_bias(x2, weight, t, w, c);
       AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "floral_thin_forward", [&] {
         auto wck = weight_per_rank(w, spec);
         kernel_thin_dots(x2.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), rows, n, cr,
@@ -474,10 +521,7 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
       y.addmm_(h * weight_per_rank(w, spec), a.view({cr, m}));
     }
     kept.tensor = h;
-    if (x.dim() == 2) return y;
-    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-    sizes.back() = m;
-    return y.view(sizes);
+    return rows_like_input(y, x, m);
   }
   auto base = weight.contiguous();
   Tensor merged;
@@ -504,6 +548,10 @@ Tensor layer_forward(const Tensor& x, const LayerTensors& t, const Tensor& w, co
     merged = kernel;
   }
   kept.tensor = merged;
+  if (bias_in_rows) {
+    return rows_like_input(linear_plus_merged_bias(as_rows(x, n).contiguous(), merged, t, w, c),
+                           x, m);
+  }
   return base_op(x, merged, opt(merged_b), spec);
 }
 
