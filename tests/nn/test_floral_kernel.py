@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from floral_helpers import assert_same_passes, compiled_kernel, graph_names, randomise  # noqa: E402
+from floral_helpers import assert_same_passes, graph_names, randomise  # noqa: E402
 from torch import nn  # noqa: E402
 
 from riemfl.errors import MissingDependencyError, ParameterError  # noqa: E402
@@ -26,11 +26,6 @@ F = torch.nn.functional
 
 if kernels.mode() == "off":  # pragma: no cover - a run that asked for the torch path only
     pytest.skip("RIEMFL_FLORAL_KERNEL=off", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    return compiled_kernel()
 
 
 def uses_kernel(t):
