@@ -76,8 +76,7 @@ def _floral(base: nn.Module, rho: float, backend: str) -> nn.Module:
     model = bench_floral._floral(base, rho)
     if backend == "always merged":
         return _always_merged(model)
-    model.backend = backend
-    return model
+    return bench_floral._with_backend(model, backend)
 
 
 def _step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -99,14 +98,7 @@ def _time(fns: dict[str, Callable[[], None]], repeats: int, budget_s: float) -> 
         fn()
         first[name] = time.perf_counter() - t0
     inner = max(1, int(budget_s / max(first.values())))
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / inner * 1e6)
-    return samples
+    return bench_floral._time(fns, repeats, inner)
 
 
 def bench_layer(size: tuple[int, int], batch: int, rho: float, repeats: int, budget_s: float):

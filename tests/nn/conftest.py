@@ -8,6 +8,8 @@ import pytest
 @pytest.fixture(scope="module")
 def kernel():
     """The compiled FLoRAL extension (built on first use); fails the test if it did not build."""
-    from floral_helpers import compiled_kernel
+    from riemfl.nn.floral import kernels
 
-    return compiled_kernel()
+    module = kernels.load()
+    assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
+    return module

@@ -32,15 +32,6 @@ def graph_names(t):
     return names
 
 
-def compiled_kernel():
-    """The compiled FLoRAL extension (built on first use); fails the test if it did not build."""
-    from riemfl.nn.floral import kernels
-
-    module = kernels.load()
-    assert module is not None, f"the compiled FLoRAL layer did not build: {kernels._failed}"
-    return module
-
-
 def assert_same_passes(out, ref, inputs):
     """``out`` equals ``ref`` (float64) and so do their gradients with respect to ``inputs`` for
     one random upstream gradient."""
