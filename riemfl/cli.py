@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .errors import ParameterError, RiemflError
+from .federated.interrupt import RunInterrupted, handle_interrupts
 from .manifolds import (
     Euclidean,
     FixedRank,
@@ -155,8 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         clients_per_round=args.clients_per_round,
         batch_size=args.batch_size,
-        checkpoint=out / "checkpoint.pkl" if args.checkpoint_every else None,
-        checkpoint_every=args.checkpoint_every or 1,
+        **_checkpointing(args, out),
         progress=not args.no_progress,
         grad_tol=args.grad_tol,
     )
@@ -173,6 +175,18 @@ def _run(args: argparse.Namespace) -> int:
         "history.csv, history.png"
     )
     return 0
+
+
+#: The checkpoint file of ``riemfl run`` inside its output folder.
+CHECKPOINT_NAME = "checkpoint.rfl"
+
+
+def _checkpointing(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The engines' checkpoint arguments: ``out/checkpoint.rfl`` every ``--checkpoint-every``
+    steps, at the end and when interrupted (``--checkpoint-every 0``: no checkpoint file)."""
+    if args.checkpoint_every == 0:
+        return {"checkpoint": None}
+    return {"checkpoint": out / CHECKPOINT_NAME, "checkpoint_every": args.checkpoint_every}
 
 
 def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int:
@@ -229,6 +243,7 @@ def _run_async(args: argparse.Namespace, problem, step: float, out: Path) -> int
         staleness_policy=args.staleness_policy,
         eval_every=args.eval_every,
         progress=not args.no_progress,
+        **_checkpointing(args, out),
     )
     history.config["problem"] = problem.describe()
     history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
@@ -336,8 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--out", default="results/run", help="output directory")
     r.add_argument(
-        "--checkpoint-every", type=int, default=0, help="checkpoint every k rounds (0: never)"
-    )
+        "--checkpoint-every", type=int, default=10,
+        help=f"write DIR/{CHECKPOINT_NAME} every k rounds or server steps, at the end and when "
+        "interrupted (0: never); the same command resumes from it",
+    )  # fmt: skip
     r.add_argument("--no-progress", action="store_true")
     a = r.add_argument_group("asynchronous engine (--engine async)")
     a.add_argument("--workers", type=int, default=None, help="clients training at once")
@@ -385,17 +402,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, the shells' convention).
+EXIT_INTERRUPTED = 130
+
+
+def _command_line(argv: Sequence[str] | None) -> str:
+    words = sys.argv[1:] if argv is None else list(argv)
+    return "riemfl " + " ".join(shlex.quote(w) for w in words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "reproduce":
-            return _reproduce(args)
-        if args.command == "kernels":
-            return _kernels()
-        return _manifolds(args)
+        with handle_interrupts():
+            if args.command == "run":
+                return _run(args)
+            if args.command == "reproduce":
+                return _reproduce(args)
+            if args.command == "kernels":
+                return _kernels()
+            return _manifolds(args)
+    except RunInterrupted as exc:
+        where = f"checkpoint saved to {exc.checkpoint}" if exc.checkpoint else "no checkpoint"
+        print(
+            f"riemfl: interrupted after step {exc.step} ({where}); to resume, run the same "
+            f"command again: {_command_line(argv)}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print(
+            "riemfl: interrupted at once (second signal); the last checkpoint written, if any, "
+            f"is intact: run the same command again to resume: {_command_line(argv)}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     except RiemflError as exc:
         print(f"riemfl: error: {exc}", file=sys.stderr)
         return 2

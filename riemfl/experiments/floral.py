@@ -255,10 +255,13 @@ class _Runner:
             "key": key,
             "seconds": time.perf_counter() - t0,
             "final": {k: v[-1] for k, v in m.items()},
-            "curve": {
-                k: m[k]
-                for k in ("step", "accuracy", "loss", "cluster_recovery", "factor_average_error")
-                if k in m
+            "curve": {  # "step": the x axis of the curves (rounds here, server steps async)
+                "step": m["round"],
+                **{
+                    k: m[k]
+                    for k in ("accuracy", "loss", "cluster_recovery", "factor_average_error")
+                    if k in m
+                },
             },
             "parameters": parameter_counts(trainer.model),
             "final_point": h.final_point,

@@ -4,6 +4,10 @@ Synchronous algorithms (Zhang et al. 2024 and the baselines of Li & Ma 2022):
 :class:`RFedProj`, :class:`RFedAvg`, :class:`RFedProx`, :class:`RFedSVRG`; run them with
 :func:`run_sync`, which returns a :class:`History`.
 
+Every engine is a configuration of one run core (:func:`run_steps`: rows, progress bar,
+checkpoints, interruption) with its steps (:class:`RoundSteps` over a :class:`ClientExecutor`
+for synchronous rounds; the event loop of :func:`run_async`) and an evaluator.
+
 Asynchronous server rules (:class:`FedAsync`, :class:`FedBuff`, :class:`DCASGD`,
 :class:`AsyncFedED`, the OrthoCorrect family) run in the discrete-event simulator
 :func:`run_async` with a local trainer (:class:`ProblemTrainer`) and a timing model.
@@ -42,10 +46,14 @@ from .async_rules import (
     switch_schedule,
 )
 from .curve_local import BezierProblemTrainer
-from .engine import ClientDroppedWarning, initial_point, run_sync
+from .engine import StackedClients, initial_point, run_sync
+from .faults import ClientDroppedWarning
 from .history import METRICS, History
+from .interrupt import RunInterrupted, handle_interrupts
 from .local import ProblemTrainer
 from .rfedproj import RFedProj
+from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
+from .run_core import RunOptions, Steps, run_steps
 from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
@@ -106,4 +114,15 @@ __all__ = [
     "SyncAlgorithm",
     "initial_point",
     "run_sync",
+    "ClientExecutor",
+    "PhaseReply",
+    "RoundSteps",
+    "RunInterrupted",
+    "RunOptions",
+    "ServerRule",
+    "StackedClients",
+    "Steps",
+    "handle_interrupts",
+    "run_steps",
+    "sample_round",
 ]

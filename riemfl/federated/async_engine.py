@@ -1,38 +1,36 @@
 r"""The asynchronous engine: a discrete-event simulator with a virtual clock and no threads.
 
-Design (after FLSim's event loop, anchors.md section 4.2):
+:func:`run_async` is a configuration of the run core
+(:func:`~riemfl.federated.run_core.run_steps`: rows, progress, checkpoints, interruption) with
+the event loop :class:`EventLoop` as its steps, split the way FLSim splits its asynchronous
+trainer: the waiting queue (:mod:`riemfl.federated.async_scheduler`), the staleness policy
+(:mod:`riemfl.federated.staleness`), the store of global model versions
+(:mod:`riemfl.federated.versions`) and the loop here.
 
 * **Events.** A heap of training-end events keyed by (virtual end time, dispatch number): ties
   are broken by dispatch order, so a run is a deterministic function of its seed. All end events
   of one instant are processed before any client is dispatched again at that instant (FLSim's
   FINISHED < WAITING_FOR_START), so with equal compute times every client of a "round" receives
   the model that the whole round produced.
-* **Workers.** At most ``workers`` clients train at a time; the others wait in a queue. A client
-  whose update has been applied rejoins the queue at once and is dispatched with the *current*
-  global model when a worker is free.
-* **Lazy training.** At dispatch only the version of the global model is recorded (in the
-  :class:`VersionStore`); the local training runs at the end event, from that version, with the
-  client's own random generator, so results are exact and reproducible.
-* **Scheduling.** ``"fifo"`` (arrival order) or ``"paper"``: the seeds' scheduler (digest-000-001
-  section 3.4): queued clients are ranked by ``num_batches + k * t_push`` (t_push: the virtual
-  time the client joined the queue; key / k is its completion time at k batches per time unit,
-  so pair it with ``ProportionalTime(speed=k)``), and a free worker takes rank i (0 = front)
-  with probability :math:`(N - i)/\sum_{j=1}^{N} j`.
-* **Theory mode** (seed 002, Assumption 1): no clock; each arrival is a client drawn uniformly
-  from [n] whose base version is drawn uniformly among the last ``max_staleness + 1`` versions.
-* **Staleness.** Recorded per update (server steps since the client's version). With
-  ``max_staleness`` = tau set, the ``"drop"`` policy discards a staler update (logged, the client
-  re-dispatched with the current model); the ``"block"`` policy never lets an update become
-  staler than tau: a free worker stays idle while dispatching could break the bound (the
-  stale-synchronous-parallel idea of making fast clients wait for stragglers). Block rule: with
-  F the clients in flight, v_min their oldest version and t the current version, a client is
-  dispatched only if ``(t - v_min) + |F| <= tau`` (always when F is empty). Proof that no update
-  exceeds tau: the quantity ``s_c = tau - (t - v_c) - (|F| - 1)`` is >= 0 for every c in F; an
-  arrival of another client raises t by at most 1 (one server step per arrival at most) and
-  lowers |F| by 1, so s_c does not decrease; a dispatch is allowed only when it keeps every
-  s_c >= 0 (the newcomer's included); when c arrives its staleness is
-  ``t - v_c <= tau - (|F| - 1) <= tau``. No deadlock: with no client in flight one is always
-  dispatched, and a client in flight always arrives. No update is dropped.
+* **Workers.** At most ``workers`` clients train at a time; the others wait in the queue. A
+  client whose update has been handled rejoins the queue at once and is dispatched with the
+  *current* global model when a worker is free.
+* **Lazy training.** At dispatch only the version of the global model is recorded; the local
+  training runs at the end event, from that version, with the client's own random generator, so
+  results are exact and reproducible.
+* **Faults.** An arrival whose training raises, or whose upload has the wrong shape, a complex
+  or non-floating dtype or a non-finite entry, is dropped (recorded in ``History.warnings`` and
+  as a :class:`~riemfl.federated.faults.ClientDroppedWarning`; counted in ``dropped``; logged
+  with ``applied`` False) and the client is dispatched again; after ``max_failures`` consecutive
+  failures it is excluded. The run raises :class:`~riemfl.errors.ClientFailureError` only when
+  every client is excluded.
+* **Theory mode** (Wang et al. 2024, Assumption 1): no clock; each arrival is a client drawn
+  uniformly from [n] whose base version is drawn uniformly among the last ``max_staleness + 1``
+  versions.
+* **Checkpoints.** The event heap, the virtual clock, the queue, the version store (models
+  included), the rule's state (:meth:`~riemfl.federated.AsyncRule.state_dict`), the trainer's
+  state where it keeps one, every generator and the history: a resumed run is bit-identical to
+  an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -40,190 +38,81 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ClientFailureError, ParameterError
+from ..manifolds.base import Manifold
 from ..manifolds.euclidean import Euclidean
-from ..progress import ProgressBar
-from ._serialise import dump_json, json_float, load_json
+from .async_manifold import AsyncManifold, BezierEmbedding
 from .async_rules import Arrival, AsyncRule
+from .async_scheduler import WaitingQueue
+from .faults import FaultRecorder, failure_reason, upload_problem
+from .fingerprint import data_digest
+from .history import LOG_COLUMNS, AsyncHistory, History
+from .run_core import RunOptions, Stateful, check_count, run_steps
+from .staleness import StalenessPolicy
 from .timing import ProportionalTime, TimingModel
+from .versions import VersionStore
 
-__all__ = ["VersionStore", "AsyncHistory", "run_async"]
+__all__ = [
+    "VersionStore",
+    "AsyncHistory",
+    "EventLoop",
+    "run_async",
+    "upload_shape",
+    "Evaluates",
+    "SchedulesEpochs",
+    "AveragesOutput",
+]
 
-
-class VersionStore:
-    """Global model versions, each kept only while some client holds it (or it is current).
-
-    ``acquire()`` hands out the current version (reference counted), ``release(v)`` drops a
-    reference, ``advance(x)`` makes x the new current version. The number of stored versions
-    never exceeds the number of clients in flight + 1 (:attr:`peak` records the maximum).
-    """
-
-    def __init__(self, x0: Any) -> None:
-        self.current = 0
-        self._arrays: dict[int, Any] = {0: x0}
-        self._refs: dict[int, int] = {0: 0}
-        self.peak = 1
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    def get(self, version: int) -> Any:
-        return self._arrays[version]
-
-    @property
-    def model(self) -> Any:
-        return self._arrays[self.current]
-
-    def acquire(self) -> int:
-        self._refs[self.current] += 1
-        return self.current
-
-    def release(self, version: int) -> None:
-        self._refs[version] -= 1
-        if self._refs[version] == 0 and version != self.current:
-            del self._arrays[version], self._refs[version]
-
-    def advance(self, x: Any) -> int:
-        old = self.current
-        self.current += 1
-        self._arrays[self.current] = x
-        self._refs[self.current] = 0
-        if self._refs[old] == 0:
-            del self._arrays[old], self._refs[old]
-        self.peak = max(self.peak, len(self._arrays))
-        return self.current
+_Scheduler = WaitingQueue  # the name the queue had inside this module
 
 
-@dataclass(eq=False)
-class AsyncHistory:
-    """Metrics per evaluated server step, and a log of every client update.
+# --------------------------------------------------------------------------------------- hooks
+@runtime_checkable
+class Evaluates(Protocol):
+    """A trainer that measures a global model (the rows' metrics)."""
 
-    ``metrics`` columns: ``step`` (server version), ``time`` (virtual), ``updates`` (client
-    updates received so far), ``dropped``, then the trainer's metrics (e.g. ``loss``,
-    ``grad_norm``, ``optimality_gap``, ``accuracy``). ``log`` columns, one entry per update:
-    ``client``, ``staleness``, ``weight``, ``time``, ``version`` (server version after it),
-    ``applied`` (False when dropped for staleness).
-    """
-
-    config: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, list[float]] = field(default_factory=dict)
-    log: dict[str, list[Any]] = field(
-        default_factory=lambda: {
-            k: [] for k in ("client", "staleness", "weight", "time", "version", "applied")
-        }
-    )
-    peak_versions: int = 1
-    final_point: Any = field(default=None, repr=False)
-
-    def record(self, row: dict[str, float]) -> None:
-        for key, value in row.items():
-            self.metrics.setdefault(key, []).append(float(value))
-
-    def staleness_stats(self) -> dict[str, float]:
-        s = np.asarray(self.log["staleness"], dtype=float)
-        if s.size == 0:
-            return {"mean": math.nan, "std": math.nan, "max": math.nan}
-        return {"mean": float(s.mean()), "std": float(s.std()), "max": float(s.max())}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "metrics": {k: [json_float(v) for v in vs] for k, vs in self.metrics.items()},
-            "log": self.log,
-            "peak_versions": self.peak_versions,
-            "staleness": self.staleness_stats(),
-        }
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        return dump_json(self.to_dict(), path)
-
-    @classmethod
-    def from_json(cls, source: str | Path) -> AsyncHistory:
-        data = load_json(source)
-        metrics = {k: [float(v) for v in vs] for k, vs in data["metrics"].items()}
-        return cls(data["config"], metrics, data["log"], data.get("peak_versions", 1))
-
-    def to_csv(self, path: str | Path | None = None) -> str:
-        keys = list(self.metrics)
-        lines = [",".join(keys)]
-        for row in zip(*(self.metrics[k] for k in keys), strict=True):
-            lines.append(",".join(repr(v) for v in row))
-        text = "\n".join(lines) + "\n"
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    def plot(
-        self,
-        path: str | Path | None = None,
-        *,
-        y: tuple[str, ...] = ("grad_norm",),
-        x: tuple[str, ...] = ("step", "time"),
-    ):
-        """Plot metric columns ``y`` (log scale) against ``x`` (server step, virtual time)."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        ys = [k for k in y if k in self.metrics]
-        if not ys:
-            raise ParameterError(f"no metric among {y}; recorded: {sorted(self.metrics)}")
-        fig, axes = plt.subplots(len(ys), len(x), figsize=(4.2 * len(x), 3.2 * len(ys)),
-                                 squeeze=False)  # fmt: skip
-        label = str(self.config.get("rule", {}).get("name", "run"))
-        for r, ykey in enumerate(ys):
-            for c, xkey in enumerate(x):
-                pts = [(a, b) for a, b in zip(self.metrics[xkey], self.metrics[ykey], strict=True)
-                       if b == b and b > 0]  # fmt: skip
-                if pts:
-                    axes[r][c].semilogy(*zip(*pts, strict=True), label=label)
-                axes[r][c].set_xlabel(xkey)
-                axes[r][c].set_ylabel(ykey)
-                axes[r][c].grid(True, which="both", alpha=0.3)
-        axes[0][0].legend()
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-        return fig
+    def evaluate(self, x: Any) -> dict[str, float]: ...
 
 
-# --------------------------------------------------------------------------------------- engine
-class _Scheduler:
-    """The waiting queue: FIFO, or the seeds' rank-sampled priority queue."""
+@runtime_checkable
+class HasManifold(Protocol):
+    """A trainer whose models are points of a manifold (else: flat Euclidean vectors)."""
 
-    def __init__(self, kind: str, k: float, rng: np.random.Generator) -> None:
-        if kind not in ("fifo", "paper"):
-            raise ParameterError(f"scheduler must be 'fifo' or 'paper', got {kind!r}")
-        self.kind, self.k, self.rng = kind, float(k), rng
-        self._fifo: deque[int] = deque()
-        self._items: list[tuple[float, int]] = []  # (key, client) for "paper"
+    manifold: Manifold
 
-    def __len__(self) -> int:
-        return len(self._fifo) if self.kind == "fifo" else len(self._items)
 
-    def push(self, client: int, now: float, num_batches: int) -> None:
-        if self.kind == "fifo":
-            self._fifo.append(client)
-        else:
-            self._items.append((num_batches + self.k * now, client))
+@runtime_checkable
+class InitialParameters(Protocol):
+    """A trainer that proposes the initial flat parameter vector of seed ``seed``."""
 
-    def pop(self) -> int:
-        if self.kind == "fifo":
-            return self._fifo.popleft()
-        self._items.sort()
-        n = len(self._items)
-        ranks = np.arange(n)
-        p = (n - ranks) / (n * (n + 1) / 2)  # p_i = (N - i) / sum_{j=1}^N j, i = 0..N-1
-        i = int(self.rng.choice(n, p=p))
-        return self._items.pop(i)[1]
+    def initial_parameters(self, seed: int = 0) -> Any: ...
+
+
+@runtime_checkable
+class SchedulesEpochs(Protocol):
+    """A rule that sets each client's number of local epochs (e.g. AsyncFedED)."""
+
+    def local_epochs(self, client: int) -> int: ...
+
+
+@runtime_checkable
+class AveragesOutput(Protocol):
+    """A rule whose output is not the current model itself (e.g. an SWA average)."""
+
+    def output(self, current: Any) -> Any: ...
+
+
+def upload_shape(rule: AsyncRule, point_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of one client's upload: the control points of a learned Bezier curve for a curve
+    rule (AsyncBezier, AsyncBezierED, AsyncCurve), else one model."""
+    if isinstance(rule, AsyncManifold) and isinstance(rule.embedding, BezierEmbedding):
+        return (rule.embedding.degree + 1, *point_shape)
+    return tuple(point_shape)
 
 
 def _weights(trainer: Any, kind: str) -> np.ndarray:
@@ -236,6 +125,263 @@ def _weights(trainer: Any, kind: str) -> np.ndarray:
     raise ParameterError(f"weights must be 'samples' or 'uniform', got {kind!r}")
 
 
+def _describe(obj: Any) -> dict[str, Any]:
+    """A timing model's kind, scalar settings and a digest of its arrays (e.g. traces)."""
+    scalars = {k: v for k, v in vars(obj).items() if isinstance(v, int | float | str | bool)}
+    return {"kind": type(obj).__name__, **scalars, "arrays": data_digest(obj)}
+
+
+# --------------------------------------------------------------------------------------- loop
+class EventLoop:
+    """The event loop of the simulator (module docstring); one :meth:`advance` = one server step.
+
+    Parameters
+    ----------
+    trainer, rule, manifold, x0
+        The clients' local training, the server rule, the model space and the initial model.
+    history : History
+        Receives the per-update log, the drops and the summary.
+    seed : int
+    workers : int
+    timing : TimingModel
+    weights : numpy.ndarray
+        :math:`w_i` per client.
+    scheduler : WaitingQueue kind, scheduler_k : float
+    mode : {"events", "theory"}
+    staleness : StalenessPolicy
+    max_updates : int or None
+        Stop after this many client updates.
+    max_failures : int or None
+        Exclude a client after this many consecutive failed arrivals (None: always retry).
+    """
+
+    def __init__(
+        self,
+        trainer: Any,
+        rule: AsyncRule,
+        manifold: Manifold,
+        x0: Any,
+        history: History,
+        *,
+        seed: int,
+        workers: int,
+        timing: TimingModel,
+        weights: np.ndarray,
+        scheduler: str,
+        scheduler_k: float,
+        mode: str,
+        staleness: StalenessPolicy,
+        max_updates: int | None,
+        max_failures: int | None,
+    ) -> None:
+        self.trainer, self.rule, self.manifold = trainer, rule, manifold
+        self.n = trainer.n_clients
+        self.history, self.faults = history, FaultRecorder(history)
+        self.workers, self.timing, self.w = workers, timing, weights
+        self.mode, self.staleness = mode, staleness
+        self.limit = math.inf if max_updates is None else max_updates
+        self.max_failures = max_failures
+        seqs = np.random.SeedSequence(seed).spawn(4)
+        self.time_rng, self.sched_rng = (np.random.default_rng(s) for s in seqs[1:3])
+        self.client_rngs = [np.random.default_rng(s) for s in seqs[3].spawn(self.n)]
+        self.expected = {"x": upload_shape(rule, tuple(np.shape(x0)))}
+        self.curve = self.expected["x"] != tuple(np.shape(x0))
+        self.store = VersionStore(x0)
+        self.queue = WaitingQueue(scheduler, scheduler_k, self.sched_rng)
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.holding: dict[int, int] = {}
+        self.window: deque[tuple[int, Any]] = deque(maxlen=(staleness.bound or 0) + 1)
+        self.dispatched = 0
+        self.now = 0.0
+        self.counters = {"updates": 0, "dropped": 0, "blocked_time": 0.0}
+        self.failures = np.zeros(self.n, dtype=np.int64)  # consecutive, per client
+        self.excluded: dict[int, str] = {}
+        self._epochs = rule.local_epochs if isinstance(rule, SchedulesEpochs) else None
+        for key in LOG_COLUMNS:
+            history.log.setdefault(key, [])
+        if mode == "events":
+            for i in range(self.n):
+                self.queue.push(i, 0.0, trainer.num_batches(i))
+
+    # ------------------------------------------------------------------ Steps
+    def row(self) -> dict[str, Any]:
+        return {"step": self.store.current, "time": self.now, **self.counters}
+
+    def output(self) -> Any:
+        model = self.store.model
+        return self.rule.output(model) if isinstance(self.rule, AveragesOutput) else model
+
+    def advance(self, step: int) -> bool:
+        """Process arrivals until server step ``step`` is taken; False if none can be."""
+        arrive = self._theory_arrival if self.mode == "theory" else self._next_event
+        while self.store.current < step:
+            if self.counters["updates"] >= self.limit or not arrive():
+                return False
+        self.history.summary["peak_versions"] = self.peak
+        return True
+
+    @property
+    def peak(self) -> int:
+        return max(self.store.peak, len(self.window))
+
+    # ------------------------------------------------------------------ events mode
+    def _epochs_of(self, client: int) -> int | None:
+        return self._epochs(client) if self._epochs is not None else None
+
+    def _dispatch(self) -> None:
+        while (
+            len(self.holding) < self.workers
+            and len(self.queue)
+            and self.staleness.may_dispatch(self.store.current, self.holding)
+        ):
+            client = self.queue.pop()
+            version = self.store.acquire()
+            self.holding[client] = version
+            batches = self.trainer.num_batches(client, self._epochs_of(client))
+            end = self.now + self.timing.duration(client, batches, self.n, self.time_rng)
+            heapq.heappush(self.heap, (end, self.dispatched, client, version))
+            self.dispatched += 1
+
+    def _next_event(self) -> bool:
+        """Handle the next arrival (dispatching first when the instant is over)."""
+        if not self.heap or self.heap[0][0] != self.now:
+            self._dispatch()
+            if not self.heap:
+                self._no_progress()
+                return False
+            idle = min(self.workers - len(self.holding), len(self.queue))  # > 0 when blocked
+            self.counters["blocked_time"] += idle * (self.heap[0][0] - self.now)
+            self.now = self.heap[0][0]
+        _, _, client, version = heapq.heappop(self.heap)
+        self._arrive(client, version, self.store.get(version))
+        del self.holding[client]
+        self.store.release(version)
+        if client not in self.excluded:
+            batches = self.trainer.num_batches(client, self._epochs_of(client))
+            self.queue.push(client, self.now, batches)
+        return True
+
+    # ------------------------------------------------------------------ theory mode
+    def _theory_arrival(self) -> bool:
+        if len(self.excluded) == self.n:
+            self._no_progress()
+        store = self.store
+        if not self.window or self.window[-1][0] != store.current:
+            self.window.append((store.current, store.model))
+        client = int(self.sched_rng.integers(self.n))
+        version, base = self.window[-1 - int(self.sched_rng.integers(len(self.window)))]
+        self.now = float(self.counters["updates"])
+        if client not in self.excluded:
+            self._arrive(client, version, base)
+        self.now = float(self.counters["updates"])  # rows show the updates so far as the time
+        return True
+
+    # ------------------------------------------------------------------ one arrival
+    def _arrive(self, client: int, version: int, base: Any) -> None:
+        """Train lazily from ``base`` (version ``version``), check the upload, apply the rule."""
+        store = self.store
+        staleness = store.current - version
+        self.counters["updates"] += 1
+        why = None
+        try:
+            local = self.trainer.train(client, base, self.client_rngs[client],
+                                       self._epochs_of(client))  # fmt: skip
+            why = upload_problem({"x": local}, self.expected)
+            if why is not None and self.curve:
+                why += " (a curve rule takes a curve's control points: use a curve trainer, e.g. "
+                why += "BezierProblemTrainer or BezierClientTrainer)"
+        except Exception as exc:  # noqa: BLE001 - a client's failure must not end the run
+            why = failure_reason(exc)
+        applied = why is None and (self.mode == "theory" or self.staleness.admits(staleness))
+        if why is not None:
+            self._failed(client, why)
+        else:
+            self.failures[client] = 0
+        if applied:
+            arrival = Arrival(client, base, local, store.model, staleness, float(self.w[client]),
+                              store.current)  # fmt: skip
+            new = self.rule.apply(self.manifold, arrival)
+            if new is not None:
+                store.advance(new)
+        else:
+            self.counters["dropped"] += 1
+        log = self.history.log
+        log["client"].append(client)
+        log["staleness"].append(staleness)
+        log["weight"].append(float(self.w[client]))
+        log["time"].append(self.now)
+        log["version"].append(store.current)
+        log["applied"].append(applied)
+
+    def _failed(self, client: int, why: str) -> None:
+        self.failures[client] += 1
+        self.faults.drop(client, why, step=self.store.current, time=self.now)
+        if self.max_failures is not None and self.failures[client] >= self.max_failures:
+            self.excluded[client] = why
+
+    def _no_progress(self) -> None:
+        """Raise when every client is excluded (otherwise running out of events is a stop)."""
+        if len(self.excluded) == self.n:
+            reasons = "; ".join(f"client {c}: {w}" for c, w in sorted(self.excluded.items())[:5])
+            raise ClientFailureError(
+                f"no client can make progress: all {self.n} clients were excluded after "
+                f"{self.max_failures} consecutive failures at server step {self.store.current} "
+                f"({reasons}{'; ...' if self.n > 5 else ''})"
+            )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "store": self.store.state_dict(),
+            "queue": self.queue.state_dict(),
+            "heap": [list(event) for event in self.heap],
+            "holding": dict(self.holding),
+            "window": [[v, x] for v, x in self.window],
+            "dispatched": self.dispatched,
+            "now": self.now,
+            "counters": dict(self.counters),
+            "failures": self.failures.copy(),
+            "excluded": dict(self.excluded),
+            "rngs": {
+                "time": self.time_rng.bit_generator.state,
+                "scheduler": self.sched_rng.bit_generator.state,
+                "clients": [g.bit_generator.state for g in self.client_rngs],
+            },
+            "rule": self.rule.state_dict(),
+        }
+        if isinstance(self.trainer, Stateful):
+            state["trainer"] = self.trainer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.store.load_state_dict(state["store"])
+        self.queue.load_state_dict(state["queue"])
+        self.heap = [(float(t), int(d), int(c), int(v)) for t, d, c, v in state["heap"]]
+        heapq.heapify(self.heap)
+        self.holding = {int(c): int(v) for c, v in state["holding"].items()}
+        self.window.clear()
+        self.window.extend((int(v), x) for v, x in state["window"])
+        self.dispatched = int(state["dispatched"])
+        self.now = float(state["now"])
+        self.counters = {k: type(self.counters[k])(state["counters"][k]) for k in self.counters}
+        failures = np.asarray(state["failures"], dtype=np.int64)
+        if failures.shape != self.failures.shape:
+            raise ValueError(f"failures of {failures.shape} clients; expected {self.n}")
+        self.failures = failures.copy()
+        self.excluded = {int(c): str(w) for c, w in state["excluded"].items()}
+        rngs = state["rngs"]
+        self.time_rng.bit_generator.state = rngs["time"]
+        self.sched_rng.bit_generator.state = rngs["scheduler"]
+        if len(rngs["clients"]) != self.n:
+            raise ValueError(f"generators of {len(rngs['clients'])} clients; expected {self.n}")
+        for g, s in zip(self.client_rngs, rngs["clients"], strict=True):
+            g.bit_generator.state = s
+        self.rule.load_state_dict(state["rule"])
+        if isinstance(self.trainer, Stateful):
+            self.trainer.load_state_dict(state["trainer"])
+
+
+# --------------------------------------------------------------------------------------- public
 def run_async(
     trainer: Any,
     rule: AsyncRule,
@@ -253,8 +399,12 @@ def run_async(
     staleness_policy: str = "drop",
     eval_every: int | None = 1,
     max_updates: int | None = None,
+    max_failures: int | None = 3,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 10,
+    resume: bool = True,
     progress: bool = False,
-) -> AsyncHistory:
+) -> History:
     """Simulate asynchronous federated training until ``server_steps`` server steps.
 
     Parameters
@@ -278,27 +428,44 @@ def run_async(
     weights : {"samples", "uniform"}
         :math:`w_i`: dataset share (the seeds) or 1/n.
     scheduler : {"fifo", "paper"}
-        The waiting queue (module docstring); ``scheduler_k`` is the paper's k.
+        The waiting queue (:mod:`riemfl.federated.async_scheduler`); ``scheduler_k`` is the
+        paper's k.
     mode : {"events", "theory"}
-        The discrete-event simulation, or seed 002's iid-uniform arrivals with staleness
-        uniform in ``0..max_staleness``.
+        The discrete-event simulation, or iid-uniform arrivals with staleness uniform in
+        ``0..max_staleness`` (Wang et al. 2024, Assumption 1).
     max_staleness : int, optional
         Events mode: the staleness bound tau enforced by ``staleness_policy``. Theory mode: the
         staleness bound of Assumption 1 (required).
     staleness_policy : {"drop", "block"}
-        Events mode with ``max_staleness``: ``"drop"`` discards staler updates (counted in the
-        ``dropped`` metric); ``"block"`` holds free workers idle so that no update is ever staler
-        than ``max_staleness`` (module docstring: the rule, the bound and why it cannot
-        deadlock); the idle worker-time it costs is the ``blocked_time`` metric.
+        Events mode with ``max_staleness`` (:mod:`riemfl.federated.staleness`): ``"drop"``
+        discards staler updates (counted in ``dropped``); ``"block"`` holds free workers idle so
+        that no update is ever staler than ``max_staleness``; the idle worker-time it costs is
+        the ``blocked_time`` column.
     eval_every : int or None
-        Evaluate ``trainer.evaluate`` every this many server steps (None: never).
+        Record a row with ``trainer.evaluate``'s metrics every this many server steps (and at
+        steps 0 and the last); None: rows at steps 0 and the last, without evaluation.
     max_updates : int, optional
         Safety stop after this many client updates.
+    max_failures : int or None
+        Exclude a client after this many consecutive failed arrivals (None: retry forever).
+    checkpoint : path, optional
+        File for the full simulator state, written every ``checkpoint_every`` server steps, at
+        the end and when interrupted; an existing one is resumed when ``resume``.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    History
+        ``metrics``: ``step``, ``time`` (virtual), ``updates``, ``dropped``, ``blocked_time``,
+        the trainer's metrics and ``wall_time``; ``log``: one entry per client update;
+        ``warnings``: every dropped arrival; ``summary["peak_versions"]``.
     """
     n = trainer.n_clients
-    manifold = getattr(trainer, "manifold", None)
-    if manifold is None:  # a flat parameter vector (e.g. a torch model): Euclidean space
-        if x0 is None and hasattr(trainer, "initial_parameters"):
+    if isinstance(trainer, HasManifold) and trainer.manifold is not None:
+        manifold = trainer.manifold
+    else:  # a flat parameter vector (e.g. a torch model): Euclidean space
+        if x0 is None and isinstance(trainer, InitialParameters):
             x0 = trainer.initial_parameters(seed)
         if x0 is None:
             raise ParameterError(
@@ -307,153 +474,62 @@ def run_async(
             )
         manifold = Euclidean(*np.shape(x0))
     rule.validate(manifold)
-    if int(server_steps) != server_steps or server_steps < 0:
-        raise ParameterError(f"server_steps must be an integer >= 0, got {server_steps!r}")
-    workers = n if workers is None else int(workers)
+    server_steps = check_count("server_steps", server_steps)
+    workers = n if workers is None else check_count("workers", workers, 1)
     if not 1 <= workers <= n:
         raise ParameterError(f"workers must be in 1..{n}, got {workers!r}")
     if mode not in ("events", "theory"):
         raise ParameterError(f"mode must be 'events' or 'theory', got {mode!r}")
-    if max_staleness is not None and (int(max_staleness) != max_staleness or max_staleness < 0):
-        raise ParameterError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
     if mode == "theory" and max_staleness is None:
         raise ParameterError("theory mode needs max_staleness (the bound tau of Assumption 1)")
-    if staleness_policy not in ("drop", "block"):
-        raise ParameterError(
-            f"staleness_policy must be 'drop' or 'block', got {staleness_policy!r}"
-        )
-    if staleness_policy == "block" and (mode != "events" or max_staleness is None):
-        raise ParameterError(
-            "staleness_policy='block' needs mode='events' and a max_staleness bound to enforce"
-        )
-    blocking = staleness_policy == "block"
+    if staleness_policy == "block" and mode != "events":
+        raise ParameterError("staleness_policy='block' needs mode='events'")
+    staleness = StalenessPolicy(max_staleness, staleness_policy)
+    max_updates = check_count("max_updates", max_updates, 1, optional=True)
+    max_failures = check_count("max_failures", max_failures, 1, optional=True)
     timing = ProportionalTime() if timing is None else timing
-    seqs = np.random.SeedSequence(seed).spawn(4)
-    init_rng, time_rng, sched_rng = (np.random.default_rng(s) for s in seqs[:3])
-    client_rngs = [np.random.default_rng(s) for s in seqs[3].spawn(n)]
     if x0 is None:
+        init_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])
         x0 = manifold.random_point(rng=init_rng)
     w = _weights(trainer, weights)
     rule.reset(manifold, n)
-    epochs_of = getattr(rule, "local_epochs", None)
-    history = AsyncHistory(
-        config={
-            "rule": rule.describe(),
-            "n_clients": n,
-            "workers": workers,
-            "timing": type(timing).__name__,
-            "scheduler": scheduler,
-            "mode": mode,
-            "max_staleness": max_staleness,
-            "staleness_policy": staleness_policy,
-            "seed": seed,
-            "server_steps": server_steps,
-            "weights": weights,
-        }
+    config = {
+        "rule": rule.describe(),
+        "n_clients": n,
+        "workers": workers,
+        "timing": type(timing).__name__,
+        "scheduler": scheduler,
+        "mode": mode,
+        "max_staleness": max_staleness,
+        "staleness_policy": staleness_policy,
+        "seed": seed,
+        "server_steps": server_steps,
+        "weights": weights,
+    }
+    history = History(config=config)
+    loop = EventLoop(
+        trainer, rule, manifold, x0, history, seed=seed, workers=workers, timing=timing,
+        weights=w, scheduler=scheduler, scheduler_k=scheduler_k, mode=mode, staleness=staleness,
+        max_updates=max_updates, max_failures=max_failures,
+    )  # fmt: skip
+    history.summary["peak_versions"] = 1
+    evaluate = trainer.evaluate if eval_every and isinstance(trainer, Evaluates) else None
+    options = RunOptions(
+        server_steps,
+        record_every=eval_every or None,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        progress=progress,
+        desc=f"{rule.name} (async)",
+        columns=("step", "time", "updates", "dropped", "blocked_time"),
     )
-    store = VersionStore(x0)
-    counters = {"updates": 0, "dropped": 0, "blocked_time": 0.0}
-    log = history.log
-
-    def evaluate(now: float) -> None:
-        row = {"step": store.current, "time": now, **counters}
-        evaluator = getattr(trainer, "evaluate", None)
-        if evaluator is not None:
-            row.update(evaluator(store.model))
-        history.record(row)
-
-    def arrive(client: int, version: int, base: Any, now: float) -> bool:
-        """Train lazily from ``base`` (version ``version``), apply the rule; True if it stepped."""
-        epochs = epochs_of(client) if epochs_of is not None else None
-        local = trainer.train(client, base, client_rngs[client], epochs)
-        staleness = store.current - version
-        counters["updates"] += 1
-        applied = mode == "theory" or max_staleness is None or staleness <= max_staleness
-        stepped = False
-        if applied:
-            arrival = Arrival(client, base, local, store.model, staleness, float(w[client]),
-                              store.current)  # fmt: skip
-            new = rule.apply(manifold, arrival)
-            if new is not None:
-                store.advance(new)
-                stepped = True
-        else:
-            counters["dropped"] += 1
-        log["client"].append(client)
-        log["staleness"].append(staleness)
-        log["weight"].append(float(w[client]))
-        log["time"].append(now)
-        log["version"].append(store.current)
-        log["applied"].append(applied)
-        return stepped
-
-    if eval_every:
-        evaluate(0.0)
-    limit = max_updates if max_updates is not None else math.inf
-    with ProgressBar(server_steps, f"{rule.name} (async)", enabled=progress) as bar:
-
-        def after_step(now: float) -> None:
-            bar.update(1)
-            if eval_every and store.current % eval_every == 0:
-                evaluate(now)
-
-        if mode == "theory":
-            window: deque[tuple[int, Any]] = deque(maxlen=max_staleness + 1)
-            while store.current < server_steps and counters["updates"] < limit:
-                if not window or window[-1][0] != store.current:
-                    window.append((store.current, store.model))
-                client = int(sched_rng.integers(n))
-                version, base = window[-1 - int(sched_rng.integers(len(window)))]
-                if arrive(client, version, base, float(counters["updates"])):
-                    after_step(float(counters["updates"]))
-            store.peak = max(store.peak, len(window))
-        else:
-            queue = _Scheduler(scheduler, scheduler_k, sched_rng)
-            heap: list[tuple[float, int, int, int]] = []
-            holding: dict[int, int] = {}
-            dispatched = 0
-            now = 0.0
-            for i in range(n):
-                queue.push(i, 0.0, trainer.num_batches(i))
-
-            def may_dispatch() -> bool:
-                """The block rule: ``(t - v_min) + |F| <= tau`` (module docstring)."""
-                if not blocking or not holding:
-                    return True
-                return store.current - min(holding.values()) + len(holding) <= max_staleness
-
-            def dispatch() -> None:
-                nonlocal dispatched
-                while len(holding) < workers and len(queue) and may_dispatch():
-                    client = queue.pop()
-                    version = store.acquire()
-                    holding[client] = version
-                    epochs = epochs_of(client) if epochs_of is not None else None
-                    batches = trainer.num_batches(client, epochs)
-                    end = now + timing.duration(client, batches, n, time_rng)
-                    heapq.heappush(heap, (end, dispatched, client, version))
-                    dispatched += 1
-
-            dispatch()
-            while store.current < server_steps and counters["updates"] < limit and heap:
-                idle = min(workers - len(holding), len(queue))  # > 0 only when blocked
-                counters["blocked_time"] += idle * (heap[0][0] - now)
-                now = heap[0][0]
-                while heap and heap[0][0] == now and store.current < server_steps:
-                    _, _, client, version = heapq.heappop(heap)
-                    stepped = arrive(client, version, store.get(version), now)
-                    del holding[client]
-                    store.release(version)
-                    next_epochs = epochs_of(client) if epochs_of is not None else None
-                    queue.push(client, now, trainer.num_batches(client, next_epochs))
-                    if stepped:
-                        after_step(now)
-                dispatch()
-            for version in holding.values():  # clients still in flight at the end
-                store.release(version)
-    history.peak_versions = store.peak
-    output = getattr(rule, "output", None)  # e.g. an SWA average (AsyncManifold)
-    history.final_point = output(store.model) if callable(output) else store.model
-    if eval_every and (not history.metrics or history.metrics["step"][-1] != store.current):
-        evaluate(log["time"][-1] if log["time"] else 0.0)
-    return history
+    fingerprint = {
+        **{k: v for k, v in config.items() if k != "server_steps"},
+        "timing": _describe(timing),
+        "max_updates": max_updates,
+        "max_failures": max_failures,
+        "data": data_digest(trainer),
+        "x0": data_digest(x0),
+    }
+    return run_steps(loop, evaluate, history, fingerprint, options)

@@ -40,6 +40,7 @@ from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
 from .async_rules import Arrival, AsyncRule, _check_vartheta
+from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 
 __all__ = [
     "Embedding",
@@ -269,7 +270,7 @@ class BezierEmbedding(Embedding):
 
 
 # ------------------------------------------------------------------------------------ correction
-class OrthoDCCorrection:
+class OrthoDCCorrection(Checkpointable):
     r"""[P]'s OrthoDC(:math:`\vartheta`) on a tangent vector of :math:`M_\Phi` (App. C Alg. 3).
 
     With v the client's reparametrisation vector and :math:`\Delta^g =
@@ -290,8 +291,11 @@ class OrthoDCCorrection:
       :math:`\Theta^\tau` when the update conflicts (digest section 1.12).
 
     ``vartheta = -1`` disables the correction only for exactly opposite updates; use
-    ``correction=None`` in :class:`AsyncManifold` for none at all.
+    ``correction=None`` in :class:`AsyncManifold` for none at all. ``projections`` counts the
+    projections made (its state for a checkpoint).
     """
+
+    _state_counters = ("projections",)
 
     def __init__(self, vartheta: float = 1.0, variant: str = "per_point") -> None:
         if variant not in ("per_point", "stacked"):
@@ -423,9 +427,17 @@ class AsyncManifold(AsyncRule):
     swa_start, swa_every, swa_cycle : int or None
         SWA from server version ``swa_start``, averaging every ``swa_every`` versions; periodic
         SWA overwrite every ``swa_cycle`` versions (None: off).
+
+    Notes
+    -----
+    The run state (:meth:`state_dict`) is the per-client arrival counts, the momentum, the SWA
+    point and its number of models, the diagnostics ``last``, and the state of the correction
+    and the embedding when they have one (``state_dict`` and ``load_state_dict``).
     """
 
     name = "asyncmanifold"
+    _state_counters = ("swa_models",)
+    _state_helpers: tuple[str, ...] = ("correction", "embedding")
 
     def __init__(
         self,
@@ -495,6 +507,32 @@ class AsyncManifold(AsyncRule):
         if self.correction is not None and hasattr(self.correction, "projections"):
             self.correction.projections = 0
 
+    def _state(self) -> dict[str, Any]:
+        velocity = None
+        if self.velocity is not None:
+            previous, step = self.velocity
+            velocity = {"previous": copy_array(previous), "step": copy_array(step)}
+        return {
+            "counts": copy_array(self.counts),
+            "velocity": velocity,
+            "swa_point": copy_array(self.swa_point),
+            "last": {key: float(value) for key, value in self.last.items()},
+        }
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        shape = tuple(self.embedding.base.point_shape)
+        section = reader.section("velocity", optional=True)
+        velocity = None
+        if section is not None:
+            velocity = (section.array("previous", shape=shape), section.array("step", shape=shape))
+        return setter(
+            self,
+            counts=reader.array("counts", like=self.counts),
+            velocity=velocity,
+            swa_point=reader.array("swa_point", shape=shape, optional=True),
+            last=reader.reals("last"),
+        )
+
     def describe(self) -> dict[str, Any]:
         out = {
             "name": self.name,
@@ -546,7 +584,7 @@ class AsyncManifold(AsyncRule):
             share = self.counts[a.client] / self.counts.sum()
             rate /= self.n_clients * share
         self.last = {"penalty": s, "local_distance": local_distance, "drift": drift_distance}
-        return s * rate
+        return float(s * rate)
 
     def apply(self, manifold: Manifold, a: Arrival) -> Array:
         if self.dominance:
@@ -663,6 +701,7 @@ class AsyncCurve(AsyncManifold):
     """
 
     name = "asynccurve"
+    _state_helpers = ("correction", "embedding", "endpoint", "schedule")
 
     def __init__(
         self,
@@ -700,6 +739,12 @@ class AsyncCurve(AsyncManifold):
         return {**super().describe(), "endpoint": self.endpoint.describe(),
                 "rotate": self.rotate, "weighting": self.weighting}  # fmt: skip
 
+    def reset(self, manifold: Manifold, n_clients: int) -> None:
+        super().reset(manifold, n_clients)
+        endpoint = getattr(self, "endpoint", None)  # None while AsyncManifold.__init__ runs
+        if endpoint is not None:
+            endpoint.reset(manifold, n_clients)
+
     def _has_fast_path(self, a: Arrival) -> bool:
         return False
 
@@ -728,7 +773,7 @@ class AsyncCurve(AsyncManifold):
         else:
             rate = eta * a.weight
         self.last = {"penalty": 1.0, "local_distance": local_distance, "drift": drift_distance}
-        return rate
+        return float(rate)
 
 
 _CHUNK = 1 << 15  # entries per block: five float64 rows of it stay in a 2 MB L2 cache

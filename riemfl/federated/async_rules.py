@@ -37,6 +37,7 @@ from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
 from ._serialise import describe_parameters
 from .algorithm import Operators, check_step_size
+from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 
 Array = Any
 
@@ -114,8 +115,13 @@ def staleness_function(kind: str | Callable[[int], float] = "constant", **kw: fl
     )
 
 
-class AsyncRule(abc.ABC):
-    """A server rule: ``apply`` returns the new global model, or ``None`` (no server step)."""
+class AsyncRule(Checkpointable, abc.ABC):
+    """A server rule: ``apply`` returns the new global model, or ``None`` (no server step).
+
+    A rule's mutable run state (buffers, running averages, counters and diagnostics: what
+    :meth:`reset` initialises and :meth:`apply` changes) travels through :meth:`state_dict` and
+    :meth:`load_state_dict`, so that a checkpointed run resumes bit for bit.
+    """
 
     name: str = "rule"
 
@@ -130,6 +136,35 @@ class AsyncRule(abc.ABC):
     def validate(self, manifold: Manifold) -> None:
         """Raise :class:`ParameterError` if the manifold lacks a map this rule needs."""
         self.operators.require(manifold)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rule's mutable run state, for a checkpoint.
+
+        Returns
+        -------
+        dict
+            A snapshot (arrays copied) made only of dict (str keys), list, None, bool, int,
+            float, str, numpy arrays and torch tensors; ``{}`` for a rule without state.
+        """
+        return super().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` of a rule with the same constructor arguments.
+
+        Call it after :meth:`reset` with the run's manifold and number of clients; every later
+        :meth:`apply` (and ``output``, ``local_epochs``) then returns exactly what the saved
+        rule would have returned. Nothing changes when the state is refused.
+
+        Raises
+        ------
+        CheckpointError
+            For a missing or extra key, or a value of the wrong kind or shape (the message names
+            the rule, the key, what was expected and what was found).
+        """
+        super().load_state_dict(state)
+
+    def _state_owner(self) -> str:
+        return f"rule {self.name!r} ({type(self).__name__})"
 
     def reset(self, manifold: Manifold, n_clients: int) -> None:  # noqa: B027 - optional hook
         """Clear per-run state (buffers, running averages) before a run."""
@@ -220,6 +255,7 @@ class OrthoCorrect(AsyncRule):
     """
 
     name = "orthocorrect"
+    _state_counters = ("projections",)
 
     def __init__(
         self,
@@ -287,6 +323,7 @@ class OrthoDyn(OrthoCorrect):
     """
 
     name = "orthodyn"
+    _state_helpers = ("schedule",)  # a schedule object with a state of its own
 
     def __init__(
         self,
@@ -382,9 +419,18 @@ class DCASGD(AsyncRule):
         self.momentum = float(momentum)
         self.eps = float(eps)
         self._mean_square = None
+        self._point_shape: tuple[int, ...] | None = None  # the run's, checked when loading
 
     def reset(self, manifold, n_clients):
         self._mean_square = None
+        self._point_shape = tuple(manifold.point_shape)
+
+    def _state(self) -> dict[str, Any]:
+        return {"mean_square": copy_array(self._mean_square)}
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        ms = reader.array("mean_square", shape=self._point_shape, optional=True)
+        return setter(self, _mean_square=ms)
 
     def apply(self, manifold, a):
         u = self.trusted_update(manifold, a, self.update(manifold, a))
@@ -450,6 +496,14 @@ class AsyncFedED(AsyncRule):
 
     def reset(self, manifold, n_clients):
         self._epochs = [self.initial_epochs] * n_clients
+        self.last_gamma = math.nan
+
+    def _state(self) -> dict[str, Any]:
+        return {"epochs": list(self._epochs), "last_gamma": self.last_gamma}
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        epochs = reader.integers("epochs", len(self._epochs), 1, self.max_epochs)
+        return setter(self, _epochs=epochs, last_gamma=reader.real("last_gamma"))
 
     def local_epochs(self, client: int) -> int:
         """The number of local epochs client ``client`` runs next."""
@@ -483,11 +537,12 @@ def _reach_at(manifold: Manifold, x: Array) -> float:
     return float(manifold.proximal_smoothness)
 
 
-class SumBuffer:
+class SumBuffer(Checkpointable):
     """A buffer that exposes only the sum of its updates (the secure-aggregation interface).
 
     ``add(delta, weight)`` accumulates ``weight * delta``; the server reads :meth:`total` and
-    :attr:`count`, never an individual update.
+    :attr:`count`, never an individual update. Its state (for a checkpoint) is the sum and the
+    count.
     """
 
     def __init__(self) -> None:
@@ -507,6 +562,21 @@ class SumBuffer:
     def clear(self) -> None:
         self._sum = None
         self.count = 0
+
+    def _state(self) -> dict[str, Any]:
+        return {"sum": copy_array(self._sum), "count": self.count}
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        return self.read_state(reader)
+
+    def read_state(self, reader: StateReader, shape: tuple[int, ...] | None = None) -> Commit:
+        """Validate this buffer's state in ``reader`` (the sum of shape ``shape``, None: any;
+        None exactly when the count is 0) and return the commit installing it."""
+        total = reader.array("sum", shape=shape, optional=True)
+        count = reader.integer("count")
+        if (total is None) != (count == 0):
+            raise reader.error("count", "0 exactly when the sum is None", count)
+        return setter(self, _sum=total, count=count)
 
 
 class FedBuff(AsyncRule):
@@ -543,6 +613,7 @@ class FedBuff(AsyncRule):
             )
         self.outside_reach = outside_reach
         self.buffer = SumBuffer()
+        self._point_shape: tuple[int, ...] | None = None  # the run's, checked when loading
 
     def validate(self, manifold):
         ok, why = manifold.supports("project")
@@ -551,6 +622,13 @@ class FedBuff(AsyncRule):
 
     def reset(self, manifold, n_clients):
         self.buffer.clear()
+        self._point_shape = tuple(manifold.point_shape)
+
+    def _state(self) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict()}
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        return self.buffer.read_state(reader.section("buffer"), self._point_shape)
 
     def apply(self, manifold, a):
         weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0

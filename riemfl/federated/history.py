@@ -1,25 +1,42 @@
-"""The record of a federated run: per-round metrics, configuration and warnings.
+"""The record of a federated run, one type for every engine: metric rows, update log, warnings.
 
-A :class:`History` holds parallel lists (one entry per recorded round; round 0 is the initial
-point) plus the run's configuration and the warnings of dropped clients. It round-trips through
-JSON exactly (``History.from_json(h.to_json()) == h``), writes CSV, and plots itself.
+A :class:`History` holds
+
+* ``metrics``: named columns, one entry per recorded row (row 0 is the initial point). The
+  columns that mean the same thing have the same name on every engine (``loss``,
+  ``optimality_gap``, ``grad_norm``, ``accuracy``, ``wall_time``, ``dropped``); the rest are an
+  engine's own columns: ``round``, ``participants``, ``uplink_matrices``, ``uplink_bytes`` and
+  ``cpu_time`` for synchronous rounds (:data:`METRICS`); ``step`` (server steps), ``time``
+  (virtual time), ``updates`` and ``blocked_time`` for the asynchronous simulator; personalised
+  metrics and aggregation diagnostics for FLoRAL;
+* ``log``: one entry per client update (``client``, ``staleness``, ``weight``, ``time``,
+  ``version``, ``applied``) for engines that log updates (asynchronous runs, FLoRAL rounds);
+* ``warnings``: every dropped client or arrival with where and why;
+* ``summary``: run-level scalars (e.g. ``peak_versions`` of the asynchronous version store).
+
+Columns read as attributes (``history.grad_norm`` is ``history.metrics["grad_norm"]``). A
+history round-trips through JSON exactly (``History.from_json(h.to_json()) == h``, NaN equal to
+NaN), writes CSV and plots itself.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import ParameterError
 from ._serialise import dump_json, from_json_float, json_float, load_json
 
-__all__ = ["History", "METRICS"]
+__all__ = ["History", "AsyncHistory", "METRICS", "LOG_COLUMNS", "MEASURED_COLUMNS"]
 
-#: The per-round columns, in order (the CLI's ``history.json`` / ``history.csv`` schema).
+#: The columns of a synchronous run, in order (the CLI's ``history.json`` / ``history.csv``).
 METRICS = (
     "round",
     "loss",
@@ -32,16 +49,29 @@ METRICS = (
     "participants",
 )
 
+#: Columns that measure the machine rather than the run (they differ between identical runs).
+MEASURED_COLUMNS = ("wall_time", "cpu_time")
+
+#: The columns of the per-update log.
+LOG_COLUMNS = ("client", "staleness", "weight", "time", "version", "applied")
+
 _LABELS = {
     "loss": "f(x)",
     "optimality_gap": "f(x) - f*",
     "grad_norm": "|grad f(x)|",
     "round": "communication round",
+    "step": "server step",
+    "time": "virtual time",
     "uplink_matrices": "uplink per client (points)",
     "uplink_bytes": "uplink per client (bytes)",
     "cpu_time": "CPU time (s)",
     "wall_time": "wall-clock time (s)",
 }
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars as Python numbers (columns hold plain values)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _column_equal(a: list[Any], b: list[Any]) -> bool:
@@ -50,92 +80,149 @@ def _column_equal(a: list[Any], b: list[Any]) -> bool:
     return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
 
 
+def _columns_equal(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> bool:
+    return a.keys() == b.keys() and all(_column_equal(a[k], b[k]) for k in a)
+
+
 @dataclass(eq=False)
 class History:
-    """Per-round metrics of a run.
+    """Metric rows, per-update log and warnings of one run (module docstring).
 
     Attributes
     ----------
     config : dict
-        Problem, algorithm, operators, seed and engine settings (JSON-ready).
-    round, loss, optimality_gap, grad_norm : list
-        Round index (0 = initial point), f, f - f* (NaN if f* unknown) and the Riemannian
-        gradient norm, evaluated at the algorithm's output point (P_M(x^r) for RFedProj).
-    uplink_matrices, uplink_bytes : list
-        Cumulative uplink per client: point-sized arrays (the papers' "d x k matrices") and
-        bytes, averaged over all clients (each client's own total when participation is full).
-    cpu_time : list of float
-        Cumulative process CPU time of the algorithm (client and server rules), excluding
-        metric evaluation and checkpointing.
-    wall_time : list of float
-        Cumulative wall-clock seconds of the run, metric evaluation included (what a user
-        waits for; ``cpu_time`` is the algorithm's share).
-    participants : list of int
-        Clients whose uploads were aggregated in the round.
+        Problem, algorithm or rule, seed and engine settings (JSON-ready).
+    metrics : dict of str to list
+        One column per metric, one entry per recorded row. A column that a row does not give is
+        NaN in that row; a column that first appears in a later row is NaN in the earlier ones.
+    log : dict of str to list
+        One entry per client update (:data:`LOG_COLUMNS`, empty for engines that log none;
+        an engine may add columns, e.g. a reason).
     warnings : list of dict
-        ``{"round", "client", "phase", "reason"}`` for every dropped client.
+        Every dropped client or arrival: ``{"client", "reason"}`` plus where it happened
+        (``round`` and ``phase`` for synchronous rounds; ``step`` and ``time`` for arrivals).
+    summary : dict
+        Run-level scalars.
     final_point : array or None
-        The output point of the last round (not serialised; set by the engine).
+        The output point of the last step (not serialised; set by the engine).
     """
 
     config: dict[str, Any] = field(default_factory=dict)
-    round: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    optimality_gap: list[float] = field(default_factory=list)
-    grad_norm: list[float] = field(default_factory=list)
-    uplink_matrices: list[float] = field(default_factory=list)
-    uplink_bytes: list[float] = field(default_factory=list)
-    cpu_time: list[float] = field(default_factory=list)
-    wall_time: list[float] = field(default_factory=list)
-    participants: list[int] = field(default_factory=list)
+    metrics: dict[str, list[Any]] = field(default_factory=dict)
+    log: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in LOG_COLUMNS})
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
     final_point: Any = field(default=None, repr=False, compare=False)
 
-    def append(self, **row: Any) -> None:
-        """Add one round; every column of :data:`METRICS` must be given."""
-        missing = set(METRICS) - set(row)
-        extra = set(row) - set(METRICS)
-        if missing or extra:
-            raise ParameterError(
-                f"History.append needs exactly the columns {METRICS}; "
-                f"missing {sorted(missing)}, unexpected {sorted(extra)}"
-            )
-        for key in METRICS:
-            getattr(self, key).append(row[key])
+    # ------------------------------------------------------------------ rows
+    def record(self, row: dict[str, Any]) -> None:
+        """Append one row (missing columns are NaN; new columns are NaN in earlier rows)."""
+        n = len(self)
+        for key in row:
+            if key not in self.metrics:
+                self.metrics[key] = [math.nan] * n
+        for key, column in self.metrics.items():
+            column.append(_plain(row.get(key, math.nan)))
 
-    def __eq__(self, other: object) -> bool:
-        """Same config, warnings and columns (NaN equals NaN: an unknown f* stays unknown)."""
-        if not isinstance(other, History):
-            return NotImplemented
-        if self.config != other.config or self.warnings != other.warnings:
-            return False
-        return all(_column_equal(getattr(self, key), getattr(other, key)) for key in METRICS)
+    def append(self, **row: Any) -> None:
+        """Keyword form of :meth:`record`."""
+        self.record(row)
+
+    def log_update(self, **entry: Any) -> None:
+        """Append one client update to :attr:`log` (every column of :data:`LOG_COLUMNS`)."""
+        if set(entry) != set(LOG_COLUMNS):
+            raise ParameterError(
+                f"History.log_update needs exactly the columns {LOG_COLUMNS}; got {sorted(entry)}"
+            )
+        for key in LOG_COLUMNS:
+            self.log.setdefault(key, []).append(_plain(entry[key]))
 
     def __len__(self) -> int:
-        return len(self.round)
+        return len(next(iter(self.metrics.values()), ()))
+
+    def __getattr__(self, name: str) -> list[Any]:
+        # only reached when normal attribute lookup fails: a metric column by name
+        metrics = self.__dict__.get("metrics")
+        if metrics is not None and name in metrics:
+            return metrics[name]
+        raise AttributeError(f"History has no attribute or metric column {name!r}")
 
     def last(self, key: str) -> Any:
         """The latest value of column ``key``."""
-        return getattr(self, key)[-1]
+        return self.metrics[key][-1]
+
+    def __eq__(self, other: object) -> bool:
+        """Same config, warnings, summary, metrics and log (NaN equals NaN)."""
+        if not isinstance(other, History):
+            return NotImplemented
+        return (
+            self.config == other.config
+            and self.warnings == other.warnings
+            and self.summary == other.summary
+            and _columns_equal(self.metrics, other.metrics)
+            and _columns_equal(self.log, other.log)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def same_results(self, other: History) -> bool:
+        """Equal in everything but the :data:`MEASURED_COLUMNS` (wall-clock and CPU times):
+        what two runs of the same seed, or a resumed and an uninterrupted run, must share."""
+        if self.config != other.config or self.warnings != other.warnings:
+            return False
+        if self.summary != other.summary or not _columns_equal(self.log, other.log):
+            return False
+        mine = {k: v for k, v in self.metrics.items() if k not in MEASURED_COLUMNS}
+        theirs = {k: v for k, v in other.metrics.items() if k not in MEASURED_COLUMNS}
+        return _columns_equal(mine, theirs)
+
+    def staleness_stats(self) -> dict[str, float]:
+        """Mean, standard deviation and maximum of the logged staleness (NaN when none)."""
+        s = np.asarray(self.log.get("staleness", []), dtype=float)
+        if s.size == 0:
+            return {"mean": math.nan, "std": math.nan, "max": math.nan}
+        return {"mean": float(s.mean()), "std": float(s.std()), "max": float(s.max())}
+
+    @property
+    def peak_versions(self) -> int | None:
+        """Most global model versions held at once (asynchronous runs)."""
+        return self.summary.get("peak_versions")
+
+    @peak_versions.setter
+    def peak_versions(self, value: int) -> None:
+        self.summary["peak_versions"] = int(value)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"config": self.config}
-        for key in METRICS:
-            out[key] = [json_float(v) for v in getattr(self, key)]
-        out["warnings"] = self.warnings
-        return out
+        """JSON-ready content (non-finite floats as strings)."""
+        return {
+            "config": self.config,
+            "metrics": {k: [json_float(v) for v in vs] for k, vs in self.metrics.items()},
+            "log": {k: [json_float(v) for v in vs] for k, vs in self.log.items()},
+            "warnings": self.warnings,
+            "summary": {k: json_float(v) for k, v in self.summary.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> History:
-        kwargs: dict[str, Any] = {"config": dict(data.get("config", {}))}
-        for key in METRICS:
-            kwargs[key] = [from_json_float(v) for v in data.get(key, [])]
-        kwargs["warnings"] = list(data.get("warnings", []))
-        lengths = {len(kwargs[key]) for key in METRICS}
+        """Inverse of :meth:`to_dict` (also reads the column-per-key layout of riemfl 0.1)."""
+        if not isinstance(data, dict):
+            raise ParameterError(f"a history is a dict, got {type(data).__name__}")
+        if "metrics" in data:
+            raw = data["metrics"]
+        else:  # riemfl 0.1 wrote a synchronous history's columns at the top level
+            raw = {k: data[k] for k in METRICS if k in data}
+        metrics = {str(k): [from_json_float(v) for v in vs] for k, vs in raw.items()}
+        lengths = {len(v) for v in metrics.values()}
         if len(lengths) > 1:
             raise ParameterError(f"history columns have different lengths: {sorted(lengths)}")
-        return cls(**kwargs)
+        logged = data.get("log", dict.fromkeys(LOG_COLUMNS, []))
+        log = {str(k): [from_json_float(v) for v in vs] for k, vs in logged.items()}
+        summary = {k: from_json_float(v) for k, v in data.get("summary", {}).items()}
+        if "peak_versions" in data:  # riemfl 0.1's asynchronous histories
+            summary.setdefault("peak_versions", data["peak_versions"])
+        return cls(dict(data.get("config", {})), metrics, log, list(data.get("warnings", [])),
+                   summary)  # fmt: skip
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The history as JSON text; also written to ``path`` when given."""
@@ -147,11 +234,12 @@ class History:
         return cls.from_dict(load_json(source))
 
     def to_csv(self, path: str | Path | None = None) -> str:
-        """The per-round columns as CSV text (header = :data:`METRICS`)."""
+        """The metric columns as CSV text (header = column names, in recording order)."""
+        keys = list(self.metrics)
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(METRICS)
-        for row in zip(*(getattr(self, key) for key in METRICS), strict=True):
+        writer.writerow(keys)
+        for row in zip(*(self.metrics[k] for k in keys), strict=True):
             writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
         text = buf.getvalue()
         if path is not None:
@@ -163,16 +251,19 @@ class History:
         self,
         path: str | Path | None = None,
         *,
-        y: Sequence[str] = ("grad_norm", "optimality_gap"),
-        x: Sequence[str] = ("round", "uplink_matrices", "cpu_time"),
+        y: Sequence[str] | None = None,
+        x: Sequence[str] | None = None,
         others: Sequence[History] = (),
         labels: Sequence[str] | None = None,
     ):
         """Plot ``y`` columns (log scale) against ``x`` columns, one panel per pair.
 
-        ``others`` adds more histories to the same axes (e.g. several algorithms); ``labels``
-        names all curves (default: each history's algorithm name). Returns the matplotlib
-        figure; saves it to ``path`` when given. Needs matplotlib (``riemfl[data]``).
+        Defaults: ``y`` the recorded ones of ``grad_norm`` and ``optimality_gap`` (else
+        ``loss``); ``x`` ``round``, ``uplink_matrices`` and ``cpu_time`` for synchronous rounds,
+        ``step`` and ``time`` for asynchronous runs. ``others`` adds more histories to the same
+        axes; ``labels`` names all curves (default: each history's algorithm or rule name).
+        Returns the matplotlib figure; saves it to ``path`` when given. Needs matplotlib
+        (``riemfl[data]``).
         """
         try:
             import matplotlib
@@ -181,6 +272,16 @@ class History:
             import matplotlib.pyplot as plt
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("History.plot needs matplotlib: pip install 'riemfl[data]'") from exc
+        if y is None:
+            y = [k for k in ("grad_norm", "optimality_gap") if self._plottable(k)] or ["loss"]
+        if x is None:
+            x = ("round", "uplink_matrices", "cpu_time") if "round" in self.metrics else (
+                "step", "time")  # fmt: skip
+        missing = [k for k in (*y, *x) if k not in self.metrics]
+        if missing:
+            raise ParameterError(
+                f"no column {missing} in this history; it has {list(self.metrics)}"
+            )
         runs = [self, *others]
         names = list(labels) if labels is not None else [h.label for h in runs]
         if len(names) != len(runs):
@@ -192,7 +293,7 @@ class History:
             for col, xkey in enumerate(x):
                 ax = axes[row][col]
                 for h, name in zip(runs, names, strict=True):
-                    xs, ys = getattr(h, xkey), getattr(h, ykey)
+                    xs, ys = h.metrics.get(xkey, []), h.metrics.get(ykey, [])
                     pts = [(a, b) for a, b in zip(xs, ys, strict=True) if b == b and b > 0]
                     if pts:
                         ax.semilogy(*zip(*pts, strict=True), label=name)
@@ -206,7 +307,15 @@ class History:
             plt.close(fig)
         return fig
 
+    def _plottable(self, key: str) -> bool:
+        return any(v == v and v > 0 for v in self.metrics.get(key, []))
+
     @property
     def label(self) -> str:
-        algo = self.config.get("algorithm", {})
-        return str(algo.get("name", "run")) if isinstance(algo, dict) else str(algo)
+        """The algorithm's or rule's name (curve labels)."""
+        named = self.config.get("algorithm", self.config.get("rule", {}))
+        return str(named.get("name", "run")) if isinstance(named, dict) else str(named)
+
+
+#: The name the asynchronous engine's history had before both engines shared one type.
+AsyncHistory = History

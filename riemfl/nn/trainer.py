@@ -196,6 +196,9 @@ class TorchClientTrainer:
     depends only on (i, start, the rng state, epochs) -- on CPU, with a fixed thread count.
     """
 
+    #: the last evaluation's outputs, a cache (not data: see ``data_digest``)
+    run_state_attributes = ("_cache",)
+
     def __init__(
         self,
         model_fn: Callable[[], nn.Module],

@@ -51,7 +51,7 @@ def test_sync_job_through_superlink_and_supernodes(tmp_path):
     assert history["config"]["engine"] == "flower" and history["config"]["nodes"] == 2
     assert history["warnings"] == []
     np.testing.assert_allclose(result["final_point"], reference.final_point, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(history["loss"], reference.loss, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(history["metrics"]["loss"], reference.loss, rtol=0, atol=1e-10)
 
 
 def test_processes_are_stopped_when_the_body_fails(tmp_path):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import riemfl
-from riemfl.errors import ParameterError, ShapeError
+from riemfl.errors import ClientFailureError, ParameterError, ShapeError
 from riemfl.federated import (
     Arrival,
     AsyncBezier,
@@ -288,7 +288,9 @@ def test_asyncbezier_runs_converge_and_reject_point_uploads():
         h = run_async(trainer, rule, 60, x0=np.full(4, 5.0), **kw)
         assert h.metrics["optimality_gap"][-1] < 1e-2 * h.metrics["optimality_gap"][0]
         assert max(h.log["staleness"]) > 0
-    with pytest.raises(ShapeError, match="curve trainer"):
+    # every client uploads a point instead of control points: each is excluded, then the run
+    # stops with the reason (a misconfiguration is not a client fault to retry forever)
+    with pytest.raises(ClientFailureError, match="curve trainer"):
         run_async(ProblemTrainer(problem, 0.2, 3), AsyncBezier(problem.manifold), 3, **kw)
     with pytest.raises(ParameterError, match="base"):
         run_async(trainer, AsyncBezier(riemfl.Euclidean(5)), 3, **kw)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 import re
 
 import numpy as np
@@ -147,8 +146,8 @@ def test_resume_from_an_older_checkpoint_replays_the_lost_rounds(tmp_path, stief
     ref = run_sync(P, RFedProj(0.02, 3), 9, batch_size=4)
     path = tmp_path / "run.ckpt"
     run_sync(P, RFedProj(0.02, 3), 4, checkpoint=path, checkpoint_every=4, batch_size=4)
-    saved = pickle.loads(path.read_bytes())
-    assert saved["round"] == 4
+    saved = checkpoint_module.load_checkpoint(path)
+    assert saved["step"] == 4
     resumed = run_sync(P, RFedProj(0.02, 3), 9, checkpoint=path, batch_size=4)
     _same_trajectory(resumed, ref)
 
@@ -178,7 +177,7 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatc
     def broken_dump(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint_module.pickle, "dump", broken_dump)
+    monkeypatch.setattr(checkpoint_module.os, "fsync", broken_dump)
     with pytest.raises(OSError, match="disk full"):
         checkpoint_module.save_checkpoint(path, {"round": 2})
     monkeypatch.undo()
@@ -208,7 +207,7 @@ def test_history_json_and_csv_round_trip(tmp_path, stiefel_problem):
     assert back == h
     assert History.from_json(tmp_path / "h.json") == h
     data = json.loads((tmp_path / "h.json").read_text())
-    assert data["optimality_gap"][0] == "nan"
+    assert data["metrics"]["optimality_gap"][0] == "nan"
     lines = h.to_csv(tmp_path / "h.csv").splitlines()
     assert lines[0].split(",") == list(METRICS)
     assert len(lines) == 5  # header and rounds 0..3
@@ -217,9 +216,19 @@ def test_history_json_and_csv_round_trip(tmp_path, stiefel_problem):
 
 def test_history_refuses_ragged_columns():
     with pytest.raises(ParameterError, match="different lengths"):
-        History.from_dict({"round": [0, 1], "loss": [1.0]})
-    with pytest.raises(ParameterError, match="missing"):
-        History().append(round=0)
+        History.from_dict({"round": [0, 1], "loss": [1.0]})  # riemfl 0.1's layout
+    with pytest.raises(ParameterError, match="different lengths"):
+        History.from_dict({"metrics": {"step": [0, 1], "loss": [1.0]}})
+
+
+def test_history_rows_pad_missing_and_late_columns_with_nan():
+    h = History()
+    h.append(round=0, loss=1.0)
+    h.append(round=1, accuracy=0.5)  # no loss in this row; accuracy appears late
+    assert h.round == [0, 1] and len(h) == 2
+    assert h.loss[0] == 1.0 and np.isnan(h.loss[1])
+    assert np.isnan(h.accuracy[0]) and h.accuracy[1] == 0.5
+    assert History.from_json(h.to_json()) == h
 
 
 def test_history_plot_writes_a_png(tmp_path, stiefel_problem):

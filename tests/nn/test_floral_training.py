@@ -202,7 +202,7 @@ def test_tiny_runs_of_every_method(kind, digits_ls):
     tr = _trainer(model, digits_ls, lr=0.2)
     agg = FloralAggregator(tr.layout, "products" if kind == "products" else "factors")
     h = run_floral(tr, 4, aggregator=agg, clients_per_round=4, eval_every=2)
-    assert h.metrics["step"] == [0, 2, 4] and len(h.log["client"]) == 16
+    assert h.metrics["round"] == [0, 2, 4] and len(h.log["client"]) == 16
     assert 0 <= h.metrics["accuracy"][-1] <= 1 and np.isfinite(h.metrics["loss"]).all()
     assert h.metrics["loss"][-1] < h.metrics["loss"][0]
     if kind == "local":  # private adaptors stay on the clients and differ between them
@@ -242,7 +242,7 @@ def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path, digits_ls):
     np.testing.assert_array_equal(resumed.final_point, full.final_point)
     assert resumed.metrics["accuracy"] == full.metrics["accuracy"]
     assert resumed.log["client"] == full.log["client"]
-    with pytest.raises(CheckpointError, match="different run"):
+    with pytest.raises(CheckpointError, match="another run"):
         run_floral(make(), 6, clients_per_round=2, seed=2, checkpoint=ckpt)
 
 

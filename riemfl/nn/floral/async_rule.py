@@ -28,11 +28,13 @@ own gauge, so the step does not depend on how the factors are represented.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ...errors import ParameterError
 from ...federated.async_rules import Arrival, AsyncRule, SumBuffer
+from ...federated.rule_state import Commit, StateReader, commit_all, setter
 from .aggregation import retract_products
 from .layout import FederatedLayout
 from .server import ADAPTOR_AGGREGATIONS
@@ -54,9 +56,15 @@ class FloralFedBuff(AsyncRule):
     server_lr : float
         :math:`\\eta` (1: the buffer's weighted mean).
     adaptors : {"factors", "products"}
+
+    Notes
+    -----
+    The run state (:meth:`state_dict`) is the buffers' sums and counts and the number of
+    product fallbacks; the clients' weights are the trainer's (``weights_of``), not the rule's.
     """
 
     name = "floral-fedbuff"
+    _state_counters = ("product_fallbacks",)
 
     def __init__(
         self,
@@ -86,6 +94,27 @@ class FloralFedBuff(AsyncRule):
     def reset(self, manifold, n_clients: int) -> None:
         self._buffers = {}
         self.product_fallbacks = 0
+
+    def _state(self) -> dict[str, Any]:
+        return {"buffers": {key: buf.state_dict() for key, buf in self._buffers.items()}}
+
+    def _read_state(self, reader: StateReader) -> Commit:
+        section = reader.section("buffers")
+        shapes = self._buffer_shapes()
+        if not any(key in section for key in shapes):  # no buffer (just reset or stepped)
+            shapes = {}
+        buffers = {key: SumBuffer() for key in shapes}
+        commits = [buffers[key].read_state(section.section(key), shapes[key]) for key in shapes]
+        return commit_all(*commits, setter(self, _buffers=buffers))
+
+    def _buffer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of each buffer's sum, in the order :meth:`apply` creates them."""
+        lay = self.layout
+        shapes = {"num": (lay.size,), "den": (lay.size,)}
+        if self.adaptors == "products":
+            for pair in lay.factor_pairs:
+                shapes[pair.out_name] = (lay.n_clusters, pair.out_view.rows, pair.in_view.rows)
+        return shapes
 
     def _add(self, key: str, value: np.ndarray) -> None:
         self._buffers.setdefault(key, SumBuffer()).add(value)

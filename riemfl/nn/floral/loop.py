@@ -1,51 +1,142 @@
-r"""Synchronous FLoRAL rounds (Algorithm 1 with partial participation), with checkpoints.
+r"""Synchronous FLoRAL rounds (Algorithm 1 with partial participation) on the run core.
 
-:func:`run_floral` runs, per round (digest B.4),
+:func:`run_floral` is the synchronous engine's configuration for personalised models: the run
+core (:func:`riemfl.federated.run_core.run_steps`: rows, progress, checkpoints, interruption)
+with synchronous rounds (:class:`riemfl.federated.rounds.RoundSteps`: the seed's client
+sampling, the checks of every upload, drops with their reasons), and
 
-1. sample the participants :math:`S_\tau` (all clients, or ``clients_per_round`` uniformly
-   without replacement; :func:`riemfl.federated.engine.sample_round`, the draw of the
-   synchronous engine);
-2. each participant's local run from the global vector (:meth:`FloralTrainer.train`);
-3. the server aggregation of the uploads with :math:`N^k` and :math:`\hat\pi^k`
-   (:class:`~riemfl.nn.floral.FloralAggregator`: factor averages or manifold-aware products,
-   optional server optimiser);
-4. every ``eval_every`` rounds, the personal metrics (:meth:`FloralTrainer.evaluate`: each
-   client with its own router) and the aggregation diagnostics.
+* the executor :class:`FloralClients`: each participant's local run from the global vector
+  (:meth:`FloralTrainer.train`), uploading its vector, :math:`N^k` and :math:`\hat\pi^k`; a
+  client whose run raises, or whose upload is refused, keeps its previous personal state;
+* the server rule :class:`FloralServer`: the aggregation of the accepted uploads with
+  :math:`N^k` and :math:`\hat\pi^k` (:class:`~riemfl.nn.floral.FloralAggregator`: factor
+  averages or manifold-aware products, optional server optimiser, whose state a checkpoint
+  keeps);
+* the evaluator: personal metrics (:meth:`FloralTrainer.evaluate`: each client with its own
+  router, which only the client holds) and the aggregation's diagnostics.
 
-It is not :func:`riemfl.federated.run_sync` because that engine's metrics are global
-objectives at the server's point (loss, Riemannian gradient), while a personalised model is
-evaluated with each client's router, which only the client holds. The pieces are riemfl's:
-the seed's generator and client sampling (``run_rng``, ``sample_round``), the progress bar, the
-atomic checkpoint files, and the metrics table of the asynchronous engine
-(:class:`~riemfl.federated.AsyncHistory`: one row per evaluated round with ``step`` = round and
-``time`` = wall seconds, a log entry per client update with staleness 0). A checkpoint holds the
-global vector, the clients' state, the generator, the server optimiser and the history, so a
-resumed run ends exactly where an uninterrupted one does.
-
-A client whose upload is not finite is dropped from the round with a
-:class:`~riemfl.federated.ClientDroppedWarning` (counted in ``dropped``); a round where every
-participant fails raises :class:`~riemfl.errors.ClientFailureError`.
+A checkpoint holds the global vector, the clients' personal state, the generator, the server
+optimiser and the history, so a resumed run ends exactly where an uninterrupted one does.
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ...errors import CheckpointError, ClientFailureError, ParameterError
-from ...federated.async_engine import AsyncHistory
-from ...federated.checkpoint import load_checkpoint, save_checkpoint
-from ...federated.engine import ClientDroppedWarning, run_rng, sample_round
-from ...progress import ProgressBar
+from ...errors import ParameterError
+from ...federated.faults import FaultRecorder, failure_reason
+from ...federated.fingerprint import data_digest
+from ...federated.history import History
+from ...federated.rounds import PhaseReply, RoundSteps, run_rng
+from ...federated.run_core import RunOptions, check_count, run_steps
 from .server import FloralAggregator
 from .trainer import FloralTrainer
 
-__all__ = ["run_floral"]
+__all__ = ["run_floral", "FloralClients", "FloralServer"]
+
+State = dict[str, Any]
+
+
+class FloralServer:
+    """FLoRAL's server rule: one phase, the aggregation of :class:`FloralAggregator`."""
+
+    n_phases = 1
+    local_steps = 1
+
+    def __init__(self, aggregator: FloralAggregator, clustered: bool) -> None:
+        self.aggregator, self.clustered = aggregator, clustered
+
+    def broadcast(self, server: State, phase: int) -> State:
+        return {"x": server["x"]}
+
+    def server_step(
+        self, manifold: Any, server: State, phase: int, message: State, uploads: State
+    ) -> State:
+        pi = uploads["pi"] if self.clustered else None
+        x, info = self.aggregator.aggregate(server["x"], uploads["x"], uploads["n"], pi)
+        return {"x": x, "info": {k: float(v) for k, v in info.items()}}
+
+    def output(self, server: State) -> np.ndarray:
+        return server["x"]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"server_optimizer": self.aggregator.server_optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.aggregator.server_optimizer.load_state_dict(state["server_optimizer"])
+
+
+class FloralClients:
+    """FLoRAL's executor: the participants' local runs, one after another, in process.
+
+    Parameters
+    ----------
+    trainer : FloralTrainer
+    rng : numpy.random.Generator
+        The run's generator (each local run draws its seed from it).
+    history : History
+        Receives one log entry per accepted update.
+    """
+
+    def __init__(self, trainer: FloralTrainer, rng: np.random.Generator, history: History) -> None:
+        self.trainer, self.rng, self.history = trainer, rng, history
+        self._before: State = {}
+        self._sizes: dict[int, float] = {}
+        self._round = 0
+
+    def run_phase(
+        self, r: int, phase: int, message: State, active: np.ndarray, batches: np.ndarray | None
+    ) -> PhaseReply:
+        tr = self.trainer
+        self._round = r
+        self._before = {k: v[active].copy() for k, v in tr.client_state().items()}
+        rows: list[tuple[int, np.ndarray, float, np.ndarray]] = []
+        reasons: dict[int, str] = {}
+        for j, i in enumerate(active):
+            try:
+                local = tr.train(int(i), message["x"], self.rng)
+            except Exception as exc:  # noqa: BLE001 - a client's failure must not end the run
+                reasons[j] = failure_reason(exc)
+                continue
+            n_k, pi_k = tr.upload_weights(int(i))
+            rows.append((j, local, n_k, pi_k))
+        self._sizes = {j: n_k for j, _, n_k, _ in rows}
+        served = np.array([j for j, *_ in rows], dtype=np.intp)
+        uploads = {}
+        if rows:
+            uploads = {
+                "x": np.stack([x for _, x, _, _ in rows]),
+                "n": np.array([n_k for _, _, n_k, _ in rows], dtype=np.float64),
+                "pi": np.stack([pi for *_, pi in rows]),
+            }
+        return PhaseReply(uploads, served, reasons)
+
+    def accept(self, phase: int, active: np.ndarray, kept: np.ndarray) -> None:
+        tr = self.trainer
+        rejected = np.setdiff1d(np.arange(len(active)), kept)
+        if rejected.size:  # they keep their previous personal state
+            state = tr.client_state()
+            for key, before in self._before.items():
+                state[key][active[rejected]] = before[rejected]
+            tr.load_client_state(state)
+        total = float(sum(self._sizes[int(j)] for j in kept))
+        for j in kept:
+            self.history.log_update(client=int(active[j]), staleness=0,
+                                    weight=self._sizes[int(j)] / total, time=float(self._round),
+                                    version=self._round, applied=True)  # fmt: skip
+
+    def finish(self, message: State, survivors: np.ndarray) -> None:
+        """FLoRAL clients keep their personal state between rounds; nothing to deliver."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"clients": self.trainer.client_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.load_client_state(state["clients"])
 
 
 def run_floral(
@@ -62,8 +153,8 @@ def run_floral(
     resume: bool = True,
     progress: bool = False,
     desc: str = "floral",
-    on_round: Callable[[int, AsyncHistory], None] | None = None,
-) -> AsyncHistory:
+    on_round: Callable[[int, History], None] | None = None,
+) -> History:
     """Run ``rounds`` synchronous FLoRAL rounds (module docstring).
 
     Parameters
@@ -81,11 +172,13 @@ def run_floral(
     x0 : array (D,), optional
         Initial global vector (default: ``trainer.global_parameters()``).
     eval_every : int or None
-        Evaluate every this many rounds (and at rounds 0 and R); None: only at the end.
+        Evaluate every this many rounds (and at rounds 0 and R); None: only at 0 and R.
     checkpoint : path, optional
-        Run-state file, written atomically every ``checkpoint_every`` rounds and at the end.
+        Run-state file, written atomically every ``checkpoint_every`` rounds, at the end and
+        when interrupted.
     resume : bool
-        Continue from ``checkpoint`` when it exists (same settings, else ``CheckpointError``).
+        Continue from ``checkpoint`` when it exists (same settings and data, else
+        ``CheckpointError``).
     progress : bool
         Show a progress bar.
     on_round : callable(round, history), optional
@@ -93,124 +186,50 @@ def run_floral(
 
     Returns
     -------
-    AsyncHistory
-        ``metrics``: ``step`` (round), ``time`` (wall s), ``updates``, ``dropped``,
-        ``uplink_floats`` (cumulative floats uploaded per client on average), the trainer's
-        metrics and the aggregator's diagnostics; ``log``: one entry per client update;
-        ``final_point``: the last global vector.
+    History
+        ``metrics``: ``round``, ``uplink_floats`` (cumulative floats uploaded per client on
+        average), ``cpu_time``, ``participants``, the trainer's metrics, the aggregator's
+        diagnostics and ``wall_time``; ``log``: one entry per accepted client update;
+        ``warnings``: every dropped client; ``final_point``: the last global vector.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ParameterError(f"run_floral: rounds must be an int >= 0, got {rounds!r}")
-    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
-        raise ParameterError(
-            f"run_floral: eval_every must be an int >= 1 or None, got {eval_every!r}"
-        )
-    if checkpoint_every < 1:
-        raise ParameterError(f"run_floral: checkpoint_every must be >= 1, got {checkpoint_every!r}")
+    rounds = check_count("run_floral: rounds", rounds)
     aggregator = aggregator if aggregator is not None else FloralAggregator(trainer.layout)
     n = trainer.n_clients
     if clients_per_round is not None and not 1 <= clients_per_round <= n:
         raise ParameterError(
             f"run_floral: clients_per_round must be in 1..{n}, got {clients_per_round!r}"
         )
-    rng = run_rng(seed)
     x = trainer.global_parameters() if x0 is None else np.array(x0, dtype=np.float64)
-    fingerprint = {
+    config = {
         "trainer": trainer.describe(),
         "aggregator": aggregator.describe(),
         "clients_per_round": clients_per_round,
         "seed": seed,
-        "x0": hashlib.sha1(np.ascontiguousarray(x).tobytes()).hexdigest(),
     }
-    history = AsyncHistory(config={**fingerprint, "rounds": rounds, "engine": "floral-sync"})
-    counters = {"updates": 0.0, "dropped": 0.0, "uplink_floats": 0.0}
-    info: dict[str, float] = {}
-    start = 0
-    wall0 = time.perf_counter()
-    if checkpoint is not None and resume and Path(checkpoint).exists():
-        state = load_checkpoint(checkpoint)
-        if state.get("fingerprint") != fingerprint:
-            raise CheckpointError(
-                f"checkpoint {str(checkpoint)!r} was written by a different run configuration; "
-                "delete it or pass resume=False"
-            )
-        start, x = int(state["round"]), state["x"]
-        rng.bit_generator.state = state["rng"]
-        trainer.load_client_state(state["clients"])
-        aggregator.server_optimizer.load_state_dict(state["server_optimizer"])
-        history = AsyncHistory.from_json(state["history"])
-        counters = state["counters"]
-        info = state["info"]
-        wall0 -= state["wall"]
+    history = History(config={**config, "rounds": rounds, "engine": "floral-sync"})
+    rng = run_rng(seed)
+    shapes = {"x": x.shape, "n": (), "pi": (trainer.last_pi.shape[1],)}
+    server = FloralServer(aggregator, trainer.layout.n_clusters is not None)
+    steps = RoundSteps(
+        server, FloralClients(trainer, rng, history), trainer, {"x": x, "info": {}},
+        lambda phase: shapes, rng, FaultRecorder(history),
+        clients_per_round=clients_per_round, dtype=np.float64,
+    )  # fmt: skip
 
-    def evaluate(r: int) -> None:
-        row = {"step": r, "time": time.perf_counter() - wall0, **counters, **info}
-        row.update(trainer.evaluate(x))
-        history.record(row)
+    def evaluate(point: np.ndarray) -> dict[str, float]:
+        return {**trainer.evaluate(point), **steps.server["info"]}
 
-    if start == 0:
-        evaluate(0)
-    upload_floats = trainer.layout.size + 1 + (trainer.last_pi.shape[1])
-    with ProgressBar(rounds, desc, enabled=progress, start=start) as bar:
-        for r in range(start + 1, rounds + 1):
-            active, _ = sample_round(rng, trainer, 1, clients_per_round)
-            uploads, sizes, pis, kept = [], [], [], []
-            reasons = []
-            for i in active:
-                counters["updates"] += 1
-                try:
-                    local = trainer.train(int(i), x, rng)
-                except ParameterError as exc:  # diverged: drop it, as the sync engine does
-                    counters["dropped"] += 1
-                    reasons.append(f"client {i}: {exc}")
-                    warnings.warn(f"round {r}: {reasons[-1]}", ClientDroppedWarning, stacklevel=2)
-                    continue
-                n_k, pi_k = trainer.upload_weights(int(i))
-                uploads.append(local)
-                sizes.append(n_k)
-                pis.append(pi_k)
-                kept.append(int(i))
-            if not kept:
-                raise ClientFailureError(
-                    f"round {r}: every participant failed: " + "; ".join(reasons)
-                )
-            pi = np.array(pis) if trainer.layout.n_clusters is not None else None
-            x, info = aggregator.aggregate(x, np.array(uploads), np.array(sizes), pi)
-            counters["uplink_floats"] += len(kept) * upload_floats / n
-            total = float(np.sum(sizes))
-            for i, n_k in zip(kept, sizes, strict=True):
-                for key, value in (
-                    ("client", i),
-                    ("staleness", 0),
-                    ("weight", n_k / total),
-                    ("time", float(r)),
-                    ("version", r),
-                    ("applied", True),
-                ):
-                    history.log[key].append(value)
-            if (eval_every is not None and r % eval_every == 0) or r == rounds:
-                evaluate(r)
-            shown = {
-                k: history.metrics[k][-1] for k in ("accuracy", "loss") if k in history.metrics
-            }
-            bar.update(1, **shown)
-            if on_round is not None:
-                on_round(r, history)
-            if checkpoint is not None and (r % checkpoint_every == 0 or r == rounds):
-                save_checkpoint(
-                    checkpoint,
-                    {
-                        "round": r,
-                        "x": x,
-                        "rng": rng.bit_generator.state,
-                        "clients": trainer.client_state(),
-                        "server_optimizer": aggregator.server_optimizer.state_dict(),
-                        "history": history.to_json(),
-                        "counters": counters,
-                        "info": info,
-                        "wall": time.perf_counter() - wall0,
-                        "fingerprint": fingerprint,
-                    },
-                )
-    history.final_point = x
-    return history
+    options = RunOptions(
+        rounds,
+        record_every=eval_every,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        progress=progress,
+        desc=desc,
+        show=("accuracy", "loss"),
+        columns=("round",),
+        on_step=on_round,
+    )
+    fingerprint = {**config, "data": data_digest(trainer), "x0": data_digest(x)}
+    return run_steps(steps, evaluate, history, fingerprint, options)

@@ -92,6 +92,9 @@ class FloralTrainer:
         Reset :math:`\\theta^k = 0` at the start of every local run (clients keep no state).
     """
 
+    #: personal client state, changed by every local run (not data: see ``data_digest``)
+    run_state_attributes = ("router_logits", "last_pi", "private")
+
     def __init__(
         self,
         model: nn.Module,
@@ -207,20 +210,24 @@ class FloralTrainer:
         return self._initial.copy()
 
     def client_state(self) -> dict[str, np.ndarray]:
-        """Everything clients keep (for checkpoints): router logits, last pi, private vectors."""
-        return {
-            "router_logits": self.router_logits.copy(),
-            "last_pi": self.last_pi.copy(),
-            "private": self.private.copy(),
-        }
+        """Everything clients keep (for checkpoints): router logits, last pi, private vectors
+        (:attr:`run_state_attributes`), each with one row per client."""
+        return {key: getattr(self, key).copy() for key in self.run_state_attributes}
 
     def load_client_state(self, state: dict[str, np.ndarray]) -> None:
-        for key in ("router_logits", "last_pi", "private"):
+        for key in self.run_state_attributes:
             if np.shape(state[key]) != getattr(self, key).shape:
                 raise ShapeError(f"client state {key!r} has shape {np.shape(state[key])}")
-        self.router_logits = np.array(state["router_logits"], dtype=np.float64)
-        self.last_pi = np.array(state["last_pi"], dtype=np.float64)
-        self.private = np.array(state["private"], dtype=np.float64)
+        for key in self.run_state_attributes:
+            setattr(self, key, np.array(state[key], dtype=np.float64))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The clients' state as a run checkpoint keeps it (:meth:`client_state`)."""
+        return self.client_state()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.load_client_state(state)
 
     def _load(self, i: int, flat: np.ndarray) -> None:
         self.layout.load(self.model, flat)

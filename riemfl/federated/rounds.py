@@ -1,0 +1,310 @@
+"""Synchronous rounds on any executor: sampling, phases, fault isolation, accounting.
+
+:class:`RoundSteps` is the :class:`~riemfl.federated.run_core.Steps` of every synchronous
+engine. Per round it
+
+1. samples the participating clients and their mini-batches (:func:`sample_round`, from the
+   run's generator :func:`run_rng`: the same seed gives the same draws on every engine);
+2. per phase of the server rule (a :class:`ServerRule`, e.g. any
+   :class:`~riemfl.federated.SyncAlgorithm`): broadcasts the message, lets the *executor* run
+   the client rule of the participants (:class:`ClientExecutor`: in process on a stack of
+   clients, per-client torch trainers, or the nodes of a Flower grid), checks every upload
+   (:mod:`riemfl.federated.faults`: keys, shapes, dtype, finite values), drops failing clients
+   with their reason, tells the executor which clients were accepted, and runs the server rule
+   on the survivors' uploads (stacked in client order);
+3. delivers the new model to the round's survivors (:meth:`ClientExecutor.finish`);
+4. accounts the uplink per client (point-sized arrays and bytes) and the CPU time of the
+   rules.
+
+The run stops with :class:`~riemfl.errors.ClientFailureError` only when every participant of a
+phase failed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..backend import is_torch
+from ..errors import ClientFailureError
+from ..problems.base import sample_batches
+from .faults import FaultRecorder, row_problems, stack_problem
+from .run_core import Stateful
+
+__all__ = [
+    "ServerRule",
+    "ClientExecutor",
+    "PhaseReply",
+    "RoundSteps",
+    "sample_round",
+    "run_rng",
+    "take_rows",
+]
+
+State = dict[str, Any]
+
+
+def run_rng(seed: int) -> np.random.Generator:
+    """The generator of a run's client sampling and mini-batches (independent of its x0)."""
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
+
+
+def sample_round(
+    rng: np.random.Generator,
+    population: Any,
+    local_steps: int,
+    clients_per_round: int | None = None,
+    batch_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The participating clients of one round and their mini-batches: a round's only draws.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    population : FederatedProblem or trainer
+        Anything with ``n_clients`` (and ``n_samples``, an array of per-client sample counts,
+        when ``batch_size`` is given).
+    local_steps : int
+        The algorithm's local steps (one batch per client and step).
+    clients_per_round : int, optional
+        Sample this many clients uniformly without replacement (default: all, no draw).
+    batch_size : int, optional
+        Mini-batch size (default: full local gradients, no draw).
+
+    Returns
+    -------
+    active : numpy.ndarray of int
+        The participating clients, sorted.
+    batches : int array of shape (len(active), local_steps, batch_size), or None
+    """
+    n = population.n_clients
+    if clients_per_round is None or clients_per_round >= n:
+        active = np.arange(n)
+    else:
+        active = np.sort(rng.choice(n, size=clients_per_round, replace=False))
+    batches = None
+    if batch_size is not None:
+        flat = sample_batches(rng, population.n_samples, np.repeat(active, local_steps), batch_size)
+        batches = flat.reshape(len(active), local_steps, batch_size)
+    return active, batches
+
+
+def take_rows(a: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a stacked numpy array or torch tensor."""
+    if is_torch(a):
+        import torch
+
+        return a[torch.as_tensor(rows, dtype=torch.long, device=a.device)]
+    return a[rows]
+
+
+def _row_nbytes(a: Any) -> int:
+    n = math.prod(a.shape[1:])
+    return int(n * (a.element_size() if is_torch(a) else a.itemsize))
+
+
+class ServerRule(Protocol):
+    """The server side of a synchronous algorithm (what :class:`SyncAlgorithm` provides)."""
+
+    n_phases: int
+    local_steps: int
+
+    def broadcast(self, server: State, phase: int) -> State: ...
+
+    def server_step(
+        self, manifold: Any, server: State, phase: int, message: State, uploads: State
+    ) -> State: ...
+
+    def output(self, server: State) -> Any: ...
+
+
+@dataclass
+class PhaseReply:
+    """What an executor returns for one phase.
+
+    Attributes
+    ----------
+    uploads : dict of str to array
+        The stacked uploads of the clients that answered, in stack order.
+    served : numpy.ndarray of int
+        Their positions in the round's stack (increasing).
+    reasons : dict of int to str
+        Stack position -> why that client gave no upload (its computation failed).
+    cpu_time : float or None
+        CPU seconds the clients reported (remote executors); None: the round measures its own
+        process's CPU time.
+    """
+
+    uploads: State
+    served: np.ndarray
+    reasons: dict[int, str] = field(default_factory=dict)
+    cpu_time: float | None = None
+
+
+class ClientExecutor(Stateful, Protocol):
+    """Runs the client rule of each phase for the round's participants, wherever they are."""
+
+    def run_phase(
+        self, r: int, phase: int, message: State, active: np.ndarray, batches: np.ndarray | None
+    ) -> PhaseReply:
+        """Run the client rule of ``phase`` for the clients ``active`` (stack order)."""
+        ...
+
+    def accept(self, phase: int, active: np.ndarray, kept: np.ndarray) -> None:
+        """The server accepted the uploads of stack positions ``kept``: those clients keep the
+        state their client rule produced; the others keep their previous state."""
+        ...
+
+    def finish(self, message: State, survivors: np.ndarray) -> None:
+        """The round's survivors (client ids) receive the new global model's message."""
+        ...
+
+
+class RoundSteps:
+    """Synchronous rounds of a server rule over a client executor (module docstring).
+
+    Parameters
+    ----------
+    rule : ServerRule
+        The server side (broadcast, server step, output).
+    executor : ClientExecutor
+        Where the client rule runs.
+    problem : FederatedProblem or trainer
+        The population sampled from (``n_clients``, ``n_samples``) and, for the server rule,
+        its ``manifold`` (None for flat vectors).
+    server : dict
+        The initial server state.
+    upload_shapes : callable(phase) -> dict
+        Shape of one client's upload per key.
+    rng : numpy.random.Generator
+        The run's generator (:func:`run_rng`).
+    faults : FaultRecorder
+    clients_per_round, batch_size : int, optional
+        Partial participation and mini-batches (:func:`sample_round`).
+    dtype : dtype, optional
+        The model's floating dtype: uploads of another dtype are refused.
+    clock : callable
+        The CPU clock of the server's share (default :func:`time.process_time`).
+    """
+
+    def __init__(
+        self,
+        rule: ServerRule,
+        executor: ClientExecutor,
+        problem: Any,
+        server: State,
+        upload_shapes: Callable[[int], dict[str, tuple[int, ...]]],
+        rng: np.random.Generator,
+        faults: FaultRecorder,
+        *,
+        clients_per_round: int | None = None,
+        batch_size: int | None = None,
+        dtype: Any = None,
+        clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.rule, self.executor, self.problem = rule, executor, problem
+        self.manifold = getattr(problem, "manifold", None)
+        self.server = server
+        self.upload_shapes = upload_shapes
+        self.rng, self.faults = rng, faults
+        self.clients_per_round, self.batch_size = clients_per_round, batch_size
+        self.dtype, self.clock = dtype, clock
+        # uplink in points of the manifold, or in floats for flat vectors (no manifold)
+        self.point_size = math.prod(getattr(self.manifold, "point_shape", (1,)))
+        self.unit = "uplink_matrices" if self.manifold is not None else "uplink_floats"
+        self.round = 0
+        self.totals = {self.unit: 0.0, "uplink_bytes": 0.0, "cpu_time": 0.0}
+        self.participants = 0
+
+    # ------------------------------------------------------------------ Steps
+    def row(self) -> dict[str, Any]:
+        return {"round": self.round, **self.totals, "participants": self.participants}
+
+    def output(self) -> Any:
+        return self.rule.output(self.server)
+
+    def advance(self, step: int) -> bool:
+        self.round = step
+        rule, n = self.rule, self.problem.n_clients
+        active, batches = sample_round(
+            self.rng, self.problem, rule.local_steps, self.clients_per_round, self.batch_size
+        )
+        matrices = nbytes = cpu = 0.0
+        for phase in range(rule.n_phases):
+            message = rule.broadcast(self.server, phase)
+            t0 = self.clock()
+            reply = self.executor.run_phase(step, phase, message, active, batches)
+            t1 = self.clock()
+            kept, uploads = self._judge(step, phase, active, reply)
+            self.executor.accept(phase, active, kept)
+            self.server = rule.server_step(self.manifold, self.server, phase, message, uploads)
+            clients_cpu = t1 - t0 if reply.cpu_time is None else reply.cpu_time
+            cpu += clients_cpu + self.clock() - t1
+            for v in uploads.values():
+                matrices += v.shape[0] * math.prod(v.shape[1:]) / self.point_size
+                nbytes += v.shape[0] * _row_nbytes(v)
+            active = active[kept]
+            batches = None if batches is None else batches[kept]
+        self.executor.finish(rule.broadcast(self.server, 0), active)
+        self.totals[self.unit] += matrices / n
+        self.totals["uplink_bytes"] += nbytes / n
+        self.totals["cpu_time"] += cpu
+        self.participants = len(active)
+        return True
+
+    def _judge(
+        self, r: int, phase: int, active: np.ndarray, reply: PhaseReply
+    ) -> tuple[np.ndarray, State]:
+        """The accepted stack positions and their uploads; drops recorded."""
+        reasons = dict(reply.reasons)
+        served = np.asarray(reply.served, dtype=np.intp)
+        uploads = reply.uploads
+        bad: dict[int, str] = {}
+        if served.size:
+            why = stack_problem(uploads, self.upload_shapes(phase), len(served), self.dtype)
+            if why is not None:
+                bad = dict.fromkeys(range(len(served)), why)
+            else:
+                bad = row_problems(uploads)
+        for j, why in bad.items():
+            reasons[int(served[j])] = why
+        for j in sorted(reasons):
+            self.faults.drop(int(active[j]), reasons[j], round=r, phase=phase)
+        if len(reasons) == len(active):
+            raise ClientFailureError(
+                f"round {r}, phase {phase}: every participating client failed: "
+                + "; ".join(f"client {active[j]}: {w}" for j, w in sorted(reasons.items()))
+            )
+        good = np.array([j not in bad for j in range(len(served))], dtype=bool)
+        if not good.all():
+            uploads = {k: take_rows(v, np.flatnonzero(good)) for k, v in uploads.items()}
+        return served[good], uploads
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "round": self.round,
+            "server": self.server,
+            "rng": self.rng.bit_generator.state,
+            "totals": dict(self.totals),
+            "participants": self.participants,
+            "executor": self.executor.state_dict(),
+        }
+        if isinstance(self.rule, Stateful):
+            state["rule"] = self.rule.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.round = int(state["round"])
+        self.server = dict(state["server"])
+        self.rng.bit_generator.state = state["rng"]
+        self.totals = {k: float(state["totals"][k]) for k in self.totals}
+        self.participants = int(state["participants"])
+        self.executor.load_state_dict(state["executor"])
+        if isinstance(self.rule, Stateful):
+            self.rule.load_state_dict(state["rule"])

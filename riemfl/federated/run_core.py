@@ -1,0 +1,319 @@
+"""The run core: the one loop that every federated engine is a configuration of.
+
+An engine supplies *steps* (:class:`Steps`: synchronous rounds with an executor of client
+computations, or the asynchronous event loop) and an *evaluator* (the global objective at the
+output point, or personalised per-client metrics). :func:`run_steps` owns everything else, once:
+
+* the history rows: step 0 (the initial point) and every ``record_every`` steps and the last one,
+  each with the evaluator's metrics and the cumulative ``wall_time`` (metric evaluation is
+  outside the steps' own ``cpu_time``);
+* the progress bar;
+* checkpoints: every ``checkpoint_every`` steps, at the end, at an early stop and at an
+  interruption, the steps' full state (:meth:`Steps.state_dict`) with the history and a
+  fingerprint of the run (its configuration and a digest of the clients' data) in the verified
+  format of :mod:`riemfl.federated.checkpoint`; a run given an existing checkpoint resumes from
+  it and ends exactly (bit for bit) where the uninterrupted run ends;
+* interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
+  stops the loop at the next step boundary, writes the checkpoint and raises
+  :class:`~riemfl.federated.interrupt.RunInterrupted`;
+* early stops: the steps return ``None`` when no client can make progress any more (e.g. the
+  asynchronous limit on updates), or ``stop(row)`` asks for it (a gradient tolerance).
+
+Client sampling and fault handling are shared through :mod:`riemfl.federated.rounds` and
+:mod:`riemfl.federated.faults`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import CheckpointError, ParameterError
+from ..progress import ProgressBar
+from ._serialise import dump_json
+from .checkpoint import load_checkpoint, save_checkpoint
+from .history import History
+from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested
+
+__all__ = [
+    "Steps",
+    "Stateful",
+    "Evaluator",
+    "RunOptions",
+    "run_steps",
+    "check_count",
+]
+
+#: Metrics of the current model: ``evaluator(point) -> {"loss": ..., ...}``.
+Evaluator = Callable[[Any], dict[str, float]]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Something whose run state a checkpoint must hold (rules, server optimisers, clients)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Steps(Stateful, Protocol):
+    """What :func:`run_steps` advances: one step (a round, or one server step) per call."""
+
+    def row(self) -> dict[str, Any]:
+        """The engine's columns as the run stands now (row 0 before any step)."""
+        ...
+
+    def advance(self, step: int) -> bool:
+        """Run step ``step`` (1-based); False when no further step can be made (the run ends
+        there)."""
+        ...
+
+    def output(self) -> Any:
+        """The current model (evaluated for the rows; the run's ``final_point``)."""
+        ...
+
+
+def check_count(name: str, value: Any, minimum: int = 0, *, optional: bool = False) -> Any:
+    """``value`` as int, or :class:`ParameterError` unless an integer >= ``minimum``."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+@dataclass
+class RunOptions:
+    """How :func:`run_steps` records, shows, saves and stops a run.
+
+    Attributes
+    ----------
+    steps : int
+        Steps to run (rounds, server steps).
+    record_every : int or None
+        Record (and evaluate) a row every this many steps; the last step is always recorded.
+        None: rows 0 and the last only.
+    checkpoint : path or None
+        The checkpoint file.
+    checkpoint_every : int
+        Steps between checkpoint writes.
+    resume : bool
+        Continue from ``checkpoint`` when it exists.
+    progress : bool
+        Show a progress bar on stderr.
+    desc : str
+        The progress bar's label.
+    show : sequence of str
+        Columns shown after the bar (those recorded).
+    columns : sequence of str
+        Leading column order of the rows (the engines' documented schemas).
+    stop : callable(row) -> bool, optional
+        Stop after a recorded row for which it returns True.
+    on_step : callable(step, history), optional
+        Called after every step.
+    """
+
+    steps: int
+    record_every: int | None = 1
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 10
+    resume: bool = True
+    progress: bool = False
+    desc: str = "run"
+    show: Sequence[str] = ()
+    columns: Sequence[str] = ()
+    stop: Callable[[dict[str, Any]], bool] | None = None
+    on_step: Callable[[int, History], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.steps = check_count("the number of steps", self.steps)
+        self.record_every = check_count("record_every", self.record_every, 1, optional=True)
+        self.checkpoint_every = check_count("checkpoint_every", self.checkpoint_every, 1)
+
+
+def _canonical(fingerprint: dict[str, Any]) -> Any:
+    """The fingerprint as JSON values (tuples as lists), for comparisons after a reload."""
+    return json.loads(dump_json(fingerprint))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON text (NaN settings, e.g. an unset diagnostic, equal NaN)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _ordered(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    head = {k: row[k] for k in columns if k in row}
+    return {**head, **{k: v for k, v in row.items() if k not in head}}
+
+
+class _Loop:
+    def __init__(
+        self,
+        steps: Steps,
+        evaluate: Evaluator | None,
+        history: History,
+        fingerprint: dict[str, Any],
+        options: RunOptions,
+    ) -> None:
+        self.steps, self.evaluate, self.history = steps, evaluate, history
+        self.fingerprint, self.options = _canonical(fingerprint), options
+        self.start = 0
+        self.wall0 = time.perf_counter()
+
+    # ------------------------------------------------------------------ checkpoints
+    def resume(self) -> bool:
+        path = self.options.checkpoint
+        if path is None or not self.options.resume or not Path(path).exists():
+            return False
+        state = load_checkpoint(
+            path,
+            required={
+                "step": int,
+                "state": dict,
+                "history": dict,
+                "fingerprint": dict,
+                "wall": float,
+            },  # fmt: skip
+        )
+        if not _same(state["fingerprint"], self.fingerprint):
+            saved, now = state["fingerprint"], self.fingerprint
+            differ = sorted(k for k in {*saved, *now} if not _same(saved.get(k), now.get(k)))
+            shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ)
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} was written by another run (other settings or data: "
+                f"{shown}); delete it, name another checkpoint file, or pass resume=False"
+            )
+        if state["step"] > self.options.steps:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is at step {state['step']}, beyond the "
+                f"{self.options.steps} steps asked for"
+            )
+        try:
+            self.steps.load_state_dict(state["state"])
+            loaded = History.from_dict(state["history"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r}: its run state does not fit this run: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self.history.metrics, self.history.log = loaded.metrics, loaded.log
+        self.history.warnings, self.history.summary = loaded.warnings, loaded.summary
+        self.start = state["step"]
+        self.wall0 = time.perf_counter() - state["wall"]
+        return True
+
+    def save(self, step: int) -> None:
+        if self.options.checkpoint is None:
+            return
+        save_checkpoint(
+            self.options.checkpoint,
+            {
+                "step": int(step),
+                "state": self.steps.state_dict(),
+                "history": self.history.to_dict(),
+                "fingerprint": self.fingerprint,
+                "wall": float(time.perf_counter() - self.wall0),
+            },
+        )
+
+    # ------------------------------------------------------------------ rows
+    def record(self, row: dict[str, Any]) -> dict[str, Any]:
+        if self.evaluate is not None:
+            row.update(self.evaluate(self.steps.output()))
+        row["wall_time"] = time.perf_counter() - self.wall0
+        row = _ordered(row, self.options.columns)
+        self.history.record(row)
+        return row
+
+    def due(self, step: int) -> bool:
+        every = self.options.record_every
+        return step == self.options.steps or (every is not None and step % every == 0)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> History:
+        opts = self.options
+        if not self.resume():
+            self.record(self.steps.row())
+        done = self.start
+        last_saved = self.start
+        with (
+            handle_interrupts(),
+            ProgressBar(opts.steps, opts.desc, enabled=opts.progress, start=self.start) as bar,
+        ):
+            for step in range(self.start + 1, opts.steps + 1):
+                if interrupt_requested():
+                    self.interrupt(done, last_saved)
+                if not self.steps.advance(step):  # no further step: record where it stands
+                    if self._last_recorded() != done:
+                        self.record(self.steps.row())
+                    break
+                done = step
+                stop = False
+                if self.due(step):
+                    row = self.record(self.steps.row())
+                    bar.update(1, **{k: row[k] for k in opts.show if k in row})
+                    stop = opts.stop is not None and opts.stop(row)
+                else:
+                    bar.update(1)
+                if opts.on_step is not None:
+                    opts.on_step(step, self.history)
+                if stop or step % opts.checkpoint_every == 0 or step == opts.steps:
+                    self.save(step)
+                    last_saved = step
+                if stop:
+                    break
+            if interrupt_requested():
+                self.interrupt(done, last_saved)
+        self.history.final_point = self.steps.output()
+        return self.history
+
+    def _last_recorded(self) -> int | None:
+        """The step of the last recorded row (its ``round`` or ``step`` column)."""
+        for key in ("round", "step"):
+            if key in self.history.metrics:
+                return self.history.metrics[key][-1]
+        return None
+
+    def interrupt(self, done: int, last_saved: int) -> None:
+        if done != last_saved:
+            self.save(done)
+        path = self.options.checkpoint
+        raise RunInterrupted(done, None if path is None else str(path))
+
+
+def run_steps(
+    steps: Steps,
+    evaluate: Evaluator | None,
+    history: History,
+    fingerprint: dict[str, Any],
+    options: RunOptions,
+) -> History:
+    """Run ``options.steps`` steps of ``steps`` (module docstring); return the history.
+
+    Parameters
+    ----------
+    steps : Steps
+        The engine's steps (rounds, server steps), with their state.
+    evaluate : callable(point) -> dict, optional
+        Metrics of the current model for every recorded row.
+    history : History
+        The run's history, with its ``config`` set (filled in place).
+    fingerprint : dict
+        What a checkpoint must match to be resumed: settings and a digest of the data.
+    options : RunOptions
+
+    Raises
+    ------
+    CheckpointError
+        When the checkpoint is corrupt or belongs to another run.
+    RunInterrupted
+        When SIGINT/SIGTERM arrived (the checkpoint, if any, is written first).
+    """
+    return _Loop(steps, evaluate, history, fingerprint, options).run()

@@ -1,0 +1,283 @@
+"""The run core shared by every engine: faults, checkpoints and interruption on each of them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _problems import QuadraticProblem
+
+import riemfl
+from riemfl.errors import CheckpointError, ClientFailureError
+from riemfl.federated import (
+    DCASGD,
+    AsyncBezier,
+    AsyncFedED,
+    BezierProblemTrainer,
+    ClientDroppedWarning,
+    ExponentialTime,
+    FedAsync,
+    FedBuff,
+    ProblemTrainer,
+    RFedProj,
+    RFedSVRG,
+    RunInterrupted,
+    run_async,
+    run_sync,
+)
+from riemfl.federated.checkpoint import load_checkpoint
+from riemfl.federated.interrupt import handle_interrupts, interrupt_requested, request_interrupt
+
+pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedWarning")
+
+
+# ----------------------------------------------------------------------------- helpers
+class FaultyTrainer:
+    """A trainer whose clients in ``bad`` fail with the fault ``mode``, at each arrival with
+    probability ``rate`` (drawn from the client's generator: runs stay reproducible)."""
+
+    def __init__(self, inner, bad=(), mode="raise", rate=1.0):
+        self.inner, self.bad, self.mode, self.rate = inner, set(bad), mode, rate
+        self.manifold, self.n_clients = inner.manifold, inner.n_clients
+        self.calls = 0
+
+    def n_samples(self, i):
+        return self.inner.n_samples(i)
+
+    def num_batches(self, i, epochs=None):
+        return self.inner.num_batches(i, epochs)
+
+    def evaluate(self, x):
+        return self.inner.evaluate(x)
+
+    def train(self, i, start, rng, epochs=None):
+        self.calls += 1
+        hit = i in self.bad and rng.random() < self.rate
+        out = self.inner.train(i, start, rng, epochs)
+        if not hit:
+            return out
+        if self.mode == "raise":
+            raise RuntimeError(f"client {i} crashed")
+        if self.mode == "nan":
+            return np.full_like(out, np.nan)
+        if self.mode == "inf":
+            return np.full_like(out, np.inf)
+        if self.mode == "complex":
+            return out + 1e-3j
+        if self.mode == "shape":
+            return out[..., :-1]
+        if self.mode == "int":
+            return out.astype(np.int64)
+        raise AssertionError(self.mode)
+
+
+class InterruptAt:
+    """An ``on_round`` callback that asks the run to stop after round ``r``."""
+
+    def __init__(self, r):
+        self.r = r
+
+    def __call__(self, r, history):
+        if r == self.r:
+            request_interrupt()
+
+
+def _euclid(seed=2):
+    return QuadraticProblem(riemfl.Euclidean(5, 2), n=5, p=6, seed=seed, linear=1.0)
+
+
+# ----------------------------------------------------------------------------- sync faults
+class ComplexFor(RFedProj):
+    """RFedProj whose client ``bad`` uploads a complex point (dtype of the whole stack)."""
+
+    def __init__(self, bad):
+        super().__init__(0.02, 2)
+        self.bad = bad
+
+    def client_step(self, ctx, phase, message, clients):
+        uploads, rows = super().client_step(ctx, phase, message, clients)
+        if self.bad in ctx.clients:
+            x = uploads["x"].astype(complex)
+            x[list(ctx.clients).index(self.bad)] += 1e-3j
+            uploads = {"x": x}
+        return uploads, rows
+
+
+def test_sync_a_complex_upload_is_dropped_and_only_that_client(stiefel_problem):
+    with pytest.warns(ClientDroppedWarning, match="complex"):
+        h = run_sync(stiefel_problem, ComplexFor(bad=2), 4)
+    assert {w["client"] for w in h.warnings} == {2}
+    assert all("complex" in w["reason"] for w in h.warnings)
+    assert h.participants[1:] == [5] * 4
+    assert np.isrealobj(h.final_point) and np.isfinite(h.grad_norm).all()
+    stiefel_problem.manifold.check_point(h.final_point)
+
+
+# ----------------------------------------------------------------------------- async faults
+@pytest.mark.parametrize("manifold", [riemfl.Euclidean(6, 2), riemfl.Stiefel(6, 2)])
+@pytest.mark.parametrize("mode", ["raise", "nan", "inf", "complex", "shape", "int"])
+def test_async_a_faulty_arrival_is_dropped_and_the_client_retried(mode, manifold):
+    problem = QuadraticProblem(manifold, n=5, p=8, seed=1)
+    trainer = FaultyTrainer(ProblemTrainer(problem, 0.02, 3), bad={1}, mode=mode, rate=0.5)
+    h = run_async(trainer, FedAsync(server_lr=2.0), 30, seed=1, max_failures=None)
+    assert np.isfinite(h.final_point).all() and np.isrealobj(h.final_point)
+    manifold.check_point(h.final_point)
+    assert h.warnings and {w["client"] for w in h.warnings} == {1}
+    refused = [not a for a in h.log["applied"]]
+    assert sum(refused) == len(h.warnings) == h.dropped[-1]
+    # the client was dispatched again after each failure: it also delivered good updates
+    assert any(c == 1 and a for c, a in zip(h.log["client"], h.log["applied"], strict=True))
+    assert np.isfinite(h.grad_norm).all() and h.step[-1] == 30
+    if isinstance(manifold, riemfl.Stiefel):  # a bounded objective: the run still converges
+        assert h.grad_norm[-1] < 0.5 * h.grad_norm[0]
+
+
+def test_async_a_client_failing_k_times_in_a_row_is_excluded():
+    problem = _euclid()
+    trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad={0, 3}, mode="raise")
+    h = run_async(trainer, FedAsync(server_lr=1.0), 40, seed=2, max_failures=2)
+    failed = [w["client"] for w in h.warnings]
+    assert failed.count(0) == failed.count(3) == 2  # then never dispatched again
+    late = h.log["client"][len(h.log["client"]) // 2 :]
+    assert 0 not in late and 3 not in late and h.step[-1] == 40
+
+
+def test_async_raises_only_when_no_client_can_make_progress():
+    problem = _euclid()
+    trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad=range(5), mode="nan")
+    with pytest.raises(ClientFailureError, match="no client can make progress"):
+        run_async(trainer, FedAsync(server_lr=1.0), 10, seed=0, max_failures=3)
+
+
+def test_async_theory_mode_isolates_faults_too():
+    problem = _euclid()
+    trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad={2}, mode="raise")
+    h = run_async(trainer, FedAsync(server_lr=1.0), 20, mode="theory", max_staleness=2,
+                  max_failures=None)  # fmt: skip
+    assert h.step[-1] == 20 and {w["client"] for w in h.warnings} == {2}
+
+
+# ----------------------------------------------------------------------------- async checkpoints
+def _async_cases():
+    problem = _euclid()
+    stiefel = QuadraticProblem(riemfl.Stiefel(6, 2), n=5, p=8, seed=1)
+    point = ProblemTrainer(problem, 0.05, 3, batch_size=3)
+    return {
+        "fedbuff": (point, lambda: FedBuff(buffer_size=3, staleness_scaling=True), {}),
+        "dcasgd": (point, lambda: DCASGD(server_lr=1.0, adaptive=True), {}),
+        "asyncfeded": (point, lambda: AsyncFedED(), {"weights": "uniform"}),
+        "fedasync-paper-drop": (
+            ProblemTrainer(stiefel, 0.02, 3),
+            lambda: FedAsync(server_lr=2.0),
+            {"scheduler": "paper", "workers": 3, "max_staleness": 2},
+        ),
+        "fedasync-block": (
+            point,
+            lambda: FedAsync(),
+            {"max_staleness": 2, "staleness_policy": "block"},
+        ),  # fmt: skip
+        "theory": (point, lambda: FedAsync(), {"mode": "theory", "max_staleness": 3}),
+        "asyncbezier": (
+            BezierProblemTrainer(problem, 0.05, 2, 2),
+            lambda: AsyncBezier(problem.manifold, 1.0),
+            {},
+        ),
+        "faulty": (
+            FaultyTrainer(point, bad={1}, mode="nan", rate=0.3),
+            lambda: FedBuff(buffer_size=2),
+            {"max_failures": None},
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_async_cases()))
+def test_async_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, case):
+    trainer, rule, kw = _async_cases()[case]
+    kw = {"timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]), "seed": 4, "eval_every": 3, **kw}
+    ref = run_async(trainer, rule(), 24, **kw)
+    path = tmp_path / "async.ckpt"
+    first = run_async(trainer, rule(), 9, checkpoint=path, checkpoint_every=4, **kw)
+    assert load_checkpoint(path)["step"] == 9 and first.step[-1] == 9
+    resumed = run_async(trainer, rule(), 24, checkpoint=path, checkpoint_every=4, **kw)
+    assert resumed.same_results(ref)
+    np.testing.assert_array_equal(resumed.final_point, ref.final_point)
+
+
+def test_async_resume_from_an_older_checkpoint_replays_lost_steps(tmp_path):
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    kw = {"timing": ExponentialTime(1.0), "seed": 7, **kw}
+    ref = run_async(trainer, rule(), 20, **kw)
+    path = tmp_path / "async.ckpt"
+    run_async(trainer, rule(), 8, checkpoint=path, checkpoint_every=5, **kw)
+    resumed = run_async(trainer, rule(), 20, checkpoint=path, **kw)
+    assert resumed.same_results(ref)
+
+
+# ----------------------------------------------------------------------------- interruption
+def test_sync_interrupt_saves_and_the_same_call_resumes(tmp_path, stiefel_problem):
+    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 4}
+    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, **kw)
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(RunInterrupted) as info:
+        run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, checkpoint_every=100,
+                 on_round=InterruptAt(5), **kw)  # fmt: skip
+    assert info.value.step == 5 and info.value.checkpoint == str(path)
+    assert isinstance(info.value, KeyboardInterrupt)  # callers that catch Ctrl-C catch it
+    assert load_checkpoint(path)["step"] == 5  # saved at the interruption, not only every 100
+    assert not interrupt_requested()  # the request ended with the run
+    resumed = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, **kw)
+    assert resumed.same_results(ref)
+
+
+def test_async_interrupt_saves_and_the_same_call_resumes(tmp_path):
+    trainer, rule, kw = _async_cases()["dcasgd"]
+
+    class Interrupting(FaultyTrainer):
+        at = 17  # asks to stop at this training call (None: never)
+
+        def train(self, i, start, rng, epochs=None):
+            if self.calls == self.at:
+                request_interrupt()
+            return super().train(i, start, rng, epochs)
+
+    ref = run_async(trainer, rule(), 20, seed=1, **kw)
+    path = tmp_path / "async.ckpt"
+    with pytest.raises(RunInterrupted) as info:
+        run_async(Interrupting(trainer), rule(), 20, seed=1, checkpoint=path, **kw)
+    assert 0 < info.value.step < 20 and load_checkpoint(path)["step"] == info.value.step
+    Interrupting.at = None
+    resumed = run_async(Interrupting(trainer), rule(), 20, seed=1, checkpoint=path, **kw)
+    assert resumed.same_results(ref)
+
+
+def test_without_a_checkpoint_an_interrupt_still_stops_cleanly(stiefel_problem):
+    with pytest.raises(RunInterrupted, match="no checkpoint"):
+        run_sync(stiefel_problem, RFedProj(0.02, 2), 10, on_round=InterruptAt(2))
+
+
+def test_a_stale_request_from_outside_a_run_is_ignored(stiefel_problem):
+    request_interrupt()  # e.g. left over from code that ran outside any run
+    h = run_sync(stiefel_problem, RFedProj(0.02, 2), 3)
+    assert h.round[-1] == 3
+    with handle_interrupts():
+        assert not interrupt_requested()
+
+
+# ----------------------------------------------------------------------------- fingerprints
+def test_a_checkpoint_of_other_client_data_is_refused(tmp_path):
+    path = tmp_path / "run.ckpt"
+    problem = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
+    run_sync(problem, RFedProj(0.02, 3), 3, checkpoint=path)
+    swapped = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
+    swapped.A[[0, 1]] = swapped.A[[1, 0]]  # two clients' data exchanged: describe() is equal
+    swapped.C = swapped.A.transpose(0, 2, 1) @ swapped.A
+    assert swapped.describe() == problem.describe()
+    with pytest.raises(CheckpointError, match="another run"):
+        run_sync(swapped, RFedProj(0.02, 3), 6, checkpoint=path)
+
+
+def test_a_checkpoint_of_another_async_configuration_is_refused(tmp_path):
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    path = tmp_path / "async.ckpt"
+    run_async(trainer, rule(), 4, checkpoint=path, workers=2, **kw)
+    with pytest.raises(CheckpointError, match="another run"):
+        run_async(trainer, rule(), 8, checkpoint=path, workers=3, **kw)
