@@ -14,6 +14,15 @@ ServerApp runs its own loop over ``Grid.push_messages`` / ``Grid.pull_messages``
 3. the client is dispatched again at once with the current model, until ``server_steps``
    server steps have been taken.
 
+Faults never stop the loop and never make it spin. A faulty reply (an exception the ClientApp
+raised, an upload that fails the checks) is logged with its reason, not applied, and the client
+is dispatched again; after ``max_failures`` faulty replies in a row the client is excluded. A
+node that is gone (a reply saying that its ClientApp process died, e.g. Ray's
+``ActorDiedError``, or a message unanswered for ``reply_timeout`` seconds) is excluded with all
+its clients at once. Exclusions are recorded in ``history.config["excluded"]`` and emitted as a
+:class:`~riemfl.federated.ClientDroppedWarning`; when no client is left the run raises
+:class:`~riemfl.adapters.flower.NoProgressError`.
+
 Unlike the in-process simulator, the order of arrivals is the real one (compute and messaging
 times), so a run is not reproducible arrival for arrival; the per-update log records what
 happened (client, staleness, weight, wall time, version, applied, reason).
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -32,9 +42,11 @@ import numpy as np
 from ...errors import RiemflError
 from ...federated.async_engine import AsyncHistory, VersionStore
 from ...federated.async_rules import Arrival
+from ...federated.engine import ClientDroppedWarning
+from ...federated.faults import FaultRecorder
 from .checks import check_control_points, check_local_model
-from .errors import FlowerAdapterError, ReplyTimeoutError
-from .grid_io import Poller, push, reply_error, setup_nodes
+from .errors import NoProgressError, ReplyTimeoutError
+from .grid_io import Poller, node_lost, push, reply_error, setup_nodes
 from .jobs import AsyncJob
 from .wire import (
     ASYNC,
@@ -58,13 +70,17 @@ class _AsyncRun:
         self.grid, self.job = grid, job
         self.problem = job.resolved
         self.manifold = self.problem.manifold
+        self.hosting = hosting
         self.owner = {c: node for node, clients in hosting.items() for c in clients}
         self.trainer = job.trainer()
         self.weights = job.weight_vector()
         self.workers = job.workers or self.problem.n_clients
         self.store = VersionStore(x0)
         self.queue: deque[int] = deque(range(self.problem.n_clients))
-        self.in_flight: dict[str, tuple[int, int]] = {}
+        self.in_flight: dict[str, tuple[int, int, float]] = {}  # id -> client, version, sent
+        self.failures = dict.fromkeys(range(self.problem.n_clients), 0)  # faults in a row
+        self.excluded: dict[int, str] = {}
+        self.timed_out = False  # whether the last exclusion was a reply timeout
         self.dispatched = 0
         self.counters = {"updates": 0, "dropped": 0}
         self.upload = upload_meta(job.curve, job.upload_shape)
@@ -83,9 +99,12 @@ class _AsyncRun:
                 "weights": job.weights,
                 "max_staleness": job.max_staleness,
                 "time": "wall-clock seconds since the first dispatch",
+                "max_failures": job.max_failures,
+                "excluded": [],
             }
         )
         self.history.log["reason"] = []
+        self.faults = FaultRecorder(self.history, label=f"job {job.name}, ")
         self._epochs = getattr(rule, "local_epochs", None)
 
     def now(self) -> float:
@@ -114,9 +133,10 @@ class _AsyncRun:
         if not items:
             return
         ids = push(self.grid, items, ASYNC, f"{self.job.name}:{self.dispatched}")
+        now = time.monotonic()
         for mid, (client, version) in zip(ids, sent, strict=True):
             if mid:
-                self.in_flight[mid] = (client, version)
+                self.in_flight[mid] = (client, version, now)
             else:  # not accepted by the grid: back to the queue
                 self.store.release(version)
                 self.queue.append(client)
@@ -144,6 +164,53 @@ class _AsyncRun:
             why = check_local_model(self.manifold, local, job.atol)
         return (local, None) if why is None else (None, why)
 
+    # ------------------------------------------------------------------ exclusions
+    def exclude(self, clients: list[int], why: str, timed_out: bool = False) -> None:
+        """Dispatch ``clients`` no more: forget their messages in flight; record why."""
+        for client in clients:
+            if client in self.excluded:
+                continue
+            self.excluded[client] = why
+            self.history.config["excluded"].append(
+                {"client": client, "node": self.owner[client], "time": self.now(), "reason": why}
+            )
+            log.warning("job %s: client %d excluded: %s", self.job.name, client, why)
+            warnings.warn(
+                f"job {self.job.name!r}: client {client} excluded: {why}",
+                ClientDroppedWarning,
+                stacklevel=2,
+            )
+        for mid, (client, version, _) in list(self.in_flight.items()):
+            if client in self.excluded:
+                del self.in_flight[mid]
+                self.store.release(version)
+        self.queue = deque(c for c in self.queue if c not in self.excluded)
+        self.timed_out = timed_out
+
+    def lose_node(self, node: int, why: str, timed_out: bool = False) -> None:
+        """Exclude every client of a node that is gone."""
+        self.exclude(self.hosting[node], f"node {node} excluded after: {why}", timed_out)
+
+    def expire(self) -> None:
+        """Exclude the nodes of the messages unanswered for longer than ``reply_timeout``."""
+        now, limit = time.monotonic(), self.job.reply_timeout
+        late = {self.owner[c] for c, _, sent in self.in_flight.values() if now - sent > limit}
+        for node in sorted(late):
+            why = f"no reply within the job's reply_timeout ({limit:g} s)"
+            self.lose_node(node, why, timed_out=True)
+
+    def no_progress(self) -> NoProgressError:
+        """The error of a run with no message in flight (every client excluded)."""
+        job = self.job
+        where = f"job {job.name!r}, server step {self.store.current} of {job.server_steps}"
+        if self.queue:  # clients left, but the grid accepted none of their messages
+            return NoProgressError(
+                f"{where}: the grid accepted no message to clients {sorted(self.queue)}"
+            )
+        reasons = "; ".join(f"client {c}: {w}" for c, w in sorted(self.excluded.items()))
+        error = ReplyTimeoutError if self.timed_out else NoProgressError
+        return error(f"{where}: no client can make progress, every client is excluded: {reasons}")
+
     # ------------------------------------------------------------------ updates
     def evaluate(self) -> None:
         row = {"step": self.store.current, "time": self.now(), **self.counters}
@@ -151,11 +218,14 @@ class _AsyncRun:
         self.history.record(row)
 
     def arrive(self, reply: Any, client: int, version: int) -> None:
-        """Check and apply one reply; log it; release its version; queue the client again."""
+        """Check and apply one reply; log it; release its version; queue the client again, or
+        exclude it (its node is gone, or ``max_failures`` faulty replies in a row)."""
         store, job = self.store, self.job
         self.counters["updates"] += 1
         staleness = store.current - version
         local, why = self._local_model(reply, client, version)
+        faulty = why is not None
+        self.failures[client] = self.failures[client] + 1 if faulty else 0
         if why is None and job.max_staleness is not None and staleness > job.max_staleness:
             why = f"staleness {staleness} > max_staleness {job.max_staleness}"
         stepped = False
@@ -168,14 +238,22 @@ class _AsyncRun:
                 stepped = True
         else:
             self.counters["dropped"] += 1
-            log.warning("job %s: update of client %d dropped: %s", job.name, client, why)
+            if faulty:  # recorded in History.warnings, as on every engine
+                self.faults.drop(client, why, step=store.current, time=self.now())
+            else:
+                log.info("job %s: update of client %d dropped: %s", job.name, client, why)
         entry = {"client": client, "staleness": staleness, "weight": float(self.weights[client]),
                  "time": self.now(), "version": store.current, "applied": why is None,
                  "reason": why or ""}  # fmt: skip
         for key, value in entry.items():
             self.history.log[key].append(value)
         store.release(version)
-        self.queue.append(client)
+        if node_lost(reply):
+            self.lose_node(self.owner[client], why)
+        elif self.failures[client] >= job.max_failures:
+            self.exclude([client], f"{self.failures[client]} faulty replies in a row; last: {why}")
+        else:
+            self.queue.append(client)
         if stepped and job.eval_every and store.current % job.eval_every == 0:
             self.evaluate()
 
@@ -185,27 +263,20 @@ class _AsyncRun:
             self.evaluate()
         self.dispatch()
         poller = Poller(job.max_poll)
-        last_reply = time.monotonic()
         while self.store.current < job.server_steps:
+            self.expire()
             if not self.in_flight:
-                raise FlowerAdapterError(f"job {job.name!r}: no client could be dispatched")
+                raise self.no_progress()
             replies = list(self.grid.pull_messages(list(self.in_flight)))
             if not replies:
-                if time.monotonic() - last_reply > job.reply_timeout:
-                    raise ReplyTimeoutError(
-                        f"job {job.name!r}: no reply for {job.reply_timeout:g} s with "
-                        f"{len(self.in_flight)} client(s) in flight, at server step "
-                        f"{self.store.current} of {job.server_steps}"
-                    )
                 poller.wait()
                 continue
             poller.reset()
-            last_reply = time.monotonic()
             for reply in replies:
                 key = reply.metadata.reply_to_message_id
-                if key not in self.in_flight:
+                if key not in self.in_flight:  # e.g. from a node excluded meanwhile
                     continue
-                client, version = self.in_flight.pop(key)
+                client, version, _ = self.in_flight.pop(key)
                 if self.store.current < job.server_steps:
                     self.arrive(reply, client, version)
                 else:  # arrived with others after the last step: not applied
@@ -237,7 +308,7 @@ class _AsyncRun:
         if waiting:
             log.warning("job %s: %d replies still in flight after %g s", self.job.name,
                         len(waiting), self.job.drain_timeout)  # fmt: skip
-        for _, version in self.in_flight.values():
+        for _, version, _ in self.in_flight.values():
             self.store.release(version)
         self.in_flight.clear()
 
@@ -247,7 +318,15 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
 
     ``metrics`` holds the global model's loss, optimality gap and gradient norm per evaluated
     server step (``time`` in wall-clock seconds); ``log`` holds one entry per update with its
-    staleness, and a ``reason`` column (empty for an applied update).
+    staleness, and a ``reason`` column (empty for an applied update); ``config["excluded"]``
+    lists the clients excluded on the way (``client``, ``node``, ``time``, ``reason``).
+
+    Raises
+    ------
+    NodeRegistrationError
+        When a node does not answer the handshake within ``registration_timeout``.
+    NoProgressError
+        When every client is excluded (``ReplyTimeoutError`` when the last ones timed out).
     """
     problem = job.resolved
     manifold = problem.manifold
@@ -256,7 +335,7 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
     init_rng = np.random.default_rng(np.random.SeedSequence(job.seed).spawn(4)[0])  # as run_async
     x0 = job.x0 if job.x0 is not None else manifold.random_point(rng=init_rng)
     hosting = setup_nodes(
-        grid, job.name, "async", manifold, nodes, problem.n_clients, job.reply_timeout,
+        grid, job.name, "async", manifold, nodes, problem.n_clients, job.registration_timeout,
         max_poll=job.max_poll,
     )  # fmt: skip
     return _AsyncRun(grid, job, hosting, x0).run()

@@ -34,6 +34,7 @@ __all__ = [
     "UPLOAD_KINDS",
     "KINDS",
     "upload_kind",
+    "dtype_error",
     "check_rows",
     "check_upload_arrays",
     "check_local_model",
@@ -72,6 +73,19 @@ def upload_kind(
     return "ambient"
 
 
+def dtype_error(what: str, dtype: Any) -> str | None:
+    """Why ``dtype`` is not a real floating-point dtype, or ``None`` when it is.
+
+    Complex values are refused explicitly: they pass ``numpy.isfinite`` and keep their shape, but
+    the manifolds and the server rules are real.
+    """
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return None
+    values = "complex values" if np.issubdtype(dtype, np.complexfloating) else "values"
+    return f"{what} has {values} (dtype {dtype}); expected a real floating-point dtype"
+
+
 def check_upload_arrays(
     uploads: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], m: int
 ) -> str | None:
@@ -83,8 +97,9 @@ def check_upload_arrays(
         a = uploads[key]
         if tuple(a.shape) != (m, *shape):
             return f"upload {key!r} has shape {tuple(a.shape)}; expected {(m, *shape)}"
-        if not np.issubdtype(a.dtype, np.floating):
-            return f"upload {key!r} has dtype {a.dtype}; expected a floating-point dtype"
+        why = dtype_error(f"upload {key!r}", a.dtype)
+        if why is not None:
+            return why
     return None
 
 
@@ -92,6 +107,9 @@ def check_rows(
     manifold: Manifold, kind: str, rows: np.ndarray, atol: float, base: Any = None
 ) -> list[str | None]:
     """Per row of ``rows`` (one client each): why it fails the check of ``kind``, or ``None``.
+
+    Every row must hold real floating-point values (complex ones are refused), be finite and
+    pass the check of ``kind``.
 
     Parameters
     ----------
@@ -103,6 +121,10 @@ def check_rows(
     base : array, optional
         The base point of tangent vectors.
     """
+    rows = np.asarray(rows)
+    why = dtype_error("the upload", rows.dtype)
+    if why is not None:
+        return [why] * len(rows)
     out: list[str | None] = []
     for row in rows:
         if not np.all(np.isfinite(row)):
@@ -128,8 +150,9 @@ def check_local_model(
     shape = tuple(manifold.point_shape)
     if tuple(local.shape) != shape:
         return f"{what} has shape {tuple(local.shape)}; expected {shape}"
-    if not np.issubdtype(local.dtype, np.floating):
-        return f"{what} has dtype {local.dtype}; expected a floating-point dtype"
+    why = dtype_error(what, local.dtype)
+    if why is not None:
+        return why
     why = check_rows(manifold, "point", local[None], atol)[0]
     return None if why is None else f"{what}: {why}"
 

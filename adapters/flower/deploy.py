@@ -32,7 +32,7 @@ from ...experiments.registry import (
 )
 from .client import make_client_app
 from .errors import ProtocolError
-from .jobs import AsyncJob, ProblemSpec, SyncJob
+from .jobs import MAX_FAILURES, REGISTRATION_TIMEOUT, REPLY_TIMEOUT, AsyncJob, ProblemSpec, SyncJob
 from .server import make_server_app
 from .wire import to_numpy
 
@@ -45,7 +45,10 @@ __all__ = [
     "client_app",
 ]
 
-#: run-config keys and their defaults (0 / "" / -1 mean "the registry's default" / "none")
+#: run-config keys and their defaults (0 / "" / -1 mean "the registry's default" / "none");
+#: ``registration-timeout`` bounds the wait for ``min-nodes`` nodes and the job's handshake,
+#: ``reply-timeout`` every later reply, ``max-failures`` an asynchronous client's faulty replies in
+#: a row (``docs/flower.md``, "Timeouts and faults")
 DEFAULTS: dict[str, Any] = {
     "job": "riemfl",
     "engine": "sync",
@@ -75,8 +78,9 @@ DEFAULTS: dict[str, Any] = {
     "curve-steps": -1,
     "vartheta": 1.0,
     "min-nodes": 2,
-    "registration-timeout": 120.0,
-    "reply-timeout": 600.0,
+    "registration-timeout": REGISTRATION_TIMEOUT,
+    "reply-timeout": REPLY_TIMEOUT,
+    "max-failures": MAX_FAILURES,
     "atol": 1e-8,
     "max-poll": 0.05,
     "output": "",
@@ -117,6 +121,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         "name": c["job"],
         "seed": int(c["seed"]),
         "atol": float(c["atol"]),
+        "registration_timeout": float(c["registration-timeout"]),
         "reply_timeout": float(c["reply-timeout"]),
         "max_poll": float(c["max-poll"]),
     }
@@ -166,6 +171,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             batch_size=int(c["batch-size"]) or None,
             workers=int(c["workers"]) or None,
             max_staleness=None if int(c["max-staleness"]) < 0 else int(c["max-staleness"]),
+            max_failures=int(c["max-failures"]),
             **curve,
             **common,
         )

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import MissingDependencyError, ParameterError, RiemflError
 
 __all__ = [
     "FlowerNotInstalledError",
     "FlowerAdapterError",
     "NodeRegistrationError",
+    "NoProgressError",
     "ReplyTimeoutError",
+    "JobFailedError",
     "ProtocolError",
     "TrainerMismatchError",
 ]
@@ -26,8 +30,44 @@ class NodeRegistrationError(FlowerAdapterError):
     """Too few SuperNodes registered in time, or the nodes do not host every client once."""
 
 
-class ReplyTimeoutError(FlowerAdapterError):
-    """No node answered within the job's ``reply_timeout`` (an asynchronous run cannot go on)."""
+class NoProgressError(FlowerAdapterError):
+    """No client of an asynchronous job can make progress: every client is excluded (its node
+    died or did not answer within ``reply_timeout``, or it failed ``max_failures`` times in a
+    row). The message lists each exclusion with its reason."""
+
+
+class ReplyTimeoutError(NoProgressError):
+    """No client of an asynchronous job can make progress, the last ones because their nodes did
+    not answer within the job's ``reply_timeout``."""
+
+
+class JobFailedError(FlowerAdapterError):
+    """A job of :func:`~riemfl.adapters.flower.simulate` failed; the jobs before it had finished.
+
+    Attributes
+    ----------
+    results : dict
+        ``job.name ->`` result of every job that finished before the failure.
+    job : str
+        The name of the job that failed (the one running, or about to start, when the
+        simulation stopped).
+    cause : BaseException
+        What the job raised (also the exception's ``__cause__``).
+    skipped : list of str
+        The jobs after it, which did not run.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        results: dict[str, Any],
+        job: str,
+        cause: BaseException,
+        skipped: list[str],
+    ) -> None:
+        super().__init__(message)
+        self.results, self.job, self.cause, self.skipped = results, job, cause, skipped
 
 
 class ProtocolError(FlowerAdapterError, ValueError):

@@ -23,8 +23,17 @@ __all__ = [
     "exchange",
     "setup_nodes",
     "reply_error",
+    "node_lost",
+    "CLIENT_APP_RAISED",
     "check_cover",
 ]
+
+#: Flower's error code of a reply whose ClientApp raised an exception
+#: (``flwr.common.constant.ErrorCode.CLIENT_APP_RAISED_EXCEPTION``, part of Flower's wire
+#: format). Every other error code means the node could not run the ClientApp at all: its
+#: process died (simulation: the Ray actor died, ``ActorDiedError``; deployment:
+#: ``CLIENT_APP_CRASHED``), the node is unavailable, or the message expired.
+CLIENT_APP_RAISED = 2
 
 
 class Poller:
@@ -119,13 +128,26 @@ def exchange(
     return replies
 
 
-def reply_error(reply: Any) -> str | None:
-    """Why a reply is unusable (no reply, or an error the ClientApp raised), else ``None``."""
+def reply_error(reply: Any, timeout: str = "reply_timeout") -> str | None:
+    """Why a reply is unusable, else ``None``: no reply within the job's ``timeout`` (the name
+    of the knob, for the message), an exception the ClientApp raised, or a node that could not
+    run it (see :func:`node_lost`)."""
     if reply is None:
-        return "no reply within the job's reply_timeout"
-    if reply.has_error():
+        return f"no reply within the job's {timeout}"
+    if not reply.has_error():
+        return None
+    if reply.error.code == CLIENT_APP_RAISED:
         return f"the ClientApp failed: {reply.error.reason}"
-    return None
+    return (
+        f"the node could not run the ClientApp (its process died or the node is unavailable; "
+        f"Flower error code {reply.error.code}): {reply.error.reason}"
+    )
+
+
+def node_lost(reply: Any) -> bool:
+    """Whether a reply says that its node is gone (no reply at all, or an error other than an
+    exception the ClientApp raised: :data:`CLIENT_APP_RAISED`)."""
+    return reply is None or (reply.has_error() and reply.error.code != CLIENT_APP_RAISED)
 
 
 def setup_nodes(
@@ -140,6 +162,10 @@ def setup_nodes(
     max_poll: float = 0.005,
 ) -> dict[int, list[int]]:
     """The handshake: every node answers which clients it hosts (and initialises their state).
+
+    ``timeout`` is the job's ``registration_timeout``: the first message to a node also starts
+    its ClientApp (a Ray actor or a process) and builds the problem there, which takes far
+    longer than a round on a loaded machine.
 
     Returns
     -------
@@ -162,7 +188,7 @@ def setup_nodes(
     )
     hosting: dict[int, list[int]] = {}
     for node, reply in replies.items():
-        why = reply_error(reply)
+        why = reply_error(reply, "registration_timeout")
         if why is not None:
             raise NodeRegistrationError(
                 f"job {job_name!r}: node {node} failed the handshake: {why}"

@@ -33,7 +33,20 @@ __all__ = [
     "Job",
     "resolve_problem",
     "is_curve_rule",
+    "REGISTRATION_TIMEOUT",
+    "REPLY_TIMEOUT",
+    "MAX_FAILURES",
 ]
+
+#: default seconds to wait for the nodes to register and to answer a job's handshake (the first
+#: message starts each node's ClientApp and builds the problem there: measured 8 s on an idle
+#: 2-core machine, up to 64 s with two CPU-bound processes beside it; ``docs/flower.md``, 8)
+REGISTRATION_TIMEOUT = 300.0
+#: default seconds to wait for the reply to one message (a synchronous phase, an asynchronous
+#: dispatch) before its node is taken for dead
+REPLY_TIMEOUT = 600.0
+#: default consecutive faulty replies after which an asynchronous client is excluded
+MAX_FAILURES = 3
 
 _BUILT: dict[ProblemSpec, FederatedProblem] = {}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -109,6 +122,13 @@ def _check_count(what: str, value: int | None, low: int, high: float = math.inf)
     return int(value)
 
 
+def _check_timeouts(job: Any) -> None:
+    """Check (and convert to float) the job's timeouts and polling interval."""
+    for what in ("registration_timeout", "reply_timeout", "max_poll"):
+        if hasattr(job, what):
+            setattr(job, what, _check_positive(what, getattr(job, what)))
+
+
 def is_curve_rule(rule: Any) -> bool:
     """Whether ``rule`` takes a learned Bezier curve's control points instead of a local model:
     an :class:`~riemfl.federated.AsyncManifold` with a :class:`~riemfl.federated.BezierEmbedding`
@@ -151,6 +171,10 @@ class SyncJob(_Job):
     atol : float
         Tolerance of the server's checks that an uploaded point is on the manifold, or an
         uploaded vector tangent (``Manifold.check_point`` / ``check_tangent``).
+    registration_timeout : float
+        Seconds to wait for the nodes' answers to the job's handshake (their first message,
+        which starts their ClientApps and builds the problem); a node that does not answer in
+        time fails the job with ``NodeRegistrationError``.
     reply_timeout : float
         Seconds to wait for the replies of one phase; a node that does not answer in time (or
         answers with an error) is dropped for the rest of the job.
@@ -171,9 +195,10 @@ class SyncJob(_Job):
     clients_per_round: int | None = None
     batch_size: int | None = None
     atol: float = 1e-8
-    reply_timeout: float = 600.0
+    reply_timeout: float = REPLY_TIMEOUT
     upload_kinds: dict[tuple[int, str], str] | None = None
     max_poll: float = 0.005
+    registration_timeout: float = REGISTRATION_TIMEOUT
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -190,8 +215,7 @@ class SyncJob(_Job):
                 f"{problem.name} has no per-sample losses: batch_size must be None"
             )
         self.atol = _check_positive("atol", self.atol)
-        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
-        self.max_poll = _check_positive("max_poll", self.max_poll)
+        _check_timeouts(self)
         self.algorithm.validate(problem)
 
 
@@ -230,8 +254,19 @@ class AsyncJob(_Job):
         Evaluate the global model every this many server steps.
     atol : float
         Tolerance of the check that a returned local model is on the manifold.
+    registration_timeout : float
+        Seconds to wait for the nodes' answers to the handshake (as :class:`SyncJob`).
     reply_timeout : float
-        Seconds without any reply after which the run stops with ``ReplyTimeoutError``.
+        Seconds to wait for the reply to one dispatch; a node with a message unanswered for
+        longer is taken for dead and excluded with its clients (as is a node whose reply says
+        that its ClientApp process died). When no client is left, the run stops with
+        :class:`~riemfl.adapters.flower.NoProgressError` (``ReplyTimeoutError`` when the last
+        ones timed out): the longest wait of a run whose nodes all die.
+    max_failures : int
+        Exclude a client after this many faulty replies in a row (an exception its ClientApp
+        raised, or an upload that fails the checks: malformed, non-finite, complex, wrong shape
+        or dtype, off the manifold). Each faulty reply is logged with its reason and the client
+        is dispatched again until then.
     drain_timeout : float
         After the last server step, seconds to wait for the replies still in flight (they are
         not applied; waiting keeps a node from running a stale task into the next job).
@@ -266,7 +301,7 @@ class AsyncJob(_Job):
     max_staleness: int | None = None
     eval_every: int | None = 1
     atol: float = 1e-8
-    reply_timeout: float = 600.0
+    reply_timeout: float = REPLY_TIMEOUT
     drain_timeout: float = 60.0
     max_poll: float = 0.005
     curve: bool | None = None
@@ -274,6 +309,8 @@ class AsyncJob(_Job):
     curve_steps: int | None = None
     mu: float = 0.0
     freeze_end: bool = True
+    registration_timeout: float = REGISTRATION_TIMEOUT
+    max_failures: int = MAX_FAILURES
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -287,12 +324,12 @@ class AsyncJob(_Job):
         _check_count("workers", self.workers, 1, problem.n_clients)
         _check_count("max_staleness", self.max_staleness, 0)
         _check_count("eval_every", self.eval_every, 1)
+        self.max_failures = _check_count("max_failures", self.max_failures, 1)
         if self.weights not in ("samples", "uniform"):
             raise ParameterError(f"weights must be 'samples' or 'uniform', got {self.weights!r}")
         self.atol = _check_positive("atol", self.atol)
-        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
         self.drain_timeout = _check_positive("drain_timeout", self.drain_timeout)
-        self.max_poll = _check_positive("max_poll", self.max_poll)
+        _check_timeouts(self)
         self.rule.validate(problem.manifold)
         self.trainer()  # validates batch_size against the problem
 
@@ -390,14 +427,13 @@ class PingJob:
     repeats: int = 10
     payload: dict[str, tuple[int, ...]] = field(default_factory=dict)
     name: str = "ping"
-    reply_timeout: float = 600.0
+    reply_timeout: float = REPLY_TIMEOUT
     max_poll: float = 0.005
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         _check_count("repeats", self.repeats, 1)
-        self.reply_timeout = _check_positive("reply_timeout", self.reply_timeout)
-        self.max_poll = _check_positive("max_poll", self.max_poll)
+        _check_timeouts(self)
 
 
 Job = SyncJob | AsyncJob | PingJob

@@ -10,7 +10,7 @@ from ...errors import ParameterError
 from ._flwr import flwr
 from .async_server import run_async_job
 from .grid_io import wait_for_nodes
-from .jobs import AsyncJob, Job, PingJob, SyncJob
+from .jobs import REGISTRATION_TIMEOUT, AsyncJob, Job, PingJob, SyncJob
 from .ping import run_ping_job
 from .sync_server import run_sync_job
 
@@ -36,7 +36,7 @@ def make_server_app(
     *,
     min_nodes: int | Callable[[Any], int],
     results: dict[str, Any] | None = None,
-    registration_timeout: float | Callable[[Any], float] = 120.0,
+    registration_timeout: float | Callable[[Any], float] = REGISTRATION_TIMEOUT,
     on_result: Callable[[Job, Any, Any], None] | None = None,
 ) -> Any:
     """A Flower ``ServerApp`` that waits for the nodes, then runs ``jobs`` in order.

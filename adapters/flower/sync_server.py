@@ -1,6 +1,10 @@
 r"""A synchronous riemfl algorithm on a Flower grid: the round loop of the ServerApp.
 
-The loop is :func:`riemfl.federated.run_sync`'s, with the client rule run on the nodes:
+The loop is :func:`riemfl.federated.run_sync`'s: the run core
+(:func:`riemfl.federated.run_steps`) with synchronous rounds
+(:class:`riemfl.federated.RoundSteps`: the same sampling, checks of every upload, drops and
+accounting) and the global objective as evaluator; only the executor differs,
+:class:`GridClients`, which runs the client rule on the nodes:
 
 1. clients and mini-batches are drawn with :func:`riemfl.federated.engine.sample_round` from
    :func:`~riemfl.federated.engine.run_rng` of the job's seed (the same draws as ``run_sync``),
@@ -23,66 +27,52 @@ Same seed, same draws, same rules, same order of the stacked uploads: the iterat
 
 from __future__ import annotations
 
-import logging
-import math
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ...errors import ClientFailureError, RiemflError
+from ...errors import ParameterError, RiemflError
 from ...federated.algorithm import State
-from ...federated.engine import ClientDroppedWarning, initial_point, run_rng, sample_round
-from ...federated.history import History
+from ...federated.engine import initial_point
+from ...federated.faults import FaultRecorder
+from ...federated.history import METRICS, History
+from ...federated.local import problem_metrics
+from ...federated.rounds import PhaseReply, RoundSteps, run_rng
+from ...federated.run_core import RunOptions, run_steps
 from .checks import check_rows, check_upload_arrays, upload_kind
 from .grid_io import exchange, reply_error, setup_nodes
 from .jobs import SyncJob
 from .wire import SYNC, check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
 
-__all__ = ["run_sync_job"]
-
-log = logging.getLogger("riemfl.adapters.flower")
+__all__ = ["run_sync_job", "GridClients"]
 
 
-def _metrics(job: SyncJob, server: State) -> dict[str, float]:
-    """Loss, optimality gap and gradient norm at the algorithm's output point (as run_sync)."""
-    problem = job.resolved
-    x = job.algorithm.output(server)
-    loss = problem.loss(x)
-    gap = loss - problem.optimum if problem.optimum is not None else math.nan
-    return {"loss": loss, "optimality_gap": gap, "grad_norm": problem.grad_norm(x)}
+class GridClients:
+    """The executor of a Flower grid: the client rule of each phase runs on the nodes.
 
+    Parameters
+    ----------
+    grid : flwr Grid
+    job : SyncJob
+    hosting : dict of int to list of int
+        Node id -> the clients it hosts.
+    """
 
-class _Run:
-    """State of one synchronous job on the grid (the server's side)."""
-
-    def __init__(
-        self, grid: Any, job: SyncJob, hosting: dict[int, list[int]], history: History
-    ) -> None:
-        self.grid, self.job, self.history = grid, job, history
+    def __init__(self, grid: Any, job: Any, hosting: dict[int, list[int]]) -> None:
+        self.grid, self.job = grid, job
         self.problem = job.resolved
         self.manifold = self.problem.manifold
         self.hosting = hosting
         self.owner = {c: node for node, clients in hosting.items() for c in clients}
         self.pending: dict[int, list[int]] = {node: [] for node in hosting}
-        self.finish = False
+        self.finishing = False
         self.lost: dict[int, str] = {}
         self.meta = point_meta(self.manifold)
+        self._requested: dict[int, list[int]] = {}
 
-    # ------------------------------------------------------------------ drops
-    def drop(self, r: int, client: int, phase: int, why: str) -> None:
-        self.history.warnings.append({"round": r, "client": client, "phase": phase, "reason": why})
-        log.warning("job %s, round %d: client %d dropped (phase %d): %s", self.job.name, r,
-                    client, phase, why)  # fmt: skip
-        warnings.warn(
-            f"round {r}: client {client} dropped (phase {phase}): {why}",
-            ClientDroppedWarning,
-            stacklevel=2,
-        )
-
-    # ------------------------------------------------------------------ one phase
+    # ------------------------------------------------------------------ messages
     def _messages(
         self, r: int, phase: int, message: State, active: np.ndarray, batches: np.ndarray | None
     ) -> tuple[dict[int, Any], dict[int, list[int]], dict[int, str]]:
@@ -105,7 +95,7 @@ class _Run:
                 "phase": phase,
                 "clients": [int(active[j]) for j in mine],
                 "commit": self.pending[node],
-                "finish": phase == 0 and self.finish,
+                "finish": phase == 0 and self.finishing,
                 **self.meta,
             }
             node_arrays = dict(arrays)
@@ -154,21 +144,20 @@ class _Run:
         reasons.update(dict.fromkeys(unanswered, "the node returned no upload for it"))
         return accepted, {**reasons, **bad}, float(config["cpu_time"])
 
-    def phase(
-        self, r: int, phase: int, server: State, active: np.ndarray, batches: np.ndarray | None
-    ) -> tuple[State, np.ndarray, np.ndarray | None, float, float, float]:
-        """One phase; returns (server, survivors, their batches, matrices, bytes, CPU s)."""
-        algorithm = self.job.algorithm
-        message = algorithm.broadcast(server, phase)
+    # ------------------------------------------------------------------ ClientExecutor
+    def run_phase(
+        self, r: int, phase: int, message: State, active: np.ndarray, batches: np.ndarray | None
+    ) -> PhaseReply:
         contents, rows_of, drops = self._messages(r, phase, message, active, batches)
         group_id = f"{self.job.name}:{r}:{phase}"
         replies = exchange(
             self.grid, contents, SYNC, group_id, self.job.reply_timeout, self.job.max_poll
         )
-        self.finish = False
+        self.finishing = False
         position = {int(c): j for j, c in enumerate(active)}
         accepted: dict[int, dict[str, np.ndarray]] = {}
         cpu = 0.0
+        self._requested = {}
         for node, reply in replies.items():
             self.pending[node] = []
             failed = reply_error(reply)
@@ -179,48 +168,32 @@ class _Run:
             cpu += node_cpu
             accepted.update({position[c]: rows for c, rows in ok.items()})
             drops.update({position[c]: w for c, w in bad.items()})
-            self.pending[node] = [c for c in requested if c in ok]
-        for j in sorted(drops):
-            self.drop(r, int(active[j]), phase, drops[j])
-        keep = np.array([j in accepted for j in range(len(active))], dtype=bool)
-        if not keep.any():
-            raise ClientFailureError(
-                f"job {self.job.name!r}, round {r}, phase {phase}: every participating client "
-                "failed: " + "; ".join(f"client {active[j]}: {w}" for j, w in sorted(drops.items()))
-            )
-        order = [j for j in range(len(active)) if keep[j]]
-        uploads = {k: np.stack([accepted[j][k] for j in order]) for k in accepted[order[0]]}
-        point_size = math.prod(self.manifold.point_shape)
-        matrices = sum(v.shape[0] * math.prod(v.shape[1:]) / point_size for v in uploads.values())
-        nbytes = sum(v.shape[0] * math.prod(v.shape[1:]) * v.itemsize for v in uploads.values())
-        t0 = time.thread_time()
-        server = algorithm.server_step(self.manifold, server, phase, message, uploads)
-        cpu += time.thread_time() - t0
-        return (
-            server,
-            active[keep],
-            None if batches is None else batches[keep],
-            matrices,
-            nbytes,
-            cpu,
+            self._requested[node] = requested
+        served = np.array(sorted(accepted), dtype=np.intp)
+        uploads = {}
+        if served.size:
+            keys = accepted[int(served[0])]
+            uploads = {k: np.stack([accepted[int(j)][k] for j in served]) for k in keys}
+        return PhaseReply(uploads, served, drops, cpu_time=cpu)
+
+    def accept(self, phase: int, active: np.ndarray, kept: np.ndarray) -> None:
+        """Each node keeps the new rows of its accepted clients (told in its next message)."""
+        kept_clients = {int(active[j]) for j in kept}
+        for node, requested in self._requested.items():
+            self.pending[node] = [c for c in requested if c in kept_clients]
+
+    def finish(self, message: State, survivors: np.ndarray) -> None:
+        """The next phase-0 message (the new global model) runs ``client_finish`` on them."""
+        self.finishing = True
+
+    def state_dict(self) -> dict[str, Any]:
+        raise ParameterError(
+            "a Flower job cannot be checkpointed by the server: its clients' state lives on the "
+            "nodes"
         )
 
-    def round(
-        self, r: int, rng: np.random.Generator, server: State
-    ) -> tuple[State, float, float, float, int]:
-        """One round; returns (server, uplink matrices / n, uplink bytes / n, CPU s, survivors)."""
-        algorithm = self.job.algorithm
-        active, batches = sample_round(
-            rng, self.problem, algorithm.local_steps, self.job.clients_per_round,
-            self.job.batch_size,
-        )  # fmt: skip
-        matrices = nbytes = cpu = 0.0
-        for phase in range(algorithm.n_phases):
-            server, active, batches, m, b, c = self.phase(r, phase, server, active, batches)
-            matrices, nbytes, cpu = matrices + m, nbytes + b, cpu + c
-        self.finish = True  # the next phase-0 message runs client_finish on the survivors
-        n = self.problem.n_clients
-        return server, matrices / n, nbytes / n, cpu, len(active)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state_dict()
 
 
 def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
@@ -235,8 +208,8 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     x0 = job.x0 if job.x0 is not None else initial_point(problem, job.seed)
     server, _ = algorithm.init(problem, x0)
     hosting = setup_nodes(
-        grid, job.name, "sync", problem.manifold, nodes, problem.n_clients, job.reply_timeout,
-        {"x0": to_numpy(x0)}, job.max_poll,
+        grid, job.name, "sync", problem.manifold, nodes, problem.n_clients,
+        job.registration_timeout, {"x0": to_numpy(x0)}, job.max_poll,
     )  # fmt: skip
     history = History(
         config={
@@ -251,16 +224,18 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
             "nodes": len(hosting),
         }
     )
-    cumulative = ("uplink_matrices", "uplink_bytes", "cpu_time")
-    history.append(round=0, **_metrics(job, server), **dict.fromkeys(cumulative, 0.0),
-                   wall_time=0.0, participants=0)  # fmt: skip
-    run = _Run(grid, job, hosting, history)
-    rng = run_rng(job.seed)
-    wall0 = time.perf_counter()
-    for r in range(1, job.rounds + 1):
-        server, *added, m = run.round(r, rng, server)
-        totals = {k: history.last(k) + v for k, v in zip(cumulative, added, strict=True)}
-        history.append(round=r, **_metrics(job, server), **totals,
-                       wall_time=time.perf_counter() - wall0, participants=m)  # fmt: skip
-    history.final_point = algorithm.output(server)
-    return history
+    steps = RoundSteps(
+        algorithm,
+        GridClients(grid, job, hosting),
+        problem,
+        server,
+        lambda phase: algorithm.upload_shapes(problem, phase),
+        run_rng(job.seed),
+        FaultRecorder(history, label=f"job {job.name}, "),
+        clients_per_round=job.clients_per_round,
+        batch_size=job.batch_size,
+        dtype=algorithm.output(server).dtype,
+        clock=time.thread_time,
+    )
+    options = RunOptions(job.rounds, desc=f"job {job.name}", columns=METRICS)
+    return run_steps(steps, lambda x: problem_metrics(problem, x), history, {}, options)
