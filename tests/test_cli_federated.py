@@ -214,3 +214,15 @@ def test_warm_up_runs_each_kind_of_run_once():
     kinds = zhang2024._warm_up(runs + runs[:2], zhang2024._Problems(None))
     expected = {(r.problem, r.algorithm, r.local_steps, r.batch_size, r.step) for r in runs}
     assert len(kinds) == len(expected) and set(kinds) == expected
+
+
+def test_run_async_writes_a_checkpoint_and_the_same_command_resumes_it(tmp_path):
+    args = ("kpca-synthetic", "--algorithm", "fedbuff", "--engine", "async", "--rounds", "10",
+            "--eval-every", "5", "--checkpoint-every", "5")  # fmt: skip
+    assert _run(tmp_path, *args) == 0
+    assert load_checkpoint(tmp_path / "checkpoint.rfl")["step"] == 10
+    first = History.from_json(tmp_path / "history.json")
+    assert _run(tmp_path, *args) == 0  # resumes at the end: nothing left to run
+    again = History.from_json(tmp_path / "history.json")
+    assert again.same_results(first) and again.step == [0, 5, 10]
+    assert _run(tmp_path, *args[:-1], "0") == 0  # --checkpoint-every 0: no file is read

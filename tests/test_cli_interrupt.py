@@ -19,8 +19,17 @@ pytest.importorskip("matplotlib")
 
 RUNS = {
     "sync": ["kpca-synthetic", "--algorithm", "rfedproj", "--rounds", "1500"],
-    "async": ["kpca-synthetic", "--engine", "async", "--algorithm", "fedbuff", "--rounds", "600",
-              "--eval-every", "5"],  # fmt: skip
+    "async": [
+        "kpca-synthetic",
+        "--engine",
+        "async",
+        "--algorithm",
+        "fedbuff",
+        "--rounds",
+        "600",
+        "--eval-every",
+        "5",
+    ],  # fmt: skip
 }
 
 

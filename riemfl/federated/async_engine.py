@@ -68,8 +68,6 @@ __all__ = [
     "AveragesOutput",
 ]
 
-_Scheduler = WaitingQueue  # the name the queue had inside this module
-
 
 # --------------------------------------------------------------------------------------- hooks
 @runtime_checkable

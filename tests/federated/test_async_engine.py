@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 import riemfl
 from riemfl.errors import ParameterError
-from riemfl.federated.async_engine import AsyncHistory, VersionStore, _Scheduler, run_async
+from riemfl.federated.async_engine import AsyncHistory, VersionStore, run_async
 from riemfl.federated.async_rules import ASGD, FedAsync, FedBuff, OrthoStrict
+from riemfl.federated.async_scheduler import WaitingQueue
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.timing import ExponentialTime, LogNormalTime, ProportionalTime, TraceTime
 
@@ -153,7 +154,7 @@ def test_theory_mode_uniform_arrivals_with_bounded_staleness(euclid_trainer):
 
 
 def test_paper_scheduler_rank_probabilities():
-    sched = _Scheduler("paper", 2.0, np.random.default_rng(0))
+    sched = WaitingQueue("paper", 2.0, np.random.default_rng(0))
     picks = []
     for _ in range(6000):
         for client, batches in enumerate((1, 2, 3)):  # keys 1, 2, 3: rank = client
