@@ -49,6 +49,7 @@ from ..manifolds.euclidean import Euclidean
 from .async_manifold import AsyncManifold, BezierEmbedding
 from .async_rules import Arrival, AsyncRule
 from .async_scheduler import WaitingQueue
+from .checkpoint import require_layout
 from .faults import FaultRecorder, failure_reason, upload_problem
 from .fingerprint import data_digest
 from .history import LOG_COLUMNS, AsyncHistory, History
@@ -352,6 +353,9 @@ class EventLoop:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        x0 = {"x": self.store.model}
+        for version, x in state["store"]["versions"].items():
+            require_layout({"x": x}, x0, f"checkpoint: model version {version}")
         self.store.load_state_dict(state["store"])
         self.queue.load_state_dict(state["queue"])
         self.heap = [(float(t), int(d), int(c), int(v)) for t, d, c, v in state["heap"]]

@@ -58,7 +58,7 @@ import numpy as np
 from ..errors import CheckpointError, ParameterError
 from ._payload import PayloadError, decode_payload, encode_payload
 
-__all__ = ["save_checkpoint", "load_checkpoint", "require", "CHECKPOINT_FORMAT"]
+__all__ = ["save_checkpoint", "load_checkpoint", "require", "require_layout", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = 2
 
@@ -128,6 +128,39 @@ def require(
             f"{reprlib.repr(value)}"
         )
     return value
+
+
+def require_layout(saved: Any, fresh: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``saved``, checked to be a dict of arrays laid out like ``fresh``: the same keys, and
+    for each array the same shape and dtype (numpy arrays or torch tensors alike).
+
+    Engines call it on a restored server or client state against the state of the fresh run,
+    so that a checkpoint whose digest is valid but whose content does not fit the run (written
+    by hand, or by another version) is refused here rather than failing later.
+
+    Raises
+    ------
+    CheckpointError
+        Naming ``where``, the key, what was expected and what was found.
+    """
+    if not isinstance(saved, Mapping) or set(saved) != set(fresh):
+        found = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
+        raise CheckpointError(f"{where} must have the keys {sorted(fresh)}, found {found}")
+    for key, want in fresh.items():
+        got = saved[key]
+        if not hasattr(want, "shape"):
+            continue
+        if (
+            not hasattr(got, "shape")
+            or tuple(got.shape) != tuple(want.shape)
+            or str(got.dtype).removeprefix("torch.") != str(want.dtype).removeprefix("torch.")
+        ):
+            shown = (tuple(got.shape), str(got.dtype)) if hasattr(got, "shape") else type(got)
+            raise CheckpointError(
+                f"{where}[{key!r}] must be an array of shape {tuple(want.shape)} and dtype "
+                f"{want.dtype}, found {shown}"
+            )
+    return dict(saved)
 
 
 # ----------------------------------------------------------------------------- saving

@@ -30,6 +30,7 @@ from ..backend import is_torch
 from ..errors import ParameterError
 from ..problems.base import FederatedProblem
 from .algorithm import ClientContext, State, SyncAlgorithm
+from .checkpoint import require_layout
 from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_problem
 from .fingerprint import data_digest
 from .history import METRICS, History
@@ -178,7 +179,8 @@ class StackedClients:
         return {"clients": self.clients}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.clients = {k: _materialize(v) for k, v in state["clients"].items()}
+        clients = require_layout(state["clients"], self.clients, "checkpoint: client state")
+        self.clients = {k: _materialize(v) for k, v in clients.items()}
 
 
 # --------------------------------------------------------------------------------------- public

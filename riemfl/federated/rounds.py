@@ -33,6 +33,7 @@ import numpy as np
 from ..backend import is_torch
 from ..errors import ClientFailureError
 from ..problems.base import sample_batches
+from .checkpoint import require_layout
 from .faults import FaultRecorder, row_problems, stack_problem
 from .run_core import Stateful
 
@@ -301,7 +302,7 @@ class RoundSteps:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])
-        self.server = dict(state["server"])
+        self.server = require_layout(state["server"], self.server, "checkpoint: server state")
         self.rng.bit_generator.state = state["rng"]
         self.totals = {k: float(state["totals"][k]) for k in self.totals}
         self.participants = int(state["participants"])

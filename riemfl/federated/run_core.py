@@ -198,7 +198,9 @@ class _Loop:
         try:
             self.steps.load_state_dict(state["state"])
             loaded = History.from_dict(state["history"])
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise CheckpointError(
                 f"checkpoint {str(path)!r}: its run state does not fit this run: "
                 f"{type(exc).__name__}: {exc}"

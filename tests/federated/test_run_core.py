@@ -281,3 +281,47 @@ def test_a_checkpoint_of_another_async_configuration_is_refused(tmp_path):
     run_async(trainer, rule(), 4, checkpoint=path, workers=2, **kw)
     with pytest.raises(CheckpointError, match="another run"):
         run_async(trainer, rule(), 8, checkpoint=path, workers=3, **kw)
+
+
+# ----------------------------------------------------------------------------- crafted files
+def _crafted(path, edit):
+    """Rewrite a checkpoint (valid digest) after ``edit(payload)``: a file written by hand."""
+    from riemfl.federated.checkpoint import save_checkpoint
+
+    payload = load_checkpoint(path)
+    edit(payload)
+    save_checkpoint(path, payload)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda p: p["state"]["executor"]["clients"].update(c=np.zeros((2, 2))), "client state"),
+        (lambda p: p["state"]["server"].update(x=np.zeros(3)), "server state"),
+        (lambda p: p["state"].pop("rng"), "does not fit"),
+        (lambda p: p["state"].update(totals="many"), "does not fit"),
+        (lambda p: p.update(step="7"), "must be int"),
+        (lambda p: p.pop("history"), "history"),
+    ],
+)
+def test_a_valid_file_whose_content_does_not_fit_the_run_is_refused(tmp_path, edit, match):
+    path = tmp_path / "run.ckpt"
+    problem = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
+    run_sync(problem, RFedProj(0.02, 3), 3, checkpoint=path)
+    _crafted(path, edit)
+    with pytest.raises(CheckpointError, match=match):
+        run_sync(problem, RFedProj(0.02, 3), 6, checkpoint=path)
+
+
+def test_an_async_file_with_a_model_of_another_shape_is_refused(tmp_path):
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    path = tmp_path / "async.ckpt"
+    run_async(trainer, rule(), 4, checkpoint=path, **kw)
+
+    def edit(payload):
+        versions = payload["state"]["store"]["versions"]
+        versions.update({v: np.zeros(3) for v in versions})
+
+    _crafted(path, edit)
+    with pytest.raises(CheckpointError, match="model version"):
+        run_async(trainer, rule(), 8, checkpoint=path, **kw)
