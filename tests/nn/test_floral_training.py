@@ -286,3 +286,33 @@ def test_user_mnist_file_goes_through_the_existing_loader(tmp_path):
     assert task.input_shape == (1, 28, 28) and task.description["test_rows"] == 12
     assert sum(c[0].shape[0] for c in task.clients) == 40
     assert 0.0 <= task.clients[0][0].min() and task.clients[0][0].max() <= 1.0
+
+
+@pytest.mark.parametrize("fault", ["raise", "nan", "complex", "shape", "int"])
+def test_a_faulty_floral_client_is_dropped_and_keeps_its_personal_state(digits_ls, fault):
+    """Every kind of fault of one client, checked before its upload is stacked with the
+    others: dropped with its reason; the others aggregated; its router not updated."""
+    torch.manual_seed(0)
+    tr = _trainer(floralize(MLP([64, 16, 10]), 4, 0.1, seed=0), digits_ls, router_lr=1.0)
+    train, before = tr.train, tr.router_logits[2].copy()
+
+    def faulty(i, start, rng, epochs=None):
+        out = train(i, start, rng, epochs)
+        if i != 2:
+            return out
+        return {
+            "raise": lambda: (_ for _ in ()).throw(RuntimeError("client 2 crashed")),
+            "nan": lambda: np.full_like(out, np.nan),
+            "complex": lambda: out + 1e-3j,
+            "shape": lambda: out[:-1],
+            "int": lambda: out.astype(np.int64),
+        }[fault]()
+
+    tr.train = faulty
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        h = run_floral(tr, 1, eval_every=None)
+    assert [w["client"] for w in h.warnings] == [2]
+    assert 2 not in h.log["client"] and h.participants[-1] == tr.n_clients - 1
+    assert np.isfinite(h.final_point).all() and np.isrealobj(h.final_point)
+    np.testing.assert_array_equal(tr.router_logits[2], before)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ParameterError
-from ...federated.faults import FaultRecorder, failure_reason
+from ...federated.faults import FaultRecorder, failure_reason, upload_problem
 from ...federated.fingerprint import data_digest
 from ...federated.history import History
 from ...federated.rounds import PhaseReply, RoundSteps, run_rng
@@ -70,6 +70,12 @@ class FloralServer:
         self.aggregator.server_optimizer.load_state_dict(state["server_optimizer"])
 
 
+def upload_shapes(trainer: FloralTrainer) -> dict[str, tuple[int, ...]]:
+    r"""What one FLoRAL client uploads: its federated vector, :math:`N^k` and
+    :math:`\hat\pi^k`."""
+    return {"x": (trainer.layout.size,), "n": (), "pi": (trainer.last_pi.shape[1],)}
+
+
 class FloralClients:
     """FLoRAL's executor: the participants' local runs, one after another, in process.
 
@@ -84,6 +90,7 @@ class FloralClients:
 
     def __init__(self, trainer: FloralTrainer, rng: np.random.Generator, history: History) -> None:
         self.trainer, self.rng, self.history = trainer, rng, history
+        self.shapes = upload_shapes(trainer)
         self._before: State = {}
         self._sizes: dict[int, float] = {}
         self._round = 0
@@ -103,6 +110,11 @@ class FloralClients:
                 reasons[j] = failure_reason(exc)
                 continue
             n_k, pi_k = tr.upload_weights(int(i))
+            upload = {"x": local, "n": np.float64(n_k), "pi": pi_k}
+            why = upload_problem(upload, self.shapes, np.float64)  # before stacking it
+            if why is not None:
+                reasons[j] = why
+                continue
             rows.append((j, local, n_k, pi_k))
         self._sizes = {j: n_k for j, _, n_k, _ in rows}
         served = np.array([j for j, *_ in rows], dtype=np.intp)
@@ -200,6 +212,11 @@ def run_floral(
             f"run_floral: clients_per_round must be in 1..{n}, got {clients_per_round!r}"
         )
     x = trainer.global_parameters() if x0 is None else np.array(x0, dtype=np.float64)
+    if x.shape != upload_shapes(trainer)["x"] or not np.isfinite(x).all():
+        raise ParameterError(
+            f"run_floral: x0 must be a finite vector of the model's {trainer.layout.size} "
+            f"federated parameters, got shape {x.shape}"
+        )
     config = {
         "trainer": trainer.describe(),
         "aggregator": aggregator.describe(),
@@ -208,7 +225,7 @@ def run_floral(
     }
     history = History(config={**config, "rounds": rounds, "engine": "floral-sync"})
     rng = run_rng(seed)
-    shapes = {"x": x.shape, "n": (), "pi": (trainer.last_pi.shape[1],)}
+    shapes = upload_shapes(trainer)
     server = FloralServer(aggregator, trainer.layout.n_clusters is not None)
     steps = RoundSteps(
         server, FloralClients(trainer, rng, history), trainer, {"x": x, "info": {}},
