@@ -164,7 +164,8 @@ class Settings:
     )
     scale: dict[str, Any] = field(
         default_factory=lambda: {"n": 10_000, "d": 100, "k": 5, "p": 20, "tau": 5, "rounds": 3,
-                                 "repeats": 3, "memory_rounds": 2})  # fmt: skip
+                                 "repeats": 3, "memory_rounds": 2,
+                                 "storage": "covariances"})  # fmt: skip
     goals: dict[str, float] = field(
         default_factory=lambda: {"overhead": 1.05, "event_us": 10.0, "scale_time": 1.3,
                                  "scale_memory": 1.2})  # fmt: skip
@@ -180,7 +181,7 @@ class Settings:
                     "repeats": 1, "profile_events": 500},
             checkpoint={"dim": 10**4, "steps": 3, "repeats": 2},
             scale={"n": 200, "d": 20, "k": 3, "p": 5, "tau": 2, "rounds": 2, "repeats": 1,
-                   "memory_rounds": 1},
+                   "memory_rounds": 1, "storage": "covariances"},
             is_quick=True,
         )  # fmt: skip
 
@@ -351,7 +352,8 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         c = spec["config"]
         problem = _scale_problem(c)
         out["data_bytes"] = int(sum(b.nbytes for b in problem.blocks))  # the (p_i, d) rows
-        out["covariance_bytes"] = int(problem.covariances.nbytes)
+        stored = problem.storage == "covariances"  # the rows' storage builds none
+        out["covariance_bytes"] = int(problem.covariances.nbytes) if stored else 0
         algorithm = RFedProj(1.0 / problem.smoothness, c["tau"])
         x0 = initial_point(problem, 0)
         run = {
@@ -575,7 +577,9 @@ def bench_checkpoint(s: Settings, folder: Path) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------------------- part 4
 def _scale_problem(c: dict[str, Any]) -> KPCAProblem:
-    return KPCAProblem.synthetic(n_clients=c["n"], d=c["d"], k=c["k"], p=c["p"], seed=0)
+    return KPCAProblem.synthetic(
+        n_clients=c["n"], d=c["d"], k=c["k"], p=c["p"], seed=0, storage=c["storage"]
+    )
 
 
 def bench_scale(s: Settings) -> dict[str, Any]:
@@ -751,6 +755,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
     cli.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
+    cli.add_argument(
+        "--scale-storage", choices=("covariances", "rows"), default="covariances",
+        help="what the 10^4-client kPCA problem keeps (KPCAProblem's storage)",
+    )  # fmt: skip
     cli.add_argument("--child", help=argparse.SUPPRESS)  # a memory measurement (internal)
     opts = cli.parse_args(argv)
     if opts.child:
@@ -758,7 +766,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return {}
     from _harness import write_result
 
-    result = run_benchmark(quick=opts.quick, out=None, verbose=True)
+    settings = Settings.quick() if opts.quick else Settings()
+    settings.scale["storage"] = opts.scale_storage
+    result = run_benchmark(quick=opts.quick, out=None, verbose=True, settings=settings)
     return write_result(result, opts.out, format_tables(result))
 
 

@@ -56,6 +56,9 @@ __all__ = ["KPCAProblem"]
 #: more memory than the data itself, else a loop over per-client arrays
 _PAD_OVERHEAD = 1.25
 
+#: What a :class:`KPCAProblem`'s gradient oracle keeps.
+STORAGES = ("covariances", "rows")
+
 
 class KPCAProblem(FederatedProblem):
     r"""k-component PCA with the rows of the data split among n clients, on St(d, k).
@@ -69,11 +72,18 @@ class KPCAProblem(FederatedProblem):
         Number of components, ``1 <= k <= d``.
     name : str
         Used in histories and messages.
+    storage : {"covariances", "rows"}
+        What the gradient oracle keeps. ``"covariances"`` (default): the stacked
+        :math:`C_i = A_i^\top A_i` (n d^2 floats; a gradient costs :math:`O(d^2 k)` per client).
+        ``"rows"``: only the samples (a gradient :math:`-A_i^\top (A_i x)` costs
+        :math:`O(p_i d k)`), smaller and faster when the clients have fewer rows than d (e.g.
+        10^4 clients of 20 rows in d = 100: 160 MB of rows instead of 800 MB of covariances).
+        The two differ only by rounding.
 
     Attributes
     ----------
     covariances : numpy.ndarray, shape (n, d, d)
-        The stacked :math:`C_i = A_i^\top A_i`.
+        The stacked :math:`C_i = A_i^\top A_i` (computed on first use with ``storage="rows"``).
     blocks : list of numpy.ndarray
         The :math:`A_i` (float64).
     optimum, smoothness : float
@@ -88,7 +98,17 @@ class KPCAProblem(FederatedProblem):
     once; each gradient then costs :math:`O(d^2 k)` per client instead of :math:`O(p_i d k)`.
     """
 
-    def __init__(self, data_blocks: Sequence[Any], k: int, *, name: str = "kpca") -> None:
+    def __init__(
+        self,
+        data_blocks: Sequence[Any],
+        k: int,
+        *,
+        name: str = "kpca",
+        storage: str = "covariances",
+    ) -> None:
+        if storage not in STORAGES:
+            raise ParameterError(f"KPCAProblem: storage must be one of {STORAGES}, got {storage!r}")
+        self.storage = storage
         if isinstance(data_blocks, np.ndarray) and data_blocks.ndim == 3:
             data_blocks = list(data_blocks)
         if not isinstance(data_blocks, Sequence) or len(data_blocks) == 0:
@@ -125,11 +145,18 @@ class KPCAProblem(FederatedProblem):
             self._padded = None
         self.blocks = blocks
 
-        cov = np.empty((self.n_clients, d, d))
-        for i, a in enumerate(blocks):  # once, at construction
-            np.matmul(a.T, a, out=cov[i])
-        self.covariances = cov
-        total = cov.sum(axis=0)
+        self._covariances: np.ndarray | None = None
+        if storage == "rows" and self._padded is None:
+            raise ParameterError(
+                "KPCAProblem: storage='rows' needs clients of similar sizes (the rows are kept in "
+                f"one padded stack); the sizes range from {min(self.n_samples)} to {p_max}"
+            )
+        if storage == "covariances":
+            total = self.covariances.sum(axis=0)
+        else:
+            total = np.zeros((d, d))
+            for a in blocks:
+                total += a.T @ a
         self.mean_covariance = total / self.n_clients  # C-bar: f(x) = -1/2 tr(x^T C-bar x)
         # eigh of the mean; top-k eigenvalues in decreasing order
         evals, evecs = np.linalg.eigh(total / self.n_clients)
@@ -137,6 +164,24 @@ class KPCAProblem(FederatedProblem):
         self._solution = np.ascontiguousarray(evecs[:, ::-1][:, : self.k])
         self.optimum = -0.5 * float(self._eigenvalues[: self.k].sum())
         self.smoothness = float(np.linalg.eigvalsh(total)[-1])
+
+    @property
+    def covariances(self) -> np.ndarray:
+        """The stacked :math:`C_i = A_i^\top A_i`, shape (n, d, d) (built once, when first
+        needed)."""
+        if self._covariances is None:
+            cov = np.empty((self.n_clients, self.d, self.d))
+            for i, a in enumerate(self.blocks):
+                np.matmul(a.T, a, out=cov[i])
+            self._covariances = cov
+        return self._covariances
+
+    def _covariance_times(self, index: Any, ids: np.ndarray, xs: np.ndarray) -> np.ndarray:
+        """Stacked :math:`C_i x_j` from the stored covariances or rows (``storage``)."""
+        if self.storage == "covariances":
+            return np.matmul(self.covariances[index], xs)
+        rows = self._padded[index]  # a view for all clients in order (index is a slice)
+        return np.matmul(rows.transpose(0, 2, 1), np.matmul(rows, xs))
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -149,6 +194,7 @@ class KPCAProblem(FederatedProblem):
         seed: int | np.random.Generator | None = 0,
         *,
         scale: str = "variance",
+        storage: str = "covariances",
     ) -> KPCAProblem:
         r"""The heterogeneous synthetic kPCA of Zhang et al. (2024, App. A.4.1, Figs. 6-7).
 
@@ -166,6 +212,8 @@ class KPCAProblem(FederatedProblem):
             an initial point.
         scale : {"variance", "std"}
             How to read the 2i/n of :math:`N(0, 2i/n)`.
+        storage : {"covariances", "rows"}
+            What the oracle keeps (class docstring).
         """
         if scale not in ("variance", "std"):
             raise ParameterError(f"scale must be 'variance' or 'std', got {scale!r}")
@@ -175,7 +223,7 @@ class KPCAProblem(FederatedProblem):
         level = 2.0 * np.arange(1, n_clients + 1) / n_clients
         std = np.sqrt(level) if scale == "variance" else level
         a = rng.standard_normal((n_clients, p, d)) * std[:, None, None]
-        return cls(list(a), k, name="kpca-synthetic")
+        return cls(list(a), k, name="kpca-synthetic", storage=storage)
 
     @classmethod
     def from_labelled(
@@ -216,7 +264,7 @@ class KPCAProblem(FederatedProblem):
         index, ids = client_index(clients, self.n_clients, self.name)
         xs = point_stack(xs, ids.size, (self.d, self.k), self.name)
         if batches is None:
-            out = np.matmul(self.covariances[index], xs)
+            out = self._covariance_times(index, ids, xs)
             return np.negative(out, out=out)
         batches = batch_array(batches, ids, self._sizes, self.name)
         scale = -(self._sizes[ids] / batches.shape[1])[:, None, None]
@@ -249,7 +297,7 @@ class KPCAProblem(FederatedProblem):
         r"""Stacked :math:`f_i(x_j) = -\frac12 \langle x_j, C_i x_j\rangle`, float64."""
         index, ids = client_index(clients, self.n_clients, self.name)
         xs = point_stack(xs, ids.size, (self.d, self.k), self.name)
-        cx = np.matmul(self.covariances[index], xs)
+        cx = self._covariance_times(index, ids, xs)
         return -0.5 * np.einsum("nij,nij->n", xs, cx)
 
     # ------------------------------------------------------------------ reference values
@@ -269,6 +317,8 @@ class KPCAProblem(FederatedProblem):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(d=self.d, k=self.k, eigengap=self.eigengap)
+        if self.storage != "covariances":  # the default's description stays as it was
+            out["storage"] = self.storage
         return out
 
     @property

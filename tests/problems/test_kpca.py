@@ -219,3 +219,37 @@ def test_oracle_errors():
         problem.client_egrads([0, 1], xs, np.zeros((2, 1)))
     with pytest.raises(ParameterError, match="clients must be"):
         problem.client_losses([[0, 1]], xs)
+
+
+def test_row_storage_is_the_covariance_oracle_up_to_rounding():
+    rng = np.random.default_rng(3)
+    blocks = [rng.normal(size=(int(p), 12)) for p in rng.integers(8, 10, size=7)]
+    dense = KPCAProblem(blocks, 3)
+    rows = KPCAProblem(blocks, 3, storage="rows")
+    assert rows._covariances is None  # nothing of size n d^2 until asked for
+    xs = dense.manifold.random_point(7, rng=1)
+    for clients in (range(7), [4, 0, 6]):
+        sub = xs[: len(clients)]
+        np.testing.assert_allclose(
+            rows.client_egrads(clients, sub), dense.client_egrads(clients, sub), atol=1e-12
+        )
+        np.testing.assert_allclose(
+            rows.client_losses(clients, sub), dense.client_losses(clients, sub), atol=1e-12
+        )
+    batches = np.stack([rng.choice(8, size=(2, 4), replace=False) for _ in range(3)])[:, 0]
+    np.testing.assert_allclose(
+        rows.client_egrads([1, 2, 5], xs[:3], batches),
+        dense.client_egrads([1, 2, 5], xs[:3], batches),
+        atol=1e-12,
+    )
+    assert rows.optimum == pytest.approx(dense.optimum, abs=1e-12)
+    np.testing.assert_allclose(rows.covariances, dense.covariances, atol=1e-12)
+    assert rows.describe() == {**dense.describe(), "storage": "rows"}
+
+
+def test_row_storage_refuses_bad_settings():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ParameterError, match="storage must be one of"):
+        KPCAProblem([rng.normal(size=(5, 4))], 2, storage="dense")
+    with pytest.raises(ParameterError, match="similar sizes"):
+        KPCAProblem([rng.normal(size=(2, 4)), rng.normal(size=(40, 4))], 2, storage="rows")
