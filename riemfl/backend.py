@@ -13,6 +13,7 @@ linear-algebra kernels the manifolds need, plus the ones numpy and torch spell d
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -103,6 +104,10 @@ class _NumpyOps:
         return np.asarray(a, dtype=like.dtype)
 
     @staticmethod
+    def zeros(shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+    @staticmethod
     def from_numpy(a, like):
         return np.asarray(a, dtype=like.dtype if like is not None else None)
 
@@ -132,6 +137,9 @@ class _NumpyOps:
 
     @staticmethod
     def all_finite(a) -> bool:
+        # NaN and inf reach the sum (no temporary array); only a non-finite sum needs the full test
+        if math.isfinite(a.sum()):
+            return True
         return bool(np.isfinite(a).all())
 
     @staticmethod
@@ -237,6 +245,9 @@ class _TorchOps:
 
     def asarray(self, a, like):
         return self.t.as_tensor(a, dtype=like.dtype, device=like.device)
+
+    def zeros(self, shape, like):
+        return self.t.zeros(shape, dtype=like.dtype, device=like.device)
 
     def from_numpy(self, a, like):
         return self.t.as_tensor(np.asarray(a), dtype=like.dtype, device=like.device)

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..backend import Array, ops_for, to_like
 from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from .inputs import check_finite, coerce
 
 __all__ = ["Manifold", "as_generator", "RandomState"]
 
@@ -71,6 +72,8 @@ class Manifold(ABC):
     point_shape: tuple[int, ...] = ()
     #: methods deliberately not provided, mapped to the reason (used in errors and test skips)
     unsupported: dict[str, str] = {}
+    #: whether complex arrays are accepted (the input policy refuses them otherwise)
+    supports_complex: bool = False
 
     # ------------------------------------------------------------------ constants
     @property
@@ -134,13 +137,49 @@ class Manifold(ABC):
             f"(trailing point shape {self.point_shape}, any leading batch dimensions)"
         )
 
-    def _finite(self, a: Array, role: str) -> None:
-        if not ops_for(a).all_finite(a):
-            raise NotOnManifoldError(f"{self.name}: {role} contains NaN or infinite entries")
-
     def default_atol(self, a: Array) -> float:
         """Absolute tolerance of :meth:`check_point` / :meth:`check_tangent` for ``a``'s dtype."""
         return 1e3 * ops_for(a).eps(a) * max(1.0, math.sqrt(self.dim))
+
+    # ------------------------------------------------------------------ the boundary
+    def _inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
+        """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
+        finite values of a public map's arguments."""
+        arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+        for a, role in zip(arrays, roles, strict=True):
+            self._shape(a, role)
+            check_finite(f"{self.name}.{method}", a, role)
+        return arrays
+
+    def _call(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
+        """Run the private map ``_<method>`` on arguments that passed the input policy.
+
+        Batch shapes must broadcast (else :class:`~riemfl.errors.ShapeError`); a result is
+        broadcast to the batch of all arguments, and an empty batch gives an empty result without
+        calling the map. ``reduces``: the map reduces the point axes (inner, norm, dist).
+        """
+        arrays = self._inputs(method, arrays, roles)
+        shape = arrays[0].shape
+        same = all(a.shape == shape for a in arrays[1:])
+        batch = tuple(shape[: len(shape) - self.ndim]) if same else self._batch(arrays, roles)
+        full = batch if reduces else batch + self.point_shape
+        if 0 in batch:
+            return ops_for(*arrays).zeros(full, arrays[0])
+        out = getattr(self, "_" + method)(*arrays)
+        if not same and tuple(out.shape) != full:  # a map that ignored a batch argument
+            out = out + ops_for(out).zeros(full, out)
+        return out
+
+    def _batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
+        batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
+        try:
+            return tuple(np.broadcast_shapes(*batches))
+        except ValueError:
+            listed = ", ".join(f"{r} {b}" for r, b in zip(roles, batches, strict=True))
+            raise ShapeError(
+                f"{self.name}: the batch shapes of the arguments do not broadcast ({listed}); "
+                f"expected leading dimensions that broadcast against each other"
+            ) from None
 
     # ------------------------------------------------------------------ public contract
     def project(self, a: Array) -> Array:
@@ -148,77 +187,51 @@ class Manifold(ABC):
 
         Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
         """
-        self._shape(a, "ambient point a")
-        if not self._project_checks_finite:
-            self._finite(a, "ambient point a")
-        return self._project(a)
+        return self._call("project", _A, False, a)
 
     def to_tangent(self, x: Array, a: Array) -> Array:
         """Orthogonal projection of the ambient vector ``a`` onto :math:`T_xM`."""
-        self._shape(x, "point x")
-        self._shape(a, "ambient vector a")
-        return self._to_tangent(x, a)
+        return self._call("to_tangent", _XA, False, x, a)
 
     def egrad_to_rgrad(self, x: Array, g: Array) -> Array:
         """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
-        self._shape(x, "point x")
-        self._shape(g, "Euclidean gradient g")
-        return self._egrad_to_rgrad(x, g)
+        return self._call("egrad_to_rgrad", _XG, False, x, g)
 
     def inner(self, x: Array, u: Array, v: Array) -> Array:
         """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
-        self._shape(u, "tangent vector u")
-        self._shape(v, "tangent vector v")
-        return self._inner(x, u, v)
+        return self._call("inner", _XUV, True, x, u, v)
 
     def norm(self, x: Array, u: Array) -> Array:
         """Riemannian norm :math:`\\|u\\|_x = \\sqrt{\\langle u, u\\rangle_x}`."""
-        self._shape(u, "tangent vector u")
-        return self._norm(x, u)
+        return self._call("norm", _XU, True, x, u)
 
     def retract(self, x: Array, u: Array) -> Array:
         """The manifold's default retraction :math:`R_x(u)`."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        return self._retract(x, u)
+        return self._call("retract", _XU, False, x, u)
 
     def inverse_retract(self, x: Array, y: Array) -> Array:
         """Inverse of :meth:`retract`: the tangent ``u`` at ``x`` with :math:`R_x(u) = y`."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._inverse_retract(x, y)
+        return self._call("inverse_retract", _XY, False, x, y)
 
     def exp(self, x: Array, u: Array) -> Array:
         """Riemannian exponential map :math:`\\mathrm{Exp}_x(u)`."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        return self._exp(x, u)
+        return self._call("exp", _XU, False, x, u)
 
     def log(self, x: Array, y: Array) -> Array:
         """Riemannian logarithm :math:`\\mathrm{Log}_x(y)` (inverse of exp near ``x``)."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._log(x, y)
+        return self._call("log", _XY, False, x, y)
 
     def dist(self, x: Array, y: Array) -> Array:
         """Geodesic distance; reduces the point axes."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._dist(x, y)
+        return self._call("dist", _XY, True, x, y)
 
     def transport(self, x: Array, y: Array, u: Array) -> Array:
         """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        self._shape(u, "tangent vector u")
-        return self._transport(x, y, u)
+        return self._call("transport", _XYU, False, x, y, u)
 
     def parallel_transport(self, x: Array, y: Array, u: Array) -> Array:
         """Parallel transport of ``u`` along the minimising geodesic from ``x`` to ``y``."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        self._shape(u, "tangent vector u")
-        return self._parallel_transport(x, y, u)
+        return self._call("parallel_transport", _XYU, False, x, y, u)
 
     def random_point(
         self, *batch_shape: int, rng: RandomState = None, like: Array | None = None
@@ -240,13 +253,13 @@ class Manifold(ABC):
 
     def random_tangent(self, x: Array, rng: RandomState = None) -> Array:
         """A random tangent vector at each point of ``x`` (Gaussian ambient, projected)."""
-        self._shape(x, "point x")
-        g = as_generator(rng).standard_normal(tuple(x.shape))
-        return self._to_tangent(x, to_like(g, x))
+        (x,) = self._inputs("random_tangent", (x,), _X)
+        g = to_like(as_generator(rng).standard_normal(tuple(x.shape)), x)
+        return g if 0 in x.shape else self._to_tangent(x, g)
 
     def zero_tangent(self, x: Array) -> Array:
         """The zero tangent vector at ``x``."""
-        self._shape(x, "point x")
+        (x,) = self._inputs("zero_tangent", (x,), _X)
         return ops_for(x).zeros_like(x)
 
     def check_point(self, x: Array, atol: float | None = None) -> None:
@@ -254,9 +267,12 @@ class Manifold(ABC):
 
         The message names the constraint that failed and the largest violation measured.
         """
-        self._shape(x, "point x")
-        self._finite(x, "point x")
-        tol = self.default_atol(x) if atol is None else atol
+        (x,) = self._inputs("check_point", (x,), _X)
+        if 0 in x.shape:
+            return
+        self._check_point(x, self.default_atol(x) if atol is None else atol)
+
+    def _check_point(self, x: Array, tol: float) -> None:
         constraint, violation = self._point_violation(x)
         if violation > tol:
             raise NotOnManifoldError(
@@ -266,9 +282,9 @@ class Manifold(ABC):
 
     def check_tangent(self, x: Array, u: Array, atol: float | None = None) -> None:
         """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``u`` is tangent at ``x``."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        self._finite(u, "tangent vector u")
+        x, u = self._inputs("check_tangent", (x, u), _XU)
+        if 0 in x.shape or 0 in u.shape:
+            return
         tol = self.default_atol(x) if atol is None else atol
         constraint, violation = self._tangent_violation(x, u)
         scale = max(1.0, ops_for(u).to_float(self._norm(x, u)) if self._euclidean_norm_ok else 1.0)
@@ -290,8 +306,6 @@ class Manifold(ABC):
 
     # ------------------------------------------------------------------ default implementations
     _euclidean_norm_ok = True
-    #: True where ``_project`` itself rejects NaN/inf input (on a cheaper reduced quantity)
-    _project_checks_finite = False
 
     def _project(self, a):
         return self._not_implemented("project")
@@ -343,6 +357,16 @@ class Manifold(ABC):
         d = u - self._to_tangent(x, u)
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
 
+
+#: roles of the arguments of the public maps (named in error messages)
+_A = ("ambient point a",)
+_X = ("point x",)
+_XA = ("point x", "ambient vector a")
+_XG = ("point x", "Euclidean gradient g")
+_XU = ("point x", "tangent vector u")
+_XY = ("point x", "point y")
+_XUV = ("point x", "tangent vector u", "tangent vector v")
+_XYU = ("point x", "point y", "tangent vector u")
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
 _DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist"}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..backend import Array, ops_for
-from ..errors import ParameterError
+from ..errors import ParameterError, ShapeError
 from .base import Manifold
 
 __all__ = ["Product"]
@@ -75,7 +77,21 @@ class Product(Manifold):
         for m, part in zip(self.manifolds, parts, strict=True):
             m._shape(part, "component")
         ops = ops_for(*parts)
-        batch = tuple(parts[0].shape[: parts[0].ndim - self.manifolds[0].ndim])
+        batches = [
+            tuple(p.shape[: p.ndim - m.ndim]) for m, p in zip(self.manifolds, parts, strict=True)
+        ]
+        batch = batches[0]
+        if any(b != batch for b in batches):  # components that broadcast (one point, a batch)
+            try:
+                batch = tuple(np.broadcast_shapes(*batches))
+            except ValueError:
+                raise ShapeError(
+                    f"{self.name}.pack: the components' batch shapes {batches} do not broadcast"
+                ) from None
+            parts = [
+                ops.broadcast_to(p, batch + m.point_shape)
+                for m, p in zip(self.manifolds, parts, strict=True)
+            ]
         flat = [ops.reshape(p, batch + (size,)) for p, size in zip(parts, self.sizes, strict=True)]
         return ops.concatenate(flat, axis=-1)
 
