@@ -118,6 +118,8 @@ class _NumpyOps:
 
     @staticmethod
     def expm(a):
+        if a.dtype == np.float32:  # in float64, rounded once (see _TorchOps.expm)
+            return scipy.linalg.expm(a.astype(np.float64)).astype(np.float32)
         return scipy.linalg.expm(a)
 
     @staticmethod
@@ -256,6 +258,10 @@ class _TorchOps:
         return self.t.linalg.qr(a, mode="reduced")
 
     def expm(self, a):
+        # float32 is exponentiated in float64 and rounded once: torch's float32 matrix_exp is off
+        # by hundreds of ulp for small skew-symmetric arguments (the Stiefel exponential's)
+        if a.dtype == self.t.float32:
+            return self.t.linalg.matrix_exp(a.to(self.t.float64)).to(a.dtype)
         return self.t.linalg.matrix_exp(a)
 
     def cholesky(self, a):

@@ -31,13 +31,14 @@ Constants
 from __future__ import annotations
 
 import math
+import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
 from ..backend import Array, ops_for, to_like
-from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from ..errors import ConvergenceError, NotOnManifoldError, ParameterError, ShapeError
 from .inputs import check_finite, coerce
 
 __all__ = ["Manifold", "as_generator", "RandomState"]
@@ -165,7 +166,13 @@ class Manifold(ABC):
         full = batch if reduces else batch + self.point_shape
         if 0 in batch:
             return ops_for(*arrays).zeros(full, arrays[0])
-        out = getattr(self, "_" + method)(*arrays)
+        try:
+            out = getattr(self, "_" + method)(*arrays)
+        except _linalg_errors() as exc:  # every factorisation is guarded; this is the last net
+            raise ConvergenceError(
+                f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
+                f"expected arguments of moderate size and condition"
+            ) from exc
         if not same and tuple(out.shape) != full:  # a map that ignored a batch argument
             out = out + ops_for(out).zeros(full, out)
         return out
@@ -356,6 +363,12 @@ class Manifold(ABC):
         ops = ops_for(x, u)
         d = u - self._to_tangent(x, u)
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
+
+
+def _linalg_errors() -> tuple[type[BaseException], ...]:
+    """numpy's and (where loaded) torch's linear-algebra exceptions."""
+    torch = sys.modules.get("torch")
+    return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
 
 
 #: roles of the arguments of the public maps (named in error messages)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
-from ..linalg import qr_positive
+from ..linalg import qr_positive, require_finite
 from .base import Manifold
 
 __all__ = ["FixedRank", "truncated_svd_derivative"]
@@ -38,6 +38,7 @@ __all__ = ["FixedRank", "truncated_svd_derivative"]
 # --------------------------------------------------------------------------- array helpers
 def _svd(a: Array):
     """Thin SVD ``(U, s, Vh)`` of a stack of matrices, outside any autograd graph."""
+    require_finite(a, "matrix whose SVD FixedRank takes")
     if is_torch(a):
         import torch
 
@@ -48,6 +49,7 @@ def _svd(a: Array):
 
 def _singular_values(a: Array) -> np.ndarray:
     """Singular values (descending, shape ``batch + (min(m, n),)``) as numpy float64."""
+    require_finite(a, "matrix whose singular values FixedRank takes")
     if is_torch(a):
         import torch
 
@@ -124,6 +126,7 @@ def _torch_truncation():
 
         @staticmethod
         def forward(ctx, a, r, check):
+            require_finite(a, "matrix FixedRank truncates")
             u, s, vh = torch.linalg.svd(a, full_matrices=False)
             check(s)
             ctx.save_for_backward(u, s, vh)

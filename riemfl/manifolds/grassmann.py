@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backend import Array, ops_for
 from ..errors import CutLocusError, ParameterError
-from ..linalg import polar, sym_function
+from ..linalg import polar, require_finite, sym_function
 from .base import Manifold
 from .elementary import (
     atan_sqrt_over,
@@ -90,7 +90,7 @@ class Grassmann(Manifold):
         return a - x @ (ops_for(x, a).mT(x) @ a)
 
     def _retract(self, x, u):
-        return polar(x + u, check_rank=False)
+        return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
     def _gram_inverse(self, x, y):
         ops = ops_for(x, y)
@@ -127,6 +127,7 @@ class Grassmann(Manifold):
     def _dist(self, x, y):
         ops = ops_for(x, y)
         m = self._tan_direction(x, y)
+        require_finite(m, f"tangent of the principal angles in {self.name}.dist")
         if ops.is_torch:
             import torch
 

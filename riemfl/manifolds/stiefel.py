@@ -343,7 +343,7 @@ class Stiefel(Manifold):
     def _retract(self, x, u):
         if self.retraction == "qr":
             return qr_retraction(x, u)
-        return polar(x + u, check_rank=False)
+        return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
     def _inverse_retract(self, x, y):
         if self.retraction == "qr":
