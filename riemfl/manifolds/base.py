@@ -143,7 +143,7 @@ class Manifold(ABC):
         return 1e3 * ops_for(a).eps(a) * max(1.0, math.sqrt(self.dim))
 
     # ------------------------------------------------------------------ the boundary
-    def _inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
+    def _checked_inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
         """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
         finite values of a public map's arguments."""
         arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
@@ -152,19 +152,23 @@ class Manifold(ABC):
             check_finite(f"{self.name}.{method}", a, role)
         return arrays
 
-    def _call(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
+    def _run_map(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
         """Run the private map ``_<method>`` on arguments that passed the input policy.
 
         Batch shapes must broadcast (else :class:`~riemfl.errors.ShapeError`); a result is
         broadcast to the batch of all arguments, and an empty batch gives an empty result without
         calling the map. ``reduces``: the map reduces the point axes (inner, norm, dist).
         """
-        arrays = self._inputs(method, arrays, roles)
+        arrays = self._checked_inputs(method, arrays, roles)
         shape = arrays[0].shape
         same = all(a.shape == shape for a in arrays[1:])
-        batch = tuple(shape[: len(shape) - self.ndim]) if same else self._batch(arrays, roles)
+        batch = (
+            tuple(shape[: len(shape) - self.ndim]) if same else self._broadcast_batch(arrays, roles)
+        )
         full = batch if reduces else batch + self.point_shape
         if 0 in batch:
+            if not self.supports(method)[0]:
+                self._not_implemented(method)
             return ops_for(*arrays).zeros(full, arrays[0])
         try:
             out = getattr(self, "_" + method)(*arrays)
@@ -177,7 +181,7 @@ class Manifold(ABC):
             out = out + ops_for(out).zeros(full, out)
         return out
 
-    def _batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
+    def _broadcast_batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
         batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
         try:
             return tuple(np.broadcast_shapes(*batches))
@@ -194,51 +198,51 @@ class Manifold(ABC):
 
         Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
         """
-        return self._call("project", _A, False, a)
+        return self._run_map("project", _A, False, a)
 
     def to_tangent(self, x: Array, a: Array) -> Array:
         """Orthogonal projection of the ambient vector ``a`` onto :math:`T_xM`."""
-        return self._call("to_tangent", _XA, False, x, a)
+        return self._run_map("to_tangent", _XA, False, x, a)
 
     def egrad_to_rgrad(self, x: Array, g: Array) -> Array:
         """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
-        return self._call("egrad_to_rgrad", _XG, False, x, g)
+        return self._run_map("egrad_to_rgrad", _XG, False, x, g)
 
     def inner(self, x: Array, u: Array, v: Array) -> Array:
         """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
-        return self._call("inner", _XUV, True, x, u, v)
+        return self._run_map("inner", _XUV, True, x, u, v)
 
     def norm(self, x: Array, u: Array) -> Array:
         """Riemannian norm :math:`\\|u\\|_x = \\sqrt{\\langle u, u\\rangle_x}`."""
-        return self._call("norm", _XU, True, x, u)
+        return self._run_map("norm", _XU, True, x, u)
 
     def retract(self, x: Array, u: Array) -> Array:
         """The manifold's default retraction :math:`R_x(u)`."""
-        return self._call("retract", _XU, False, x, u)
+        return self._run_map("retract", _XU, False, x, u)
 
     def inverse_retract(self, x: Array, y: Array) -> Array:
         """Inverse of :meth:`retract`: the tangent ``u`` at ``x`` with :math:`R_x(u) = y`."""
-        return self._call("inverse_retract", _XY, False, x, y)
+        return self._run_map("inverse_retract", _XY, False, x, y)
 
     def exp(self, x: Array, u: Array) -> Array:
         """Riemannian exponential map :math:`\\mathrm{Exp}_x(u)`."""
-        return self._call("exp", _XU, False, x, u)
+        return self._run_map("exp", _XU, False, x, u)
 
     def log(self, x: Array, y: Array) -> Array:
         """Riemannian logarithm :math:`\\mathrm{Log}_x(y)` (inverse of exp near ``x``)."""
-        return self._call("log", _XY, False, x, y)
+        return self._run_map("log", _XY, False, x, y)
 
     def dist(self, x: Array, y: Array) -> Array:
         """Geodesic distance; reduces the point axes."""
-        return self._call("dist", _XY, True, x, y)
+        return self._run_map("dist", _XY, True, x, y)
 
     def transport(self, x: Array, y: Array, u: Array) -> Array:
         """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
-        return self._call("transport", _XYU, False, x, y, u)
+        return self._run_map("transport", _XYU, False, x, y, u)
 
     def parallel_transport(self, x: Array, y: Array, u: Array) -> Array:
         """Parallel transport of ``u`` along the minimising geodesic from ``x`` to ``y``."""
-        return self._call("parallel_transport", _XYU, False, x, y, u)
+        return self._run_map("parallel_transport", _XYU, False, x, y, u)
 
     def random_point(
         self, *batch_shape: int, rng: RandomState = None, like: Array | None = None
@@ -260,13 +264,13 @@ class Manifold(ABC):
 
     def random_tangent(self, x: Array, rng: RandomState = None) -> Array:
         """A random tangent vector at each point of ``x`` (Gaussian ambient, projected)."""
-        (x,) = self._inputs("random_tangent", (x,), _X)
+        (x,) = self._checked_inputs("random_tangent", (x,), _X)
         g = to_like(as_generator(rng).standard_normal(tuple(x.shape)), x)
         return g if 0 in x.shape else self._to_tangent(x, g)
 
     def zero_tangent(self, x: Array) -> Array:
         """The zero tangent vector at ``x``."""
-        (x,) = self._inputs("zero_tangent", (x,), _X)
+        (x,) = self._checked_inputs("zero_tangent", (x,), _X)
         return ops_for(x).zeros_like(x)
 
     def check_point(self, x: Array, atol: float | None = None) -> None:
@@ -274,7 +278,7 @@ class Manifold(ABC):
 
         The message names the constraint that failed and the largest violation measured.
         """
-        (x,) = self._inputs("check_point", (x,), _X)
+        (x,) = self._checked_inputs("check_point", (x,), _X)
         if 0 in x.shape:
             return
         self._check_point(x, self.default_atol(x) if atol is None else atol)
@@ -289,7 +293,7 @@ class Manifold(ABC):
 
     def check_tangent(self, x: Array, u: Array, atol: float | None = None) -> None:
         """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``u`` is tangent at ``x``."""
-        x, u = self._inputs("check_tangent", (x, u), _XU)
+        x, u = self._checked_inputs("check_tangent", (x, u), _XU)
         if 0 in x.shape or 0 in u.shape:
             return
         tol = self.default_atol(x) if atol is None else atol
