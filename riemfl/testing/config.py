@@ -21,6 +21,7 @@ __all__ = [
     "Tolerance",
     "TOLERANCES",
     "FLOAT32_EPS_MULTIPLES",
+    "METHODS",
     "CONFIGS",
     "CUDA_CONFIGS",
     "torch_available",
@@ -60,6 +61,22 @@ TOLERANCES: dict[str, Tolerance] = {
     "float32": Tolerance(atol=2e-4, rtol=2e-4),
 }
 
+
+#: maps exercised by the batch, backend, autograd and type tests
+METHODS = (
+    "project",
+    "to_tangent",
+    "egrad_to_rgrad",
+    "inner",
+    "norm",
+    "retract",
+    "inverse_retract",
+    "exp",
+    "log",
+    "dist",
+    "transport",
+    "parallel_transport",
+)
 
 #: float32 accuracy per map, in float32 eps relative to max(1, |result|): a float32 call may
 #: differ from the float64 call on the same (float32-rounded) arguments by this much. Measured

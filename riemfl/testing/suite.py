@@ -46,6 +46,7 @@ from .config import (
     CONFIGS,
     CUDA_CONFIGS,
     FLOAT32_EPS_MULTIPLES,
+    METHODS,
     Config,
     Tolerance,
     cuda_available,
@@ -53,22 +54,6 @@ from .config import (
 )
 
 __all__ = ["ManifoldTests", "METHODS"]
-
-#: maps exercised by the batch, backend, autograd and type tests
-METHODS = (
-    "project",
-    "to_tangent",
-    "egrad_to_rgrad",
-    "inner",
-    "norm",
-    "retract",
-    "inverse_retract",
-    "exp",
-    "log",
-    "dist",
-    "transport",
-    "parallel_transport",
-)
 
 _NEEDS = {"log": ("exp", "log"), "dist": ("exp", "dist"), "parallel_transport": ("exp",)}
 
