@@ -311,6 +311,9 @@ class Manifold(ABC):
         For manifolds whose points are equivalence classes (Grassmann) this compares the classes,
         not the representatives.
         """
+        return self._run_map("point_gap", _XY, True, x, y)
+
+    def _point_gap(self, x, y):
         ops = ops_for(x, y)
         d = x - y
         return ops.sqrt(ops.sum(d * d, axis=self._axes))
@@ -386,4 +389,4 @@ _XUV = ("point x", "tangent vector u", "tangent vector v")
 _XYU = ("point x", "point y", "tangent vector u")
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
-_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist"}
+_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "point_gap"}

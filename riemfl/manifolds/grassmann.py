@@ -169,7 +169,7 @@ class Grassmann(Manifold):
         d = ops.mT(x) @ u
         return "X^T U = 0 (horizontal)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=(-2, -1))))
 
-    def point_gap(self, x: Array, y: Array) -> Array:
+    def _point_gap(self, x: Array, y: Array) -> Array:
         r""":math:`\|XX^\top - YY^\top\|_F = \sqrt 2\,\|(I - XX^\top)Y\|_F` (basis-independent)."""
         ops = ops_for(x, y)
         d = y - x @ (ops.mT(x) @ y)

@@ -158,7 +158,7 @@ class Product(Manifold):
     def _tangent_violation(self, x, u):
         return self._worst("_tangent_violation", x, u)
 
-    def point_gap(self, x, y):
+    def _point_gap(self, x, y):
         ops = ops_for(x, y)
-        gaps = self._reduce("point_gap", x, y)
+        gaps = self._reduce("_point_gap", x, y)
         return ops.sqrt(sum(g * g for g in gaps))

@@ -224,3 +224,13 @@ def test_product_broadcasts_a_batch_of_points_against_one_vector(method):
     out = getattr(m, method)(x, u)
     assert out.shape == (4, 6)
     np.testing.assert_allclose(out, np.stack([getattr(m, method)(xi, u) for xi in x]))
+
+
+@pytest.mark.parametrize("name", MANIFOLDS)
+def test_point_gap_follows_the_input_policy(name):
+    m = MANIFOLDS[name]
+    x = m.random_point(2, rng=0)
+    np.testing.assert_array_equal(m.point_gap(x.tolist(), x), m.point_gap(x, x))
+    with pytest.raises(NonFiniteError):
+        m.point_gap(_with(x, np.nan), x)
+    assert m.point_gap(x[:0], x[:0]).shape == (0,)
