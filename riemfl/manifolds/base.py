@@ -38,8 +38,14 @@ from typing import Any
 import numpy as np
 
 from ..backend import Array, ops_for, to_like
-from ..errors import ConvergenceError, NotOnManifoldError, ParameterError, ShapeError
-from .inputs import check_finite, coerce
+from ..errors import (
+    ConvergenceError,
+    NonFiniteError,
+    NotOnManifoldError,
+    ParameterError,
+    ShapeError,
+)
+from .inputs import all_finite, check_finite, coerce, common_shape
 
 __all__ = ["Manifold", "as_generator", "RandomState"]
 
@@ -104,7 +110,7 @@ class Manifold(ABC):
 
     @property
     def _axes(self) -> tuple[int, ...]:
-        return tuple(range(-self.ndim, 0))
+        return _AXES[len(self.point_shape)]
 
     def __repr__(self) -> str:
         return self.name
@@ -143,43 +149,112 @@ class Manifold(ABC):
         return 1e3 * ops_for(a).eps(a) * max(1.0, math.sqrt(self.dim))
 
     # ------------------------------------------------------------------ the boundary
+    #: The maps whose result shows a non-finite argument: each NaN or infinite entry of an
+    #: argument makes some entry of the result non-finite, or makes the map raise (only sums,
+    #: products, matrix products, square roots and divisions by finite values lie between them;
+    #: a factorisation on the way is guarded by :func:`riemfl.linalg.require_finite`). For
+    #: these maps the input policy checks the result, not the arguments, and diagnoses the
+    #: arguments only when the result is non-finite or the map raised. Each entry names the
+    #: arguments (by position) that are still checked first: those the map does not read, or
+    #: reads only through a clamp, ``where``, comparison, saturating function or a division by
+    #: them. Maps not listed check every argument first. A subclass does not inherit the table
+    #: (its maps may differ): it declares its own or checks every argument.
+    _result_checked: dict[str, tuple[int, ...]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_result_checked" not in cls.__dict__:
+            cls._result_checked = {}
+
     def _checked_inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
         """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
         finite values of a public map's arguments."""
-        arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+        shape = common_shape(arrays)
+        ps = self.point_shape
+        if shape is None or shape[len(shape) - len(ps) :] != ps:
+            arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+            for a, role in zip(arrays, roles, strict=True):
+                self._shape(a, role)
         for a, role in zip(arrays, roles, strict=True):
-            self._shape(a, role)
-            check_finite(f"{self.name}.{method}", a, role)
+            if not all_finite(a):
+                check_finite(f"{self.name}.{method}", a, role)
         return arrays
 
     def _run_map(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
-        """Run the private map ``_<method>`` on arguments that passed the input policy.
+        """Run the private map ``_<method>`` under the input policy.
 
         Batch shapes must broadcast (else :class:`~riemfl.errors.ShapeError`); a result is
         broadcast to the batch of all arguments, and an empty batch gives an empty result without
         calling the map. ``reduces``: the map reduces the point axes (inner, norm, dist).
+        Non-finite arguments are found before the map, or through its result for the maps of
+        ``_result_checked``; either way they raise :class:`~riemfl.errors.NonFiniteError`.
         """
-        arrays = self._checked_inputs(method, arrays, roles)
-        shape = arrays[0].shape
-        same = all(a.shape == shape for a in arrays[1:])
-        batch = (
-            tuple(shape[: len(shape) - self.ndim]) if same else self._broadcast_batch(arrays, roles)
-        )
-        full = batch if reduces else batch + self.point_shape
-        if 0 in batch:
+        ps = self.point_shape
+        shape = common_shape(arrays)
+        same = True
+        if shape == ps:  # the fast path, one point
+            batch = ()
+        elif shape is not None and shape[len(shape) - len(ps) :] == ps:  # the fast path, a batch
+            batch = shape[: len(shape) - len(ps)]
+        else:
+            arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+            for a, role in zip(arrays, roles, strict=True):
+                self._shape(a, role)
+            shape = arrays[0].shape
+            same = all(a.shape == shape for a in arrays[1:])
+            batch = shape[: len(shape) - len(ps)] if same else self._broadcast_batch(arrays, roles)
+        if batch and 0 in batch:
+            self._refuse_nonfinite(method, arrays, roles)
             if not self.supports(method)[0]:
                 self._not_implemented(method)
+            full = tuple(batch) if reduces else tuple(batch) + ps
             return ops_for(*arrays).zeros(full, arrays[0])
+        first = self._result_checked.get(method)
+        if first is None:
+            self._refuse_nonfinite(method, arrays, roles)
+        else:
+            for i in first:
+                if not all_finite(arrays[i]):
+                    check_finite(f"{self.name}.{method}", arrays[i], roles[i])
         try:
             out = getattr(self, "_" + method)(*arrays)
-        except _linalg_errors() as exc:  # every factorisation is guarded; this is the last net
+        except Exception as exc:
+            self._map_failed(method, arrays, roles, exc)
+            raise
+        if first is not None and not all_finite(out):
+            self._refuse_nonfinite(method, arrays, roles)  # else the map made it: returned as is
+        if not same:
+            full = tuple(batch) if reduces else tuple(batch) + ps
+            if tuple(out.shape) != full:  # a map that ignored a batch argument
+                out = out + ops_for(out).zeros(full, out)
+        return out
+
+    def _refuse_nonfinite(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
+        """Raise :class:`~riemfl.errors.NonFiniteError` naming the first non-finite argument."""
+        for a, role in zip(arrays, roles, strict=True):
+            if not all_finite(a):
+                check_finite(f"{self.name}.{method}", a, role)
+
+    def _map_failed(self, method: str, arrays: tuple, roles: tuple[str, ...], exc: Exception):
+        """Translate an exception of a private map; return to let it propagate unchanged.
+
+        A map of ``_result_checked`` meets non-finite arguments: whatever it raised on them
+        (a guard's :class:`~riemfl.errors.NonFiniteError`, a cut-locus test that compared a NaN,
+        a linear-algebra error) becomes the policy's ``NonFiniteError`` naming the argument.
+        Linear-algebra exceptions on finite arguments become
+        :class:`~riemfl.errors.ConvergenceError` (every factorisation is guarded; this is the
+        last net).
+        """
+        if method in self._result_checked:
+            try:
+                self._refuse_nonfinite(method, arrays, roles)
+            except NonFiniteError as err:
+                raise err from exc
+        if isinstance(exc, _linalg_errors()):
             raise ConvergenceError(
                 f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
                 f"expected arguments of moderate size and condition"
             ) from exc
-        if not same and tuple(out.shape) != full:  # a map that ignored a batch argument
-            out = out + ops_for(out).zeros(full, out)
-        return out
 
     def _broadcast_batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
         batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
@@ -372,11 +447,33 @@ class Manifold(ABC):
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
 
 
+def result_checked(*maps: str, **first: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """A ``Manifold._result_checked`` table.
+
+    Parameters
+    ----------
+    *maps : str
+        Maps that check no argument before they run (their result shows every argument).
+    **first : tuple of int
+        Maps that check the arguments at these positions first (the other arguments show in
+        the result), e.g. ``inner=(0,)`` for a metric that does not read the base point.
+
+    Returns
+    -------
+    dict
+        Map name to the positions of the arguments checked first.
+    """
+    return {**dict.fromkeys(maps, ()), **first}
+
+
 def _linalg_errors() -> tuple[type[BaseException], ...]:
     """numpy's and (where loaded) torch's linear-algebra exceptions."""
     torch = sys.modules.get("torch")
     return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
 
+
+#: the point axes of a point of ndim d: ``_AXES[d] == tuple(range(-d, 0))``
+_AXES = tuple(tuple(range(-d, 0)) for d in range(33))
 
 #: roles of the arguments of the public maps (named in error messages)
 _A = ("ambient point a",)

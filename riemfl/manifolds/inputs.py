@@ -1,8 +1,9 @@
 r"""The input policy of every public manifold map, applied once at the boundary.
 
 :class:`~riemfl.manifolds.base.Manifold`'s public maps pass their array arguments through
-:func:`coerce` and :func:`check_finite` before any private map sees them (the policy is written
-down in ``docs/manifolds.md``, section "Input policy"):
+:func:`common_shape` (or, off the fast path, :func:`coerce`) and :func:`all_finite` before or
+after any private map sees them (the policy is written down in ``docs/manifolds.md``, section
+"Input policy"):
 
 * **array likes** (lists, tuples, scalars, numpy scalars, anything ``numpy.asarray`` takes) become
   arrays;
@@ -17,33 +18,72 @@ down in ``docs/manifolds.md``, section "Input policy"):
   likes are converted to tensors of the tensors' dtype on the device of the first tensor (torch
   arguments keep their autograd graph; converting them to numpy would drop it). Tensors on two
   devices are refused;
-* **non-finite values**: every argument of every map is checked (one reduction per argument) and
-  NaN or infinite entries raise :class:`~riemfl.errors.NonFiniteError` naming the argument.
+* **non-finite values**: NaN or infinite entries in any argument raise
+  :class:`~riemfl.errors.NonFiniteError` naming the argument, either from a check of the
+  arguments before the map or, for the maps a manifold lists in ``_result_checked``, from a
+  check of the map's result followed by a diagnosis of the arguments (see
+  :meth:`~riemfl.manifolds.base.Manifold._run_map`).
 
-The fast path (every argument already a numpy array, or every one a torch tensor, of one float32
-or float64 dtype and one device) returns the arguments untouched: no copy, one type and one dtype
-comparison per argument.
+The fast path (every argument a numpy array, or every one a torch tensor, of one float32 or
+float64 dtype, one device and one shape: :func:`common_shape`) returns the arguments untouched:
+one type, one dtype and one shape comparison per argument. :func:`all_finite` costs one
+reduction (a BLAS dot in numpy).
 """
 
 from __future__ import annotations
 
+import cmath
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for
+from ..backend import Array, is_torch
 from ..errors import DTypeError, NonFiniteError
 
-__all__ = ["coerce", "check_finite"]
+__all__ = ["coerce", "common_shape", "all_finite", "check_finite", "first_nonfinite"]
 
 _NUMPY_REAL = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _torch_real():
     import torch
 
     return (torch.float32, torch.float64)
+
+
+def common_shape(arrays: Sequence) -> tuple | None:
+    """The shape of arguments that need no conversion, or ``None`` (take :func:`coerce`).
+
+    No conversion is needed when every argument is a numpy array, or every one a torch tensor
+    on the CPU, of one float32 or float64 dtype and of one shape. Identity comparisons only: a
+    dtype equal to float64 but not numpy's own float64 object takes the slow path, as do tensors
+    on other devices (where :func:`coerce` compares the devices).
+    """
+    first = arrays[0]
+    kind = type(first)
+    if kind is np.ndarray:
+        dt = first.dtype
+        if dt is not _F64 and dt is not _F32:
+            return None
+        shape = first.shape
+        for a in arrays[1:]:
+            if type(a) is not kind or a.dtype is not dt or a.shape != shape:
+                return None
+        return shape
+    torch = sys.modules.get("torch")
+    if torch is None or kind is not torch.Tensor or not first.is_cpu:
+        return None
+    dt = first.dtype
+    if dt is not torch.float64 and dt is not torch.float32:
+        return None
+    shape = first.shape
+    for a in arrays[1:]:
+        if type(a) is not kind or a.dtype is not dt or not a.is_cpu or a.shape != shape:
+            return None
+    return shape
 
 
 def coerce(name: str, arrays: Sequence, roles: Sequence[str], complex_ok: bool = False) -> tuple:
@@ -172,9 +212,52 @@ def _to_torch(name, arrays, roles, tensors, wide_kinds) -> tuple:
     )
 
 
+def all_finite(a: Array) -> bool:
+    r"""Whether every entry of ``a`` (a numpy or torch array, or a scalar) is finite.
+
+    One reduction: NaN and infinities reach :math:`\sum_i a_i^2` (a BLAS dot in numpy, where
+    the squares cannot cancel an infinity) or, in torch, :math:`\sum_i a_i` (a dot for vectors;
+    ``inf - inf`` is NaN), and only a non-finite value, which may also be an overflow of finite
+    entries, needs the entrywise test. A scalar costs one comparison.
+    """
+    kind = type(a)
+    if kind is np.ndarray:
+        if a.ndim == 1:
+            s = np.dot(a, a)
+        elif a.ndim:
+            s = np.vdot(a, a)
+        else:
+            s = a[()]
+        return cmath.isfinite(s) or bool(np.isfinite(a).all())
+    if kind is np.float64 or kind is np.float32:  # what numpy reductions to a scalar return
+        return cmath.isfinite(a)
+    torch = sys.modules.get("torch")
+    if torch is not None and (kind is torch.Tensor or isinstance(a, torch.Tensor)):
+        if a.requires_grad:
+            a = a.detach()
+        if a.ndim == 1:
+            s = a.dot(a).item()
+        elif a.ndim:
+            s = a.sum().item()
+        else:
+            return cmath.isfinite(a.item())
+        return cmath.isfinite(s) or bool(a.isfinite().all())
+    if isinstance(a, (float, complex, np.floating, np.complexfloating)):  # np.float64 is a float
+        return cmath.isfinite(a)
+    return bool(np.isfinite(np.asarray(a)).all())
+
+
+def first_nonfinite(arrays: Sequence) -> int | None:
+    """Index of the first argument with a NaN or infinite entry, or ``None``."""
+    for i, a in enumerate(arrays):
+        if not all_finite(a):
+            return i
+    return None
+
+
 def check_finite(name: str, a: Array, role: str) -> None:
     """Raise :class:`~riemfl.errors.NonFiniteError` if ``a`` has a NaN or infinite entry."""
-    if not ops_for(a).all_finite(a):
+    if not all_finite(a):
         raise NonFiniteError(
             f"{name}: {role} contains NaN or infinite entries ({_first_bad(a)}); expected finite "
             f"values"
