@@ -17,7 +17,7 @@ import numpy as np
 from ..backend import Array, ops_for
 from ..errors import CutLocusError, ParameterError
 from ..linalg import polar, require_finite, sym_function
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import (
     atan_sqrt_over,
     cos_sqrt,
@@ -78,6 +78,12 @@ class Grassmann(Manifold):
 
     proximal_smoothness = 1.0
     injectivity_radius = math.pi / 2
+
+    # the cheap maps (see Manifold._result_checked): to_tangent is a polynomial in X and A, the
+    # retraction and transport reach guarded polar factors; x is not read by the metric
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", "transport", inner=(0,), norm=(0,)
+    )
 
     @property
     def diameter(self) -> float:

@@ -33,6 +33,7 @@ class Product(Manifold):
         self.offsets = tuple(int(sum(self.sizes[:i])) for i in range(len(manifolds) + 1))
         self.point_shape = (self.offsets[-1],)
         self.name = "Product(" + ", ".join(m.name for m in manifolds) + ")"
+        self._result_checked = _result_checked(self.manifolds)
 
     @property
     def dim(self) -> int:
@@ -162,3 +163,16 @@ class Product(Manifold):
         ops = ops_for(x, y)
         gaps = self._reduce("_point_gap", x, y)
         return ops.sqrt(sum(g * g for g in gaps))
+
+
+def _result_checked(manifolds: tuple[Manifold, ...]) -> dict[str, tuple[int, ...]]:
+    """The maps every factor checks through its result (see ``Manifold._result_checked``).
+
+    A product map packs, adds or (``norm``, ``dist``) adds squares of its factors' results, so a
+    non-finite factor result stays in the product's; the arguments checked first are those any
+    factor checks first. ``norm`` clamps the sum of the factors' inner products at 0, which is
+    safe where every factor's own (clamped) norm is listed.
+    """
+    tables = [m._result_checked for m in manifolds]
+    common = set(tables[0]).intersection(*tables[1:])
+    return {k: tuple(sorted(set().union(*(t[k] for t in tables)))) for k in sorted(common)}

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
 
 __all__ = ["Sphere"]
@@ -53,6 +53,13 @@ class Sphere(Manifold):
     proximal_smoothness = 1.0
     diameter = 2.0
     injectivity_radius = math.pi
+
+    # every non-finite argument reaches the result (see Manifold._result_checked): x is not read
+    # by the metric; dist (atan2 saturates) and parallel_transport check their arguments first
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", "inverse_retract", "exp", "log",
+        inner=(0,), norm=(0,), transport=(0,),
+    )  # fmt: skip
 
     def _dot(self, u, v):
         return ops_for(u, v).vecdot(u, v)

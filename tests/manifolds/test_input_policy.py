@@ -234,3 +234,80 @@ def test_point_gap_follows_the_input_policy(name):
     with pytest.raises(NonFiniteError):
         m.point_gap(_with(x, np.nan), x)
     assert m.point_gap(x[:0], x[:0]).shape == (0,)
+
+
+# ------------------------------------------------------------------ maps checked through the result
+_ROLES = {
+    "to_tangent": ("point x", "ambient vector a"),
+    "egrad_to_rgrad": ("point x", "Euclidean gradient g"),
+    "inner": ("point x", "tangent vector u", "tangent vector v"),
+    "norm": ("point x", "tangent vector u"),
+    "retract": ("point x", "tangent vector u"),
+    "exp": ("point x", "tangent vector u"),
+    "inverse_retract": ("point x", "point y"),
+    "log": ("point x", "point y"),
+    "dist": ("point x", "point y"),
+    "transport": ("point x", "point y", "tangent vector u"),
+    "parallel_transport": ("point x", "point y", "tangent vector u"),
+}
+RESULT_CHECKED = {
+    "Euclidean": Euclidean(3),
+    "Sphere": Sphere(4),
+    "StiefelPolar": Stiefel(5, 2),
+    "StiefelQR": Stiefel(5, 2, retraction="qr"),
+    "Grassmann": Grassmann(5, 2),
+    "Lorentz": Lorentz(3, beta=2.5),
+    "Product": Product(Sphere(3), Stiefel(4, 2), Lorentz(2)),
+}
+
+
+def _valid_args(m, method):
+    x, u = _point_and_tangent(m)
+    y = m.retract(x, u)
+    return {"point x": x, "point y": y}, u
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("name", RESULT_CHECKED)
+def test_maps_checked_through_the_result_name_each_non_finite_argument(name, backend):
+    """Every entry position (first, last, all) and value (NaN, +-inf) of every argument of every
+    map the manifold checks through its result: NonFiniteError naming that argument."""
+    m = RESULT_CHECKED[name]
+    assert m._result_checked, "the manifold checks some map through its result"
+    points, u = _valid_args(m, None)
+    for method in m._result_checked:
+        roles = _ROLES[method]
+        args = [points.get(role, u) for role in roles]
+        for i, role in enumerate(roles):
+            for value in (np.nan, np.inf, -np.inf):
+                for where in (0, -1, slice(None)):
+                    bad = [np.array(a, dtype=np.float64) for a in args]
+                    bad[i].reshape(-1)[where] = value
+                    if backend == "torch":
+                        bad = [torch.as_tensor(a) for a in bad]
+                    with (
+                        np.errstate(all="ignore"),
+                        pytest.raises(NonFiniteError, match=f"{method}: {role} contains"),
+                    ):
+                        getattr(m, method)(*bad)
+
+
+def test_a_subclass_does_not_inherit_the_maps_checked_through_the_result():
+    class Clamped(Sphere):
+        def _inner(self, x, u, v):  # a clamp hides an infinity: must be checked first
+            return np.minimum(super()._inner(x, u, v), 1.0)
+
+    m = Clamped(3)
+    assert Sphere(3)._result_checked["inner"] == (0,)
+    assert m._result_checked == {}
+    x, u = _point_and_tangent(m)
+    with pytest.raises(NonFiniteError, match="tangent vector u"):
+        m.inner(x, _with(u, np.inf), u)
+
+
+def test_a_non_finite_argument_met_by_a_guard_is_named_and_chained():
+    m = Stiefel(6, 3)  # the polar retraction's factorisation guard meets the NaN first
+    x, u = _point_and_tangent(m)
+    with pytest.raises(NonFiniteError, match="retract: point x contains") as info:
+        m.retract(_with(x, np.nan), u)
+    assert isinstance(info.value.__cause__, NonFiniteError)
