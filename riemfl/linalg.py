@@ -107,8 +107,12 @@ def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
 
 def _check_polar_rank(ops, a, s, what: str) -> None:
     """Raise ProjectionError where sigma_p <= max(n, p) eps sigma_1 (s: descending values)."""
-    values = s.detach().cpu().numpy() if ops.is_torch else s
     tol = max(a.shape[-2:]) * ops.eps(a)
+    if s.ndim == 1:  # one matrix (a retraction's step): two Python floats, no array operations
+        single = s.tolist() if ops.is_torch else s
+        if single[-1] > tol * single[0]:
+            return
+    values = s.detach().cpu().numpy() if ops.is_torch else s
     low = values[..., -1] <= tol * values[..., 0]
     if np.any(low):
         i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low))[0]) if low.ndim else ()
