@@ -235,7 +235,9 @@ class Manifold(ABC):
             if not all_finite(a):
                 check_finite(f"{self.name}.{method}", a, role)
 
-    def _map_failed(self, method: str, arrays: tuple, roles: tuple[str, ...], exc: Exception):
+    def _map_failed(
+        self, method: str, arrays: tuple, roles: tuple[str, ...], exc: Exception
+    ) -> None:
         """Translate an exception of a private map; return to let it propagate unchanged.
 
         A map of ``_result_checked`` meets non-finite arguments: whatever it raised on them
