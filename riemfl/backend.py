@@ -12,6 +12,7 @@ linear-algebra kernels the manifolds need, plus the ones numpy and torch spell d
 
 from __future__ import annotations
 
+import cmath
 import contextlib
 import sys
 from collections.abc import Iterator
@@ -103,6 +104,10 @@ class _NumpyOps:
         return np.asarray(a, dtype=like.dtype)
 
     @staticmethod
+    def zeros(shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+    @staticmethod
     def from_numpy(a, like):
         return np.asarray(a, dtype=like.dtype if like is not None else None)
 
@@ -113,6 +118,8 @@ class _NumpyOps:
 
     @staticmethod
     def expm(a):
+        if a.dtype == np.float32:  # in float64, rounded once (see _TorchOps.expm)
+            return scipy.linalg.expm(a.astype(np.float64)).astype(np.float32)
         return scipy.linalg.expm(a)
 
     @staticmethod
@@ -132,6 +139,9 @@ class _NumpyOps:
 
     @staticmethod
     def all_finite(a) -> bool:
+        # NaN and inf reach the sum (no temporary array); only a non-finite sum needs the full test
+        if cmath.isfinite(a.sum()):
+            return True
         return bool(np.isfinite(a).all())
 
     @staticmethod
@@ -238,6 +248,9 @@ class _TorchOps:
     def asarray(self, a, like):
         return self.t.as_tensor(a, dtype=like.dtype, device=like.device)
 
+    def zeros(self, shape, like):
+        return self.t.zeros(shape, dtype=like.dtype, device=like.device)
+
     def from_numpy(self, a, like):
         return self.t.as_tensor(np.asarray(a), dtype=like.dtype, device=like.device)
 
@@ -245,6 +258,10 @@ class _TorchOps:
         return self.t.linalg.qr(a, mode="reduced")
 
     def expm(self, a):
+        # float32 is exponentiated in float64 and rounded once: torch's float32 matrix_exp is off
+        # by hundreds of ulp for small skew-symmetric arguments (the Stiefel exponential's)
+        if a.dtype == self.t.float32:
+            return self.t.linalg.matrix_exp(a.to(self.t.float64)).to(a.dtype)
         return self.t.linalg.matrix_exp(a)
 
     def cholesky(self, a):
@@ -257,11 +274,12 @@ class _TorchOps:
         return self.t.linalg.solve_triangular(r, b, upper=True, left=left)
 
     def all_finite(self, a) -> bool:
-        # NaN and inf reach the sum; only a non-finite sum (or an overflow) needs the full test
-        with self.t.no_grad():
-            if bool(self.t.isfinite(a.sum())):
-                return True
-            return bool(self.t.isfinite(a).all())
+        # NaN and inf reach the sum; only a non-finite sum (or an overflow) needs the full test.
+        # detach() and item() cost a third of no_grad() and bool(isfinite(...)) per call
+        a = a.detach()
+        if cmath.isfinite(a.sum().item()):
+            return True
+        return bool(self.t.isfinite(a).all())
 
     def vecdot(self, u, v):
         """Inner product over the last axis, keeping it (shape ``(..., 1)``)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 __all__ = [
     "RiemflError",
     "ShapeError",
+    "DTypeError",
     "NotOnManifoldError",
+    "NonFiniteError",
     "ProjectionError",
     "ConvergenceError",
     "CutLocusError",
@@ -28,6 +30,22 @@ class ShapeError(RiemflError, ValueError):
 
 class NotOnManifoldError(RiemflError, ValueError):
     """A point is not on the manifold, or a vector is not tangent, within tolerance."""
+
+
+class DTypeError(ShapeError, TypeError):
+    """An argument's dtype, array type or device is not one the manifold computes with.
+
+    Examples: complex input to a real manifold, float16 or bfloat16 (refused: their precision is
+    below what the manifold constraints need), strings or objects, tensors on two devices. A
+    :class:`ShapeError` (and a ``TypeError``), so existing handlers of either catch it.
+    """
+
+
+class NonFiniteError(NotOnManifoldError):
+    """An argument contains NaN or infinite entries, or a map's intermediate values overflowed.
+
+    A :class:`NotOnManifoldError`: a non-finite array is on no manifold and in no tangent space.
+    """
 
 
 class ProjectionError(RiemflError, ValueError):

@@ -15,13 +15,14 @@ from functools import cache, lru_cache
 import numpy as np
 
 from .backend import Array, ops_for
-from .errors import CutLocusError, ProjectionError
+from .errors import CutLocusError, NonFiniteError, ProjectionError
 
 __all__ = [
     "sym",
     "skew",
     "spd_inv_sqrt",
     "polar",
+    "require_finite",
     "qr_positive",
     "solve_inverse_qr",
     "solve_lyapunov",
@@ -71,30 +72,98 @@ def spd_inv_sqrt(g: Array) -> tuple[Array, Array]:
 
 
 def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
-    r"""Orthonormal polar factor :math:`Q = A (A^\top A)^{-1/2}` of tall matrices A (n x p).
+    r"""Orthonormal polar factor :math:`Q = A (A^\top A)^{-1/2} = UV^\top` of tall matrices A.
 
-    Q is the nearest matrix with orthonormal columns to A in the Frobenius norm and is unique
-    iff rank A = p. With ``check_rank`` a :class:`~riemfl.errors.ProjectionError` is raised when
-    the smallest singular value is below ``n * eps * sigma_max`` (numerical rank < p).
+    Q is the nearest matrix with orthonormal columns to A (n x p) in the Frobenius norm and is
+    unique iff rank A = p. It is computed from the thin SVD :math:`A = U\Sigma V^\top`, which is
+    accurate to :math:`\varepsilon\,\kappa(A)` (the eigendecomposition of :math:`A^\top A`
+    squares the condition number, and cannot see a smallest singular value below
+    :math:`\sqrt\varepsilon\,\sigma_1`). In torch the backward pass is the derivative of the
+    polar factor (Higham, *Functions of Matrices*, 2008, sec. 8.1): with :math:`K = U^\top\bar Q
+    V`, :math:`\bar A = U\,[(K - K^\top)_{ij}/(\sigma_i + \sigma_j)]\,V^\top + (I - UU^\top)
+    \bar Q V\Sigma^{-1}V^\top`, finite at repeated singular values (where the generic SVD
+    backward divides by zero). numpy float64 stacks near orthonormal (:math:`\|A^\top A -
+    I\|_F < 1/4`, every iterate of a retraction) take the Newton-Schulz iteration instead.
+
+    With ``check_rank`` a :class:`~riemfl.errors.ProjectionError` is raised when
+    :math:`\sigma_p \le \max(n, p)\,\varepsilon\,\sigma_1` (numerical rank below p; the
+    message states both numbers).
     """
     ops = ops_for(a)
-    gram = ops.mT(a) @ a
     if isinstance(a, np.ndarray) and a.dtype == np.float64:
-        h = _near_identity_inv_sqrt(gram)
+        h = _near_identity_inv_sqrt(ops.mT(a) @ a)
         if h is not None:  # ||G - I|| < 1/4: every singular value in (0.86, 1.12), full rank
             return a @ h
-    h, lam = spd_inv_sqrt(gram)
+    require_finite(a, what)
+    if ops.is_torch:
+        out, s = _torch_polar()(a)
+    else:
+        u, s, vh = np.linalg.svd(a, full_matrices=False)
+        out = u @ vh
     if check_rank:
-        lam_max = ops.to_float(lam[..., -1])
-        lam_min = ops.to_float(-ops.amax(-lam[..., 0]) if lam.ndim > 1 else lam[0])
-        tol = (a.shape[-2] * ops.eps(a)) ** 2 * max(lam_max, 1e-300)
-        if lam_min <= tol:
-            sigma = max(lam_min, 0.0) ** 0.5
-            raise ProjectionError(
-                f"the polar factor of the {what} is not unique: its smallest singular value is "
-                f"{sigma:.3e}, so its rank is below {a.shape[-1]} (expected full column rank)"
-            )
-    return a @ h
+        _check_polar_rank(ops, a, s, what)
+    return out
+
+
+def _check_polar_rank(ops, a, s, what: str) -> None:
+    """Raise ProjectionError where sigma_p <= max(n, p) eps sigma_1 (s: descending values)."""
+    tol = max(a.shape[-2:]) * ops.eps(a)
+    if s.ndim == 1:  # one matrix (a retraction's step): two Python floats, no array operations
+        single = s.tolist() if ops.is_torch else s
+        if single[-1] > tol * single[0]:
+            return
+    values = s.detach().cpu().numpy() if ops.is_torch else s
+    low = values[..., -1] <= tol * values[..., 0]
+    if np.any(low):
+        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low))[0]) if low.ndim else ()
+        where = f" (batch element {i})" if i else ""
+        raise ProjectionError(
+            f"the polar factor of the {what} is not unique: its smallest singular value "
+            f"{float(values[i][-1]):.3e} is not above {tol:.1e} * sigma_1 = "
+            f"{tol * float(values[i][0]):.3e}{where}, so its numerical rank is below "
+            f"{a.shape[-1]} (expected full column rank)"
+        )
+
+
+@cache
+def _torch_polar():
+    import torch
+
+    class Polar(torch.autograd.Function):
+        """U V^T from the thin SVD, with the polar factor's own derivative as backward."""
+
+        @staticmethod
+        def forward(ctx, a):
+            u, s, vh = torch.linalg.svd(a, full_matrices=False)
+            ctx.save_for_backward(u, s, vh)
+            ctx.mark_non_differentiable(s)
+            return u @ vh, s
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad, _grad_s):
+            u, s, vh = ctx.saved_tensors
+            v = vh.transpose(-1, -2)
+            k = u.transpose(-1, -2) @ grad @ v
+            inner = (k - k.transpose(-1, -2)) / (s[..., :, None] + s[..., None, :])
+            rest = grad - u @ (u.transpose(-1, -2) @ grad)
+            return u @ inner @ vh + (rest @ (v / s[..., None, :])) @ vh
+
+    return Polar.apply
+
+
+def require_finite(a: Array, what: str) -> None:
+    """Raise :class:`~riemfl.errors.NonFiniteError` before a factorisation of non-finite input.
+
+    The public maps refuse non-finite arguments, so this meets only intermediate values that
+    overflowed (finite arguments near the dtype's largest number); numpy's SVD does not return
+    on infinite entries, and LAPACK raises untyped errors on NaN.
+    """
+    if not ops_for(a).all_finite(a):
+        raise NonFiniteError(
+            f"the {what} has NaN or infinite entries although the arguments are finite (an "
+            f"intermediate value overflowed); expected arguments of moderate size"
+        )
 
 
 #: Largest ||G - I||_F for which :func:`_near_identity_inv_sqrt` is used (5 steps at most).
@@ -272,6 +341,7 @@ def sym_function(
     :math:`F` where a closed form is known. With ``eigenvalues`` the eigenvalues of G (ascending)
     are returned too.
     """
+    require_finite(g, "symmetric matrix of a matrix function")
     if ops_for(g).is_torch:
         weights = divided_differences or _cached_divided_differences(df)
         out, lam = _torch_sym_function(f, weights)(g)

@@ -19,12 +19,15 @@ from riemfl import (
     Sphere,
     Stiefel,
 )
+from riemfl.errors import DTypeError, NonFiniteError
 
 
 def test_every_error_is_a_riemfl_error():
     for cls in (ShapeError, NotOnManifoldError, ProjectionError, ConvergenceError, CutLocusError,
-                ParameterError):  # fmt: skip
+                ParameterError, DTypeError, NonFiniteError):  # fmt: skip
         assert issubclass(cls, RiemflError)
+    assert issubclass(DTypeError, ShapeError) and issubclass(DTypeError, TypeError)
+    assert issubclass(NonFiniteError, NotOnManifoldError)
 
 
 @pytest.mark.parametrize(

@@ -31,13 +31,21 @@ Constants
 from __future__ import annotations
 
 import math
+import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
 from ..backend import Array, ops_for, to_like
-from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from ..errors import (
+    ConvergenceError,
+    NonFiniteError,
+    NotOnManifoldError,
+    ParameterError,
+    ShapeError,
+)
+from .inputs import all_finite, check_finite, coerce, common_shape
 
 __all__ = ["Manifold", "as_generator", "RandomState"]
 
@@ -71,6 +79,8 @@ class Manifold(ABC):
     point_shape: tuple[int, ...] = ()
     #: methods deliberately not provided, mapped to the reason (used in errors and test skips)
     unsupported: dict[str, str] = {}
+    #: whether complex arrays are accepted (the input policy refuses them otherwise)
+    supports_complex: bool = False
 
     # ------------------------------------------------------------------ constants
     @property
@@ -100,7 +110,7 @@ class Manifold(ABC):
 
     @property
     def _axes(self) -> tuple[int, ...]:
-        return tuple(range(-self.ndim, 0))
+        return _AXES[len(self.point_shape)]
 
     def __repr__(self) -> str:
         return self.name
@@ -134,13 +144,130 @@ class Manifold(ABC):
             f"(trailing point shape {self.point_shape}, any leading batch dimensions)"
         )
 
-    def _finite(self, a: Array, role: str) -> None:
-        if not ops_for(a).all_finite(a):
-            raise NotOnManifoldError(f"{self.name}: {role} contains NaN or infinite entries")
-
     def default_atol(self, a: Array) -> float:
         """Absolute tolerance of :meth:`check_point` / :meth:`check_tangent` for ``a``'s dtype."""
         return 1e3 * ops_for(a).eps(a) * max(1.0, math.sqrt(self.dim))
+
+    # ------------------------------------------------------------------ the boundary
+    #: The maps whose result shows a non-finite argument: each NaN or infinite entry of an
+    #: argument makes some entry of the result non-finite, or makes the map raise (only sums,
+    #: products, matrix products, square roots and divisions by finite values lie between them;
+    #: a factorisation on the way is guarded by :func:`riemfl.linalg.require_finite`). For
+    #: these maps the input policy checks the result, not the arguments, and diagnoses the
+    #: arguments only when the result is non-finite or the map raised. Each entry names the
+    #: arguments (by position) that are still checked first: those the map does not read, or
+    #: reads only through a clamp, ``where``, comparison, saturating function or a division by
+    #: them. Maps not listed check every argument first. A subclass does not inherit the table
+    #: (its maps may differ): it declares its own or checks every argument.
+    _result_checked: dict[str, tuple[int, ...]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_result_checked" not in cls.__dict__:
+            cls._result_checked = {}
+
+    def _checked_inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
+        """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
+        finite values of a public map's arguments."""
+        shape = common_shape(arrays)
+        ps = self.point_shape
+        if shape is None or shape[len(shape) - len(ps) :] != ps:
+            arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+            for a, role in zip(arrays, roles, strict=True):
+                self._shape(a, role)
+        for a, role in zip(arrays, roles, strict=True):
+            if not all_finite(a):
+                check_finite(f"{self.name}.{method}", a, role)
+        return arrays
+
+    def _run_map(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
+        """Run the private map ``_<method>`` under the input policy.
+
+        Batch shapes must broadcast (else :class:`~riemfl.errors.ShapeError`); a result is
+        broadcast to the batch of all arguments, and an empty batch gives an empty result without
+        calling the map. ``reduces``: the map reduces the point axes (inner, norm, dist).
+        Non-finite arguments are found before the map, or through its result for the maps of
+        ``_result_checked``; either way they raise :class:`~riemfl.errors.NonFiniteError`.
+        """
+        ps = self.point_shape
+        shape = common_shape(arrays)
+        same = True
+        if shape == ps:  # the fast path, one point
+            batch = ()
+        elif shape is not None and shape[len(shape) - len(ps) :] == ps:  # the fast path, a batch
+            batch = shape[: len(shape) - len(ps)]
+        else:
+            arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
+            for a, role in zip(arrays, roles, strict=True):
+                self._shape(a, role)
+            shape = arrays[0].shape
+            same = all(a.shape == shape for a in arrays[1:])
+            batch = shape[: len(shape) - len(ps)] if same else self._broadcast_batch(arrays, roles)
+        if batch and 0 in batch:
+            self._refuse_nonfinite(method, arrays, roles)
+            if not self.supports(method)[0]:
+                self._not_implemented(method)
+            full = tuple(batch) if reduces else tuple(batch) + ps
+            return ops_for(*arrays).zeros(full, arrays[0])
+        first = self._result_checked.get(method)
+        if first is None:
+            self._refuse_nonfinite(method, arrays, roles)
+        else:
+            for i in first:
+                if not all_finite(arrays[i]):
+                    check_finite(f"{self.name}.{method}", arrays[i], roles[i])
+        try:
+            out = getattr(self, "_" + method)(*arrays)
+        except Exception as exc:
+            self._map_failed(method, arrays, roles, exc)
+            raise
+        if first is not None and not all_finite(out):
+            self._refuse_nonfinite(method, arrays, roles)  # else the map made it: returned as is
+        if not same:
+            full = tuple(batch) if reduces else tuple(batch) + ps
+            if tuple(out.shape) != full:  # a map that ignored a batch argument
+                out = out + ops_for(out).zeros(full, out)
+        return out
+
+    def _refuse_nonfinite(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
+        """Raise :class:`~riemfl.errors.NonFiniteError` naming the first non-finite argument."""
+        for a, role in zip(arrays, roles, strict=True):
+            if not all_finite(a):
+                check_finite(f"{self.name}.{method}", a, role)
+
+    def _map_failed(
+        self, method: str, arrays: tuple, roles: tuple[str, ...], exc: Exception
+    ) -> None:
+        """Translate an exception of a private map; return to let it propagate unchanged.
+
+        A map of ``_result_checked`` meets non-finite arguments: whatever it raised on them
+        (a guard's :class:`~riemfl.errors.NonFiniteError`, a cut-locus test that compared a NaN,
+        a linear-algebra error) becomes the policy's ``NonFiniteError`` naming the argument.
+        Linear-algebra exceptions on finite arguments become
+        :class:`~riemfl.errors.ConvergenceError` (every factorisation is guarded; this is the
+        last net).
+        """
+        if method in self._result_checked:
+            try:
+                self._refuse_nonfinite(method, arrays, roles)
+            except NonFiniteError as err:
+                raise err from exc
+        if isinstance(exc, _linalg_errors()):
+            raise ConvergenceError(
+                f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
+                f"expected arguments of moderate size and condition"
+            ) from exc
+
+    def _broadcast_batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
+        batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
+        try:
+            return tuple(np.broadcast_shapes(*batches))
+        except ValueError:
+            listed = ", ".join(f"{r} {b}" for r, b in zip(roles, batches, strict=True))
+            raise ShapeError(
+                f"{self.name}: the batch shapes of the arguments do not broadcast ({listed}); "
+                f"expected leading dimensions that broadcast against each other"
+            ) from None
 
     # ------------------------------------------------------------------ public contract
     def project(self, a: Array) -> Array:
@@ -148,77 +275,51 @@ class Manifold(ABC):
 
         Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
         """
-        self._shape(a, "ambient point a")
-        if not self._project_checks_finite:
-            self._finite(a, "ambient point a")
-        return self._project(a)
+        return self._run_map("project", _A, False, a)
 
     def to_tangent(self, x: Array, a: Array) -> Array:
         """Orthogonal projection of the ambient vector ``a`` onto :math:`T_xM`."""
-        self._shape(x, "point x")
-        self._shape(a, "ambient vector a")
-        return self._to_tangent(x, a)
+        return self._run_map("to_tangent", _XA, False, x, a)
 
     def egrad_to_rgrad(self, x: Array, g: Array) -> Array:
         """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
-        self._shape(x, "point x")
-        self._shape(g, "Euclidean gradient g")
-        return self._egrad_to_rgrad(x, g)
+        return self._run_map("egrad_to_rgrad", _XG, False, x, g)
 
     def inner(self, x: Array, u: Array, v: Array) -> Array:
         """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
-        self._shape(u, "tangent vector u")
-        self._shape(v, "tangent vector v")
-        return self._inner(x, u, v)
+        return self._run_map("inner", _XUV, True, x, u, v)
 
     def norm(self, x: Array, u: Array) -> Array:
         """Riemannian norm :math:`\\|u\\|_x = \\sqrt{\\langle u, u\\rangle_x}`."""
-        self._shape(u, "tangent vector u")
-        return self._norm(x, u)
+        return self._run_map("norm", _XU, True, x, u)
 
     def retract(self, x: Array, u: Array) -> Array:
         """The manifold's default retraction :math:`R_x(u)`."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        return self._retract(x, u)
+        return self._run_map("retract", _XU, False, x, u)
 
     def inverse_retract(self, x: Array, y: Array) -> Array:
         """Inverse of :meth:`retract`: the tangent ``u`` at ``x`` with :math:`R_x(u) = y`."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._inverse_retract(x, y)
+        return self._run_map("inverse_retract", _XY, False, x, y)
 
     def exp(self, x: Array, u: Array) -> Array:
         """Riemannian exponential map :math:`\\mathrm{Exp}_x(u)`."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        return self._exp(x, u)
+        return self._run_map("exp", _XU, False, x, u)
 
     def log(self, x: Array, y: Array) -> Array:
         """Riemannian logarithm :math:`\\mathrm{Log}_x(y)` (inverse of exp near ``x``)."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._log(x, y)
+        return self._run_map("log", _XY, False, x, y)
 
     def dist(self, x: Array, y: Array) -> Array:
         """Geodesic distance; reduces the point axes."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        return self._dist(x, y)
+        return self._run_map("dist", _XY, True, x, y)
 
     def transport(self, x: Array, y: Array, u: Array) -> Array:
         """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        self._shape(u, "tangent vector u")
-        return self._transport(x, y, u)
+        return self._run_map("transport", _XYU, False, x, y, u)
 
     def parallel_transport(self, x: Array, y: Array, u: Array) -> Array:
         """Parallel transport of ``u`` along the minimising geodesic from ``x`` to ``y``."""
-        self._shape(x, "point x")
-        self._shape(y, "point y")
-        self._shape(u, "tangent vector u")
-        return self._parallel_transport(x, y, u)
+        return self._run_map("parallel_transport", _XYU, False, x, y, u)
 
     def random_point(
         self, *batch_shape: int, rng: RandomState = None, like: Array | None = None
@@ -240,13 +341,13 @@ class Manifold(ABC):
 
     def random_tangent(self, x: Array, rng: RandomState = None) -> Array:
         """A random tangent vector at each point of ``x`` (Gaussian ambient, projected)."""
-        self._shape(x, "point x")
-        g = as_generator(rng).standard_normal(tuple(x.shape))
-        return self._to_tangent(x, to_like(g, x))
+        (x,) = self._checked_inputs("random_tangent", (x,), _X)
+        g = to_like(as_generator(rng).standard_normal(tuple(x.shape)), x)
+        return g if 0 in x.shape else self._to_tangent(x, g)
 
     def zero_tangent(self, x: Array) -> Array:
         """The zero tangent vector at ``x``."""
-        self._shape(x, "point x")
+        (x,) = self._checked_inputs("zero_tangent", (x,), _X)
         return ops_for(x).zeros_like(x)
 
     def check_point(self, x: Array, atol: float | None = None) -> None:
@@ -254,9 +355,12 @@ class Manifold(ABC):
 
         The message names the constraint that failed and the largest violation measured.
         """
-        self._shape(x, "point x")
-        self._finite(x, "point x")
-        tol = self.default_atol(x) if atol is None else atol
+        (x,) = self._checked_inputs("check_point", (x,), _X)
+        if 0 in x.shape:
+            return
+        self._check_point(x, self.default_atol(x) if atol is None else atol)
+
+    def _check_point(self, x: Array, tol: float) -> None:
         constraint, violation = self._point_violation(x)
         if violation > tol:
             raise NotOnManifoldError(
@@ -266,9 +370,9 @@ class Manifold(ABC):
 
     def check_tangent(self, x: Array, u: Array, atol: float | None = None) -> None:
         """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``u`` is tangent at ``x``."""
-        self._shape(x, "point x")
-        self._shape(u, "tangent vector u")
-        self._finite(u, "tangent vector u")
+        x, u = self._checked_inputs("check_tangent", (x, u), _XU)
+        if 0 in x.shape or 0 in u.shape:
+            return
         tol = self.default_atol(x) if atol is None else atol
         constraint, violation = self._tangent_violation(x, u)
         scale = max(1.0, ops_for(u).to_float(self._norm(x, u)) if self._euclidean_norm_ok else 1.0)
@@ -284,14 +388,15 @@ class Manifold(ABC):
         For manifolds whose points are equivalence classes (Grassmann) this compares the classes,
         not the representatives.
         """
+        return self._run_map("point_gap", _XY, True, x, y)
+
+    def _point_gap(self, x, y):
         ops = ops_for(x, y)
         d = x - y
         return ops.sqrt(ops.sum(d * d, axis=self._axes))
 
     # ------------------------------------------------------------------ default implementations
     _euclidean_norm_ok = True
-    #: True where ``_project`` itself rejects NaN/inf input (on a cheaper reduced quantity)
-    _project_checks_finite = False
 
     def _project(self, a):
         return self._not_implemented("project")
@@ -344,5 +449,43 @@ class Manifold(ABC):
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
 
 
+def result_checked(*maps: str, **first: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """A ``Manifold._result_checked`` table.
+
+    Parameters
+    ----------
+    *maps : str
+        Maps that check no argument before they run (their result shows every argument).
+    **first : tuple of int
+        Maps that check the arguments at these positions first (the other arguments show in
+        the result), e.g. ``inner=(0,)`` for a metric that does not read the base point.
+
+    Returns
+    -------
+    dict
+        Map name to the positions of the arguments checked first.
+    """
+    return {**dict.fromkeys(maps, ()), **first}
+
+
+def _linalg_errors() -> tuple[type[BaseException], ...]:
+    """numpy's and (where loaded) torch's linear-algebra exceptions."""
+    torch = sys.modules.get("torch")
+    return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
+
+
+#: the point axes of a point of ndim d: ``_AXES[d] == tuple(range(-d, 0))``
+_AXES = tuple(tuple(range(-d, 0)) for d in range(33))
+
+#: roles of the arguments of the public maps (named in error messages)
+_A = ("ambient point a",)
+_X = ("point x",)
+_XA = ("point x", "ambient vector a")
+_XG = ("point x", "Euclidean gradient g")
+_XU = ("point x", "tangent vector u")
+_XY = ("point x", "point y")
+_XUV = ("point x", "tangent vector u", "tangent vector v")
+_XYU = ("point x", "point y", "tangent vector u")
+
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
-_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist"}
+_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "point_gap"}

@@ -140,6 +140,6 @@ class ControlPoints(Manifold):
     def default_atol(self, a) -> float:
         return self.base.default_atol(a)
 
-    def point_gap(self, x, y):
-        g = self.base.point_gap(x, y)
+    def _point_gap(self, x, y):
+        g = self.base._point_gap(x, y)
         return ops_for(g).sqrt(self._reduce(g * g))

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import ParameterError
-from .base import Manifold
+from .base import Manifold, result_checked
 
 __all__ = ["Euclidean"]
 
@@ -43,6 +43,14 @@ class Euclidean(Manifold):
     proximal_smoothness = math.inf
     diameter = math.inf
     injectivity_radius = math.inf
+
+    # every map is a sum or difference of its arguments (see Manifold._result_checked); x is not
+    # read by the metric nor by to_tangent, x and y not by the transports
+    _result_checked = result_checked(
+        "retract", "inverse_retract", "exp", "log", "dist",
+        to_tangent=(0,), egrad_to_rgrad=(0,), inner=(0,), norm=(0,),
+        transport=(0, 1), parallel_transport=(0, 1),
+    )  # fmt: skip
 
     def _project(self, a):
         return a

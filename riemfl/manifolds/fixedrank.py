@@ -29,7 +29,7 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
-from ..linalg import qr_positive
+from ..linalg import qr_positive, require_finite
 from .base import Manifold
 
 __all__ = ["FixedRank", "truncated_svd_derivative"]
@@ -38,6 +38,7 @@ __all__ = ["FixedRank", "truncated_svd_derivative"]
 # --------------------------------------------------------------------------- array helpers
 def _svd(a: Array):
     """Thin SVD ``(U, s, Vh)`` of a stack of matrices, outside any autograd graph."""
+    require_finite(a, "matrix whose SVD FixedRank takes")
     if is_torch(a):
         import torch
 
@@ -48,6 +49,7 @@ def _svd(a: Array):
 
 def _singular_values(a: Array) -> np.ndarray:
     """Singular values (descending, shape ``batch + (min(m, n),)``) as numpy float64."""
+    require_finite(a, "matrix whose singular values FixedRank takes")
     if is_torch(a):
         import torch
 
@@ -124,6 +126,7 @@ def _torch_truncation():
 
         @staticmethod
         def forward(ctx, a, r, check):
+            require_finite(a, "matrix FixedRank truncates")
             u, s, vh = torch.linalg.svd(a, full_matrices=False)
             check(s)
             ctx.save_for_backward(u, s, vh)
@@ -457,17 +460,14 @@ class FixedRank(Manifold):
         top = np.where(s[..., 0] > 0, s[..., 0], 1.0)
         return constraint, float(np.max(s[..., self.r] / top))
 
-    def check_point(self, x: Array, atol: float | None = None) -> None:
-        r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x has rank r within ``atol``.
+    def _check_point(self, x: Array, tol: float) -> None:
+        r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x has rank r within ``tol``.
 
         Both rank constraints are measured relative to :math:`\sigma_1(X)` (the manifold is a
         cone, so absolute sizes mean nothing): rank >= r needs :math:`\sigma_r/\sigma_1 >`
         ``atol``, rank <= r needs :math:`\sigma_{r+1}/\sigma_1 \le` ``atol``. The message
         names the constraint, the measured ratio and the batch element.
         """
-        self._shape(x, "point x")
-        self._finite(x, "point x")
-        tol = self.default_atol(x) if atol is None else atol
         s = _singular_values(x)
         top = np.where(s[..., 0] > 0, s[..., 0], 1.0)
         low = s[..., self.r - 1] / top
@@ -478,4 +478,4 @@ class FixedRank(Manifold):
                 f"(sigma_{self.r}/sigma_1 > atol) is violated: sigma_{self.r}/sigma_1 = "
                 f"{float(low[i]):.3e} <= atol {tol:.1e}{_where(i)}"
             )
-        super().check_point(x, tol)  # rank X <= r, through _point_violation
+        super()._check_point(x, tol)  # rank X <= r, through _point_violation

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..backend import Array, ops_for
 from ..errors import CutLocusError, ParameterError
-from ..linalg import polar, sym_function
-from .base import Manifold
+from ..linalg import polar, require_finite, sym_function
+from .base import Manifold, result_checked
 from .elementary import (
     atan_sqrt_over,
     cos_sqrt,
@@ -79,6 +79,12 @@ class Grassmann(Manifold):
     proximal_smoothness = 1.0
     injectivity_radius = math.pi / 2
 
+    # the cheap maps (see Manifold._result_checked): to_tangent is a polynomial in X and A, the
+    # retraction and transport reach guarded polar factors; x is not read by the metric
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", "transport", inner=(0,), norm=(0,)
+    )
+
     @property
     def diameter(self) -> float:
         return 0.5 * math.pi * math.sqrt(min(self.p, self.n - self.p))
@@ -90,7 +96,7 @@ class Grassmann(Manifold):
         return a - x @ (ops_for(x, a).mT(x) @ a)
 
     def _retract(self, x, u):
-        return polar(x + u, check_rank=False)
+        return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
     def _gram_inverse(self, x, y):
         ops = ops_for(x, y)
@@ -127,6 +133,7 @@ class Grassmann(Manifold):
     def _dist(self, x, y):
         ops = ops_for(x, y)
         m = self._tan_direction(x, y)
+        require_finite(m, f"tangent of the principal angles in {self.name}.dist")
         if ops.is_torch:
             import torch
 
@@ -168,7 +175,7 @@ class Grassmann(Manifold):
         d = ops.mT(x) @ u
         return "X^T U = 0 (horizontal)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=(-2, -1))))
 
-    def point_gap(self, x: Array, y: Array) -> Array:
+    def _point_gap(self, x: Array, y: Array) -> Array:
         r""":math:`\|XX^\top - YY^\top\|_F = \sqrt 2\,\|(I - XX^\top)Y\|_F` (basis-independent)."""
         ops = ops_for(x, y)
         d = y - x @ (ops.mT(x) @ y)

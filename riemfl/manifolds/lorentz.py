@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backend import Array, ops_for
 from ..errors import ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
 
 __all__ = ["Lorentz", "minkowski_inner"]
@@ -94,6 +94,15 @@ class Lorentz(Manifold):
 
     diameter = math.inf
     injectivity_radius = math.inf
+
+    # see Manifold._result_checked: x is not read by the metric; exp clamps <u, u>_L at 0 and
+    # log clamps cosh(d) - 1 at 0, but both add the arguments themselves (times factors that are
+    # never 0) to the result, and the transport's coefficient multiplies x + y. norm (a clamp of
+    # <u, u>_L, which is -inf for an infinite u_0) and dist (a clamp, then arcsinh) check first
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", "inverse_retract", "exp", "log",
+        "transport", "parallel_transport", inner=(0,),
+    )  # fmt: skip
     _euclidean_norm_ok = False
 
     # ----------------------------------------------------------------- ways onto the manifold

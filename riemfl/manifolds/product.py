@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..backend import Array, ops_for
-from ..errors import ParameterError
+from ..errors import ParameterError, ShapeError
 from .base import Manifold
 
 __all__ = ["Product"]
@@ -31,6 +33,7 @@ class Product(Manifold):
         self.offsets = tuple(int(sum(self.sizes[:i])) for i in range(len(manifolds) + 1))
         self.point_shape = (self.offsets[-1],)
         self.name = "Product(" + ", ".join(m.name for m in manifolds) + ")"
+        self._result_checked = _result_checked(self.manifolds)
 
     @property
     def dim(self) -> int:
@@ -75,7 +78,21 @@ class Product(Manifold):
         for m, part in zip(self.manifolds, parts, strict=True):
             m._shape(part, "component")
         ops = ops_for(*parts)
-        batch = tuple(parts[0].shape[: parts[0].ndim - self.manifolds[0].ndim])
+        batches = [
+            tuple(p.shape[: p.ndim - m.ndim]) for m, p in zip(self.manifolds, parts, strict=True)
+        ]
+        batch = batches[0]
+        if any(b != batch for b in batches):  # components that broadcast (one point, a batch)
+            try:
+                batch = tuple(np.broadcast_shapes(*batches))
+            except ValueError:
+                raise ShapeError(
+                    f"{self.name}.pack: the components' batch shapes {batches} do not broadcast"
+                ) from None
+            parts = [
+                ops.broadcast_to(p, batch + m.point_shape)
+                for m, p in zip(self.manifolds, parts, strict=True)
+            ]
         flat = [ops.reshape(p, batch + (size,)) for p, size in zip(parts, self.sizes, strict=True)]
         return ops.concatenate(flat, axis=-1)
 
@@ -142,7 +159,20 @@ class Product(Manifold):
     def _tangent_violation(self, x, u):
         return self._worst("_tangent_violation", x, u)
 
-    def point_gap(self, x, y):
+    def _point_gap(self, x, y):
         ops = ops_for(x, y)
-        gaps = self._reduce("point_gap", x, y)
+        gaps = self._reduce("_point_gap", x, y)
         return ops.sqrt(sum(g * g for g in gaps))
+
+
+def _result_checked(manifolds: tuple[Manifold, ...]) -> dict[str, tuple[int, ...]]:
+    """The maps every factor checks through its result (see ``Manifold._result_checked``).
+
+    A product map packs, adds or (``norm``, ``dist``) adds squares of its factors' results, so a
+    non-finite factor result stays in the product's; the arguments checked first are those any
+    factor checks first. ``norm`` clamps the sum of the factors' inner products at 0, which is
+    safe where every factor's own (clamped) norm is listed.
+    """
+    tables = [m._result_checked for m in manifolds]
+    common = set(tables[0]).intersection(*tables[1:])
+    return {k: tuple(sorted(set().union(*(t[k] for t in tables)))) for k in sorted(common)}

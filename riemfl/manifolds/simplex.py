@@ -311,7 +311,7 @@ class Simplex(Manifold):
         ops = ops_for(x, u)
         return "sum(u) = 0", ops.to_float(ops.abs(ops.sum(u, axis=-1)))
 
-    def check_point(self, x: Array, atol: float | None = None) -> None:
+    def _check_point(self, x: Array, tol: float) -> None:
         r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x is in the open simplex.
 
         Positivity is strict (:math:`p_i > 0`; no tolerance: a zero entry is on the boundary,
@@ -319,8 +319,6 @@ class Simplex(Manifold):
         ``atol``. The message names the constraint, the component or the violation, and the
         batch element.
         """
-        self._shape(x, "point x")
-        self._finite(x, "point x")
         values = _numpy(x)
         low = values.min(axis=-1)
         if np.any(low <= 0):
@@ -331,4 +329,4 @@ class Simplex(Manifold):
                 f"{self.name}: point is not in the open simplex: constraint p > 0 is violated by "
                 f"component {k} = {float(low[i]):.3e}{where}"
             )
-        super().check_point(x, atol)  # sum(p) = 1, through _point_violation
+        super()._check_point(x, tol)  # sum(p) = 1, through _point_violation

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
 
 __all__ = ["Sphere"]
@@ -54,7 +54,12 @@ class Sphere(Manifold):
     diameter = 2.0
     injectivity_radius = math.pi
 
-    _project_checks_finite = True
+    # every non-finite argument reaches the result (see Manifold._result_checked): x is not read
+    # by the metric; dist (atan2 saturates) and parallel_transport check their arguments first
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", "inverse_retract", "exp", "log",
+        inner=(0,), norm=(0,), transport=(0,),
+    )  # fmt: skip
 
     def _dot(self, u, v):
         return ops_for(u, v).vecdot(u, v)
@@ -62,8 +67,7 @@ class Sphere(Manifold):
     def _project(self, a):
         ops = ops_for(a)
         nrm = ops.sqrt(self._dot(a, a))
-        if not ops.all_finite(nrm):  # NaN/inf anywhere in a reaches its norm (or |a|^2 overflowed)
-            self._finite(a, "ambient point a")
+        if not ops.all_finite(nrm):  # |a|^2 overflowed (a itself is finite: the input policy)
             scale = ops.amax(ops.abs(a), axis=-1, keepdims=True)
             nrm = scale * ops.sqrt(self._dot(a / scale, a / scale))
         if ops.any(nrm <= ops.eps(a) * 10):

@@ -14,7 +14,7 @@ import numpy as np
 from ..backend import Array, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
-from .base import Manifold
+from .base import Manifold, result_checked
 
 __all__ = [
     "Stiefel",
@@ -331,6 +331,15 @@ class Stiefel(Manifold):
     proximal_smoothness = 1.0
     injectivity_radius = math.pi
 
+    # the cheap maps (see Manifold._result_checked): to_tangent is a polynomial in X and A; both
+    # retractions reach a guarded polar factor, a Cholesky factor whose failure falls back on
+    # Householder QR, or a triangular solve, each of which returns NaN or raises on non-finite
+    # input; x is not read by the metric nor by transport. exp, log and inverse_retract (matrix
+    # exponentials, iterations, dense solves) check their arguments first
+    _result_checked = result_checked(
+        "to_tangent", "egrad_to_rgrad", "retract", inner=(0,), norm=(0,), transport=(0,)
+    )
+
     @property
     def diameter(self) -> float:
         return 2.0 * math.sqrt(self.p)
@@ -343,7 +352,7 @@ class Stiefel(Manifold):
     def _retract(self, x, u):
         if self.retraction == "qr":
             return qr_retraction(x, u)
-        return polar(x + u, check_rank=False)
+        return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
     def _inverse_retract(self, x, y):
         if self.retraction == "qr":

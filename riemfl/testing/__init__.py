@@ -15,10 +15,11 @@ import it. A suite running :class:`ManifoldTests` on many manifolds should enabl
 ``conftest.py``): it stops hypothesis' settings chains of the shared test methods from growing.
 """
 
-from . import checks, strategies
+from . import bad_input, checks, strategies
 from .config import (
     CONFIGS,
     CUDA_CONFIGS,
+    FLOAT32_EPS_MULTIPLES,
     TOLERANCES,
     Config,
     Tolerance,
@@ -29,6 +30,7 @@ from .config import (
 from .profiles import register_profiles
 
 __all__ = [
+    "bad_input",
     "checks",
     "strategies",
     "Config",
@@ -37,6 +39,7 @@ __all__ = [
     "cuda_available",
     "Tolerance",
     "TOLERANCES",
+    "FLOAT32_EPS_MULTIPLES",
     "to_numpy",
     "torch_available",
     "register_profiles",

@@ -59,6 +59,9 @@ __all__ = [
     "check_autograd_at_zero",
     "check_types_preserved",
     "check_diameter",
+    "check_broadcast_batch_point",
+    "float32_error",
+    "check_float32_accuracy",
 ]
 
 
@@ -464,4 +467,50 @@ def check_diameter(manifold: Manifold, x, y) -> None:
     if gap > manifold.diameter * (1 + 1e-9):
         raise AssertionError(
             f"{manifold.name}: two points are {gap:.6e} apart, beyond diameter {manifold.diameter}"
+        )
+
+
+def check_broadcast_batch_point(manifold: Manifold, method: str, args: Sequence, tol) -> None:
+    """A batch of base points against single other arguments: the result has the broadcast
+    batch shape and equals the per-point calls (``args`` single, unbatched arguments)."""
+    batch = _stack_like([args[0]] * 3, args[0])
+    fn = getattr(manifold, method)
+    out = fn(batch, *args[1:])
+    single = fn(*args)
+    shape = (3,) + tuple(single.shape)
+    if tuple(out.shape) != shape:
+        raise AssertionError(
+            f"{manifold.name}.{method}: a batch of 3 base points against single other arguments "
+            f"gave shape {tuple(out.shape)}; expected {shape}"
+        )
+    assert_close(out, _stack_like([single] * 3, single), tol, f"broadcast {method}", manifold)
+
+
+def float32_error(manifold: Manifold, method: str, args: Sequence, backend: str) -> float:
+    """Error of ``method`` in float32, in units of float32's eps, relative to max(1, |result|).
+
+    The reference is the float64 call on the float32-rounded arguments, so only the map's own
+    rounding is measured (not the conditioning of the rounded input).
+    """
+    from .config import Config
+
+    low, high = Config(backend, "float32"), Config(backend, "float64")
+    rounded = [np.asarray(a, dtype=np.float32) for a in args]
+    out = to_numpy(getattr(manifold, method)(*[low.convert(a) for a in rounded]))
+    ref = to_numpy(getattr(manifold, method)(*[high.convert(a) for a in rounded]))
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 0.0)
+    err = float(np.max(np.abs(out - ref))) if ref.size else 0.0
+    return err / (scale * float(np.finfo(np.float32).eps))
+
+
+def check_float32_accuracy(
+    manifold: Manifold, method: str, args: Sequence, backend: str, ulps: float
+) -> None:
+    """``method`` in float32 agrees with float64 to ``ulps`` float32 eps (see
+    :func:`float32_error`; the kit's table :data:`riemfl.testing.config.FLOAT32_EPS_MULTIPLES`)."""
+    err = float32_error(manifold, method, args, backend)
+    if not err <= ulps:
+        raise AssertionError(
+            f"{manifold.name}.{method} ({backend} float32) is off the float64 result by "
+            f"{err:.1f} float32 eps (relative to max(1, |result|)); the kit allows {ulps:g}"
         )

@@ -20,6 +20,8 @@ __all__ = [
     "Config",
     "Tolerance",
     "TOLERANCES",
+    "FLOAT32_EPS_MULTIPLES",
+    "METHODS",
     "CONFIGS",
     "CUDA_CONFIGS",
     "torch_available",
@@ -57,6 +59,43 @@ class Tolerance:
 TOLERANCES: dict[str, Tolerance] = {
     "float64": Tolerance(atol=1e-9, rtol=1e-8),
     "float32": Tolerance(atol=2e-4, rtol=2e-4),
+}
+
+
+#: maps exercised by the batch, backend, autograd and type tests
+METHODS = (
+    "project",
+    "to_tangent",
+    "egrad_to_rgrad",
+    "inner",
+    "norm",
+    "retract",
+    "inverse_retract",
+    "exp",
+    "log",
+    "dist",
+    "transport",
+    "parallel_transport",
+)
+
+#: float32 accuracy per map, in float32 eps relative to max(1, |result|): a float32 call may
+#: differ from the float64 call on the same (float32-rounded) arguments by this much. Measured
+#: worst cases of the built-in manifolds are 2-7 eps for the closed-form maps and about 13 for
+#: the iterative Stiefel logarithm; torch's float32 matrix exponential, at about 150 eps in
+#: Stiefel.exp, is what the table is tight enough to catch.
+FLOAT32_EPS_MULTIPLES: dict[str, float] = {
+    "project": 32.0,
+    "to_tangent": 16.0,
+    "egrad_to_rgrad": 16.0,
+    "inner": 16.0,
+    "norm": 16.0,
+    "retract": 32.0,
+    "inverse_retract": 32.0,
+    "exp": 32.0,
+    "log": 64.0,
+    "dist": 64.0,
+    "transport": 32.0,
+    "parallel_transport": 32.0,
 }
 
 

@@ -39,27 +39,21 @@ from hypothesis import strategies as st
 
 from ..errors import NotOnManifoldError, ShapeError
 from ..manifolds.base import Manifold
-from . import checks
+from . import bad_input, checks
 from . import strategies as rst
-from .config import CONFIGS, CUDA_CONFIGS, Config, Tolerance, cuda_available, torch_available
+from .bad_input import BAD_INPUT_METHODS
+from .config import (
+    CONFIGS,
+    CUDA_CONFIGS,
+    FLOAT32_EPS_MULTIPLES,
+    METHODS,
+    Config,
+    Tolerance,
+    cuda_available,
+    torch_available,
+)
 
 __all__ = ["ManifoldTests", "METHODS"]
-
-#: maps exercised by the batch, backend, autograd and type tests
-METHODS = (
-    "project",
-    "to_tangent",
-    "egrad_to_rgrad",
-    "inner",
-    "norm",
-    "retract",
-    "inverse_retract",
-    "exp",
-    "log",
-    "dist",
-    "transport",
-    "parallel_transport",
-)
 
 _NEEDS = {"log": ("exp", "log"), "dist": ("exp", "dist"), "parallel_transport": ("exp",)}
 
@@ -138,6 +132,10 @@ class ManifoldTests:
         norms = rng.uniform(0.2, 1.0, size=b) * self.radius
         u = rst.scaled_tangent(m, x, norms, rng)
         v = rst.scaled_tangent(m, x, rng.uniform(0.2, 1.0, size=b), rng)
+        if method in ("random_tangent", "zero_tangent", "check_point"):
+            return [x], ["point"]
+        if method == "check_tangent":
+            return [x, u], ["point", "tangent"]
         if method == "project":
             reach = self._reach()
             return [x + 0.4 * reach * rst.unit_ambient(m, b, rng)], ["ambient"]
@@ -317,6 +315,26 @@ class ManifoldTests:
             pytest.skip("torch is not installed")
         checks.check_autograd_at_zero(self.manifold, data.draw(rst.points(self.manifold)))
 
+    @pytest.mark.parametrize("method", METHODS[1:])
+    def test_broadcast_batch_point(self, config, method):
+        """A batch of base points against one of each other argument (broadcasting)."""
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, 0)
+        single = [config.convert(a[0]) for a in args]
+        checks.check_broadcast_batch_point(self.manifold, method, single, self.tol(config))
+
+    @pytest.mark.parametrize("backend", ["numpy", "torch"])
+    @pytest.mark.parametrize("method", METHODS)
+    def test_float32_accuracy(self, backend, method):
+        """float32 agrees with float64 to the kit's per-map multiple of float32's eps (one
+        point: the iterative maps cost a few float64 solves)."""
+        if backend == "torch" and not torch_available():
+            pytest.skip("torch is not installed")
+        self.require(*_NEEDS.get(method, ()), method)
+        args = [a[0] for a in self.method_args(method, 0)[0]]
+        ulps = FLOAT32_EPS_MULTIPLES[method] * self.tolerance_scale
+        checks.check_float32_accuracy(self.manifold, method, args, backend, ulps)
+
     @pytest.mark.parametrize("method", METHODS)
     def test_types_preserved(self, config, method):
         self.require(*_NEEDS.get(method, ()), method)
@@ -365,6 +383,14 @@ class ManifoldTests:
             m.check_point(config.convert(nan))
         with pytest.raises(NotOnManifoldError, match="tangent"):
             m.check_tangent(config.convert(x), config.convert(normal))
+
+    @pytest.mark.parametrize("method", BAD_INPUT_METHODS)
+    def test_bad_input(self, method):
+        """Lists, integers, float16, complex, NaN/inf, empty batches, mixed backends: the
+        outcome the input policy prescribes (:mod:`riemfl.testing.bad_input`)."""
+        self.require(*_NEEDS.get(method, ()), *((method,) if method in METHODS else ()))
+        args, roles = self.method_args(method, 0)
+        bad_input.check_bad_input(self.manifold, method, args, roles)
 
 
 #: numpy float64 versus torch float64: same algorithm, only rounding differs

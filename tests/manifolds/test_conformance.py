@@ -45,6 +45,17 @@ class TestProduct(ManifoldTests):
     manifold = Product(Sphere(3), Stiefel(4, 2), Lorentz(2))
 
 
+class TestProductEveryFactor(ManifoldTests):
+    """Every kind of factor in one product (flat, curved, quotient, fixed rank, Fisher-Rao), so
+    that the kit's broadcasting checks (a batch of points against single arguments) run through
+    each factor's maps. Simplex's exp domain bounds the tangent norms (see TestSimplex)."""
+
+    manifold = Product(
+        Euclidean(3), Sphere(3), Grassmann(4, 1), FixedRank(3, 3, 1), Simplex(3, concentration=30)
+    )
+    max_tangent_norm = 0.3
+
+
 class LocalReach:
     """For manifolds with a per-point reach only (FixedRank, Simplex): no uniform constant, so
     the kit skips its tube tests (saying why; test_fixedrank.py and test_simplex.py run those
