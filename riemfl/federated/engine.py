@@ -100,7 +100,11 @@ class StackedClients:
         self, problem: FederatedProblem, algorithm: SyncAlgorithm, clients: State, dtype: Any = None
     ) -> None:
         self.problem, self.algorithm, self.dtype = problem, algorithm, dtype
-        self.clients = {k: _materialize(v) for k, v in clients.items()}
+        self.clients = dict(clients)
+        # keys whose arrays this executor made (writable, aliasing nothing): rows are written in
+        # place into those only; the others are copied at their first partial write (a full
+        # round replaces every row, so full participation never copies the client state)
+        self._owned: set[str] = set()
         self._new_rows: State = {}
         self._served = np.zeros(0, dtype=np.intp)
 
@@ -111,9 +115,15 @@ class StackedClients:
 
     def _store(self, rows: np.ndarray, new: State) -> None:
         if len(rows) == self.problem.n_clients:
-            self.clients.update(new)
+            for k, v in new.items():
+                if v is not self.clients.get(k):
+                    self._owned.discard(k)
+                self.clients[k] = v
             return
         for k, v in new.items():
+            if k not in self._owned:
+                self.clients[k] = _materialize(self.clients[k])
+                self._owned.add(k)
             self.clients[k] = _put(self.clients[k], rows, v)
 
     def _call(
@@ -181,6 +191,7 @@ class StackedClients:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         clients = require_layout(state["clients"], self.clients, "checkpoint: client state")
         self.clients = {k: _materialize(v) for k, v in clients.items()}
+        self._owned = set(self.clients)
 
 
 # --------------------------------------------------------------------------------------- public

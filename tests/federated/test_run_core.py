@@ -325,3 +325,27 @@ def test_an_async_file_with_a_model_of_another_shape_is_refused(tmp_path):
     _crafted(path, edit)
     with pytest.raises(CheckpointError, match="model version"):
         run_async(trainer, rule(), 8, checkpoint=path, **kw)
+
+
+# ----------------------------------------------------------------------------- client state
+class SharedInit(RFedProj):
+    """RFedProj whose initial corrections are a caller's writable array (aliasing it)."""
+
+    def __init__(self, shared):
+        super().__init__(0.02, 2)
+        self.shared = shared
+
+    def init(self, problem, x0):
+        server, clients = super().init(problem, x0)
+        return server, {**clients, "correction": self.shared}
+
+
+def test_client_state_is_copied_only_when_rows_are_written_in_place(stiefel_problem):
+    n, shape = stiefel_problem.n_clients, stiefel_problem.manifold.point_shape
+    shared = np.zeros((n, *shape))
+    run_sync(stiefel_problem, SharedInit(shared), 4, clients_per_round=3, seed=1)
+    assert not shared.any()  # partial rounds wrote into the engine's own copy, not the caller's
+    full = run_sync(stiefel_problem, SharedInit(shared), 4, seed=1)
+    plain = run_sync(stiefel_problem, RFedProj(0.02, 2), 4, seed=1)
+    assert not shared.any()
+    np.testing.assert_array_equal(full.final_point, plain.final_point)
