@@ -131,13 +131,12 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
     with torch.no_grad():
         a_gram = a.detach().double() if a.dtype == torch.float32 else a.detach()
         lam, v = torch.linalg.eigh(a_gram.mT @ a_gram)
-    lam_min, lam_max = lam[..., 0], lam[..., -1]
     if lam.ndim == 1:  # one matrix: two Python floats
-        low, high = lam_min.item(), lam_max.item()
+        low, high = lam[0 :: lam.shape[-1] - 1].tolist() if lam.shape[-1] > 1 else lam.tolist() * 2
         good_all = low > _GRAM_CONDITION * high
         good = None
     else:
-        good = lam_min > _GRAM_CONDITION * lam_max
+        good = lam[..., 0] > _GRAM_CONDITION * lam[..., -1]
         good_all = bool(good.all())
     if good_all:
         return _torch_polar_eigh()(a, v.to(a.dtype), lam.to(a.dtype))
