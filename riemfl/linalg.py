@@ -75,19 +75,27 @@ def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
     r"""Orthonormal polar factor :math:`Q = A (A^\top A)^{-1/2} = UV^\top` of tall matrices A.
 
     Q is the nearest matrix with orthonormal columns to A (n x p) in the Frobenius norm and is
-    unique iff rank A = p. It is computed from the thin SVD :math:`A = U\Sigma V^\top`, which is
-    accurate to :math:`\varepsilon\,\kappa(A)` (the eigendecomposition of :math:`A^\top A`
-    squares the condition number, and cannot see a smallest singular value below
-    :math:`\sqrt\varepsilon\,\sigma_1`). In torch the backward pass is the derivative of the
-    polar factor (Higham, *Functions of Matrices*, 2008, sec. 8.1): with :math:`K = U^\top\bar Q
-    V`, :math:`\bar A = U\,[(K - K^\top)_{ij}/(\sigma_i + \sigma_j)]\,V^\top + (I - UU^\top)
-    \bar Q V\Sigma^{-1}V^\top`, finite at repeated singular values (where the generic SVD
-    backward divides by zero). numpy float64 stacks near orthonormal (:math:`\|A^\top A -
-    I\|_F < 1/4`, every iterate of a retraction) take the Newton-Schulz iteration instead.
+    unique iff rank A = p. In general it is computed from the thin SVD :math:`A = U\Sigma
+    V^\top`, which is accurate to :math:`\varepsilon\,\kappa(A)` (the eigendecomposition of
+    :math:`A^\top A` squares the condition number, and cannot see a smallest singular value
+    below :math:`\sqrt\varepsilon\,\sigma_1`). Two cheaper paths are taken where they are as
+    accurate: numpy float64 stacks near orthonormal (:math:`\|A^\top A - I\|_F < 1/4`, every
+    iterate of a retraction) take the Newton-Schulz iteration, and in torch every matrix whose
+    Gram matrix :math:`G = A^\top A = V\Lambda V^\top` is well conditioned
+    (:math:`\lambda_{\min} > c\,\lambda_{\max}`, see :data:`_GRAM_CONDITION`; G formed and
+    factorised in float64 for float32 input) takes :math:`Q = A V \Lambda^{-1/2} V^\top`,
+    whose error :math:`\approx \varepsilon\,\kappa(A)^2 \le \varepsilon\,\kappa(A) /
+    \sqrt c` stays within a small multiple of the SVD's. The other matrices of a stack take the
+    SVD. In torch the backward pass of both paths is the derivative of the polar factor (Higham,
+    *Functions of Matrices*, 2008, sec. 8.1): with :math:`K = U^\top\bar Q V`, :math:`\bar A
+    = U\,[(K - K^\top)_{ij}/(\sigma_i + \sigma_j)]\,V^\top + (I - UU^\top) \bar Q
+    V\Sigma^{-1}V^\top`, finite at repeated singular values (where the generic SVD and eigh
+    backward passes divide by zero).
 
     With ``check_rank`` a :class:`~riemfl.errors.ProjectionError` is raised when
     :math:`\sigma_p \le \max(n, p)\,\varepsilon\,\sigma_1` (numerical rank below p; the
-    message states both numbers).
+    message states both numbers). A matrix that passes the condition test above has
+    :math:`\sigma_p > \sqrt c\,\sigma_1` and needs no further test.
     """
     ops = ops_for(a)
     if isinstance(a, np.ndarray) and a.dtype == np.float64:
@@ -96,13 +104,65 @@ def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
             return a @ h
     require_finite(a, what)
     if ops.is_torch:
-        out, s = _torch_polar()(a)
-    else:
-        u, s, vh = np.linalg.svd(a, full_matrices=False)
-        out = u @ vh
+        return _torch_polar_dispatch(ops, a, check_rank, what)
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
     if check_rank:
         _check_polar_rank(ops, a, s, what)
-    return out
+    return u @ vh
+
+
+#: Smallest ratio :math:`\lambda_{\min}/\lambda_{\max}` of the Gram matrix (i.e.
+#: :math:`1/\kappa(A)^2`) for which torch's :func:`polar` uses the eigendecomposition of
+#: :math:`A^\top A` instead of the SVD: :math:`\kappa(A) < 10`, so the squared condition number
+#: costs at most a factor 10 over the SVD's error :math:`\varepsilon\,\kappa(A)`. Random and
+#: near-orthonormal matrices (projections, retraction steps) are far inside.
+_GRAM_CONDITION = 1e-2
+
+
+def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
+    """Torch polar factor: the Gram eigendecomposition where well conditioned, else the SVD."""
+    import torch
+
+    if a.shape[-1] == 0 or a.shape[-2] < a.shape[-1] or a.numel() == 0:
+        out, s = _torch_polar()(a)
+        if check_rank and a.numel():
+            _check_polar_rank(ops, a, s, what)
+        return out
+    with torch.no_grad():
+        a_gram = a.detach().double() if a.dtype == torch.float32 else a.detach()
+        lam, v = torch.linalg.eigh(a_gram.mT @ a_gram)
+    if lam.ndim == 1:  # one matrix: two Python floats
+        low, high = lam[0 :: lam.shape[-1] - 1].tolist() if lam.shape[-1] > 1 else lam.tolist() * 2
+        good_all = low > _GRAM_CONDITION * high
+        good = None
+    else:
+        good = lam[..., 0] > _GRAM_CONDITION * lam[..., -1]
+        good_all = bool(good.all())
+    if good_all:
+        return _torch_polar_eigh()(a, v.to(a.dtype), lam.to(a.dtype))
+    batch = tuple(a.shape[:-2])
+    if good is None or not bool(good.any()):
+        out, s = _torch_polar()(a)
+        if check_rank:
+            _check_polar_rank(ops, a, s, what)
+        return out
+    # mixed stack: the eigendecomposition for the well-conditioned matrices, the SVD for the rest
+    flat = a.reshape((-1,) + tuple(a.shape[-2:]))
+    good_flat = good.reshape(-1)
+    idx_good = torch.nonzero(good_flat).reshape(-1)
+    idx_bad = torch.nonzero(~good_flat).reshape(-1)
+    lam_flat = lam.reshape((-1, lam.shape[-1]))
+    v_flat = v.reshape((-1,) + tuple(v.shape[-2:]))
+    q_good = _torch_polar_eigh()(
+        flat[idx_good], v_flat[idx_good].to(a.dtype), lam_flat[idx_good].to(a.dtype)
+    )
+    q_bad, s_bad = _torch_polar()(flat[idx_bad])
+    if check_rank:
+        s_all = torch.ones(lam_flat.shape, dtype=s_bad.dtype)
+        s_all[idx_bad.cpu()] = s_bad.detach().cpu()
+        _check_polar_rank(ops, a, s_all.reshape(batch + (lam.shape[-1],)), what)
+    order = torch.argsort(torch.cat([idx_good, idx_bad]))
+    return torch.cat([q_good, q_bad])[order].reshape(a.shape)
 
 
 def _check_polar_rank(ops, a, s, what: str) -> None:
@@ -125,6 +185,15 @@ def _check_polar_rank(ops, a, s, what: str) -> None:
         )
 
 
+def _polar_backward(grad, u, s, v):
+    r"""Adjoint of the polar factor's derivative at :math:`A = U\Sigma V^\top` (any order of s)."""
+    vh = v.transpose(-1, -2)
+    k = u.transpose(-1, -2) @ grad @ v
+    inner = (k - k.transpose(-1, -2)) / (s[..., :, None] + s[..., None, :])
+    rest = grad - u @ (u.transpose(-1, -2) @ grad)
+    return u @ inner @ vh + (rest @ (v / s[..., None, :])) @ vh
+
+
 @cache
 def _torch_polar():
     import torch
@@ -143,13 +212,33 @@ def _torch_polar():
         @torch.autograd.function.once_differentiable
         def backward(ctx, grad, _grad_s):
             u, s, vh = ctx.saved_tensors
-            v = vh.transpose(-1, -2)
-            k = u.transpose(-1, -2) @ grad @ v
-            inner = (k - k.transpose(-1, -2)) / (s[..., :, None] + s[..., None, :])
-            rest = grad - u @ (u.transpose(-1, -2) @ grad)
-            return u @ inner @ vh + (rest @ (v / s[..., None, :])) @ vh
+            return _polar_backward(grad, u, s, vh.transpose(-1, -2))
 
     return Polar.apply
+
+
+@cache
+def _torch_polar_eigh():
+    import torch
+
+    class PolarEigh(torch.autograd.Function):
+        """A V diag(lam^-1/2) V^T from the Gram eigenpairs (computed by the caller without
+        grad), with the polar factor's own derivative as backward (U = Q V)."""
+
+        @staticmethod
+        def forward(ctx, a, v, lam):
+            s = torch.sqrt(lam)
+            q = a @ ((v / s[..., None, :]) @ v.transpose(-1, -2))
+            ctx.save_for_backward(q, s, v)
+            return q
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad):
+            q, s, v = ctx.saved_tensors
+            return _polar_backward(grad, q @ v, s, v), None, None
+
+    return PolarEigh.apply
 
 
 def require_finite(a: Array, what: str) -> None:
