@@ -68,8 +68,9 @@ def test_run_lrmc_and_stochastic_options(tmp_path):
 def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
     assert _run(tmp_path, "kpca-mnist", "--algorithm", "rfedproj") == 2
     assert "needs --data" in capsys.readouterr().err
-    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--step", "-1") == 2
-    assert "step_size must be" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):  # refused by the parser, one line
+        _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--step", "-1")
+    assert "--step: expected a finite number > 0, got '-1'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _run(tmp_path, "no-such-problem", "--algorithm", "rfedproj")
 
@@ -225,4 +226,7 @@ def test_run_async_writes_a_checkpoint_and_the_same_command_resumes_it(tmp_path)
     assert _run(tmp_path, *args) == 0  # resumes at the end: nothing left to run
     again = History.from_json(tmp_path / "history.json")
     assert again.same_results(first) and again.step == [0, 5, 10]
-    assert _run(tmp_path, *args[:-1], "0") == 0  # --checkpoint-every 0: no file is read
+    # --checkpoint-every 0 reads no checkpoint, so the folder's files need --overwrite
+    assert _run(tmp_path, *args[:-1], "0") == 2
+    assert _run(tmp_path, *args[:-1], "0", "--overwrite") == 0
+    assert not (tmp_path / "checkpoint.rfl").exists()

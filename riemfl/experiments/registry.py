@@ -8,11 +8,12 @@ digest's prototypes, section 7.2).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ParameterError
+from ..errors import DataError, ParameterError
 from ..federated import AsyncRule, RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
 from ..manifolds.base import Manifold
 from ..problems import FederatedProblem, KPCAProblem, LRMCProblem, SoftmaxRegressionProblem
@@ -41,7 +42,14 @@ class ProblemEntry:
 
 
 def _inverse_beta(problem: FederatedProblem) -> float:
-    return 1.0 / float(problem.smoothness)
+    """The default step 1/beta; refused (rather than divided by zero) when beta is not > 0."""
+    beta = float(problem.smoothness)
+    if not (math.isfinite(beta) and beta > 0):
+        raise DataError(
+            f"problem {problem.name!r}: the default step 1/beta needs a smoothness beta > 0, got "
+            f"beta = {beta} (degenerate data, e.g. all-zero features); pass a step size (--step)"
+        )
+    return 1.0 / beta
 
 
 def _no_k(name: str, k: int | None) -> dict[str, Any]:
@@ -112,13 +120,48 @@ CURVE_RULE_NAMES = ("asyncbezier", "asyncbezier-ed")
 def build_problem(
     name: str, *, clients: int | None = None, k: int | None = None, seed: int = 0, data: Any = None
 ) -> FederatedProblem:
-    """The problem called ``name`` (a key of :data:`PROBLEMS`)."""
+    """The problem called ``name`` (a key of :data:`PROBLEMS`).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`PROBLEMS`.
+    clients : int or None
+        The number of clients n >= 1; None for the problem's default.
+    k : int or None
+        The number of components (None: the problem's default; refused by problems without).
+    seed : int
+        Seed of the synthetic data and splits.
+    data : str, PathLike or None
+        The data file of a problem that reads one (``needs_data``); refused by the others.
+
+    Raises
+    ------
+    ParameterError
+        An unknown name, ``clients`` not an int >= 1, a missing ``data`` where the problem needs
+        one, or a ``data`` given to a problem that reads none.
+    DataError
+        From the loaders: a missing, malformed or degenerate data file.
+    """
     if name not in PROBLEMS:
         raise ParameterError(f"unknown problem {name!r}; expected one of {sorted(PROBLEMS)}")
     entry = PROBLEMS[name]
     if entry.needs_data and data is None:
         raise ParameterError(f"problem {name!r} needs --data FILE (an MNIST idx or npz file)")
-    return entry.build(clients or entry.default_clients, k, seed, data)
+    if not entry.needs_data and data is not None:
+        with_data = sorted(n for n, e in PROBLEMS.items() if e.needs_data)
+        raise ParameterError(
+            f"problem {name!r} reads no data file: expected no --data (only {with_data} take "
+            f"one), got --data {data}"
+        )
+    if clients is None:
+        clients = entry.default_clients
+    elif isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ParameterError(
+            f"problem {name!r}: expected a number of clients (--clients) that is an int >= 1, "
+            f"got {clients!r}"
+        )
+    return entry.build(clients, k, seed, data)
 
 
 def build_algorithm(

@@ -11,7 +11,8 @@ A :class:`History` holds
   metrics and aggregation diagnostics for FLoRAL;
 * ``log``: one entry per client update (``client``, ``staleness``, ``weight``, ``time``,
   ``version``, ``applied``) for engines that log updates (asynchronous runs, FLoRAL rounds);
-* ``warnings``: every dropped client or arrival with where and why;
+* ``warnings``: every dropped client or arrival with where and why, and a divergence found by
+  :meth:`History.check_divergence` (``riemfl run`` checks every run);
 * ``summary``: run-level scalars (e.g. ``peak_versions`` of the asynchronous version store).
 
 Columns read as attributes (``history.grad_norm`` is ``history.metrics["grad_norm"]``). A
@@ -34,7 +35,21 @@ import numpy as np
 from ..errors import ParameterError
 from ._serialise import dump_json, from_json_float, json_float, load_json
 
-__all__ = ["History", "AsyncHistory", "METRICS", "LOG_COLUMNS", "MEASURED_COLUMNS"]
+__all__ = [
+    "History",
+    "AsyncHistory",
+    "METRICS",
+    "LOG_COLUMNS",
+    "MEASURED_COLUMNS",
+    "DIVERGENCE_FACTOR",
+    "DIVERGENCE_COLUMNS",
+]
+
+#: :meth:`History.check_divergence`: a run diverges when a watched column grows beyond this
+#: factor times its initial value (or turns NaN or infinite).
+DIVERGENCE_FACTOR = 1e3
+#: The columns :meth:`History.check_divergence` watches (each where its initial value is > 0).
+DIVERGENCE_COLUMNS = ("grad_norm", "optimality_gap", "loss")
 
 #: The columns of a synchronous run, in order (the CLI's ``history.json`` / ``history.csv``).
 METRICS = (
@@ -182,6 +197,60 @@ class History:
         if s.size == 0:
             return {"mean": math.nan, "std": math.nan, "max": math.nan}
         return {"mean": float(s.mean()), "std": float(s.std()), "max": float(s.max())}
+
+    def check_divergence(self, factor: float = DIVERGENCE_FACTOR) -> dict[str, Any] | None:
+        """Find a divergence and record it in :attr:`warnings` (once).
+
+        The rule: a run diverges at the first row where one of :data:`DIVERGENCE_COLUMNS`
+        (``grad_norm``, then ``optimality_gap``, then ``loss``), whose initial value v0 is
+        finite and > 0, exceeds ``factor * v0`` or is NaN or infinite. Columns that start at
+        0, negative (e.g. the kPCA loss) or non-finite are not watched.
+
+        Parameters
+        ----------
+        factor : float
+            The growth that counts as divergence, > 1 (default :data:`DIVERGENCE_FACTOR`, 1e3).
+
+        Returns
+        -------
+        dict or None
+            The warning, ``{"client": None, "kind": "divergence", "metric", "row", "value",
+            "initial", "reason"}`` plus ``round`` or ``step`` where the history has that column,
+            also appended to :attr:`warnings` unless an equal entry is there; None when the run
+            did not diverge.
+
+        Raises
+        ------
+        ParameterError
+            When ``factor`` is not a finite number > 1.
+        """
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 1):
+            raise ParameterError(f"check_divergence: expected a finite factor > 1, got {factor!r}")
+        for name in DIVERGENCE_COLUMNS:
+            values = np.asarray(self.metrics.get(name, []), dtype=float)
+            if values.size < 2 or not (math.isfinite(values[0]) and values[0] > 0):
+                continue
+            bad = np.flatnonzero(~np.isfinite(values[1:]) | (values[1:] > factor * values[0]))
+            if bad.size == 0:
+                continue
+            row = int(bad[0]) + 1
+            entry: dict[str, Any] = {"client": None, "kind": "divergence", "metric": name}
+            where = ""
+            for column in ("round", "step"):
+                if column in self.metrics:
+                    entry[column] = _plain(self.metrics[column][row])
+                    where = f" at {column} {entry[column]}"
+                    break
+            value, initial = float(values[row]), float(values[0])
+            entry.update(row=row, value=json_float(value), initial=initial)
+            entry["reason"] = (
+                f"the run diverges: {name} = {value:.3e}{where}, more than {factor:g} x its "
+                f"initial {initial:.3e} (try a smaller step size, --step)"
+            )
+            if entry not in self.warnings:
+                self.warnings.append(entry)
+            return entry
+        return None
 
     @property
     def peak_versions(self) -> int | None:

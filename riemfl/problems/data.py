@@ -246,7 +246,21 @@ def _read_idx(p: Path, magic: int, expected_ndim: int, what: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
 
 
+#: The first bytes of an npz archive (a zip file: a local file header, or an empty archive).
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
 def _load_npz(p: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with open(p, "rb") as fh:
+            start = fh.read(4)
+    except OSError as exc:
+        raise DataError(f"cannot read {str(p)!r}: {exc}") from None
+    if start not in _ZIP_STARTS:
+        raise DataError(
+            f"{str(p)!r} is not an npz archive: expected a zip file (starting with b'PK\\x03"
+            f"\\x04', as numpy.savez writes), got a file starting with {start!r}"
+        )
     try:
         archive = np.load(p, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:

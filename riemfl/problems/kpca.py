@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, ShapeError
+from ..errors import DataError, ParameterError, ShapeError
 from ..manifolds.stiefel import Stiefel
 from ._checks import (
     batch_array,
@@ -90,6 +90,11 @@ class KPCAProblem(FederatedProblem):
         :math:`f^*` and :math:`\beta`, see the module docstring.
     n_samples : tuple of int
         :math:`p_i` (the samples of the mini-batch oracle).
+
+    Raises
+    ------
+    DataError
+        When every entry of the data is zero (:math:`\beta = 0`: f is constant).
 
     Notes
     -----
@@ -164,6 +169,13 @@ class KPCAProblem(FederatedProblem):
         self._solution = np.ascontiguousarray(evecs[:, ::-1][:, : self.k])
         self.optimum = -0.5 * float(self._eigenvalues[: self.k].sum())
         self.smoothness = float(np.linalg.eigvalsh(total)[-1])
+        if not self.smoothness > 0:
+            raise DataError(
+                f"KPCAProblem: expected data with a nonzero entry, got {self.n_clients} client(s) "
+                f"whose {sum(self.n_samples)} rows of dimension {d} are all zero (the smoothness "
+                "beta = lambda_max(sum_i A_i^T A_i) is 0, so f is constant and no step 1/beta "
+                "exists)"
+            )
 
     @property
     def covariances(self) -> np.ndarray:

@@ -1,0 +1,198 @@
+"""Issue 17, the command line: every user error is one line on stderr, exit status 2, no
+traceback, and no output folder left behind; divergence warns; ``--overwrite``; ``--strict``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from riemfl.cli import main
+from riemfl.experiments import zhang2024
+from riemfl.federated import History
+
+pytest.importorskip("matplotlib")
+
+SYNTH = ("run", "kpca-synthetic", "--algorithm", "rfedavg", "--rounds", "2", "--no-progress")
+
+
+def _error(capsys, argv, *words):
+    """Run ``riemfl ARGV``: exit status 2 and one stderr line holding every word."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def zeros_npz(tmp_path):
+    path = tmp_path / "zeros.npz"
+    np.savez(path, x=np.zeros((40, 4, 4)), y=np.arange(40) % 10)
+    return path
+
+
+def test_all_zero_images_are_a_data_error(tmp_path, capsys, zeros_npz):
+    out = tmp_path / "out"
+    argv = ["run", "kpca-mnist", "--algorithm", "rfedavg", "--data", str(zeros_npz),
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    _error(capsys, argv, "--data", "all zero")
+    assert not out.exists()
+
+
+def test_random_bytes_named_npz_are_not_an_archive(tmp_path, capsys):
+    data = tmp_path / "noise.npz"
+    data.write_bytes(np.random.default_rng(0).bytes(300))
+    out = tmp_path / "out"
+    argv = ["run", "kpca-mnist", "--algorithm", "rfedavg", "--data", str(data),
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    line = _error(capsys, argv, "--data", "not an npz archive", "zip")
+    assert "allow_pickle" not in line and not out.exists()
+
+
+def test_out_naming_an_existing_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    _error(capsys, [*SYNTH, "--out", str(afile)], "--out", "expected a folder", "file")
+
+
+def test_out_under_a_regular_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    _error(capsys, [*SYNTH, "--out", str(afile / "sub" / "dir")], "--out", "under the file")
+
+
+def test_out_an_impossible_path_leaves_nothing(tmp_path, capsys):
+    out = tmp_path / "made" / ("x" * 300) / "run"
+    _error(capsys, [*SYNTH, "--out", str(out)], "--out", "too long")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere")
+def test_out_in_a_read_only_folder(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        _error(capsys, [*SYNTH, "--out", str(ro / "run")], "--out", "not writable")
+    finally:
+        ro.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--rounds", "0"), ("--clients", "0"), ("--local-steps", "0"), ("--step", "-1"),
+     ("--step", "nan"), ("--checkpoint-every", "-1"), ("--batch-size", "0")],
+)  # fmt: skip
+def test_out_of_range_values(tmp_path, capsys, option, value):
+    out = tmp_path / "out"
+    _error(capsys, [*SYNTH, option, value, "--out", str(out)], option, "expected", repr(value))
+    assert not out.exists()
+
+
+def test_data_on_a_problem_without_data(tmp_path, capsys, zeros_npz):
+    out = tmp_path / "out"
+    _error(capsys, [*SYNTH, "--data", str(zeros_npz), "--out", str(out)], "--data", "no data")
+    assert not out.exists()
+
+
+def test_options_of_the_other_engine_are_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    _error(capsys, [*SYNTH, "--workers", "3", "--out", str(out)], "--workers", "--engine async")
+    _error(capsys, [*SYNTH, "--mu", "0.5", "--out", str(out)], "--mu", "rfedprox")
+    argv = ["run", "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async",
+            "--clients-per-round", "3", "--out", str(out), "--no-progress"]  # fmt: skip
+    _error(capsys, argv, "--clients-per-round", "--engine sync")
+    assert not out.exists()
+
+
+def test_errors_found_late_leave_no_folder(tmp_path, capsys):
+    """Errors of the rules and trainers (built after the problem) come before the folder."""
+    out = tmp_path / "out"
+    argv = ["run", "kpca-synthetic", "--algorithm", "asyncbezier", "--engine", "async",
+            "--rounds", "2", "--out", str(out), "--no-progress"]  # fmt: skip
+    _error(capsys, argv, "Euclidean")
+    _error(capsys, [*SYNTH, "--clients-per-round", "99", "--out", str(out)], "at most the 30")
+    assert not out.exists()
+
+
+def test_a_divergent_step_warns_in_the_history_and_on_stderr(tmp_path, capsys):
+    argv = ["run", "logreg-digits", "--algorithm", "rfedavg", "--step", "1e6", "--rounds", "3",
+            "--local-steps", "2", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert "riemfl: warning: the run diverges: grad_norm" in capsys.readouterr().err
+    warnings = json.loads((tmp_path / "history.json").read_text())["warnings"]
+    assert [w["kind"] for w in warnings] == ["divergence"] and warnings[0]["round"] == 1
+
+
+def test_check_divergence_rule():
+    h = History()
+    for g in (1.0, 50.0, 900.0):
+        h.append(round=len(h), grad_norm=g, loss=-1.0)
+    assert h.check_divergence() is None and h.warnings == []
+    h.append(round=3, grad_norm=2e3, loss=-1.0)
+    entry = h.check_divergence()
+    assert entry["metric"] == "grad_norm" and entry["round"] == 3
+    assert h.check_divergence() == entry and len(h.warnings) == 1  # recorded once
+    h2 = History()
+    h2.append(grad_norm=1.0)
+    h2.append(grad_norm=float("nan"))
+    assert h2.check_divergence()["value"] != 1.0
+
+
+def test_a_non_empty_out_needs_overwrite_but_a_checkpoint_resumes(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    _error(capsys, [*SYNTH, "--out", str(out)], "--out", "notes.txt", "--overwrite")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert main([*SYNTH, "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "notes.txt").exists() and (out / "checkpoint.rfl").exists()
+    assert main([*SYNTH, "--out", str(out)]) == 0  # the same run: resumed, no --overwrite
+    capsys.readouterr()
+    _error(capsys, [*SYNTH, "--step", "1e-3", "--out", str(out)], "another run", "--overwrite")
+    _error(capsys, [*SYNTH, "--checkpoint-every", "0", "--out", str(out)], "--overwrite")
+    assert main([*SYNTH, "--step", "1e-3", "--out", str(out), "--overwrite"]) == 0
+
+
+def test_overwrite_never_empties_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("x")
+    _error(capsys, [*SYNTH, "--out", ".", "--overwrite"], "--overwrite", "current folder")
+    assert (tmp_path / "keep.txt").exists()
+
+
+def test_the_default_out_is_not_overwritten_silently(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "results" / "run"
+    run.mkdir(parents=True)
+    (run / "history.json").write_text("{}")  # another run's output, no checkpoint
+    _error(capsys, SYNTH, "--out results/run", "--overwrite")
+    assert (run / "history.json").read_text() == "{}"
+
+
+def _claims(passed):
+    return [zhang2024.Claim(1, "a claim", passed, "detail", (1,))]
+
+
+@pytest.mark.parametrize(("passed", "code"), [(False, 1), (True, 0), (None, 0)])
+def test_reproduce_strict_exits_1_when_a_claim_fails(tmp_path, capsys, monkeypatch, passed, code):
+    monkeypatch.setattr(zhang2024, "reproduce", lambda out, **kw: _claims(passed))
+    argv = ["reproduce", "zhang2024", "--quick", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0  # without --strict a failed claim is reported, not an error
+    assert main([*argv, "--strict"]) == code
+    if code:
+        assert "--strict: claims 1 FAIL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("paper", ["floral", "licudi2025", "licudi2025-baselines"])
+def test_reproduce_strict_is_refused_where_there_are_no_claims(tmp_path, capsys, paper):
+    _error(capsys, ["reproduce", paper, "--strict", "--out", str(tmp_path)], "--strict", paper)
