@@ -176,7 +176,8 @@ class EventLoop:
         self.trainer, self.rule, self.manifold = trainer, rule, manifold
         self.n = trainer.n_clients
         self.history, self.faults = history, FaultRecorder(history)
-        self.workers, self.timing, self.w = workers, timing, weights
+        self.workers, self.timing = workers, timing
+        self.w = [float(v) for v in weights]  # Python floats: read once per arrival
         self.mode, self.staleness = mode, staleness
         self.limit = math.inf if max_updates is None else max_updates
         self.max_failures = max_failures
@@ -198,12 +199,14 @@ class EventLoop:
         self._epochs = rule.local_epochs if isinstance(rule, SchedulesEpochs) else None
         for key in LOG_COLUMNS:
             history.log.setdefault(key, [])
+        self._log = tuple(history.log[key].append for key in LOG_COLUMNS)  # in that order
         if mode == "events":
             for i in range(self.n):
                 self.queue.push(i, 0.0, trainer.num_batches(i))
 
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
+        self.history.summary["peak_versions"] = self.peak  # rows are where the history is read
         return {"step": self.store.current, "time": self.now, **self.counters}
 
     def output(self) -> Any:
@@ -216,7 +219,6 @@ class EventLoop:
         while self.store.current < step:
             if self.counters["updates"] >= self.limit or not arrive():
                 return False
-        self.history.summary["peak_versions"] = self.peak
         return True
 
     @property
@@ -225,13 +227,14 @@ class EventLoop:
 
     # ------------------------------------------------------------------ events mode
     def _epochs_of(self, client: int) -> int | None:
-        return self._epochs(client) if self._epochs is not None else None
+        return None if self._epochs is None else self._epochs(client)
 
     def _dispatch(self) -> None:
+        blocking = self.staleness.kind == "block"
         while (
             len(self.holding) < self.workers
             and len(self.queue)
-            and self.staleness.may_dispatch(self.store.current, self.holding)
+            and (not blocking or self.staleness.may_dispatch(self.store.current, self.holding))
         ):
             client = self.queue.pop()
             version = self.store.acquire()
@@ -296,21 +299,21 @@ class EventLoop:
             self._failed(client, why)
         else:
             self.failures[client] = 0
+        weight = self.w[client]
         if applied:
-            arrival = Arrival(client, base, local, store.model, staleness, float(self.w[client]),
-                              store.current)  # fmt: skip
+            arrival = Arrival(client, base, local, store.model, staleness, weight, store.current)
             new = self.rule.apply(self.manifold, arrival)
             if new is not None:
                 store.advance(new)
         else:
             self.counters["dropped"] += 1
-        log = self.history.log
-        log["client"].append(client)
-        log["staleness"].append(staleness)
-        log["weight"].append(float(self.w[client]))
-        log["time"].append(self.now)
-        log["version"].append(store.current)
-        log["applied"].append(applied)
+        log_client, log_staleness, log_weight, log_time, log_version, log_applied = self._log
+        log_client(client)
+        log_staleness(staleness)
+        log_weight(weight)
+        log_time(self.now)
+        log_version(store.current)
+        log_applied(applied)
 
     def _failed(self, client: int, why: str) -> None:
         self.failures[client] += 1

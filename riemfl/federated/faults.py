@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import is_torch
+from ..manifolds.inputs import all_finite
 
 __all__ = [
     "ClientDroppedWarning",
@@ -146,7 +147,7 @@ def _plainly_fine(
             return False
         if dtype is not None and v.dtype != dtype:
             return False
-        if not np.isfinite(v).all():
+        if not all_finite(v):
             return False
     return True
 

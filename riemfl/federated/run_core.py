@@ -148,6 +148,20 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def _fill(history: History, loaded: History) -> None:
+    """Put ``loaded``'s rows, log, warnings and summary into ``history`` in place: the lists
+    stay the same objects, so that steps holding them (the event loop appends to the log's
+    columns directly) keep writing into the history."""
+    for target, source in ((history.metrics, loaded.metrics), (history.log, loaded.log)):
+        for key in [k for k in target if k not in source]:
+            del target[key]
+        for key, values in source.items():
+            target.setdefault(key, [])[:] = values
+    history.warnings[:] = loaded.warnings
+    history.summary.clear()
+    history.summary.update(loaded.summary)
+
+
 def _ordered(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     head = {k: row[k] for k in columns if k in row}
     return {**head, **{k: v for k, v in row.items() if k not in head}}
@@ -205,8 +219,7 @@ class _Loop:
                 f"checkpoint {str(path)!r}: its run state does not fit this run: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self.history.metrics, self.history.log = loaded.metrics, loaded.log
-        self.history.warnings, self.history.summary = loaded.warnings, loaded.summary
+        _fill(self.history, loaded)
         self.start = state["step"]
         self.wall0 = time.perf_counter() - state["wall"]
         return True
@@ -234,10 +247,6 @@ class _Loop:
         self.history.record(row)
         return row
 
-    def due(self, step: int) -> bool:
-        every = self.options.record_every
-        return step == self.options.steps or (every is not None and step % every == 0)
-
     # ------------------------------------------------------------------ the loop
     def run(self) -> History:
         opts = self.options
@@ -249,24 +258,29 @@ class _Loop:
             handle_interrupts(),
             ProgressBar(opts.steps, opts.desc, enabled=opts.progress, start=self.start) as bar,
         ):
-            for step in range(self.start + 1, opts.steps + 1):
+            # the loop body runs once per step (an asynchronous server step can be a single
+            # client update): its bookkeeping is kept to a few local lookups
+            advance, last, every = self.steps.advance, opts.steps, opts.checkpoint_every
+            record_every, on_step = opts.record_every or last + 1, opts.on_step
+            show = bar.update if opts.progress else None
+            for step in range(self.start + 1, last + 1):
                 if interrupt_requested():
                     self.interrupt(done, last_saved)
-                if not self.steps.advance(step):  # no further step: record where it stands
+                if not advance(step):  # no further step: record where it stands
                     if self._last_recorded() != done:
                         self.record(self.steps.row())
                     break
                 done = step
                 stop = False
-                if self.due(step):
+                if step % record_every == 0 or step == last:
                     row = self.record(self.steps.row())
                     bar.update(1, **{k: row[k] for k in opts.show if k in row})
                     stop = opts.stop is not None and opts.stop(row)
-                else:
-                    bar.update(1)
-                if opts.on_step is not None:
-                    opts.on_step(step, self.history)
-                if stop or step % opts.checkpoint_every == 0 or step == opts.steps:
+                elif show is not None:
+                    show(1)
+                if on_step is not None:
+                    on_step(step, self.history)
+                if stop or step % every == 0 or step == last:
                     self.save(step)
                     last_saved = step
                 if stop:
