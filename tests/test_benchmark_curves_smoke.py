@@ -14,6 +14,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 
 def _positive(v) -> bool:
     return isinstance(v, float) and math.isfinite(v) and v > 0

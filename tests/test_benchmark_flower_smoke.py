@@ -15,6 +15,9 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray (flwr[simulation])")
 pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 
 def _positive(*values) -> bool:
     return all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)

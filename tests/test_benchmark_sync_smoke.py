@@ -15,6 +15,9 @@ import pytest
 
 pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def bench(load_benchmark):

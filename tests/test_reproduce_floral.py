@@ -10,6 +10,9 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 from riemfl.cli import build_parser  # noqa: E402
 from riemfl.experiments import floral  # noqa: E402
 

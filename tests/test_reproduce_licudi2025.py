@@ -12,6 +12,9 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 from riemfl.errors import ParameterError  # noqa: E402
 from riemfl.experiments import licudi2025  # noqa: E402
 

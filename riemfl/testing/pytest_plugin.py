@@ -9,6 +9,9 @@ the parent chain grows by one link per parametrized run. A suite with a few doze
 classes reaches thousands of links and fails with ``RecursionError`` inside
 ``settings.database`` (riemfl's own suite did). This hook restores each test function's
 settings after its run, so the chain never grows.
+
+It also registers the ``slow`` marker that the kit's larger families (bad input, float32
+accuracy, broadcasting) carry, so that ``pytest -m "not slow"`` gives a quick subset.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: long-running tests (the full run includes them)")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -315,6 +315,7 @@ class ManifoldTests:
             pytest.skip("torch is not installed")
         checks.check_autograd_at_zero(self.manifold, data.draw(rst.points(self.manifold)))
 
+    @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("method", METHODS[1:])
     def test_broadcast_batch_point(self, config, method):
         """A batch of base points against one of each other argument (broadcasting)."""
@@ -323,6 +324,7 @@ class ManifoldTests:
         single = [config.convert(a[0]) for a in args]
         checks.check_broadcast_batch_point(self.manifold, method, single, self.tol(config))
 
+    @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("backend", ["numpy", "torch"])
     @pytest.mark.parametrize("method", METHODS)
     def test_float32_accuracy(self, backend, method):
@@ -384,6 +386,7 @@ class ManifoldTests:
         with pytest.raises(NotOnManifoldError, match="tangent"):
             m.check_tangent(config.convert(x), config.convert(normal))
 
+    @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("method", BAD_INPUT_METHODS)
     def test_bad_input(self, method):
         """Lists, integers, float16, complex, NaN/inf, empty batches, mixed backends: the

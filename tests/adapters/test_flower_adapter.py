@@ -15,6 +15,9 @@ import pytest
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray (flwr[simulation])")
 
+# seconds per test (simulations, reproductions, benchmark runs): part of the full run only
+pytestmark = pytest.mark.slow
+
 from riemfl.adapters.flower import (  # noqa: E402
     AsyncJob,
     CorruptReplies,
