@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError, DataError, ParameterError, RiemflError
+from .errors import CheckpointMismatchError, DataError, ParameterError, RiemflError
 from .federated.interrupt import RunInterrupted, handle_interrupts
 from .manifolds import (
     Euclidean,
@@ -379,11 +379,11 @@ class _output_folder:
         self.created = []
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if isinstance(exc, CheckpointError) and self.resuming:
-            found = str(exc).split("; delete it,")[0]  # the engine's advice is for its API
+        if isinstance(exc, CheckpointMismatchError) and self.resuming:
             raise ParameterError(
-                f"--out {self.args.out}: expected this run's checkpoint or none, got: {found}; "
-                "pass --overwrite to empty the folder and start afresh, or choose another --out"
+                f"--out {self.args.out}: expected this run's checkpoint or none, got the "
+                f"checkpoint of another run ({exc.differences}); pass --overwrite to empty the "
+                "folder and start afresh, or choose another --out"
             ) from None
         if isinstance(exc, RiemflError) and not isinstance(exc, KeyboardInterrupt):
             self._remove_created()

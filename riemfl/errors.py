@@ -87,6 +87,20 @@ class CheckpointError(RiemflError, ValueError):
     """A checkpoint cannot be resumed: unreadable, or written by a different run configuration."""
 
 
+class CheckpointMismatchError(CheckpointError):
+    """A valid checkpoint written by another run (other settings or data).
+
+    Attributes
+    ----------
+    differences : str
+        What differs, setting by setting (``name: value there, value here``).
+    """
+
+    def __init__(self, message: str, differences: str) -> None:
+        super().__init__(message)
+        self.differences = differences
+
+
 class ClientFailureError(RiemflError, RuntimeError):
     """Every participating client of a federated round failed, so the round cannot proceed.
 
@@ -94,4 +108,4 @@ class ClientFailureError(RiemflError, RuntimeError):
     """
 
 
-__all__ += ["CheckpointError", "ClientFailureError"]
+__all__ += ["CheckpointError", "CheckpointMismatchError", "ClientFailureError"]

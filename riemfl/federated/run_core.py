@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import CheckpointError, ParameterError
+from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
 from ._serialise import dump_json
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -200,9 +200,10 @@ class _Loop:
             saved, now = state["fingerprint"], self.fingerprint
             differ = sorted(k for k in {*saved, *now} if not _same(saved.get(k), now.get(k)))
             shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ)
-            raise CheckpointError(
+            raise CheckpointMismatchError(
                 f"checkpoint {str(path)!r} was written by another run (other settings or data: "
-                f"{shown}); delete it, name another checkpoint file, or pass resume=False"
+                f"{shown}); delete it, name another checkpoint file, or pass resume=False",
+                shown,
             )
         if state["step"] > self.options.steps:
             raise CheckpointError(
