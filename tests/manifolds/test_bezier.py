@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from scipy.special import comb
 
@@ -436,6 +436,9 @@ def _newton_reference(curve, queries, extended):
     extended=st.booleans(),
     spread=st.sampled_from([0.1, 1.5, 20.0]),
 )
+# an end point's Newton steps stopped short of the stationary point they reach, tied with it in
+# f to rounding and was returned (slope 3.7e-8): the thorough profile's find
+@example(seed=630134, degree=4, extended=False, spread=0.1)
 def test_polynomial_closest_point_is_global_and_stationary(seed, degree, extended, spread):
     """Degrees other than 2: the roots of the squared distance's derivative, all queries at once.
     No dense grid or 25-start Newton search finds a nearer point; interior solutions are
