@@ -16,7 +16,7 @@ output point, or personalised per-client metrics). :func:`run_steps` owns everyt
 * interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
   stops the loop at the next step boundary, writes the checkpoint and raises
   :class:`~riemfl.federated.interrupt.RunInterrupted`;
-* early stops: the steps return ``None`` when no client can make progress any more (e.g. the
+* early stops: the steps' ``advance`` returns False when no further step can be made (e.g. the
   asynchronous limit on updates), or ``stop(row)`` asks for it (a gradient tolerance).
 
 Client sampling and fault handling are shared through :mod:`riemfl.federated.rounds` and
