@@ -87,6 +87,13 @@ def test_out_in_a_read_only_folder(tmp_path, capsys):
         ro.chmod(0o755)
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs Linux's sysfs")
+def test_out_where_even_root_cannot_create_a_folder(capsys):
+    """sysfs refuses new folders to every user (root included): the unwritable case as root."""
+    _error(capsys, [*SYNTH, "--out", "/sys/riemfl-out/run"], "--out", "can be created")
+    assert not os.path.exists("/sys/riemfl-out")
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--rounds", "0"), ("--clients", "0"), ("--local-steps", "0"), ("--step", "-1"),
