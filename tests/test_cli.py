@@ -4,19 +4,18 @@ import json
 import subprocess
 import sys
 
-import pytest
-
-from riemfl.cli import EXAMPLES, main
+from riemfl.cli import main
+from riemfl.manifolds.catalogue import examples
 
 
 def test_cli_table_and_json(tmp_path, capsys):
     out = tmp_path / "manifolds.json"
     assert main(["--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    for manifold in EXAMPLES:
+    for manifold in examples():
         assert manifold.name in printed
     rows = json.loads(out.read_text())
-    assert [r["manifold"] for r in rows] == [m.name for m in EXAMPLES]
+    assert [r["manifold"] for r in rows] == [m.name for m in examples()]
     for row in rows:
         assert row["retraction_constraint_error"] < 1e-10
         if "exp_log_roundtrip_error" in row:
@@ -34,14 +33,3 @@ def test_python_dash_m_runs():
     assert "Lorentz(10)" in done.stdout
 
 
-def test_kernels_command_reports_the_floral_path(monkeypatch, capsys):
-    pytest.importorskip("torch")
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "off")
-    assert main(["kernels"]) == 1
-    assert "torch path" in capsys.readouterr().out
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "sometimes")
-    assert main(["kernels"]) == 2
-    assert "RIEMFL_FLORAL_KERNEL" in capsys.readouterr().err
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "require")
-    assert main(["kernels"]) == 0
-    assert "loaded from" in capsys.readouterr().out

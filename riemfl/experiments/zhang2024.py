@@ -445,7 +445,7 @@ def check_claims(
     worst = 0.0
     for key, h in results.items():
         M = problems(key.split("-rfed")[0]).manifold
-        worst = max(worst, M._point_violation(h.final_point)[1])
+        worst = max(worst, M.point_violation(h.final_point)[1])
     claims.append(
         Claim(
             1,

@@ -1,4 +1,8 @@
-"""Manifolds implementing the riemfl contract (:class:`~riemfl.manifolds.base.Manifold`)."""
+"""Manifolds implementing the riemfl contract (:class:`~riemfl.manifolds.base.Manifold`).
+
+The families are listed once, in :mod:`riemfl.manifolds.catalogue`; these exports and those of
+:mod:`riemfl` are checked against it (``tests/manifolds/test_catalogue.py``).
+"""
 
 from .base import Manifold
 from .bezier import BezierCurve
@@ -31,6 +35,3 @@ __all__ = [
     "EpsilonTunnel",
     "PlaneRotation",
 ]
-
-#: every manifold family shipped with riemfl (used by ``python -m riemfl`` and the docs)
-FAMILIES = (Euclidean, Sphere, Stiefel, Grassmann, Lorentz, Product, FixedRank, Simplex)

@@ -360,6 +360,14 @@ class Manifold(ABC):
             return
         self._check_point(x, self.default_atol(x) if atol is None else atol)
 
+    def point_violation(self, x: Array) -> tuple[str, float]:
+        """The constraint of M that ``x`` violates most, as text, and its largest violation over
+        the batch (0 up to rounding on M): what :meth:`check_point` compares with ``atol``."""
+        (x,) = self._checked_inputs("point_violation", (x,), _X)
+        if 0 in x.shape:
+            return "(empty batch)", 0.0
+        return self._point_violation(x)
+
     def _check_point(self, x: Array, tol: float) -> None:
         constraint, violation = self._point_violation(x)
         if violation > tol:

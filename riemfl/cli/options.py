@@ -1,0 +1,227 @@
+"""The argument parser of the ``riemfl`` command: every option defined once.
+
+Options shared by several subcommands live in parent parsers (:func:`_shared`); the choices of
+problems, algorithms, rules and papers come from their registries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from .output import CHECKPOINT_NAME
+from .reproduce import PAPERS
+
+__all__ = ["build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (no usage block), exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _real(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        expected = "a finite number > 0" if positive else "a finite number >= 0"
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a finite float > 0."""
+    return _real(text, positive=True)
+
+
+def _nonnegative(text: str) -> float:
+    """An argparse type: a finite float >= 0."""
+    return _real(text, positive=False)
+
+
+def _shared() -> dict[str, argparse.ArgumentParser]:
+    """Parent parsers of the options that several (sub)commands take, each defined once."""
+    table = argparse.ArgumentParser(add_help=False)
+    table.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    table.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the catalogue's markdown table (as in the README) instead of the self-check",
+    )
+    seed = argparse.ArgumentParser(add_help=False)
+    seed.add_argument("--seed", type=int, default=0, help="seed of every random choice (0)")
+    progress = argparse.ArgumentParser(add_help=False)
+    progress.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return {"table": table, "seed": seed, "progress": progress}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``riemfl`` command."""
+    from ..experiments.registry import ALGORITHM_NAMES, ASYNC_RULE_NAMES, PROBLEMS
+
+    shared = _shared()
+    doc = "The riemfl command: manifolds, federated runs and paper reproductions."
+    parser = _Parser(prog="riemfl", description=doc, parents=[shared["table"], shared["seed"]])
+    sub = parser.add_subparsers(dest="command")
+
+    sub.add_parser(
+        "manifolds",
+        help="the manifolds riemfl ships and a self-check",
+        parents=[shared["table"], shared["seed"]],
+    )
+
+    r = sub.add_parser(
+        "run",
+        help="one federated run on a named problem",
+        parents=[shared["seed"], shared["progress"]],
+        epilog="Output folder: a new or empty --out is used; one holding this run's "
+        f"{CHECKPOINT_NAME} is resumed; anything else needs --overwrite. Every user error is "
+        "one line on stderr and exit status 2, checked before the folder is made.",
+    )
+    r.add_argument("problem", choices=sorted(PROBLEMS))
+    r.add_argument("--algorithm", required=True, choices=ALGORITHM_NAMES + ASYNC_RULE_NAMES)
+    r.add_argument("--engine", choices=("sync", "async"), default="sync")
+    r.add_argument(
+        "--rounds",
+        type=_int_at_least(1),
+        default=200,
+        help="communication rounds R >= 1 (async: server steps)",
+    )
+    r.add_argument("--local-steps", type=_int_at_least(1), default=10, help="tau >= 1")
+    r.add_argument("--step", type=_positive, default=None, help="eta > 0 (default: the paper's)")
+    r.add_argument("--global-step", type=_positive, default=None, help="eta_g (RFedProj; 1)")
+    r.add_argument("--mu", type=_nonnegative, default=None, help="proximal weight (RFedProx; 1)")
+    r.add_argument("--operators", choices=("approximate", "exact"), default="approximate")
+    r.add_argument(
+        "--clients",
+        type=_int_at_least(1),
+        default=None,
+        help="number of clients n >= 1 (default: the problem's)",
+    )
+    r.add_argument("--clients-per-round", type=_int_at_least(1), default=None)
+    r.add_argument("--batch-size", type=_int_at_least(1), default=None, help="mini-batch size b")
+    r.add_argument("-k", type=_int_at_least(1), default=None, help="components (Stiefel k)")
+    r.add_argument(
+        "--data",
+        default=None,
+        help="MNIST idx/npz file (kpca-mnist, logreg-mnist only; refused by the others)",
+    )
+    r.add_argument("--grad-tol", type=_nonnegative, default=None, help="stop at |grad f| <= this")
+    r.add_argument("--out", default="results/run", help="output folder (default results/run)")
+    r.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="empty a non-empty --out first (needed unless it holds this run's checkpoint)",
+    )
+    r.add_argument(
+        "--checkpoint-every",
+        type=_int_at_least(0),
+        default=10,
+        help=f"write DIR/{CHECKPOINT_NAME} every k rounds or server steps, at the end and when "
+        "interrupted (0: never); the same command resumes from it",
+    )
+    a = r.add_argument_group("asynchronous engine (--engine async; refused with sync)")
+    a.add_argument(
+        "--workers", type=_int_at_least(1), default=None, help="clients training at once"
+    )
+    a.add_argument(
+        "--timing",
+        choices=("proportional", "exponential", "lognormal"),
+        default=None,
+        help="client time model (default exponential)",
+    )
+    a.add_argument("--scheduler", choices=("fifo", "paper"), default=None, help="default fifo")
+    a.add_argument("--server-lr", type=_positive, default=None, help="eta_g (FedBuff: beta)")
+    a.add_argument("--buffer-size", type=_int_at_least(1), default=None, help="FedBuff's K (10)")
+    a.add_argument(
+        "--staleness",
+        choices=("constant", "polynomial", "hinge"),
+        default=None,
+        help="default constant",
+    )
+    a.add_argument(
+        "--max-staleness", type=_int_at_least(0), default=None, help="the staleness bound tau"
+    )
+    a.add_argument(
+        "--staleness-policy",
+        choices=("drop", "block"),
+        default=None,
+        help="enforce --max-staleness by dropping staler updates (default) or by making fast "
+        "clients wait",
+    )
+    a.add_argument(
+        "--eval-every",
+        type=_int_at_least(1),
+        default=None,
+        help="metrics every k server steps (10)",
+    )
+    a.add_argument(
+        "--warmup-steps",
+        type=_int_at_least(0),
+        default=None,
+        help="curve rules (asyncbezier, asyncbezier-ed): K1 steps on the end point "
+        "(default: --local-steps)",
+    )
+    a.add_argument(
+        "--curve-steps",
+        type=_int_at_least(0),
+        default=None,
+        help="curve rules: K - K1 steps of curve learning (default: --local-steps)",
+    )
+    a.add_argument(
+        "--vartheta",
+        type=_nonnegative,
+        default=None,
+        help="curve rules: OrthoDC strength (default 1)",
+    )
+
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce a paper's figures and check its claims",
+        parents=[shared["progress"]],
+    )
+    p.add_argument("paper", choices=list(PAPERS))
+    p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
+    p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="zhang2024: MNIST idx/npz file; licudi2025: LEAF data directory (train/, test/)",
+    )
+    p.add_argument(
+        "--dataset",
+        choices=("digits", "femnist", "shakespeare"),
+        default="digits",
+        help="licudi2025: the offline stand-in, or LEAF's files given by --data",
+    )
+    p.add_argument("--device", default="cpu", help="licudi2025: torch device (e.g. cuda)")
+    p.add_argument("--out", default=None, help="output directory")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="zhang2024: exit with status 1 when a claim FAILs (the others have no pass/fail "
+        "claims and refuse it)",
+    )
+    return parser

@@ -1,0 +1,105 @@
+"""``riemfl reproduce PAPER``: a paper's experiments, its report and plots.
+
+:data:`PAPERS` is the one table of the reproducible papers: the parser's choices, the dispatch
+and the ``--strict`` check all read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ParameterError
+
+__all__ = ["PAPERS", "Paper", "reproduce"]
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One reproducible paper of ``riemfl reproduce``.
+
+    Attributes
+    ----------
+    run : callable
+        ``run(args, out) -> failed``: runs the experiments, prints their summary and returns the
+        numbers of the claims that FAIL (empty for a paper without pass/fail claims).
+    no_verdicts : str
+        Empty for a paper whose report has pass/fail claims (``--strict`` applies); else why
+        ``--strict`` does not apply.
+    """
+
+    run: Callable[[argparse.Namespace, str], list[int]]
+    no_verdicts: str = ""
+
+
+def _floral(args: argparse.Namespace, out: str) -> list[int]:
+    from ..experiments import floral
+
+    print(floral.reproduce(out, quick=args.quick, data=args.data, progress=not args.no_progress))
+    return []
+
+
+def _licudi2025(args: argparse.Namespace, out: str) -> list[int]:
+    from ..experiments import licudi2025
+
+    if args.paper == "licudi2025-baselines":
+        settings = licudi2025.Settings.baselines(args.quick)
+    else:
+        settings = licudi2025.Settings.quick() if args.quick else licudi2025.Settings()
+    settings.dataset, settings.data, settings.device = args.dataset, args.data, args.device
+    print(licudi2025.reproduce(out, settings=settings, progress=not args.no_progress))
+    return []
+
+
+def _zhang2024(args: argparse.Namespace, out: str) -> list[int]:
+    from ..experiments import zhang2024
+
+    claims = zhang2024.reproduce(
+        out, figure=args.figure, quick=args.quick, data=args.data, progress=not args.no_progress
+    )
+    for line in zhang2024.claim_lines(claims):
+        print(line)
+    passed = sum(c.passed is True for c in claims)
+    checked = sum(c.passed is not None for c in claims)
+    print(f"{passed}/{checked} claims pass")
+    return [c.number for c in claims if c.passed is False]
+
+
+_TABLES_ONLY = "it reports tables and plots, with no pass/fail claims"
+
+#: the reproducible papers, by the name ``riemfl reproduce`` takes
+PAPERS: dict[str, Paper] = {
+    "zhang2024": Paper(_zhang2024),
+    "licudi2025": Paper(_licudi2025, _TABLES_ONLY),
+    "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY),
+    "floral": Paper(
+        _floral, "its report compares with the paper's numbers in prose, with no pass/fail claims"
+    ),
+}
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    """``riemfl reproduce``: check the options, run the paper, print where the report is."""
+    paper = PAPERS[args.paper]
+    if args.strict and paper.no_verdicts:
+        with_verdicts = [name for name, p in PAPERS.items() if not p.no_verdicts]
+        raise ParameterError(
+            f"--strict: expected a paper with pass/fail claims ({', '.join(with_verdicts)}), got "
+            f"{args.paper}: {paper.no_verdicts}"
+        )
+    if args.figure and args.paper != "zhang2024":
+        raise ParameterError(
+            f"--figure: selects figures of zhang2024 only; got it with {args.paper}"
+        )
+    out = args.out or f"results/{args.paper}" + ("-quick" if args.quick else "")
+    failed = paper.run(args, out)
+    print(f"report: {out}/report.md")
+    if args.strict and failed:
+        print(
+            f"riemfl: error: --strict: claims {', '.join(map(str, failed))} FAIL",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,252 @@
+"""``riemfl run PROBLEM --algorithm ALG``: one federated run, synchronous or asynchronous.
+
+Writes ``history.json``, ``history.csv`` and ``history.png`` into the output folder
+(:mod:`.output`) and checkpoints there every ``--checkpoint-every`` steps; the same command
+resumes an interrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError, ParameterError
+from .output import CHECKPOINT_NAME, OutputFolder
+
+__all__ = ["run", "ASYNC_DEFAULTS", "SYNC_ONLY"]
+
+#: Options of the asynchronous engine and their defaults (``None`` in the parser, so that an
+#: option given with ``--engine sync`` is refused rather than ignored).
+ASYNC_DEFAULTS: dict[str, Any] = {
+    "workers": None,
+    "timing": "exponential",
+    "scheduler": "fifo",
+    "server_lr": None,
+    "buffer_size": 10,
+    "staleness": "constant",
+    "max_staleness": None,
+    "staleness_policy": "drop",
+    "eval_every": 10,
+    "warmup_steps": None,
+    "curve_steps": None,
+    "vartheta": None,
+}
+#: Options of the synchronous engine only, and the algorithms each one applies to (None: all).
+SYNC_ONLY: dict[str, tuple[str, ...] | None] = {
+    "clients_per_round": None,
+    "grad_tol": None,
+    "global_step": ("rfedproj",),
+    "mu": ("rfedprox",),
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _check_applicable(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen engine or algorithm would ignore.
+
+    Raises
+    ------
+    ParameterError
+        When an asynchronous option is given with ``--engine sync``, or a synchronous one with
+        ``--engine async`` or with an algorithm that does not use it.
+    """
+    other = "async" if args.engine == "sync" else "sync"
+    foreign = ASYNC_DEFAULTS if args.engine == "sync" else SYNC_ONLY
+    given = [_flag(d) for d in foreign if getattr(args, d) is not None]
+    if given:
+        kind = "asynchronous" if other == "async" else "synchronous"
+        raise ParameterError(
+            f"{', '.join(given)}: options of the {kind} engine; expected them only with "
+            f"--engine {other}, got them with --engine {args.engine} (--algorithm {args.algorithm})"
+        )
+    if args.engine == "sync":
+        for dest, algorithms in SYNC_ONLY.items():
+            if getattr(args, dest) is not None and algorithms and args.algorithm not in algorithms:
+                raise ParameterError(
+                    f"{_flag(dest)}: used by --algorithm {' or '.join(algorithms)} only; "
+                    f"got it with --algorithm {args.algorithm}"
+                )
+        return
+    for dest, default in ASYNC_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+
+
+def _build_problem(args: argparse.Namespace) -> Any:
+    """The problem of ``riemfl run``; a data error names ``--data`` and the file."""
+    from ..experiments.registry import build_problem
+
+    try:
+        return build_problem(
+            args.problem, clients=args.clients, k=args.k, seed=args.seed, data=args.data
+        )
+    except DataError as exc:
+        if args.data is None:
+            raise
+        raise DataError(f"--data {args.data}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """``riemfl run``: check the options, build the problem and the method, run, write."""
+    from ..experiments.registry import (
+        ALGORITHM_NAMES,
+        ASYNC_RULE_NAMES,
+        PROBLEMS,
+        build_algorithm,
+    )
+    from ..federated import run_sync
+
+    sync = args.algorithm in ALGORITHM_NAMES
+    if (args.engine == "sync") != sync:
+        names = ALGORITHM_NAMES if args.engine == "sync" else ASYNC_RULE_NAMES
+        raise ParameterError(
+            f"--engine {args.engine} runs the algorithms {', '.join(names)}; got {args.algorithm}"
+        )
+    _check_applicable(args)
+    problem = _build_problem(args)
+    step = args.step if args.step is not None else PROBLEMS[args.problem].default_step(problem)
+    if not sync:
+        trainer, rule, timing = _async_parts(args, problem, step)
+        with OutputFolder(args) as out:
+            return _run_async(args, problem, trainer, rule, timing, out)
+    algorithm = build_algorithm(
+        args.algorithm,
+        step_size=step,
+        local_steps=args.local_steps,
+        global_step_size=1.0 if args.global_step is None else args.global_step,
+        mu=1.0 if args.mu is None else args.mu,
+        operators=args.operators,
+    )
+    if args.clients_per_round is not None and args.clients_per_round > problem.n_clients:
+        raise ParameterError(
+            f"--clients-per-round: expected at most the {problem.n_clients} clients of "
+            f"{args.problem}, got {args.clients_per_round}"
+        )
+    with OutputFolder(args) as out:
+        history = run_sync(
+            problem,
+            algorithm,
+            args.rounds,
+            seed=args.seed,
+            clients_per_round=args.clients_per_round,
+            batch_size=args.batch_size,
+            **_checkpointing(args, out),
+            progress=not args.no_progress,
+            grad_tol=args.grad_tol,
+        )
+    _warn_divergence(history)
+    history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
+    history.to_json(out / "history.json")
+    history.to_csv(out / "history.csv")
+    y = ("grad_norm", "optimality_gap") if problem.optimum is not None else ("grad_norm", "loss")
+    history.plot(out / "history.png", y=y)
+    print(
+        f"{algorithm.name} on {problem.name}: {history.round[-1]} rounds, "
+        f"|grad f| {history.grad_norm[0]:.3e} -> {history.grad_norm[-1]:.3e}, "
+        f"f - f* {history.optimality_gap[-1]:.3e}, uplink {history.uplink_matrices[-1]:.0f} "
+        f"matrices/client, CPU {history.cpu_time[-1]:.2f} s; wrote {out}/history.json, "
+        "history.csv, history.png"
+    )
+    return 0
+
+
+def _warn_divergence(history: Any) -> None:
+    """Record a divergence warning in ``history.warnings`` and print it on stderr."""
+    entry = history.check_divergence()
+    if entry is not None:
+        print(f"riemfl: warning: {entry['reason']}", file=sys.stderr)
+
+
+def _checkpointing(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The engines' checkpoint arguments: ``out/checkpoint.rfl`` every ``--checkpoint-every``
+    steps, at the end and when interrupted (``--checkpoint-every 0``: no checkpoint file)."""
+    if args.checkpoint_every == 0:
+        return {"checkpoint": None}
+    return {"checkpoint": out / CHECKPOINT_NAME, "checkpoint_every": args.checkpoint_every}
+
+
+def _async_parts(args: argparse.Namespace, problem: Any, step: float) -> tuple[Any, Any, Any]:
+    """The trainer, server rule and timing model of an asynchronous run (built before the
+    output folder, so that their errors leave no folder behind)."""
+    from ..experiments.registry import CURVE_RULE_NAMES, build_async_rule
+    from ..federated import (
+        BezierProblemTrainer,
+        ExponentialTime,
+        LogNormalTime,
+        ProblemTrainer,
+        ProportionalTime,
+    )
+
+    timing = {
+        "proportional": ProportionalTime(),
+        "exponential": ExponentialTime(1.0),
+        "lognormal": LogNormalTime(1.0, 0.8),
+    }[args.timing]
+    rule = build_async_rule(
+        args.algorithm,
+        server_lr=args.server_lr,
+        buffer_size=args.buffer_size,
+        operators=args.operators,
+        staleness=args.staleness,
+        manifold=problem.manifold,
+        vartheta=1.0 if args.vartheta is None else args.vartheta,
+    )
+    curve = args.algorithm in CURVE_RULE_NAMES
+    curve_only = (args.warmup_steps, args.curve_steps, args.vartheta)
+    if not curve and any(v is not None for v in curve_only):
+        raise ParameterError(
+            f"--warmup-steps, --curve-steps and --vartheta set the curve rules {CURVE_RULE_NAMES}; "
+            f"{args.algorithm} trains a point (--local-steps)"
+        )
+    if curve:
+        trainer = BezierProblemTrainer(
+            problem,
+            step,
+            args.local_steps if args.warmup_steps is None else args.warmup_steps,
+            args.local_steps if args.curve_steps is None else args.curve_steps,
+            batch_size=args.batch_size,
+        )
+    else:
+        trainer = ProblemTrainer(problem, step, args.local_steps, args.batch_size)
+    return trainer, rule, timing
+
+
+def _run_async(
+    args: argparse.Namespace, problem: Any, trainer: Any, rule: Any, timing: Any, out: Path
+) -> int:
+    from ..federated import run_async
+
+    history = run_async(
+        trainer,
+        rule,
+        args.rounds,
+        workers=args.workers,
+        timing=timing,
+        seed=args.seed,
+        scheduler=args.scheduler,
+        max_staleness=args.max_staleness,
+        staleness_policy=args.staleness_policy,
+        eval_every=args.eval_every,
+        progress=not args.no_progress,
+        **_checkpointing(args, out),
+    )
+    _warn_divergence(history)
+    history.config["problem"] = problem.describe()
+    history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
+    history.to_json(out / "history.json")
+    history.to_csv(out / "history.csv")
+    history.plot(out / "history.png", y=("grad_norm", "optimality_gap"))
+    g = history.metrics["grad_norm"]
+    stats = history.staleness_stats()
+    print(
+        f"{rule.name} (async) on {problem.name}: {int(history.metrics['step'][-1])} server steps, "
+        f"{len(history.log['client'])} client updates, |grad f| {g[0]:.3e} -> {g[-1]:.3e}, "
+        f"staleness mean {stats['mean']:.2f} max {stats['max']:.0f}; wrote {out}/history.json, "
+        "history.csv, history.png"
+    )
+    return 0

@@ -1,0 +1,168 @@
+"""The one list of the manifold families riemfl ships.
+
+Everything that enumerates manifolds reads :data:`FAMILIES`: the package exports
+(:mod:`riemfl` and :mod:`riemfl.manifolds`), the self-check table of ``riemfl manifolds``
+(:func:`examples`) and the table of the README and of ``docs/manifolds.md`` (printed by
+``riemfl manifolds --markdown``; ``tests/manifolds/test_catalogue.py`` checks that all of them
+agree). A new manifold is one new :class:`Family` here (see ``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import Manifold
+from .bezier import BezierCurve
+from .bezier_graph import BezierGraph
+from .control_points import ControlPoints
+from .euclidean import Euclidean
+from .fixedrank import FixedRank
+from .grassmann import Grassmann
+from .lorentz import Lorentz
+from .product import Product
+from .simplex import Simplex
+from .sphere import Sphere
+from .stiefel import Stiefel
+from .tunnel import EpsilonTunnel
+
+__all__ = ["Family", "FAMILIES", "examples", "markdown_table"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One manifold family: its class, how it is called and what is exact about it.
+
+    Attributes
+    ----------
+    cls : type of Manifold
+        The class; its ``__name__`` is the exported name.
+    signature : str
+        The constructor as a user writes it, e.g. ``"Sphere(n)"``.
+    exact : str
+        What is exact (closed form or exact to rounding), for the tables.
+    constants : str
+        ``proximal_smoothness / diameter / injectivity_radius`` as formulas, or why one has none.
+    examples : tuple of callables
+        Factories of representative instances for the self-check of ``riemfl manifolds``
+        (factories, so that importing the catalogue builds nothing).
+    """
+
+    cls: type[Manifold]
+    signature: str
+    exact: str
+    constants: str
+    examples: tuple[Callable[[], Manifold], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The exported class name."""
+        return self.cls.__name__
+
+
+def _quadratic_curve() -> BezierCurve:
+    """A fixed quadratic Bezier curve in R^3 (for the curve manifolds' examples)."""
+    return BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [2.0, 0.0, 0.5]]))
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        Euclidean,
+        "Euclidean(*shape)",
+        "everything",
+        "inf / inf / inf",
+        (lambda: Euclidean(5, 2),),
+    ),
+    Family(
+        Sphere,
+        "Sphere(n)",
+        "exp, log, parallel transport, `P_M(a) = a/\\|a\\|`",
+        "1 / 2 / pi",
+        (lambda: Sphere(10),),
+    ),
+    Family(
+        Stiefel,
+        'Stiefel(n, p, retraction="polar"\\|"qr")',
+        "polar projection, exp (closed form), inverse polar and inverse QR retractions, log "
+        "(iterative, with tolerance)",
+        "1 / 2 sqrt(p) / pi",
+        (lambda: Stiefel(20, 5), lambda: Stiefel(20, 5, retraction="qr")),
+    ),
+    Family(
+        Grassmann,
+        "Grassmann(n, p)",
+        "exp, log, dist (principal angles), parallel transport",
+        "1 / (pi/2) sqrt(min(p, n-p)) / pi/2",
+        (lambda: Grassmann(20, 5),),
+    ),
+    Family(
+        Lorentz,
+        "Lorentz(n, beta)",
+        "exp, log, dist, parallel transport, exact Euclidean `project` and the cheap `lift`",
+        "sqrt(beta) / inf / inf",
+        (lambda: Lorentz(10),),
+    ),
+    Family(
+        Product,
+        "Product(*manifolds)",
+        "componentwise, flat packing with `split`/`pack`",
+        "min / root-sum-square / min",
+        (lambda: Product(Sphere(3), Stiefel(6, 2)),),
+    ),
+    Family(
+        FixedRank,
+        "FixedRank(m, n, r)",
+        "truncated-SVD `project`, its second-order retraction and that retraction's closed-form "
+        "inverse (embedded metric; no exp/log)",
+        "local only (`local_proximal_smoothness(X) = sigma_r(X)/sqrt(2)`) / inf / none "
+        "(not complete)",
+        (lambda: FixedRank(20, 10, 3),),
+    ),
+    Family(
+        Simplex,
+        "Simplex(C, concentration=1)",
+        "Fisher-Rao exp, log, dist and parallel transport (through the sphere `2 sqrt(p)`), "
+        "the entropic retraction and its inverse, `project` onto the open simplex",
+        "local only (the distance to the boundary) / sqrt(2) / local only",
+        # points away from the boundary, so that the exp/log round trip (|u|_p = 0.5) stays inside
+        (lambda: Simplex(5, concentration=50),),
+    ),
+    Family(
+        BezierGraph,
+        "BezierGraph(curve)",
+        "a learned Bezier curve's image as a 1-D manifold: arc-length exp/log/dist, nearest point",
+        "curve reach (exact for quadratics) / inf / inf",
+        (lambda: BezierGraph(_quadratic_curve()),),
+    ),
+    Family(
+        ControlPoints,
+        "ControlPoints(manifold, n)",
+        "`M^n` of control points, `phi(theta) = (theta, ..., theta)` and its inverse",
+        "those of M",
+        (lambda: ControlPoints(Sphere(3), 3),),
+    ),
+    Family(
+        EpsilonTunnel,
+        "EpsilonTunnel(curve, eps)",
+        "eps-neighbourhood of a curve: membership, exact projection, sampling, SAM point",
+        "reach - eps / chord + 2 eps / -",
+        (lambda: EpsilonTunnel(_quadratic_curve(), 0.1),),
+    ),
+)
+
+
+def examples() -> list[Manifold]:
+    """One instance of every example of every family, in catalogue order."""
+    return [make() for family in FAMILIES for make in family.examples]
+
+
+def markdown_table() -> str:
+    """The table of the README and ``docs/manifolds.md`` (``riemfl manifolds --markdown``)."""
+    lines = [
+        "| manifold | what is exact | constants (reach / diameter / injectivity radius) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{f.signature}` | {f.exact} | {f.constants} |" for f in FAMILIES]
+    return "\n".join(lines)
