@@ -527,12 +527,12 @@ def _objective(problem: Any, backend: str, cost: Any, egrad: Any) -> tuple[Any, 
             )
         return loss, grad
     losses = getattr(problem, "losses", None)
-    if losses is None or getattr(problem, "backend", None) != backend:
+    if losses is None or getattr(problem, "differentiation", None) != backend:
         raise ParameterError(
             f"solve: backend={backend!r} differentiates the objective itself, so it must be "
             f"written for {backend}; {type(problem).__name__}'s objective is not (use "
             f"backend='numpy' with the problem's own egrad, a FunctionProblem with "
-            f"backend={backend!r}, or cost= written with {backend})"
+            f"differentiation={backend!r}, or cost= written with {backend})"
         )
     sample = problem.n_samples is not None
 
@@ -575,8 +575,9 @@ def solve(
     backend : {"numpy", "autograd", "torch"}
         ``"numpy"``: the gradient is the problem's ``egrad`` (or ``egrad=``). ``"autograd"`` /
         ``"torch"``: pymanopt differentiates the objective, which must then be written for that
-        library: ``cost=`` or a :class:`~riemfl.problems.FunctionProblem` built with the same
-        ``backend``.
+        library: ``cost=`` or a :class:`~riemfl.problems.FunctionProblem` built with
+        ``differentiation`` of the same name. (pymanopt's own term: its backends are the
+        decorators of ``pymanopt.function``.)
     manifold : Manifold, optional
         The manifold (default ``problem.manifold``).
     cost, egrad : callable, optional

@@ -51,3 +51,18 @@ def test_problems_that_need_data_say_so():
         build_problem("logreg-digits", k=2)
     with pytest.raises(ParameterError, match="unknown problem"):
         build_problem("logreg")
+
+
+def test_each_name_of_the_tables_is_the_name_its_method_reports():
+    from riemfl.experiments.registry import (
+        ALGORITHMS,
+        ASYNC_RULES,
+        build_algorithm,
+        build_async_rule,
+    )
+    from riemfl.manifolds import Euclidean
+
+    for name in ALGORITHMS:
+        assert build_algorithm(name, step_size=0.1, local_steps=2).name == name
+    for name in ASYNC_RULES:
+        assert build_async_rule(name, manifold=Euclidean(3)).name == name

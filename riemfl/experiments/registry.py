@@ -20,6 +20,11 @@ from ..problems import FederatedProblem, KPCAProblem, LRMCProblem, SoftmaxRegres
 
 __all__ = [
     "PROBLEMS",
+    "ALGORITHMS",
+    "ASYNC_RULES",
+    "SyncSettings",
+    "AsyncSettings",
+    "AsyncRuleEntry",
     "ALGORITHM_NAMES",
     "ASYNC_RULE_NAMES",
     "CURVE_RULE_NAMES",
@@ -105,16 +110,92 @@ PROBLEMS: dict[str, ProblemEntry] = {
     ),
 }
 
-ALGORITHM_NAMES = ("rfedproj", "rfedavg", "rfedprox", "rfedsvrg")
 
-#: asynchronous server rules (``riemfl run ... --engine async``)
-ASYNC_RULE_NAMES = (
-    "fedasync", "asgd", "fedbuff", "dcasgd", "asyncfeded", "fedortho", "fedgs", "orthograd",
-    "orthopos", "orthostrict", "asyncbezier", "asyncbezier-ed",
-)  # fmt: skip
-#: the rules whose clients learn a Bezier curve (they need the problem's manifold, and a
-#: Euclidean problem for :class:`~riemfl.federated.BezierProblemTrainer`)
-CURVE_RULE_NAMES = ("asyncbezier", "asyncbezier-ed")
+@dataclass(frozen=True)
+class SyncSettings:
+    """The parameters of a synchronous algorithm from the command line (``riemfl run``)."""
+
+    step_size: float
+    local_steps: int
+    global_step_size: float = 1.0
+    mu: float = 1.0
+    operators: str = "approximate"
+
+
+#: the synchronous algorithms, by name (``riemfl run ... --algorithm NAME``)
+ALGORITHMS: dict[str, Callable[[SyncSettings], SyncAlgorithm]] = {
+    "rfedproj": lambda s: RFedProj(s.step_size, s.local_steps, s.global_step_size),
+    "rfedavg": lambda s: RFedAvg(s.step_size, s.local_steps, s.operators),
+    "rfedprox": lambda s: RFedProx(s.step_size, s.local_steps, s.mu, s.operators),
+    "rfedsvrg": lambda s: RFedSVRG(s.step_size, s.local_steps, s.operators),
+}
+ALGORITHM_NAMES = tuple(ALGORITHMS)
+
+
+@dataclass(frozen=True)
+class AsyncSettings:
+    """The parameters of an asynchronous server rule from the command line.
+
+    ``server_lr`` None means the rule's default: eta_g = 1, beta = 1/K for FedBuff, and [P]
+    Table 3's 0.5 (AsyncBezier) and 0.25 (AsyncBezierED).
+    """
+
+    server_lr: float | None = None
+    buffer_size: int = 10
+    operators: str = "approximate"
+    staleness: str = "constant"
+    manifold: Manifold | None = None
+    vartheta: float = 1.0
+
+    @property
+    def common(self) -> dict[str, Any]:
+        """The keywords of the point rules: ``server_lr`` (1 when unset) and ``operators``."""
+        lr = 1.0 if self.server_lr is None else self.server_lr
+        return {"server_lr": lr, "operators": self.operators}
+
+    @property
+    def curve(self) -> dict[str, Any]:
+        """The keywords of the curve rules: their base manifold, ``vartheta`` and any
+        ``server_lr`` given (their own defaults otherwise)."""
+        lr = {} if self.server_lr is None else {"server_lr": self.server_lr}
+        return {"base": self.manifold, "vartheta": self.vartheta, **lr}
+
+
+@dataclass(frozen=True)
+class AsyncRuleEntry:
+    """How to build a named asynchronous rule; ``learns_curves``: its clients learn a Bezier
+    curve (it needs the problem's manifold, and a Euclidean problem for
+    :class:`~riemfl.federated.BezierProblemTrainer`)."""
+
+    build: Callable[[AsyncSettings], AsyncRule]
+    learns_curves: bool = False
+
+
+def _async_rules() -> dict[str, AsyncRuleEntry]:
+    from ..federated import async_manifold as am
+    from ..federated import async_rules as ar
+
+    return {
+        "fedasync": AsyncRuleEntry(lambda s: ar.FedAsync(staleness=s.staleness, **s.common)),
+        "asgd": AsyncRuleEntry(lambda s: ar.ASGD(staleness=s.staleness, **s.common)),
+        "fedbuff": AsyncRuleEntry(lambda s: ar.FedBuff(s.buffer_size, s.server_lr)),
+        "dcasgd": AsyncRuleEntry(lambda s: ar.DCASGD(**s.common)),
+        "asyncfeded": AsyncRuleEntry(lambda s: ar.AsyncFedED(**s.common)),
+        "fedortho": AsyncRuleEntry(lambda s: ar.FedOrtho(**s.common)),
+        "fedgs": AsyncRuleEntry(lambda s: ar.FedGS(**s.common)),
+        "orthograd": AsyncRuleEntry(lambda s: ar.OrthoGrad(**s.common)),
+        "orthopos": AsyncRuleEntry(lambda s: ar.OrthoPos(**s.common)),
+        "orthostrict": AsyncRuleEntry(lambda s: ar.OrthoStrict(**s.common)),
+        "asyncbezier": AsyncRuleEntry(lambda s: am.AsyncBezier(**s.curve), learns_curves=True),
+        "asyncbezier-ed": AsyncRuleEntry(lambda s: am.AsyncBezierED(**s.curve), learns_curves=True),
+    }
+
+
+#: the asynchronous server rules, by name (``riemfl run ... --engine async --algorithm NAME``)
+ASYNC_RULES: dict[str, AsyncRuleEntry] = _async_rules()
+ASYNC_RULE_NAMES = tuple(ASYNC_RULES)
+#: the rules whose clients learn a Bezier curve
+CURVE_RULE_NAMES = tuple(name for name, entry in ASYNC_RULES.items() if entry.learns_curves)
 
 
 def build_problem(
@@ -173,16 +254,11 @@ def build_algorithm(
     mu: float = 1.0,
     operators: str = "approximate",
 ) -> SyncAlgorithm:
-    """The algorithm called ``name`` (one of :data:`ALGORITHM_NAMES`) with its parameters."""
-    if name == "rfedproj":
-        return RFedProj(step_size, local_steps, global_step_size)
-    if name == "rfedavg":
-        return RFedAvg(step_size, local_steps, operators)
-    if name == "rfedprox":
-        return RFedProx(step_size, local_steps, mu, operators)
-    if name == "rfedsvrg":
-        return RFedSVRG(step_size, local_steps, operators)
-    raise ParameterError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHM_NAMES)}")
+    """The algorithm called ``name`` (a key of :data:`ALGORITHMS`) with its parameters."""
+    if name not in ALGORITHMS:
+        raise ParameterError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
+    settings = SyncSettings(step_size, local_steps, global_step_size, mu, operators)
+    return ALGORITHMS[name](settings)
 
 
 def build_async_rule(
@@ -195,36 +271,18 @@ def build_async_rule(
     manifold: Manifold | None = None,
     vartheta: float = 1.0,
 ) -> AsyncRule:
-    """The asynchronous server rule called ``name`` (one of :data:`ASYNC_RULE_NAMES`).
+    """The asynchronous server rule called ``name`` (a key of :data:`ASYNC_RULES`).
 
-    ``server_lr`` None means the rule's default: eta_g = 1, beta = 1/K for FedBuff, and [P]
-    Table 3's 0.5 (AsyncBezier) and 0.25 (AsyncBezierED). The curve rules
+    The parameters are those of :class:`AsyncSettings`. The curve rules
     (:data:`CURVE_RULE_NAMES`) need the problem's ``manifold`` (their embedding's base) and take
     ``vartheta``, the OrthoDC strength of their correction.
     """
-    from ..federated import async_manifold as am
-    from ..federated import async_rules as ar
-
-    if name in CURVE_RULE_NAMES and manifold is None:
+    if name not in ASYNC_RULES:
+        raise ParameterError(f"unknown async rule {name!r}; expected one of {list(ASYNC_RULES)}")
+    entry = ASYNC_RULES[name]
+    if entry.learns_curves and manifold is None:
         raise ParameterError(
             f"async rule {name!r} learns Bezier curves on the problem's manifold: pass manifold="
         )
-    common = {"server_lr": 1.0 if server_lr is None else server_lr, "operators": operators}
-    curve = {} if server_lr is None else {"server_lr": server_lr}
-    makers: dict[str, Callable[[], AsyncRule]] = {
-        "fedasync": lambda: ar.FedAsync(staleness=staleness, **common),
-        "asgd": lambda: ar.ASGD(staleness=staleness, **common),
-        "fedbuff": lambda: ar.FedBuff(buffer_size, server_lr),
-        "dcasgd": lambda: ar.DCASGD(**common),
-        "asyncfeded": lambda: ar.AsyncFedED(**common),
-        "fedortho": lambda: ar.FedOrtho(**common),
-        "fedgs": lambda: ar.FedGS(**common),
-        "orthograd": lambda: ar.OrthoGrad(**common),
-        "orthopos": lambda: ar.OrthoPos(**common),
-        "orthostrict": lambda: ar.OrthoStrict(**common),
-        "asyncbezier": lambda: am.AsyncBezier(manifold, vartheta=vartheta, **curve),
-        "asyncbezier-ed": lambda: am.AsyncBezierED(manifold, vartheta=vartheta, **curve),
-    }
-    if name not in makers:
-        raise ParameterError(f"unknown async rule {name!r}; expected one of {list(makers)}")
-    return makers[name]()
+    settings = AsyncSettings(server_lr, buffer_size, operators, staleness, manifold, vartheta)
+    return entry.build(settings)

@@ -75,8 +75,9 @@ class Operators:
         """Move from x along u: Exp_x(u) or R_x(u)."""
         return manifold.exp(x, u) if self.kind == "exact" else manifold.retract(x, u)
 
-    def lift(self, manifold: Manifold, x: Array, y: Array) -> Array:
-        """Tangent vector at x pointing to y: Log_x(y) or R_x^{-1}(y)."""
+    def inverse_step(self, manifold: Manifold, x: Array, y: Array) -> Array:
+        """The inverse of :meth:`step`, the tangent vector at x pointing to y: Log_x(y) or
+        R_x^{-1}(y)."""
         return manifold.log(x, y) if self.kind == "exact" else manifold.inverse_retract(x, y)
 
     def transport_name(self, manifold: Manifold) -> str:
@@ -95,7 +96,7 @@ class Operators:
         exact = self.kind == "exact"
         return {
             "step": "exp" if exact else "retract",
-            "lift": "log" if exact else "inverse_retract",
+            "inverse_step": "log" if exact else "inverse_retract",
             "transport": self.transport_name(manifold),
         }
 

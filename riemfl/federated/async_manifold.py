@@ -39,7 +39,7 @@ from ..manifolds.bezier import BezierCurve, _scalar_weights, power_basis_matrix
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
-from .async_rules import Arrival, AsyncRule, _check_vartheta
+from .async_rules import Arrival, AsyncRule, check_vartheta
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 
 __all__ = [
@@ -300,7 +300,7 @@ class OrthoDCCorrection(Checkpointable):
     def __init__(self, vartheta: float = 1.0, variant: str = "per_point") -> None:
         if variant not in ("per_point", "stacked"):
             raise ParameterError(f"variant must be 'per_point' or 'stacked', got {variant!r}")
-        self.vartheta = _check_vartheta(vartheta)
+        self.vartheta = check_vartheta(vartheta)
         self.variant = variant
         self.projections = 0
 

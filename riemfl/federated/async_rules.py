@@ -180,7 +180,7 @@ class AsyncRule(Checkpointable, abc.ABC):
     # -------------------------------------------------------------- shared geometry
     def update(self, m: Manifold, a: Arrival) -> Array:
         """u: the client's update as a tangent vector at its base point."""
-        return self.operators.lift(m, a.base, a.local)
+        return self.operators.inverse_step(m, a.base, a.local)
 
     def trusted_update(self, m: Manifold, a: Arrival, u: Array) -> Array:
         """ASGD's direction: u carried to the current model."""
@@ -188,7 +188,7 @@ class AsyncRule(Checkpointable, abc.ABC):
 
     def trusted_position(self, m: Manifold, a: Arrival) -> Array:
         """FedAsync's direction: towards the client's local model from the current one."""
-        return self.operators.lift(m, a.current, a.local)
+        return self.operators.inverse_step(m, a.current, a.local)
 
     def step(self, m: Manifold, a: Arrival, direction: Array) -> Array:
         return self.operators.step(m, a.current, self.rate(a) * direction)
@@ -267,7 +267,7 @@ class OrthoCorrect(AsyncRule):
     ) -> None:
         super().__init__(server_lr, operators, staleness)
         self.alpha = float(alpha)
-        self.vartheta = _check_vartheta(vartheta)
+        self.vartheta = check_vartheta(vartheta)
         self.projections = 0  # how many arrivals took the conflict branch (diagnostic)
 
     def reset(self, manifold, n_clients):
@@ -286,7 +286,7 @@ class OrthoCorrect(AsyncRule):
         (AsyncCurve's :math:`\hat\Theta_i^\tau`)."""
         alpha, vartheta = self.settings(a)
         u = self.update(manifold, a)
-        g = self.operators.lift(manifold, a.base, a.current)
+        g = self.operators.inverse_step(manifold, a.base, a.current)
         uu = float(manifold.inner(a.base, u, u))
         gg = float(manifold.inner(a.base, g, g))
         if gg > 0:
@@ -337,7 +337,7 @@ class OrthoDyn(OrthoCorrect):
 
     def settings(self, a):
         alpha, vartheta = self.schedule(a)
-        return float(alpha), _check_vartheta(vartheta)
+        return float(alpha), check_vartheta(vartheta)
 
 
 def OrthoGrad(**kw: Any) -> OrthoCorrect:  # noqa: N802 - the paper's name
@@ -378,7 +378,9 @@ def _named(rule: OrthoCorrect, name: str) -> OrthoCorrect:
     return rule
 
 
-def _check_vartheta(v: float) -> float:
+def check_vartheta(v: float) -> float:
+    """Return the OrthoDC strength ``v`` as float, or raise :class:`ParameterError` unless it
+    lies in [-1, 1]."""
     v = float(v)
     if not -1.0 <= v <= 1.0:
         raise ParameterError(f"vartheta must be in [-1, 1], got {v!r}")
@@ -434,7 +436,7 @@ class DCASGD(AsyncRule):
 
     def apply(self, manifold, a):
         u = self.trusted_update(manifold, a, self.update(manifold, a))
-        drift = -self.operators.lift(manifold, a.current, a.base)  # x^tau - x^t at x^tau
+        drift = -self.operators.inverse_step(manifold, a.current, a.base)  # x^tau - x^t at x^tau
         pseudo = -u
         lam = self.lambda0
         if self.adaptive:
@@ -511,7 +513,7 @@ class AsyncFedED(AsyncRule):
 
     def apply(self, manifold, a):
         u = self.update(manifold, a)
-        drift = self.operators.lift(manifold, a.base, a.current)
+        drift = self.operators.inverse_step(manifold, a.base, a.current)
         nu = float(manifold.norm(a.base, u))
         gamma = float(manifold.norm(a.base, drift)) / nu if nu > 0 else math.inf
         if a.version <= self.warmup:  # [P] eq. 47: gamma-tilde = gamma only for t > 10

@@ -55,7 +55,7 @@ class _TangentMean(SyncAlgorithm):
         """:math:`R_x(\\frac1m \\sum_j R_x^{-1}(x_j))` over the stack ``locals_``."""
         ops = ops_for(x, locals_)
         anchors = ops.broadcast_to(x, locals_.shape)
-        mean = self.operators.lift(manifold, anchors, locals_).mean(0)
+        mean = self.operators.inverse_step(manifold, anchors, locals_).mean(0)
         return self.operators.step(manifold, x, mean)
 
     def server_step(
@@ -114,7 +114,7 @@ class RFedProx(_TangentMean):
         for t in range(self.local_steps):
             direction = ctx.rgrads(z, t)
             if self.mu and t:  # at t = 0 the iterate is the anchor: no pull
-                pull = M.to_tangent(z, op.lift(M, z, anchors))
+                pull = M.to_tangent(z, op.inverse_step(M, z, anchors))
                 direction = direction - self.mu * pull
             z = op.step(M, z, -self.step_size * direction)
         return {"x": z}, clients

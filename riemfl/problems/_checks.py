@@ -60,7 +60,7 @@ def point_stack(
     if is_torch(xs):
         raise ParameterError(
             f"{name} evaluates numpy arrays; got a torch tensor (use xs.detach().cpu().numpy(), "
-            "or FunctionProblem(..., backend='torch') for a torch objective)"
+            "or FunctionProblem(..., differentiation='torch') for a torch objective)"
         )
     xs = np.asarray(xs, dtype=np.float64)
     expected = point_shape if single else (m, *point_shape)

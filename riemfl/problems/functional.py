@@ -1,8 +1,10 @@
 r"""A federated problem from per-client Python callables: the generic, non-vectorised path.
 
 Give one loss :math:`f_i` per client (and optionally its Euclidean gradient); the gradient
-comes from your callable (``backend="numpy"``), from ``autograd.grad`` (``backend="autograd"``,
-losses written with ``autograd.numpy``) or from ``torch.autograd.grad`` (``backend="torch"``,
+comes from your callable (``differentiation="explicit"``), from ``autograd.grad``
+(``differentiation="autograd"``,
+losses written with ``autograd.numpy``) or from ``torch.autograd.grad``
+(``differentiation="torch"``,
 losses written with torch operations). The oracle loops over the listed clients in Python;
 write a :class:`~riemfl.problems.FederatedProblem` subclass with stacked arrays when speed
 matters (as :class:`~riemfl.problems.KPCAProblem` does).
@@ -11,6 +13,7 @@ matters (as :class:`~riemfl.problems.KPCAProblem` does).
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +27,8 @@ from .base import FederatedProblem
 
 __all__ = ["FunctionProblem"]
 
-_BACKENDS = ("numpy", "autograd", "torch")
+#: where gradients come from: the user's ``egrads``, autograd or torch.autograd
+DIFFERENTIATIONS = ("explicit", "autograd", "torch")
 
 
 def _import(module: str, extra: str) -> Any:
@@ -32,7 +36,7 @@ def _import(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(
-            f"FunctionProblem(backend={extra!r}) needs {module.split('.')[0]}; install the "
+            f"FunctionProblem(differentiation={extra!r}) needs {module.split('.')[0]}; install the "
             f"'riemfl[{extra}]' extra (pip install 'riemfl[{extra}]')"
         ) from exc
 
@@ -51,10 +55,13 @@ class FunctionProblem(FederatedProblem):
         eq. (9) of Zhang et al. 2024) or ``None`` (return the full :math:`f_i(x)`).
     egrads : sequence of callables, optional
         ``egrads[i](x[, batch])``: the Euclidean gradient :math:`\nabla f_i(x)`, same calling
-        convention. Required for ``backend="numpy"``; with another backend, when given, it is
-        used instead of automatic differentiation.
-    backend : {"numpy", "autograd", "torch"}
-        How gradients are obtained when ``egrads`` is not given.
+        convention. Required for ``differentiation="explicit"``; with automatic differentiation,
+        when given, it is used instead.
+    differentiation : {"explicit", "autograd", "torch"}
+        Where gradients come from: the given ``egrads`` (numpy), ``autograd.grad`` (losses
+        written with ``autograd.numpy``) or ``torch.autograd.grad`` (losses written in torch).
+    backend : {"numpy", "autograd", "torch"}, optional
+        Deprecated name of ``differentiation`` (``"numpy"`` is ``"explicit"``); warns.
     n_samples : sequence of int, optional
         :math:`m_i` per client, enabling mini-batches (``batches`` in :meth:`client_egrads`).
     optimum, smoothness : float, optional
@@ -64,9 +71,9 @@ class FunctionProblem(FederatedProblem):
 
     Notes
     -----
-    Types: with the numpy and autograd backends the callables receive float64 numpy arrays and
-    the oracle returns numpy. With ``backend="torch"`` the callables receive torch tensors (the
-    point with ``requires_grad``), and the oracle returns **the type of** ``xs``: numpy in ->
+    Types: with explicit gradients or autograd the callables receive float64 numpy arrays and
+    the oracle returns numpy. With ``differentiation="torch"`` the callables receive torch tensors
+    (the point with ``requires_grad``), and the oracle returns **the type of** ``xs``: numpy in ->
     numpy out (the point is converted to a float64 CPU tensor), torch in -> a detached torch
     tensor of the input's dtype and device. :meth:`client_losses` always returns a float64
     numpy vector.
@@ -78,7 +85,8 @@ class FunctionProblem(FederatedProblem):
         losses: Sequence[Callable[..., Any]],
         egrads: Sequence[Callable[..., Any]] | None = None,
         *,
-        backend: str = "numpy",
+        differentiation: str = "explicit",
+        backend: str | None = None,
         n_samples: Sequence[int] | None = None,
         optimum: float | None = None,
         smoothness: float | None = None,
@@ -89,9 +97,18 @@ class FunctionProblem(FederatedProblem):
                 "FunctionProblem: manifold must be a riemfl Manifold, got "
                 f"{type(manifold).__name__}"
             )
-        if backend not in _BACKENDS:
+        if backend is not None:
+            warnings.warn(
+                "FunctionProblem(backend=...) is deprecated: use differentiation= ('numpy' is "
+                "now 'explicit')",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            differentiation = "explicit" if backend == "numpy" else backend
+        if differentiation not in DIFFERENTIATIONS:
             raise ParameterError(
-                f"FunctionProblem: backend must be one of {_BACKENDS}, got {backend!r}"
+                f"FunctionProblem: differentiation must be one of {DIFFERENTIATIONS}, got "
+                f"{differentiation!r}"
             )
         losses = list(losses)
         if not losses or not all(callable(f) for f in losses):
@@ -105,10 +122,10 @@ class FunctionProblem(FederatedProblem):
                     f"FunctionProblem: egrads must be {len(losses)} callables (one per loss), "
                     f"got {len(egrads)}"
                 )
-        elif backend == "numpy":
+        elif differentiation == "explicit":
             raise ParameterError(
-                "FunctionProblem: backend='numpy' needs explicit egrads; pass egrads=[...] or "
-                "choose backend='autograd' or 'torch' for automatic differentiation"
+                "FunctionProblem: differentiation='explicit' needs egrads; pass egrads=[...] or "
+                "choose differentiation='autograd' or 'torch' for automatic differentiation"
             )
         if n_samples is not None:
             sizes = np.asarray(n_samples)
@@ -125,15 +142,15 @@ class FunctionProblem(FederatedProblem):
         self.manifold = manifold
         self.losses = losses
         self.egrads = egrads
-        self.backend = backend
+        self.differentiation = differentiation
         self.n_clients = len(losses)
         self.optimum = None if optimum is None else float(optimum)
         self.smoothness = None if smoothness is None else float(smoothness)
         self.name = name
         self._ad = None
-        if egrads is None and backend == "autograd":
+        if egrads is None and differentiation == "autograd":
             self._ad = _import("autograd", "autograd")
-        elif backend == "torch":
+        elif differentiation == "torch":
             self._torch = _import("torch", "torch")
 
     # ------------------------------------------------------------------ helpers
@@ -152,7 +169,7 @@ class FunctionProblem(FederatedProblem):
     def _grad_one(self, i: int, x: Any, batch: np.ndarray | None) -> Any:
         if self.egrads is not None:
             return self._call(self.egrads[i], x, batch)
-        if self.backend == "autograd":
+        if self.differentiation == "autograd":
             return self._ad.grad(lambda y: self._call(self.losses[i], y, batch))(x)
         torch = self._torch
         with torch.enable_grad():
@@ -173,13 +190,13 @@ class FunctionProblem(FederatedProblem):
                 )
             batches = batch_array(batches, ids, self._sizes, self.name)
         torch_in = is_torch(xs)
-        use_torch = self.backend == "torch"
+        use_torch = self.differentiation == "torch"
         if use_torch and not torch_in:
             pts = self._torch.as_tensor(np.asarray(xs, dtype=np.float64))
         elif torch_in and not use_torch:
             raise ParameterError(
-                f"{self.name}: backend={self.backend!r} evaluates numpy arrays; got a torch "
-                "tensor (use backend='torch' for torch objectives)"
+                f"{self.name}: differentiation={self.differentiation!r} evaluates numpy arrays; "
+                "got a torch tensor (use differentiation='torch' for torch objectives)"
             )
         else:
             pts = xs if torch_in else np.asarray(xs, dtype=np.float64)
@@ -200,7 +217,7 @@ class FunctionProblem(FederatedProblem):
     def client_losses(self, clients: Sequence[int], xs: Any) -> np.ndarray:
         """Full local losses :math:`f_i(x_j)`, one client at a time, as a float64 vector."""
         ids = self._check_stack(clients, xs)
-        if self.backend == "torch" and not is_torch(xs):
+        if self.differentiation == "torch" and not is_torch(xs):
             xs = self._torch.as_tensor(np.asarray(xs, dtype=np.float64))
         out = np.empty(ids.size)
         for j, i in enumerate(ids):

@@ -74,7 +74,7 @@ def kpca_function_problem(problem, backend):
             return lambda x: -0.5 * torch.sum(x * (ct @ x))
 
     return FunctionProblem(
-        problem.manifold, [make(c) for c in problem.covariances], backend=backend
+        problem.manifold, [make(c) for c in problem.covariances], differentiation=backend
     )
 
 

@@ -256,7 +256,7 @@ def test_torch_oracles_and_points_run_through_the_engine(stiefel_problem, algori
     P = stiefel_problem
     covariances = [torch.from_numpy(c) for c in P.C]
     losses = [lambda x, c=c: -0.5 * torch.sum(x * (c @ x)) for c in covariances]
-    torch_problem = FunctionProblem(P.manifold, losses, backend="torch")
+    torch_problem = FunctionProblem(P.manifold, losses, differentiation="torch")
     x0 = torch.from_numpy(initial_point(P, 0))
     h = run_sync(torch_problem, algorithm, 4, x0=x0)
     ref = run_sync(P, algorithm, 4, x0=x0.numpy())

@@ -246,7 +246,7 @@ def test_operators_record_which_transport_ran():
     assert Operators("exact").names(riemfl.Stiefel(4, 2))["transport"] == "transport"
     assert Operators("approximate").names(riemfl.Sphere(4)) == {
         "step": "retract",
-        "lift": "inverse_retract",
+        "inverse_step": "inverse_retract",
         "transport": "transport",
     }
 

@@ -21,14 +21,14 @@ def _numpy_problem(**kw):
 def _autograd_problem():
     anp = pytest.importorskip("autograd.numpy")
     losses = [lambda x, m=m: 0.5 * anp.sum(x * (m @ x)) + anp.sum(anp.sin(x)) for m in MATS]
-    return FunctionProblem(Stiefel(4, 2), losses, backend="autograd")
+    return FunctionProblem(Stiefel(4, 2), losses, differentiation="autograd")
 
 
 def _torch_problem():
     torch = pytest.importorskip("torch")
     tm = [torch.as_tensor(m) for m in MATS]
     losses = [lambda x, m=m: 0.5 * (x * (m.to(x.dtype) @ x)).sum() + torch.sin(x).sum() for m in tm]
-    return FunctionProblem(Stiefel(4, 2), losses, backend="torch")
+    return FunctionProblem(Stiefel(4, 2), losses, differentiation="torch")
 
 
 @pytest.mark.parametrize("make", [_numpy_problem, _autograd_problem, _torch_problem])
@@ -44,7 +44,7 @@ def test_gradients_match_finite_differences(make, assert_grad_matches_fd):
             return problem.client_losses([i], x[None])[0]
 
         assert_grad_matches_fd(f, grads[i], xs[i], rng)
-    # every backend agrees with the explicit gradient
+    # every way of differentiating agrees with the explicit gradient
     np.testing.assert_allclose(grads, _numpy_problem().client_egrads([0, 1, 2], xs), rtol=1e-12)
 
 
@@ -116,7 +116,7 @@ def test_minibatches_with_a_kpca_reference():
         )
 
     fa = FunctionProblem(
-        kp.manifold, [ad_loss(a) for a in kp.blocks], backend="autograd", n_samples=kp.n_samples
+        kp.manifold, [ad_loss(a) for a in kp.blocks], differentiation="autograd", n_samples=kp.n_samples
     )
     np.testing.assert_allclose(
         fa.client_egrads(range(3), xs, batches), kp.client_egrads(range(3), xs, batches)
@@ -139,10 +139,10 @@ def test_any_manifold():
     "call, error, words",
     [
         (lambda: FunctionProblem("St", [abs]), ParameterError, "Manifold"),
-        (lambda: FunctionProblem(Euclidean(2), [abs]), ParameterError, "explicit egrads"),
-        (lambda: FunctionProblem(Euclidean(2), [], backend="torch"), ParameterError, "non-empty"),
+        (lambda: FunctionProblem(Euclidean(2), [abs]), ParameterError, "needs egrads"),
+        (lambda: FunctionProblem(Euclidean(2), [], differentiation="torch"), ParameterError, "non-empty"),
         (lambda: FunctionProblem(Euclidean(2), [abs], [abs, abs]), ParameterError, "1 callables"),
-        (lambda: FunctionProblem(Euclidean(2), [abs], backend="jax"), ParameterError, "backend"),
+        (lambda: FunctionProblem(Euclidean(2), [abs], differentiation="jax"), ParameterError, "differentiation"),
         (
             lambda: FunctionProblem(Euclidean(2), [abs], [abs], n_samples=[0]),
             ParameterError,
@@ -166,7 +166,7 @@ def test_oracle_errors():
     with pytest.raises(ParameterError, match="need n_samples"):
         problem.client_egrads([0], np.zeros((1, 2)), np.zeros((1, 1), dtype=int))
     torch = pytest.importorskip("torch")
-    with pytest.raises(ParameterError, match="backend='torch'"):
+    with pytest.raises(ParameterError, match="differentiation=.torch."):
         problem.client_egrads([0], torch.zeros((1, 2)))
 
 
@@ -182,4 +182,10 @@ def test_missing_autodiff_dependency(monkeypatch):
 
     monkeypatch.setattr(importlib, "import_module", fake)
     with pytest.raises(MissingDependencyError, match=r"riemfl\[autograd\]"):
-        FunctionProblem(Euclidean(2), [abs], backend="autograd")
+        FunctionProblem(Euclidean(2), [abs], differentiation="autograd")
+
+
+def test_the_deprecated_backend_keyword_warns_and_still_works():
+    with pytest.warns(DeprecationWarning, match="differentiation"):
+        problem = FunctionProblem(Euclidean(2), [abs], [abs], backend="numpy")
+    assert problem.differentiation == "explicit"
