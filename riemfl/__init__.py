@@ -1,6 +1,6 @@
 """riemfl: optimisation on Riemannian manifolds with exact geometry, and federated learning."""
 
-from . import errors
+from . import errors, tuning
 from .errors import (
     ConvergenceError,
     CutLocusError,
@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "errors",
+    "tuning",
     "RiemflError",
     "ShapeError",
     "NotOnManifoldError",

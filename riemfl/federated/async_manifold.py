@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
+from .. import tuning
 from ..backend import Array
 from ..errors import ParameterError, ShapeError
 from ..manifolds.base import Manifold
@@ -776,9 +777,6 @@ class AsyncCurve(AsyncManifold):
         return float(rate)
 
 
-_CHUNK = 1 << 15  # entries per block: five float64 rows of it stay in a 2 MB L2 cache
-
-
 def _difference_gram(P: np.ndarray, start: np.ndarray, current: np.ndarray) -> np.ndarray:
     r"""Gram matrix of :math:`(P_0 - x, \dots, P_n - x, y - x)` in one pass over the data.
 
@@ -788,9 +786,10 @@ def _difference_gram(P: np.ndarray, start: np.ndarray, current: np.ndarray) -> n
     k = P.shape[0]
     size = start.size
     gram = np.zeros((k + 1, k + 1))
-    buf = np.empty((k + 1, min(_CHUNK, size)), dtype=np.result_type(P, start, np.float64))
-    for lo in range(0, size, _CHUNK):
-        hi = min(size, lo + _CHUNK)
+    width = tuning.GRAM_BLOCK_ENTRIES
+    buf = np.empty((k + 1, min(width, size)), dtype=np.result_type(P, start, np.float64))
+    for lo in range(0, size, width):
+        hi = min(size, lo + width)
         block = buf[:, : hi - lo]
         np.subtract(P[:, lo:hi], start[lo:hi], out=block[:k])
         np.subtract(current[lo:hi], start[lo:hi], out=block[k])
@@ -801,8 +800,9 @@ def _difference_gram(P: np.ndarray, start: np.ndarray, current: np.ndarray) -> n
 def _combine(weights, P, a: float, x: np.ndarray, b: float, y: np.ndarray) -> np.ndarray:
     """``weights @ P + a x + b y`` in one pass (block by block, the result written once)."""
     out = np.empty(x.size, dtype=np.result_type(P, x, np.float64))
-    for lo in range(0, x.size, _CHUNK):
-        hi = min(x.size, lo + _CHUNK)
+    width = tuning.GRAM_BLOCK_ENTRIES
+    for lo in range(0, x.size, width):
+        hi = min(x.size, lo + width)
         block = out[lo:hi]
         np.matmul(weights, P[:, lo:hi], out=block)
         block += a * x[lo:hi]

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .. import tuning
 from ..backend import Array, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
@@ -27,11 +28,6 @@ __all__ = [
 ]
 
 
-#: numpy stacks larger than this are processed in chunks of about this size (memory-bound maps;
-#: 512 KiB, an L2 cache, was the fastest chunk on the benchmark machine at every size)
-_CHUNK_BYTES = 512 * 2**10
-
-
 def stiefel_to_tangent(x: Array, a: Array) -> Array:
     r"""Orthogonal projection onto :math:`T_X\mathrm{St}`: :math:`A - X\,\mathrm{sym}(X^\top A)`.
 
@@ -40,7 +36,7 @@ def stiefel_to_tangent(x: Array, a: Array) -> Array:
     memory-bound, and a whole stack streamed through main memory twice is slower than a loop.
     """
     if type(x) is np.ndarray and type(a) is np.ndarray:
-        if a.ndim > 2 and x.shape == a.shape and a.nbytes > _CHUNK_BYTES:
+        if a.ndim > 2 and x.shape == a.shape and a.nbytes > tuning.STIEFEL_BLOCK_BYTES:
             return _chunked(_numpy_to_tangent, x, a)
         return _numpy_to_tangent(x, a)
     ops = ops_for(x, a)
@@ -61,7 +57,7 @@ def _chunked(fn, x, a):
     n, p = x.shape[-2:]
     out = np.empty(a.shape, dtype=np.result_type(x, a))
     xs, as_, outs = (np.reshape(v, (-1, n, p)) for v in (x, a, out))
-    step = max(1, _CHUNK_BYTES // (n * p * out.itemsize))
+    step = max(1, tuning.STIEFEL_BLOCK_BYTES // (n * p * out.itemsize))
     for i in range(0, xs.shape[0], step):
         fn(xs[i : i + step], as_[i : i + step], out=outs[i : i + step])
     return out

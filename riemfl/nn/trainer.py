@@ -35,6 +35,7 @@ import torch
 from scipy.stats import rankdata
 from torch import nn
 
+from .. import tuning
 from ..errors import DataError, ParameterError, ShapeError
 from ..problems._checks import data_rng, int_in_range, is_int
 from ..problems.data import load_digits
@@ -54,7 +55,6 @@ __all__ = [
 #: Accepted values of ``loss``: single-label classification and multi-label (multi-hot) targets.
 LOSSES = ("cross_entropy", "bce_multilabel")
 
-_EVAL_CHUNK = 4096  # rows per forward pass in evaluate()
 
 ClientData = tuple[Any, Any, Any, Any]
 
@@ -522,10 +522,11 @@ class TorchClientTrainer:
         self._load(flat, "evaluate")
         x = self._x[split]
         self.model.eval()
+        rows = tuning.EVAL_BATCH_ROWS
         with torch.no_grad():
             chunks = [
-                self.model(x[b : b + _EVAL_CHUNK]).detach().double().cpu()
-                for b in range(0, max(x.shape[0], 1), _EVAL_CHUNK)  # one pass if empty
+                self.model(x[b : b + rows]).detach().double().cpu()
+                for b in range(0, max(x.shape[0], 1), rows)  # one pass if empty
             ]
         logits = torch.cat(chunks).numpy()
         self._cache = (split, np.array(flat, dtype=np.float64), logits)
