@@ -771,7 +771,7 @@ def reproduce(
 
 def _clean(obj: Any) -> Any:
     """JSON-ready: arrays to lists, NaN/inf to strings (``riemfl.federated`` convention)."""
-    from ..federated._serialise import json_float
+    from ..federated.serialise import json_float
 
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}

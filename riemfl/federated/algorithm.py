@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
-from ._serialise import describe_parameters
+from .serialise import describe_parameters
 
 Array = Any
 State = dict[str, Any]

@@ -35,9 +35,9 @@ import numpy as np
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
-from ._serialise import describe_parameters
 from .algorithm import Operators, check_step_size
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
+from .serialise import describe_parameters
 
 Array = Any
 

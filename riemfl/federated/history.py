@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
-from ._serialise import dump_json, from_json_float, json_float, load_json
+from .serialise import dump_json, from_json_float, json_float, load_json
 
 __all__ = [
     "History",

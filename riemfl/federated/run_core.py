@@ -34,10 +34,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
-from ._serialise import dump_json
 from .checkpoint import load_checkpoint, save_checkpoint
 from .history import History
 from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested
+from .serialise import dump_json
 
 __all__ = [
     "Steps",

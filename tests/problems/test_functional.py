@@ -116,7 +116,10 @@ def test_minibatches_with_a_kpca_reference():
         )
 
     fa = FunctionProblem(
-        kp.manifold, [ad_loss(a) for a in kp.blocks], differentiation="autograd", n_samples=kp.n_samples
+        kp.manifold,
+        [ad_loss(a) for a in kp.blocks],
+        differentiation="autograd",
+        n_samples=kp.n_samples,
     )
     np.testing.assert_allclose(
         fa.client_egrads(range(3), xs, batches), kp.client_egrads(range(3), xs, batches)
@@ -140,9 +143,17 @@ def test_any_manifold():
     [
         (lambda: FunctionProblem("St", [abs]), ParameterError, "Manifold"),
         (lambda: FunctionProblem(Euclidean(2), [abs]), ParameterError, "needs egrads"),
-        (lambda: FunctionProblem(Euclidean(2), [], differentiation="torch"), ParameterError, "non-empty"),
+        (
+            lambda: FunctionProblem(Euclidean(2), [], differentiation="torch"),
+            ParameterError,
+            "non-empty",
+        ),
         (lambda: FunctionProblem(Euclidean(2), [abs], [abs, abs]), ParameterError, "1 callables"),
-        (lambda: FunctionProblem(Euclidean(2), [abs], differentiation="jax"), ParameterError, "differentiation"),
+        (
+            lambda: FunctionProblem(Euclidean(2), [abs], differentiation="jax"),
+            ParameterError,
+            "differentiation",
+        ),
         (
             lambda: FunctionProblem(Euclidean(2), [abs], [abs], n_samples=[0]),
             ParameterError,
