@@ -229,7 +229,7 @@ def client_data(s: Settings, seed: int) -> list[Any]:
     """
     from ..nn import digits_clients
     from ..nn.trainer import dirichlet_clients
-    from ..problems._checks import data_rng
+    from ..problems.checks import data_rng
     from ..problems.partition import natural_partition
 
     if s.dataset not in DATASETS:

@@ -32,8 +32,8 @@ import numpy as np
 from ..errors import ParameterError
 from ..manifolds.bezier import bernstein_weights
 from ..manifolds.euclidean import Euclidean
-from ..problems._checks import int_in_range
 from ..problems.base import FederatedProblem, sample_batches
+from ..problems.checks import int_in_range
 from .algorithm import check_step_size
 from .local import problem_metrics
 

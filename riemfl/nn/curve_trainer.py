@@ -32,7 +32,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..errors import ParameterError
-from ..problems._checks import int_in_range
+from ..problems.checks import int_in_range
 from .trainer import TorchClientTrainer
 
 __all__ = ["BezierClientTrainer"]

@@ -37,7 +37,7 @@ from torch import nn
 
 from .. import tuning
 from ..errors import DataError, ParameterError, ShapeError
-from ..problems._checks import data_rng, int_in_range, is_int
+from ..problems.checks import data_rng, int_in_range, is_int
 from ..problems.data import load_digits
 from ..problems.partition import dirichlet_partition
 from .models import flatten_parameters, load_flat_parameters, n_parameters
@@ -555,7 +555,7 @@ def digits_clients(
     N = 30, alpha = 0.5), then each client's rows are shuffled and the first
     ``round(test_fraction * n_i)`` become its local test set (the per-client validation data of
     the fairness metrics), the rest its training set. The generator is
-    ``riemfl.problems._checks.data_rng(seed, "digits_clients")``.
+    ``riemfl.problems.checks.data_rng(seed, "digits_clients")``.
 
     Returns
     -------

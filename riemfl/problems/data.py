@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, MissingDependencyError, ParameterError
-from ._checks import float_matrix, is_int
+from .checks import float_matrix, is_int
 
 __all__ = [
     "label_sorted_indices",

@@ -22,8 +22,8 @@ import numpy as np
 from ..backend import is_torch
 from ..errors import MissingDependencyError, ParameterError, ShapeError
 from ..manifolds.base import Manifold
-from ._checks import batch_array, client_index
 from .base import FederatedProblem
+from .checks import batch_array, client_index
 
 __all__ = ["FunctionProblem"]
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from ..errors import DataError, ParameterError, ShapeError
 from ..manifolds.stiefel import Stiefel
-from ._checks import (
+from .base import FederatedProblem
+from .checks import (
     batch_array,
     check_k,
     client_index,
@@ -47,7 +48,6 @@ from ._checks import (
     int_in_range,
     point_stack,
 )
-from .base import FederatedProblem
 from .data import label_sorted_split, load_digits, load_mnist
 
 __all__ = ["KPCAProblem"]

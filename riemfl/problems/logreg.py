@@ -36,8 +36,8 @@ import numpy as np
 
 from ..errors import ParameterError, ShapeError
 from ..manifolds.euclidean import Euclidean
-from ._checks import batch_array, client_index, float_matrix, int_in_range, point_stack
 from .base import FederatedProblem
+from .checks import batch_array, client_index, float_matrix, int_in_range, point_stack
 from .data import label_sorted_indices, load_digits, load_mnist
 from .partition import dirichlet_partition
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from ..errors import ParameterError, ShapeError
 from ..manifolds.stiefel import Stiefel
-from ._checks import (
+from .base import FederatedProblem
+from .checks import (
     batch_array,
     check_k,
     client_index,
@@ -48,7 +49,6 @@ from ._checks import (
     int_in_range,
     point_stack,
 )
-from .base import FederatedProblem
 
 __all__ = ["LRMCProblem"]
 

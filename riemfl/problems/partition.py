@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
-from ._checks import int_in_range, is_int
+from .checks import int_in_range, is_int
 
 __all__ = [
     "dirichlet_partition",

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ParameterError
-from ...problems._checks import data_rng, int_in_range
+from ...problems.checks import data_rng, int_in_range
 
 __all__ = ["SyntheticTask", "synthetic_linear", "synthetic_mlp"]
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ...errors import DataError, ParameterError, ShapeError
-from ...problems._checks import int_in_range
+from ...problems.checks import int_in_range
 from .adaptor import PRECONDITIONERS, MixtureAdaptor
 from .conv import MixtureConv2d
 from .layout import FederatedLayout
