@@ -28,8 +28,10 @@ locally, with no extra communication,
 
 from the *same* gradients it used in the round (so :math:`c_i^{r+1} = \bar g^r - g_i^r`, a
 SCAFFOLD-like control variate, and :math:`\frac1n\sum_i c_i = 0`). :math:`c_i^1 = 0`. The output
-is :math:`P_{\mathcal M}(x^{R+1})`; metrics are evaluated at :math:`P_{\mathcal M}(x^r)`
-(digest-004 section 9, item 1).
+is :math:`P_{\mathcal M}(x^{R+1})`; metrics are evaluated at :math:`P_{\mathcal M}(x^r)`: the
+paper's figures plot :math:`\|\operatorname{grad} f(x^r)\|` although :math:`x^r` is not on
+:math:`\mathcal M`, and :math:`P_{\mathcal M}(x^r)` is the point its Output line and Theorem 4.3
+use.
 
 With :math:`\tau = 1` and full gradients one round is exactly projected Riemannian gradient
 descent with step :math:`\eta\eta_g` (eq. (7)); on Euclidean space this is a SCAFFOLD-like
