@@ -43,7 +43,7 @@ def _accuracies(acc: Any, name: str) -> np.ndarray:
 
 
 def gini(acc: Any) -> float:
-    r"""Gini coefficient of the per-client accuracies, [P eq.48]:
+    r"""Gini coefficient of the per-client accuracies (Licudi et al. 2025, eq. (48)):
 
     .. math::
 
@@ -75,7 +75,7 @@ def gini(acc: Any) -> float:
 
 
 def theil(acc: Any) -> float:
-    r"""Theil index (T_T) of the per-client accuracies, [P eq.49]:
+    r"""Theil index (T_T) of the per-client accuracies (Licudi et al. 2025, eq. (49)):
 
     .. math::
 

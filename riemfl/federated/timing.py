@@ -57,7 +57,8 @@ class ProportionalTime(TimingModel):
     Parameters
     ----------
     speed : float
-        Batches per time unit (the seeds' k = 2 "batches per second" is ``speed=2``).
+        Batches per time unit (the k = 2 "batches per second" of Licudi et al. 2025,
+        App. B.0.1, is ``speed=2``).
     slowdown : float or sequence of float
         Per-client multiplicative factor (1 for all by default).
     """
