@@ -412,7 +412,8 @@ class DCASGD(AsyncRule):
     (DC-ASGD-a): :math:`\lambda = \lambda_0 / (\sqrt{\text{MS}} + \epsilon)`,
     :math:`\text{MS} \leftarrow m\,\text{MS} + (1 - m)\,\Delta\odot\Delta`, with
     :math:`\lambda_0 = 2` (Licudi et al. 2025, App. B.1) and m = 0.95 (the Licudi papers give
-    only :math:`\lambda_0`; m = 0.95 is riemfl's choice); ``adaptive=False`` uses
+    only :math:`\lambda_0`; m = 0.95 is the value usually attributed to Zheng et al. 2017, not
+    checked against that paper); ``adaptive=False`` uses
     :math:`\lambda = \lambda_0`. On a manifold the diagonal correction acts on the ambient
     coordinates of the transported update and drift at :math:`x^\tau`, projected back to the
     tangent space.

@@ -1,8 +1,9 @@
 r"""RFedProj: Algorithm 1 of Zhang, Hu, So and Johansson (NeurIPS 2024).
 
-The paper gives its method no name; "RFedProj" follows the re-implementation in the RFedAGS
-code. Everything is done with the metric projection :math:`P_{\mathcal M}` from the ambient
-space: no exponential map, logarithm, retraction inverse or transport.
+The paper gives its method no name; "RFedProj" follows the re-implementation ``RFedProj_.m`` in the
+public RFedAGS code (``zhenwei-huang/RFedAGS``, listed in ``docs/references.md``). Everything is
+done with the metric projection :math:`P_{\mathcal M}` from the ambient space: no exponential map,
+logarithm, retraction inverse or transport.
 
 Per round r (Algorithm 1; n clients, :math:`\tau` local steps, local step :math:`\eta`, global
 step :math:`\eta_g`), client i starts from :math:`\hat z_{i,0} = z_{i,0} = P_{\mathcal M}(x^r)`
