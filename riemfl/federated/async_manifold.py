@@ -384,7 +384,7 @@ def staleness_penalty(
 
     which is eq. 10 up to :math:`O(\varepsilon\gamma^{-2})` for stale updates and
     :math:`1 + \alpha(1/\varepsilon - 1)` (not infinity) with no drift, where eq. (10) divides by
-    zero and the paper says nothing (its proof clips the ratio from below, App. A). A zero
+    zero and the paper does not say what to do. A zero
     update (:math:`\hat\Theta^\tau = \Theta^\tau`) gives :math:`S = 1 - \alpha`. ``alpha = 0``
     gives S = 1 (AsyncBezier), ``alpha = 1`` the AsyncFedED-style rate (AsyncBezierED).
     """

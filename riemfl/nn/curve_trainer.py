@@ -67,9 +67,9 @@ class BezierClientTrainer(_WrappedTrainer):
     trainer : TorchClientTrainer
         Data, model, loss, ``lr``, ``mu``, ``batch_size`` (the wrapped trainer's settings).
     warmup_epochs : int, optional
-        K1 (default: the wrapped trainer's ``epochs``; Licudi et al. 2025, Sec. 4.1: 2).
+        K1 (default: the wrapped trainer's ``epochs``; Licudi et al. 2025, App. B: 2).
     curve_epochs : int
-        Curve-learning epochs (Licudi et al. 2025, Sec. 4.1: 2).
+        Curve-learning epochs (Licudi et al. 2025, Sec. 4.2.2: 2, "as in the main results").
     curve_lr : float, optional
         Adam's step for the control point (default: the trainer's ``lr``; Licudi et al. 2025
         give no separate rate).
