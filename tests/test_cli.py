@@ -31,5 +31,3 @@ def test_python_dash_m_runs():
         [sys.executable, "-m", "riemfl"], capture_output=True, text=True, check=True
     )
     assert "Lorentz(10)" in done.stdout
-
-

@@ -158,7 +158,7 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     lines = [
         line for line in printed.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")
     ]
-    assert len(lines) == 10  # one line per claim of digest-004 section 7.1
+    assert len(lines) == 10  # one line per claim (riemfl/experiments/zhang2024.py docstring)
     verdicts = {int(line.split("claim ")[1].split(":")[0]): line.split()[0] for line in lines}
     for structural in (1, 2, 3, 5):
         assert verdicts[structural] == "PASS"
@@ -166,6 +166,8 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     assert verdicts[6] == verdicts[9] == "SKIP"
     report = (out / "report.md").read_text()
     assert "![Fig. 9](fig9.png)" in report and "| 8 |" in report
+    assert "## Claims (Zhang et al. 2024, Secs. 3 and 5, App. A.4)" in report
+    assert "digest" not in report.lower()
     assert (out / "fig9.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((out / "results.json").read_text())
     assert summary["figures"] == [9] and len(summary["runs"]) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -32,7 +33,8 @@ def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "fairness.png").read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
-    assert "[P] Table 1 on FEMNIST" in report and md in report and "85.01 +/- 0.11" in md
+    assert "# Licudi et al. 2025, Table 1, on" in report and md in report
+    assert "| Paper FEMNIST Acc. (%) |" in md and "85.01 +/- 0.11" in md
     assert "agree on" in report and not (tmp_path / "epochs.png").exists()
     data = json.loads((tmp_path / "results.json").read_text())
     assert len(data["runs"]) == len(licudi2025.BASELINES)
@@ -62,13 +64,14 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     study = data["epoch_study"]
     assert {(r["method"], r["epochs"]) for r in study} == {
         (m, k) for m in ("FedAsync", "AsyncBezier", "AsyncBezierED") for k in (1, 2)
-    }  # AsyncFedED is left out of the epoch study, as in [P]
+    }  # AsyncFedED is left out of the epoch study, as in Licudi et al. 2025, Sec. 4.2.2
     assert data["path"]["Q"] > 0 and math.isfinite(data["path"]["Q"])
     for name in ("epochs.png", "loss_along_path.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
     assert "Local-epoch study" in report and "Q = " in report and "AsyncBezier:" in report
-    assert "line search" in report and "| [P] Table 3 | chosen here |" in report
+    assert "line search" in report and "| Paper (Table 3) | chosen here |" in report
+    assert "Licudi 2025 (TR), Sec. 4" in report and not re.search(r"\[(P|TR)\]", report)
     # resume: every run is on disk; a second call reuses them and gives the same table
     stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
     assert licudi2025.reproduce(tmp_path, settings=settings, progress=False) == md
@@ -124,7 +127,7 @@ def test_reproduction_on_leaf_files(tmp_path, dataset):
     assert len(data) == 2 and sum(len(d[1]) + len(d[3]) for d in data) == 16
     md = licudi2025.reproduce(tmp_path / "out", settings=settings, progress=False)
     paper = "Shakespeare" if dataset == "shakespeare" else "FEMNIST"
-    assert f"[P] {paper} Acc." in md and _rows(md) == ["FedAsync", "AsyncBezier"]
+    assert f"Paper {paper} Acc." in md and _rows(md) == ["FedAsync", "AsyncBezier"]
     assert ("e = 0.50" in md) == (dataset == "shakespeare")
     report = (tmp_path / "out" / "report.md").read_text()
     assert ("LEAF " + ("Shakespeare" if dataset == "shakespeare" else "FEMNIST")) in report

@@ -281,10 +281,10 @@ class AsyncJob(_Job):
         The curve client's K1 steps on the end point and K - K1 steps of curve learning
         (default: ``local_steps`` each).
     mu : float
-        The curve client's FedProx weight ([P] eq. 6; default 0).
+        The curve client's FedProx weight (Licudi et al. 2025, eq. (6); default 0).
     freeze_end : bool
-        Keep the curve's end point fixed during curve learning (default True, [P]'s
-        experiments). The curve settings need a curve rule.
+        Keep the curve's end point fixed during curve learning (default True, as in the
+        experiments of Licudi et al. 2025, Sec. 3). The curve settings need a curve rule.
     """
 
     problem: FederatedProblem | ProblemSpec

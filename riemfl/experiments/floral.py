@@ -1,4 +1,4 @@
-"""FLoRAL (Almansoori, Horvath & Takac; seed 003): Table 1 on the digits stand-in, synthetic curves.
+"""FLoRAL (Almansoori et al. 2024): Table 1 on the digits stand-in, synthetic curves.
 
 ``riemfl reproduce floral [--quick] [--data MNIST_FILE]`` runs
 
@@ -10,32 +10,33 @@
 2. **the synthetic tasks** (linear, K = 10, C = 2; MLP, K = 20, C = 4): personal test-loss
    curves of the same methods (Table 3 of the paper is a plot);
 3. **factor averaging against the manifold-aware aggregation** (average the adaptor products,
-   retract with the truncated SVD on ``FixedRank``; digest B.10): the same FLoRAL runs with
+   retract with the truncated SVD on ``FixedRank``; the paper's Algorithm 1 averages the
+   factors U and V, which is not gauge-invariant): the same FLoRAL runs with
    both, a FedBuff + FLoRAL asynchronous run with both, and a gauge-invariance check.
 
-Settings (digest-002-003 B.6, B.11; the paper gives no hyperparameters, [OUTSIDE] = the authors'
-code):
+Settings (the paper, Sec. 6 and App. G, gives no training hyperparameters; "the authors' code" is
+their public implementation, ``zeligism/FLoRAL`` in ``docs/references.md``):
 
 * digits: K = 20 clients (5 per cluster; 1437 training rows, ~72 per client, 10 in the
   reduced regime, i.e. 14%: the minimum of 10 dominates on so small a set), 10 sampled per
   round (50%; MNIST: 300 clients, 10%), C = 4, rotations 0/90/180/270 degrees or labels
   y + c mod 10, IID split, client k in cluster k mod 4; the model is the paper's MNIST
   2-layer ReLU MLP with 200 hidden units (64 -> 200 -> 10);
-* clients: 1 local epoch of plain SGD ([OUTSIDE]), batch 16 (the [OUTSIDE] 32 would give 2
-  steps per round on 72 rows), lr 0.1 ([OUTSIDE] MNIST); router lr 1.0 and router noise
-  1.0 x U[0, 1) ([OUTSIDE] 0.1 and 1.0: with 300 rounds instead of 500 the router at 0.1 has
+* clients: 1 local epoch of plain SGD (authors' code), batch 16 (the code's 32 would give 2
+  steps per round on 72 rows), lr 0.1 (the code's MNIST value); router lr 1.0 and router noise
+  1.0 x U[0, 1) (code: 0.1 and 1.0; with 300 rounds instead of 500 the router at 0.1 has
   not separated the label-shift clusters); ScaledGD preconditioning eps = 1e-5 on
-  (the paper's only "trick"); bias adaptors on; LoRA init of the [OUTSIDE] code;
-* Local Adaptor: FLoRAL with C = 1, rho = 10% and the adaptor kept private ([OUTSIDE]);
-  Ensemble: 4 full models mixed at the output ([OUTSIDE]);
+  (the paper's only "trick", App. D); bias adaptors on; LoRA init of the authors' code;
+* Local Adaptor: FLoRAL with C = 1, rho = 10% and the adaptor kept private (authors' code);
+  Ensemble: 4 full models mixed at the output (authors' code);
 * evaluation: every client on the whole held-out set (360 images) under its cluster's
   transform, pooled over clients (the authors split the test set among clients: same
   expectation, larger variance on 360 images); accuracy of the last round;
 * rounds: 300 with full data, 600 with reduced data (a reduced client takes 1 step per round;
-  [OUTSIDE] also runs 3 x longer, 1500 rounds against 500); ``--quick``: 80 and 240; seeds 0
+  the authors' code also runs 3 x longer, 1500 rounds against 500); ``--quick``: 80 and 240; seeds 0
   and 1 (``--quick``: 0); mean +/- std over seeds;
 * synthetic: the code's defaults (d_x = 10, d_y = 3 / 1, d_h = 10, r = 1, alpha = 2,
-  batch 4 / 8, lr 0.1 / 0.03), 300 / 100 rounds (``--quick``: 100 / 40; [OUTSIDE] 2000),
+  batch 4 / 8, lr 0.1 / 0.03), 300 / 100 rounds (``--quick``: 100 / 40; the code: 2000),
   full participation,
   FLoRAL with the true rank r = 1;
 * the aggregation comparison: FLoRAL(10%) on full label shift, seed 0, with the manifold-aware
@@ -105,7 +106,7 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("Reduced LS", "label_shift", True),
 )
 
-#: the paper's Table 1, MNIST columns (digest B.7): mean and spread, in COLUMNS order
+#: Almansoori et al. 2024, Table 1, MNIST columns: mean and spread, in COLUMNS order
 PAPER_MNIST: dict[str, tuple[tuple[float, float], ...]] = {
     "FedAvg": ((91.5, 0.6), (25.8, 2.4), (78.2, 0.6), (23.2, 0.9)),
     "Local Adaptor": ((86.6, 0.3), (84.5, 1.8), (47.4, 5.4), (32.0, 2.3)),

@@ -1,44 +1,46 @@
-"""Licudi et al. (2025, [P]) Table 1, Fig. 3 and Fig. 4 on the offline digits stand-in.
+"""Licudi et al. 2025, Table 1, Fig. 3 and Fig. 4 on the offline digits stand-in.
 
-``riemfl reproduce licudi2025 [--quick]`` runs the eight methods of [P] Table 1 -- FedAsync,
-FedOrtho, FedGS, DC-ASGD, FedBuff, AsyncFedED and the proposals AsyncBezier and AsyncBezierED --
-on N = 30 clients of scikit-learn's digits split by a per-label Dirichlet(0.5) (the FEMNIST
-stand-in; digest-000-001 sections 3.2-3.7), 360 server steps, 3 seeds, and writes a table in the
-shape of [P] Table 1 (test accuracy and T_e) with the fairness columns (Gini and Theil of the
-per-client accuracy of the best global model, [P] eqs. 48-49; the bars of Fig. 3), mean +/- std
-over the seeds, [P]'s FEMNIST numbers beside ours, the local-epoch study of Fig. 4 (K in
-{1, 2, 5, 10}, one seed, AsyncFedED excluded as in [P]), accuracy-vs-step plots and the loss along
-a learned curve against the straight line (with the diagnostic Q). ``riemfl reproduce
+``riemfl reproduce licudi2025 [--quick]`` runs the eight methods of the paper's Table 1 --
+FedAsync, FedOrtho, FedGS, DC-ASGD, FedBuff, AsyncFedED and the proposals AsyncBezier and
+AsyncBezierED -- on N = 30 clients of scikit-learn's digits split by a per-label Dirichlet(0.5)
+(the FEMNIST stand-in; the paper's setup is in its Sec. 4.1 and App. B), 360 server steps, 3 seeds,
+and writes a table in the shape of Table 1 (test accuracy and T_e) with the fairness columns (Gini
+and Theil of the per-client accuracy of the best global model, eqs. (48)-(49); the bars of
+Fig. 3), mean +/- std over the seeds, the paper's FEMNIST numbers beside ours, the local-epoch
+study of Fig. 4 (K in {1, 2, 5, 10}, one seed, AsyncFedED excluded as in Sec. 4.2.2),
+accuracy-vs-step plots and the loss along a learned curve against the straight line (with the
+diagnostic Q). ``riemfl reproduce
 licudi2025-baselines`` runs the six baselines only (no epoch study).
 
-Settings (digest section 3.2 unless noted):
+Settings (the paper's App. B unless noted):
 
 * clients: local Adam on the FedProx objective, 2 epochs, mu = 1e-3, batch 32, a 2-conv 2-dense
-  CNN (:class:`riemfl.nn.SmallCNN`). The local learning rate is 1e-2 instead of the seeds' 1e-3:
+  CNN (:class:`riemfl.nn.SmallCNN`). The local learning rate is 1e-2 instead of the paper's 1e-3:
   a digits client has about 48 rows (4 Adam steps per run) against hundreds of batches for a
   FEMNIST client, and at 1e-3 FedAsync reaches only 59% in 360 steps (95% at 1e-2);
-* global learning rates: chosen on the stand-in by [P]'s own protocol (section 3.2: "selected by
-  line search for each method"): every method's eta_g from [P]'s grid {0.25, 0.5, 1, 1.5, 2, 2.5,
-  3, 5} by the final accuracy on validation rows split off the clients' training data (a separate
-  seed; test rows never seen), reported beside [P] Table 3's FEMNIST choices (FedAsync 3,
+* global learning rates: chosen on the stand-in by the paper's own protocol (App. B, Table 3:
+  "selected by line search for each method"): every method's eta_g from the paper's grid {0.25,
+  0.5, 1, 1.5, 2, 2.5, 3, 5} by the final accuracy on validation rows split off the clients'
+  training data (a separate seed; test rows never seen), reported beside the paper's Table 3
+  FEMNIST choices (FedAsync 3,
   FedOrtho 3, FedGS 1, DC-ASGD 1, FedBuff 1 with K = 10, AsyncFedED 0.25, AsyncBezier 0.5,
   AsyncBezierED 0.25). Table 3's values transfer badly: the stand-in's clients run a few Adam
   steps, not hundreds, so the rates that suit FEMNIST leave the slow methods far from converged.
   ``licudi2025-baselines`` keeps Table 3's values; DC-ASGD lambda_0 = 2; AsyncFedED gamma_bar =
   1, kappa = 1, warm-up 10;
-* compute heterogeneity: the seeds' scheduler (2 workers, queue key num_batches + 2 * time,
-  rank-sampled), durations proportional to the number of local batches;
-* T_e: the first evaluated server step whose test error is at most e = 0.20 (FEMNIST's e);
+* compute heterogeneity: the paper's scheduler (App. B.0.1: 2 workers, queue key num_batches +
+  2 * time, rank-sampled), durations proportional to the number of local batches;
+* T_e: the first evaluated server step whose test error is at most e = 0.20 (FEMNIST's e,
+  Sec. 4.2);
   evaluation every 10 server steps (every step in the paper), so T_e has a resolution of 10.
-* AsyncBezier / AsyncBezierED: :class:`riemfl.nn.BezierClientTrainer` (2 warm-up epochs, then
-  2 curve epochs on the middle control point, both ends frozen; the control point's Adam step is
-  [P]'s 1e-3, not the end point's 1e-2: with 1e-2, Adam's per-coordinate steps carry the middle
-  of the curve into high loss, Q = 0.32 at a final model against 1.14 with 1e-3), OrthoDC per
-  control point with
-  vartheta = 1, alpha = 0 / 1. [P]'s rows 7 and 8 carry
-  garbled labels (digest 5.2, E1); we print row 7 beside AsyncBezier and row 8 beside
-  AsyncBezierED (Table 3's order);
-* Fig. 4: AsyncBezier uses min(K, 2) curve epochs with K warm-up epochs ([P] section 4.2.2);
+* AsyncBezier / AsyncBezierED: :class:`riemfl.nn.BezierClientTrainer` (2 warm-up epochs, then 2
+  curve epochs on the middle control point, both ends frozen; the control point's Adam step is the
+  paper's 1e-3, not the end point's 1e-2: with 1e-2, Adam's per-coordinate steps carry the middle of
+  the curve into high loss, Q = 0.32 at a final model against 1.14 with 1e-3), OrthoDC per control
+  point with vartheta = 1, alpha = 0 / 1. In the copy of the paper available to us, rows 7 and 8 of
+  Table 1 (the two AsyncBezier variants) carry garbled labels; we print row 7 beside AsyncBezier and
+  row 8 beside AsyncBezierED (Table 3's order);
+* Fig. 4: AsyncBezier uses min(K, 2) curve epochs with K warm-up epochs (Sec. 4.2.2);
 * every (method, seed, K) run is saved under ``runs/`` as it finishes, so an interrupted
   reproduction resumes where it stopped;
 * ``--quick``: one seed, 120 server steps; line search over {0.5, 1, 3} at 60 steps; epoch
@@ -102,7 +104,7 @@ METHODS: dict[str, Callable[[int, float], AsyncRule]] = {
     "AsyncBezier": lambda d, eta: AsyncBezier(Euclidean(d), eta, vartheta=1.0),
     "AsyncBezierED": lambda d, eta: AsyncBezierED(Euclidean(d), eta, vartheta=1.0),
 }  # fmt: skip
-#: [P] Table 1, Shakespeare: (accuracy %, std, T_e, std); rows 7/8 as for FEMNIST
+#: Licudi et al. 2025, Table 1, Shakespeare: (accuracy %, std, T_e, std); rows 7/8 as for FEMNIST
 PAPER_SHAKESPEARE: dict[str, tuple[float, float, float, float]] = {
     "FedAsync": (50.60, 0.06, 296, 10.0),
     "FedOrtho": (52.76, 0.54, 202, 14.0),
@@ -120,19 +122,20 @@ _DATA_NAMES = {
     "femnist": "LEAF FEMNIST (pooled, Dirichlet clients)",
     "shakespeare": "LEAF Shakespeare (roles dealt to clients)",
 }
-#: T_e's target error e per data set ([P] section 4: FEMNIST 0.20, Shakespeare 0.50)
+#: T_e's target error e per data set (Licudi et al. 2025, Sec. 4.2: FEMNIST 0.20, Shakespeare 0.50)
 TARGET_ERRORS = {"digits": 0.20, "femnist": 0.20, "shakespeare": 0.50}
-#: [P] Table 3, FEMNIST column: the global rates found by the paper's line search
+#: Licudi et al. 2025, Table 3, FEMNIST column: the global rates found by the paper's line search
 PAPER_RATES: dict[str, float] = {
     "FedAsync": 3.0, "FedOrtho": 3.0, "FedGS": 1.0, "DC-ASGD": 1.0, "FedBuff": 1.0,
     "AsyncFedED": 0.25, "AsyncBezier": 0.5, "AsyncBezierED": 0.25,
 }  # fmt: skip
-#: [P] section 3.2's line-search grid
+#: the line-search grid of Licudi et al. 2025, App. B
 RATE_GRID = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0)
 CURVE_METHODS = ("AsyncBezier", "AsyncBezierED")
 BASELINES = tuple(m for m in METHODS if m not in CURVE_METHODS)
 
-#: [P] Table 1, FEMNIST: (accuracy %, std, T_e, std); rows 7/8 mapped by Table 3's order (E1)
+#: Licudi et al. 2025, Table 1, FEMNIST: (accuracy %, std, T_e, std); rows 7/8 (garbled labels in
+#: our copy) mapped by Table 3's order
 PAPER_FEMNIST: dict[str, tuple[float, float, float, float]] = {
     "FedAsync": (85.01, 0.11, 137, 6.6),
     "FedOrtho": (84.83, 0.08, 133, 3.4),
@@ -191,8 +194,8 @@ class Settings:
         return TARGET_ERRORS[self.dataset] if self.target_error is None else self.target_error
 
     def paper_table(self) -> tuple[str, dict[str, tuple[float, float, float, float]]]:
-        """The [P] Table 1 columns printed beside ours: Shakespeare's for Shakespeare, else
-        FEMNIST's (digits is the FEMNIST stand-in)."""
+        """The columns of Licudi et al. 2025, Table 1, printed beside ours: Shakespeare's for
+        Shakespeare, else FEMNIST's (digits is the FEMNIST stand-in)."""
         if self.dataset == "shakespeare":
             return "Shakespeare", PAPER_SHAKESPEARE
         return "FEMNIST", PAPER_FEMNIST
@@ -221,11 +224,12 @@ def client_data(s: Settings, seed: int) -> list[Any]:
 
     * ``digits``: :func:`riemfl.nn.digits_clients` (Dirichlet(alpha) per label);
     * ``femnist``: LEAF's FEMNIST files under ``s.data`` (``train/`` and ``test/``), pooled and
-      split into N Dirichlet(alpha) clients per label, each with a 20% local test split ([P]'s
-      FEMNIST partition, digest 3.3);
+      split into N Dirichlet(alpha) clients per label, each with a 20% local test split (the
+      FEMNIST partition of Licudi et al. 2025, App. B.1.1);
     * ``shakespeare``: LEAF's Shakespeare files under ``s.data``; LEAF's users (speaking roles),
-      each wholly on one client, dealt round-robin in a seeded order to N clients ([P] deals
-      plays; LEAF's user ids do not name the play in general, so roles are the groups here).
+      each wholly on one client, dealt round-robin in a seeded order to N clients (the paper deals
+      plays, App. B.2; LEAF's user ids do not name the play in general, so roles are the groups
+      here).
     """
     from ..nn import digits_clients
     from ..nn.trainer import dirichlet_clients
@@ -393,11 +397,11 @@ def _mean_std(values: list[float | None]) -> tuple[float, float, int]:
 
 
 def table(runs: list[dict[str, Any]], s: Settings) -> str:
-    """Markdown table in the shape of [P] Table 1, fairness and staleness columns, and [P]'s
-    FEMNIST numbers beside ours."""
+    """Markdown table in the shape of Licudi et al. 2025, Table 1, fairness and staleness columns,
+    and the paper's FEMNIST (or Shakespeare) numbers beside ours."""
     lines = [
         f"| Method | Test Acc. (%) | T_e (e = {s.error_target:.2f}) | Gini | Theil | "
-        f"mean staleness | [P] {s.paper_table()[0]} Acc. (%) | [P] {s.paper_table()[0]} T_e |",
+        f"mean staleness | Paper {s.paper_table()[0]} Acc. (%) | Paper {s.paper_table()[0]} T_e |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for method in s.methods:
@@ -418,8 +422,8 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
 
 
 def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
-    """Plain sentences on where our accuracy ranking agrees with [P]'s (FEMNIST or
-    Shakespeare) ranking."""
+    """Plain sentences on where our accuracy ranking agrees with the ranking of Licudi et al.
+    2025, Table 1 (FEMNIST or Shakespeare)."""
     name, paper = s.paper_table()
     ours = {m: _mean_std([r["accuracy"] for r in runs if r["method"] == m])[0] for m in s.methods}
     our_order = sorted(s.methods, key=lambda m: -ours[m])
@@ -431,15 +435,15 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
     pairs = len(s.methods) * (len(s.methods) - 1) // 2
     lines = [
         f"- Accuracy ranking, ours: {' > '.join(our_order)}.",
-        f"- Accuracy ranking, [P] {name}: {' > '.join(paper_order)}.",
+        f"- Accuracy ranking, Licudi et al. 2025 on {name}: {' > '.join(paper_order)}.",
         f"- The two rankings agree on {agree} of {pairs} pairs of methods.",
     ]
     for proposal in (m for m in CURVE_METHODS if m in s.methods):
         beaten = [m for m in s.methods if m not in CURVE_METHODS and ours[m] >= ours[proposal]]
         lines.append(
-            f"- {proposal}: " + ("beats every baseline here (as in [P])." if not beaten else
-                                 f"does NOT beat {', '.join(beaten)} here ([P]: it beats every "
-                                 f"baseline on {name}).")
+            f"- {proposal}: " + ("beats every baseline here (as in the paper)." if not beaten else
+                                 f"does NOT beat {', '.join(beaten)} here (the paper: it beats "
+                                 f"every baseline on {name}).")
         )  # fmt: skip
     return lines
 
@@ -462,7 +466,7 @@ def _plot(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
 
 
 def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
-    """[P] Fig. 3: Gini and Theil of the per-client accuracy, mean +/- std over the seeds."""
+    """Licudi et al. 2025, Fig. 3: Gini and Theil of the per-client accuracy, mean +/- std."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, key in zip(axes, ("gini", "theil"), strict=True):
@@ -478,9 +482,12 @@ def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
 
 
 def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float], str]:
-    """[P]'s protocol on the stand-in: each method's eta_g from ``s.rate_grid`` by the best final
-    validation accuracy (training rows split into training and validation, seed
-    ``s.tune_seed``, ``s.tune_steps`` server steps); the test rows are never used."""
+    """The protocol of Licudi et al. 2025 (App. B) on the stand-in.
+
+    Each method's eta_g from ``s.rate_grid`` by the best final validation accuracy (training rows
+    split into training and validation, seed ``s.tune_seed``, ``s.tune_steps`` server steps); the
+    test rows are never used.
+    """
     chosen: dict[str, float] = {}
     scores: dict[str, dict[float, float]] = {}
     for method in s.methods:
@@ -491,7 +498,7 @@ def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float]
             scores[method][rate] = run["accuracy"]
             bar.update(1, run=f"tune {method} eta={rate:g}", acc=run["accuracy"])
         chosen[method] = max(s.rate_grid, key=lambda r, m=method: (scores[m][r], -r))
-    header = "| Method | [P] Table 3 | chosen here | " + " | ".join(
+    header = "| Method | Paper (Table 3) | chosen here | " + " | ".join(
         f"{r:g}" for r in s.rate_grid) + " |"  # fmt: skip
     lines = [header, "|---|---|---|" + "---|" * len(s.rate_grid)]
     for method in s.methods:
@@ -502,7 +509,8 @@ def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float]
 
 def _epoch_study(runs_dir: Path, s: Settings, bar: Any,
                  rates: dict[str, float]) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
-    """[P] Fig. 4: final accuracy against the local epochs K (one seed; no AsyncFedED)."""
+    """Licudi et al. 2025, Fig. 4: final accuracy against the local epochs K (one seed; no
+    AsyncFedED)."""
     methods = [m for m in s.methods if m != "AsyncFedED"]
     rows = []
     for k in s.epoch_study:
@@ -603,27 +611,29 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
     _plot(runs, s, out / "accuracy.png")
     _plot_fairness(runs, s, out / "fairness.png")
     sections = [
-        f"# Licudi et al. (2025): [P] Table 1 on {_DATA_NAMES[s.dataset]}",
+        f"# Licudi et al. 2025, Table 1, on {_DATA_NAMES[s.dataset]}",
         "",
         f"{len(s.seeds)} seed(s), {s.server_steps} server steps, N = {s.n_clients} clients of "
-        f"{_DATA_NAMES[s.dataset]}, {s.workers} workers with the seeds' scheduler. Settings and "
-        "deviations: `riemfl/experiments/licudi2025.py` (module docstring).",
+        f"{_DATA_NAMES[s.dataset]}, {s.workers} workers with the paper's scheduler (App. B.0.1). "
+        "Settings and deviations: `riemfl/experiments/licudi2025.py` (module docstring).",
         "",
         (
-            "Global rates: each method's eta_g was chosen on these data by [P]'s own protocol, "
+            "Global rates: each method's eta_g was chosen on these data by the paper's own "
+            "protocol (App. B), "
             "a line search over the grid below on validation rows split off the clients' "
             f"training data (seed {s.tune_seed}, {s.tune_steps} server steps; final validation "
-            "accuracy, %); [P]'s FEMNIST choices are listed beside ours."
+            "accuracy, %); the paper's FEMNIST choices (Table 3) are listed beside ours."
             if s.tune
-            else "Global rates: [P] Table 3's FEMNIST column, unchanged."
+            else "Global rates: the FEMNIST column of the paper's Table 3, unchanged."
         ),
         "",
         tune_md,
         "",
         md,
         "",
-        f"The [P] columns are [P] Table 1 on {s.paper_table()[0]} (rows 7 and 8, whose labels "
-        "are garbled in the paper, beside AsyncBezier and AsyncBezierED in Table 3's order). "
+        f"The 'Paper' columns are Licudi et al. 2025, Table 1, on {s.paper_table()[0]} (rows 7 "
+        "and 8, whose labels are garbled in our copy of the paper, beside AsyncBezier and "
+        "AsyncBezierED in Table 3's order). "
         + (
             "The stand-in is a different data set and model: compare orderings, not numbers."
             if s.dataset == "digits"
@@ -635,22 +645,23 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
         "",
         "![accuracy](accuracy.png)",
         "",
-        "Fairness ([P] Fig. 3): ![fairness](fairness.png)",
+        "Fairness (Licudi et al. 2025, Fig. 3): ![fairness](fairness.png)",
     ]
     results: dict[str, Any] = {"settings": s.__dict__, "rates": rates}
     if study:
         _plot_epochs(study, s, out / "epochs.png")
-        sections += ["", f"## Local-epoch study ([P] Fig. 4; seed {s.epoch_study_seed}, "
-                     f"{s.epoch_study_steps} server steps)", "", study_md, "",
-                     "![epochs](epochs.png)"]  # fmt: skip
+        sections += ["", "## Local-epoch study (Licudi et al. 2025, Fig. 4; "
+                     f"seed {s.epoch_study_seed}, {s.epoch_study_steps} server steps)", "",
+                     study_md, "", "![epochs](epochs.png)"]  # fmt: skip
         results["epoch_study"] = study
     curve_runs = [r for r in runs if r["method"] == "AsyncBezier" and r["final_point"] is not None]
     if curve_runs:
         quality = _path_study(curve_runs[0], s, out)
         sections += ["", "## Loss along a learned curve", "",
                      f"Q = mean loss on the line / mean loss on the curve = {quality['Q']:.4f} "
-                     "([TR] reports about 1.0275 on FEMNIST; Q > 1: the curve runs through lower "
-                     "loss).", "", "![loss along the path](loss_along_path.png)"]  # fmt: skip
+                     "(Licudi 2025 (TR), Sec. 4, reports about 1.0275 on FEMNIST; Q > 1: the "
+                     "curve runs through lower loss).", "",
+                     "![loss along the path](loss_along_path.png)"]  # fmt: skip
         results["path"] = quality
     seconds = time.perf_counter() - t0
     sections += ["", f"Total time {seconds:.0f} s (runs found under `runs/` are reused)."]

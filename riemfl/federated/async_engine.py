@@ -24,9 +24,9 @@ trainer: the waiting queue (:mod:`riemfl.federated.async_scheduler`), the stalen
   with ``applied`` False) and the client is dispatched again; after ``max_failures`` consecutive
   failures it is excluded. The run raises :class:`~riemfl.errors.ClientFailureError` only when
   every client is excluded.
-* **Theory mode** (Wang et al. 2024, Assumption 1): no clock; each arrival is a client drawn
-  uniformly from [n] whose base version is drawn uniformly among the last ``max_staleness + 1``
-  versions.
+* **Theory mode** (Toghani & Uribe 2022, Assumption 1, eq. (3)): no clock; each arrival is a
+  client drawn uniformly from [n] whose base version is drawn uniformly among the last
+  ``max_staleness + 1`` versions.
 * **Checkpoints.** The event heap, the virtual clock, the queue, the version store (models
   included), the rule's state (:meth:`~riemfl.federated.AsyncRule.state_dict`), the trainer's
   state where it keeps one, every generator and the history: a resumed run is bit-identical to
@@ -431,13 +431,13 @@ def run_async(
     x0 : array, optional
         Initial global model (default: a random point of the manifold from ``seed``).
     weights : {"samples", "uniform"}
-        :math:`w_i`: dataset share (the seeds) or 1/n.
+        :math:`w_i`: dataset share (Licudi et al. 2025, App. B) or 1/n.
     scheduler : {"fifo", "paper"}
-        The waiting queue (:mod:`riemfl.federated.async_scheduler`); ``scheduler_k`` is the
-        paper's k.
+        The waiting queue (:mod:`riemfl.federated.async_scheduler`; ``"paper"`` is the scheduler
+        of Licudi et al. 2025, App. B.0.1); ``scheduler_k`` is that paper's k.
     mode : {"events", "theory"}
         The discrete-event simulation, or iid-uniform arrivals with staleness uniform in
-        ``0..max_staleness`` (Wang et al. 2024, Assumption 1).
+        ``0..max_staleness`` (Toghani & Uribe 2022, Assumption 1, eq. (3)).
     max_staleness : int, optional
         Events mode: the staleness bound tau enforced by ``staleness_policy``. Theory mode: the
         staleness bound of Assumption 1 (required).

@@ -1,26 +1,30 @@
-r"""AsyncManifold: asynchronous aggregation along a learned manifold ([P] section 3, [TR] 5.1).
+r"""AsyncManifold: asynchronous aggregation along a learned manifold.
+
+Licudi et al. 2025, Sec. 3 and App. C; Licudi 2025 (TR), Sec. 5.1.
 
 A client does not send a point but the parameters :math:`\phi` of a small manifold
 :math:`\iota_\phi(M) \subset M_\Theta` that it learned through the global model it received and
 its own local model (a quadratic Bezier curve for AsyncBezier). The server corrects the learned
 manifold for the staleness, then moves the global model *along* it instead of along the straight
-line to the local model (digest-000-001 sections 1.9-1.12).
+line to the local model.
 
 The pieces, each replaceable:
 
 * :class:`Embedding` -- :math:`\iota: M_\Phi \times M \to M_\Theta` with its point
-  parametrisation :math:`\phi_\Theta` (compression, [P] requirement (i)), the latent start
-  :math:`\iota^{-1}_\phi(\Theta^t)` and the local-model location :math:`\omega`.
-  :class:`BezierEmbedding` is [P] eq. 8 (degree n, control points on any base manifold).
-* the correction map :math:`\pi` (:class:`OrthoDCCorrection`, [P] App. C Alg. 3, on tangents of
-  :math:`M_\Phi`);
-* the staleness penalty :func:`staleness_penalty` ([P] eq. 10);
-* the step-length reparametrisation ([P] eq. 12, :meth:`Embedding.step_point`);
-* :class:`AsyncManifold`, the server rule ([P] Alg. 1 for any embedding), with optional server
-  momentum, the dominance penalty of [TR] and (periodic) SWA.
+  parametrisation :math:`\phi_\Theta` (the compression requirement (i) of Licudi et al. 2025,
+  Sec. 3), the latent start :math:`\iota^{-1}_\phi(\Theta^t)` and the local-model location
+  :math:`\omega`. :class:`BezierEmbedding` is eq. (8) of that paper (degree n, control points on
+  any base manifold).
+* the correction map :math:`\pi` (:class:`OrthoDCCorrection`, Licudi et al. 2025, App. C,
+  Alg. 3, on tangents of :math:`M_\Phi`);
+* the staleness penalty :func:`staleness_penalty` (Licudi et al. 2025, eq. (10));
+* the step-length reparametrisation (Licudi et al. 2025, eq. (12), :meth:`Embedding.step_point`);
+* :class:`AsyncManifold`, the server rule (Licudi et al. 2025, App. C, Alg. 1, for any
+  embedding), with optional server momentum, the dominance penalty of Licudi 2025 (TR), Sec. 5.1,
+  and (periodic) SWA.
 
-:func:`AsyncBezier` and :func:`AsyncBezierED` are the two settings of [P]'s experiments
-(:math:`\alpha = 0` and :math:`\alpha = 1`).
+:func:`AsyncBezier` and :func:`AsyncBezierED` are the two settings of the experiments of
+Licudi et al. 2025 (:math:`\alpha = 0` and :math:`\alpha = 1`, Sec. 4.1).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ __all__ = [
     "power_coefficient_matrix",
 ]
 
-#: Readings of [P] eq. 12 (digest 5.2, P1): chordal distance (default), arc length, raw parameter.
+#: Readings of Licudi et al. 2025, eq. (12): chordal distance (default), arc length, raw parameter.
 STEP_MODES = ("chordal", "arc_length", "parameter")
 
 
@@ -112,12 +116,15 @@ class Embedding(abc.ABC):
     ) -> tuple[Array, float]:
         r"""The server's new model: the point of the learned path at step ``fraction``.
 
-        [P] eq. 12 asks that the step taken on the path be as long as ``fraction`` times the
-        path's end (digest 5.2, P1). ``"chordal"``: the first r >= 0 with
-        :math:`d(\iota(r), \iota(0)) = f\, d(\iota(1), \iota(0))`; ``"arc_length"``: the r whose
-        arc length is f times that of [0, 1]; ``"parameter"``: r = f ([TR] eq. 31). For f > 1,
-        ``beyond="extend"`` continues the path past the local model ([P]'s footnote: M extends
-        to R), ``"clip"`` stops at r = 1.
+        Licudi et al. 2025, eq. (12), asks that the step taken on the path be as long, in the
+        metric of :math:`M_\Theta`, as ``fraction`` times the path's end; its right-hand side is
+        partly garbled in the available text, and it does not say whether "as long" is a
+        distance or an arc length. riemfl offers three readings: ``"chordal"`` (default): the
+        first r >= 0 with :math:`d(\iota(r), \iota(0)) = f\, d(\iota(1), \iota(0))`;
+        ``"arc_length"``: the r whose arc length is f times that of [0, 1]; ``"parameter"``:
+        r = f (Licudi 2025 (TR), eq. (31)). For f > 1, ``beyond="extend"`` continues the path
+        past the local model (the paper's footnote to Sec. 3: M "can be sensibly extended to
+        R"), ``"clip"`` stops at r = 1.
 
         Returns
         -------
@@ -205,7 +212,9 @@ def _first_crossing(fn, target: float, *, grow: float = 2.0, r_max: float = 2.0*
 
 
 class BezierEmbedding(Embedding):
-    r"""Bezier curves of degree n as the learned manifold ([P] eq. 8; M = [0, 1], extended to R).
+    r"""Bezier curves of degree n as the learned manifold (M = [0, 1], extended to R).
+
+    Licudi et al. 2025, eq. (8) (quadratic; degree n and de Casteljau are also in their Sec. 3).
 
     .. math::  \iota(P_0, \dots, P_n; s) = \sum_{k=0}^n B_k^n(s)\, P_k,
 
@@ -214,7 +223,7 @@ class BezierEmbedding(Embedding):
     (:class:`~riemfl.manifolds.ControlPoints`), :math:`\phi_\Theta = (\Theta, \dots, \Theta)`,
     start s = 0 (the global model), :math:`\omega = 1` (the local model).
 
-    On a Euclidean base the step of [P] eq. 12 is exact and costs one Gram matrix of the curve's
+    On a Euclidean base the step of eq. (12) is exact and costs one Gram matrix of the curve's
     power-basis coefficients: :math:`\iota(s) - \iota(0) = \sum_{k=1}^n s^k c_k`, so
     :math:`\|\iota(s) - \iota(0)\|^2 = \sum_{j,k} s^{j+k} \langle c_j, c_k\rangle` is a polynomial
     in s whose first positive root at the target distance is found by ``numpy.roots``; the arc
@@ -272,24 +281,29 @@ class BezierEmbedding(Embedding):
 
 # ------------------------------------------------------------------------------------ correction
 class OrthoDCCorrection(Checkpointable):
-    r"""[P]'s OrthoDC(:math:`\vartheta`) on a tangent vector of :math:`M_\Phi` (App. C Alg. 3).
+    r"""OrthoDC(:math:`\vartheta`) on a tangent vector of :math:`M_\Phi`.
+
+    Licudi et al. 2025, Sec. 3 and App. C, Alg. 3.
 
     With v the client's reparametrisation vector and :math:`\Delta^g =
     \exp^{-1}_{\phi_{\Theta^t}}(\phi_{\Theta^\tau})` the global drift in :math:`M_\Phi`:
     :math:`\pi(v) = v - \mathrm{proj}_{\Delta^g}(v)` when :math:`\cos(v, \Delta^g) \le
-    \vartheta`, else v (the "trusted update" base, [P] Alg. 1: the curve is re-applied at
-    :math:`\phi_{\Theta^\tau}`).
+    \vartheta`, else v (the "trusted update" base: Alg. 1 re-applies the curve at
+    :math:`\phi_{\Theta^\tau}`, eq. (9)).
 
-    ``variant`` (digest 5.2, P3):
+    ``variant``: the paper projects "a tangent vector of :math:`M_\Phi`" and does not say how on
+    stacked control points. Projecting the whole stack moves the first control point off
+    :math:`\Theta^\tau`, which contradicts its requirement that the corrected manifold contain
+    :math:`\Theta^\tau` (Sec. 3, correction step), so riemfl offers:
 
     * ``"per_point"`` (default, faithful in spirit): the test and projection act on each control
       point's displacement separately against the drift of that point. The client's first
       control point is the global model it received and stays frozen (displacement 0), and the
       zero vector is orthogonal to everything, so the corrected curve still starts at
-      :math:`\Theta^\tau`, which [P] requires of :math:`\pi`;
+      :math:`\Theta^\tau`, as the paper requires of :math:`\pi`;
     * ``"stacked"`` (literal): one test and one projection of the whole stacked vector against
       :math:`(d, \dots, d)` with the product metric; the first control point then moves off
-      :math:`\Theta^\tau` when the update conflicts (digest section 1.12).
+      :math:`\Theta^\tau` when the update conflicts.
 
     ``vartheta = -1`` disables the correction only for exactly opposite updates; use
     ``correction=None`` in :class:`AsyncManifold` for none at all. ``projections`` counts the
@@ -356,17 +370,22 @@ def _stack_like(parts: list[Any], like: Any) -> Any:
 def staleness_penalty(
     alpha: float, local_distance: float, drift_distance: float, eps: float = 0.1
 ) -> float:
-    r"""[P] eq. 10: :math:`S^{t,\tau} = 1 + \alpha\,(\|\Theta^\tau - \hat\Theta^\tau\| /
-    \|\Theta^t - \Theta^\tau\| - 1)`, with the zero-drift case made finite.
+    r"""Licudi et al. 2025, eq. (10): the staleness penalty, with the zero-drift case made finite.
+
+    :math:`S^{t,\tau} = 1 + \alpha\,(\|\Theta^\tau - \hat\Theta^\tau\| / \|\Theta^t -
+    \Theta^\tau\| - 1)` (printed :math:`S^{\tau,\tau}` in eq. (10), :math:`S^{t,\tau}` in eq.
+    (11)).
 
     The ratio is :math:`1/\gamma` with AsyncFedED's staleness :math:`\gamma = \|\Theta^t -
-    \Theta^\tau\| / \|\Theta^\tau - \hat\Theta^\tau\|` ([derived], digest 1.10). As riemfl's
+    \Theta^\tau\| / \|\Theta^\tau - \hat\Theta^\tau\|` (Wang et al. 2022; the paper says eq. (10)
+    is "inspired by" it, Sec. 3). As riemfl's
     AsyncFedED, the rate is bounded by using :math:`1/(\gamma + \varepsilon)`:
 
     .. math::  S = 1 + \alpha\left(\frac{1}{\gamma + \varepsilon} - 1\right),
 
     which is eq. 10 up to :math:`O(\varepsilon\gamma^{-2})` for stale updates and
-    :math:`1 + \alpha(1/\varepsilon - 1)` (not infinity) with no drift (digest 5.2, P4). A zero
+    :math:`1 + \alpha(1/\varepsilon - 1)` (not infinity) with no drift, where eq. (10) divides by
+    zero and the paper does not say what to do. A zero
     update (:math:`\hat\Theta^\tau = \Theta^\tau`) gives :math:`S = 1 - \alpha`. ``alpha = 0``
     gives S = 1 (AsyncBezier), ``alpha = 1`` the AsyncFedED-style rate (AsyncBezierED).
     """
@@ -382,27 +401,28 @@ def staleness_penalty(
 
 # ------------------------------------------------------------------------------------ the rule
 class AsyncManifold(AsyncRule):
-    r"""The AsyncManifold server ([P] Algorithm 1 over any :class:`Embedding`).
+    r"""The AsyncManifold server (Licudi et al. 2025, App. C, Alg. 1, over any :class:`Embedding`).
 
     The client's upload ``local`` is its learned parameters :math:`\phi^K \in M_\Phi` (for a
     Bezier curve: the control points, shape ``(n + 1, *point_shape)``) trained from
     :math:`\phi_{\Theta^t}`. On arrival at server version :math:`\tau`:
 
-    1. :math:`v = \exp^{-1}_{\phi_{\Theta^t}}(\phi^K)` ([P] eq. 7) and the drift
+    1. :math:`v = \exp^{-1}_{\phi_{\Theta^t}}(\phi^K)` (eq. (7)) and the drift
        :math:`\Delta^g = \exp^{-1}_{\phi_{\Theta^t}}(\phi_{\Theta^\tau})`;
     2. :math:`\psi = \exp_{\phi_{\Theta^\tau}}(\Gamma\,\pi(v))` (correction, then transport to
        :math:`\phi_{\Theta^\tau}`; the identity on Euclidean space);
     3. :math:`\hat\Theta = \iota_\psi(\omega)`, :math:`S^{t,\tau}` by :func:`staleness_penalty`
-       ([P] eq. 10) from :math:`d(\Theta^\tau, \hat\Theta)` and :math:`d(\Theta^t, \Theta^\tau)`;
+       (eq. (10)) from :math:`d(\Theta^\tau, \hat\Theta)` and :math:`d(\Theta^t, \Theta^\tau)`;
     4. :math:`\Theta^{\tau+1}` = the path point at step :math:`f = S\,w_i\,\eta_g`
-       (:meth:`Embedding.step_point`, [P] eqs. 11-12), :math:`\eta_g` divided by
-       :math:`N p_i` with the [TR] dominance penalty on;
+       (:meth:`Embedding.step_point`, eqs. (11)-(12)), :math:`\eta_g` divided by
+       :math:`N p_i` with the dominance penalty of Licudi 2025 (TR), Sec. 5.1, on;
     5. optional server momentum :math:`m \leftarrow \beta\,\Gamma m + \exp^{-1}_{\Theta^\tau}
        (\Theta^{\tau+1})`, :math:`\Theta^{\tau+1} = \exp_{\Theta^\tau}(m)`;
     6. optional SWA: every ``swa_every`` steps from ``swa_start`` on, the running geodesic mean
        :math:`\Theta^{SWA} \leftarrow \exp_{\Theta^{SWA}}(\frac{1}{n+1}
        \exp^{-1}_{\Theta^{SWA}}(\Theta^{\tau+1}))` (exact on Euclidean space), returned by
-       :meth:`output`; with ``swa_cycle`` (periodic SWA, [TR] 5.1) the global model is replaced
+       :meth:`output`; with ``swa_cycle`` (periodic SWA, Licudi 2025 (TR), Sec. 5.1) the global
+       model is replaced
        by it every ``swa_cycle`` steps.
 
     Parameters
@@ -421,8 +441,9 @@ class AsyncManifold(AsyncRule):
     eps : float
         Zero-drift guard of the penalty (as AsyncFedED's).
     dominance : bool
-        Divide :math:`\eta_g` by :math:`N p_i`, :math:`p_i` the share of arrivals so far from
-        client i ([TR] section 5.1, step 4).
+        Divide :math:`\eta_g` by :math:`N p_i` (Licudi 2025 (TR), Sec. 5.1, after Leconte et al.
+        2024). The report leaves the estimator of :math:`p_i` open ("dependent on the time since
+        the last update"); riemfl uses the share of arrivals so far from client i.
     momentum : float
         Server momentum :math:`\beta \in [0, 1)` (0: off).
     swa_start, swa_every, swa_cycle : int or None
@@ -675,28 +696,35 @@ class AsyncManifold(AsyncRule):
 
 
 class AsyncCurve(AsyncManifold):
-    r"""[TR]'s AsyncCurve server (Algorithm 1, with its ordering bug fixed; digest 1.11, P6).
+    r"""AsyncCurve server of Licudi 2025 (TR), Sec. 5.2, Algorithm 1 (its ordering bug fixed).
 
     The client (:class:`riemfl.nn.CurveClientTrainer`) uploads :math:`(\Theta^t, \phi_i,
     \Theta_i^t)`. On arrival:
 
     1. the corrected end point :math:`\hat\Theta_i^\tau = \Theta^\tau +
        \mathrm{dir}` from the ``endpoint`` rule's corrected update (default
-       :class:`~riemfl.federated.OrthoDyn`; [TR] Alg. 1 uses it *before* computing it: fixed);
-    2. the rotated control point ([TR] eq. 17): :math:`\hat\phi = (\Theta^\tau +
+       :class:`~riemfl.federated.OrthoDyn`; the report's Alg. 1 uses it *before* computing it:
+       riemfl computes it first);
+    2. the rotated control point (Licudi 2025 (TR), eq. (17)): :math:`\hat\phi = (\Theta^\tau +
        \hat\Theta)/2 + R(\phi - (\Theta^t + \Theta_i^t)/2)`, R the plane rotation taking
        :math:`\Theta_i^t - \Theta^t` to :math:`\hat\Theta - \Theta^\tau`
        (:class:`~riemfl.manifolds.PlaneRotation`; the identity when the correction keeps the
-       direction, i.e. a pure translation, as [TR] says);
-    3. :math:`\Theta^{\tau+1}` = the quadratic (Bernstein form, B1) through
+       direction, i.e. a pure translation, as the report says);
+    3. :math:`\Theta^{\tau+1}` = the quadratic through
        :math:`(\Theta^\tau, \hat\phi, \hat\Theta)` at :math:`\alpha`, with
-       ``weighting="dominance"``: :math:`\alpha = \eta(\tau) / (N p_i)` ([TR] Alg. 1;
-       :math:`p_i` the share of arrivals so far from client i, digest 5.2 P5) or ``"weight"``:
-       :math:`\alpha = w_i \eta(\tau)` ([TR] eq. 32); :math:`\eta(\tau)` is ``server_lr`` or
-       ``schedule(version)``. ``step_mode="parameter"`` (default, [TR] eq. 31) evaluates the curve
-       at :math:`\alpha`; ``beyond="clip"`` (default) stops at the local end point.
+       ``weighting="dominance"``: :math:`\alpha = \eta(\tau) / (N p_i)` (the report's Alg. 1;
+       :math:`p_i` the share of arrivals so far from client i, an estimator the report leaves
+       open) or ``"weight"``: :math:`\alpha = w_i \eta(\tau)` (its eq. (32)); :math:`\eta(\tau)`
+       is ``server_lr`` or ``schedule(version)``. ``step_mode="parameter"`` (default, eq. (31))
+       evaluates the curve at :math:`\alpha`; ``beyond="clip"`` (default) stops at the local
+       end point.
     4. periodic SWA (``swa_start``, ``swa_every``, ``swa_cycle``) as in :class:`AsyncManifold`;
-       the version counter advances only on arrivals (P6).
+       the version counter advances only on arrivals (the report's Alg. 1 increments it on
+       every loop iteration, received or not).
+
+    The quadratic is in Bernstein form, middle weight :math:`2s(1-s)` (Licudi et al. 2025,
+    eq. (8)): the report prints :math:`s(1-s)` (eqs. (28), (31)), which with a midpoint control
+    point does not reproduce the straight line and pulls the model towards the origin.
 
     Euclidean base (the rotation acts on flat vectors).
     """
@@ -819,9 +847,12 @@ def AsyncBezier(  # noqa: N802 - the paper's name
     degree: int = 2,
     **kw: Any,
 ) -> AsyncManifold:
-    r"""AsyncBezier ([P] Alg. 1, :math:`\alpha = 0`): quadratic Bezier curves, OrthoDC(:math:`
-    \vartheta`) per control point, chordal step; [P] Table 3's FEMNIST :math:`\eta_g = 0.5`,
-    :math:`\vartheta = 1` (FEMNIST; 0 for Shakespeare and CXR8)."""
+    r"""AsyncBezier (Licudi et al. 2025, App. C, Alg. 1, :math:`\alpha = 0`).
+
+    Quadratic Bezier curves, OrthoDC(:math:`\vartheta`) per control point, chordal step; the
+    paper's FEMNIST settings: :math:`\eta_g = 0.5` (Table 3), :math:`\vartheta = 1` (App. B.1;
+    0 for Shakespeare and CXR8, App. B.2-B.3).
+    """
     rule = AsyncManifold(
         BezierEmbedding(base, degree), server_lr, alpha=kw.pop("alpha", 0.0),
         correction=OrthoDCCorrection(vartheta, variant), **kw,
@@ -831,8 +862,11 @@ def AsyncBezier(  # noqa: N802 - the paper's name
 
 
 def AsyncBezierED(base: Manifold, server_lr: float = 0.25, **kw: Any) -> AsyncManifold:  # noqa: N802
-    r"""AsyncBezierED: AsyncBezier with the staleness penalty at full strength (:math:`\alpha
-    = 1`, [P] eq. 10); [P] Table 3's FEMNIST :math:`\eta_g = 0.25`."""
+    r"""AsyncBezierED: AsyncBezier with the staleness penalty at full strength.
+
+    :math:`\alpha = 1` in Licudi et al. 2025, eq. (10); their FEMNIST :math:`\eta_g = 0.25`
+    (Table 3).
+    """
     rule = AsyncBezier(base, server_lr, alpha=1.0, **kw)
     rule.name = "asyncbezier-ed"
     return rule

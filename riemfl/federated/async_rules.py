@@ -2,7 +2,8 @@ r"""Server rules of asynchronous federated learning, over the manifold contract.
 
 When client i's update arrives, the server holds the current model :math:`x^\tau` (version
 :math:`\tau`); the client trained from the older version :math:`x^t` (staleness
-:math:`\tau - t`) and produced the local model :math:`x_i`. Notation (digest-000-001 section 0):
+:math:`\tau - t`) and produced the local model :math:`x_i`. Notation (riemfl's; how it maps to
+the papers' symbols is in ``docs/federated/async/index.md``):
 
 * update :math:`u = R^{-1}_{x^t}(x_i)` (Euclidean: :math:`x_i - x^t`), a tangent vector at the
   client's base point;
@@ -13,8 +14,9 @@ When client i's update arrives, the server holds the current model :math:`x^\tau
 
 A rule turns this into a step :math:`x^{\tau+1} = R_{x^\tau}(\text{rate}\cdot\text{direction})`
 (``R`` = Exp or the retraction, per ``operators``). On Euclidean space every rule equals its
-paper's formula exactly (tests). The rate is :math:`\eta_g w_i` (the seeds' experiments:
-:math:`w_i = n_i / \sum_j n_j`) times an optional staleness function.
+paper's formula exactly (tests). The rate is :math:`\eta_g w_i` (Licudi et al. 2025, App. B.1:
+"contributions from each client are weighted by proportion of dataset", :math:`w_i = n_i /
+\sum_j n_j`) times an optional staleness function.
 
 Rules: :class:`FedAsync`, :class:`ASGD`, :class:`FedBuff` (sum-only buffer, ambient step and
 projection), :class:`DCASGD`, :class:`AsyncFedED`, and the orthogonal correction family
@@ -201,10 +203,14 @@ class AsyncRule(Checkpointable, abc.ABC):
 class FedAsync(AsyncRule):
     r"""FedAsync (Xie et al. 2020), "trusted position": mix the local model into the current one.
 
-    Euclidean ([TR] eq. 4 with the seeds' mixing weight :math:`\eta_g w_i`):
-    :math:`x^{\tau+1} = x^\tau + \eta_g w_i s(\tau - t)\,(x_i - x^\tau)`. On a manifold:
-    :math:`x^{\tau+1} = R_{x^\tau}(\eta_g w_i s\, R^{-1}_{x^\tau}(x_i))` ([P] "ASYNCPOS").
-    ``staleness`` selects s: ``"constant"`` (the seeds), ``"polynomial"``, ``"hinge"``.
+    Euclidean (Licudi 2025 (TR), eq. (4), with mixing weight :math:`\eta_g w_i`): :math:`x^{\tau+1}
+    = x^\tau + \eta_g w_i s(\tau - t)\,(x_i - x^\tau)`. On a manifold: :math:`x^{\tau+1} =
+    R_{x^\tau}(\eta_g w_i s\, R^{-1}_{x^\tau}(x_i))` (Licudi et al. 2025, Sec. 2.2, "ASYNCPOS").
+    Neither Licudi paper writes FedAsync's mixing weight; riemfl uses :math:`\eta_g w_i` because
+    their App. B.1 weights every method by dataset share and their Table 3 tunes FedAsync's
+    :math:`\eta_g` up to 5, which is a weight in (0, 1] only when multiplied by :math:`w_i` (about
+    1/30). ``staleness`` selects s: ``"constant"`` (the Licudi papers; no staleness function is
+    mentioned there), ``"polynomial"``, ``"hinge"`` (Xie et al. 2020).
     """
 
     name = "fedasync"
@@ -220,8 +226,9 @@ class FedAsync(AsyncRule):
 class ASGD(AsyncRule):
     r"""Asynchronous SGD (Dean et al. 2012), "trusted update": apply the stale update as is.
 
-    Euclidean ([TR] eq. 5 with pseudo-gradients): :math:`x^{\tau+1} = x^\tau + \eta_g w_i (x_i -
-    x^t)`; on a manifold the update is transported to :math:`x^\tau` ([P] "ASYNCTAN").
+    Euclidean (Licudi 2025 (TR), eq. (5), with pseudo-gradients): :math:`x^{\tau+1} = x^\tau +
+    \eta_g w_i (x_i - x^t)`; on a manifold the update is transported to :math:`x^\tau`
+    (Licudi et al. 2025, Sec. 2.2, "ASYNCTAN").
     """
 
     name = "asgd"
@@ -235,7 +242,7 @@ class ASGD(AsyncRule):
 
 
 class OrthoCorrect(AsyncRule):
-    r"""Orthogonal delay correction ([TR] section 3; [P] OrthoDC, App. C Alg. 3).
+    r"""Orthogonal delay correction (Licudi 2025 (TR), Sec. 3; OrthoDC, Licudi et al. 2025, Alg. 3).
 
     With u the update and g the drift (module docstring), the update *conflicts* with the drift
     when :math:`\cos(u, g) \le \vartheta`; then its component along the drift is removed,
@@ -243,15 +250,15 @@ class OrthoCorrect(AsyncRule):
     .. math::  u' = u - \frac{\langle u, g\rangle}{\langle g, g\rangle}\, g, \qquad
                x^{\tau+1} = R_{x^\tau}(\text{rate}\;\Gamma_{x^t\to x^\tau} u');
 
-    otherwise the base rule applies, interpolating between trusting the update
-    (:math:`\alpha = 0`, ASGD) and trusting the position (:math:`\alpha = 1`, FedAsync):
-    direction :math:`(1 - \alpha)\,\Gamma u + \alpha\, R^{-1}_{x^\tau}(x_i)`, which on
-    Euclidean space is [TR] eq. 15's :math:`u - \alpha g`. Zero drift skips the projection; a
-    zero update counts as orthogonal to the drift (cosine 0), so for :math:`\vartheta \ge 0`
-    it is projected to itself and the model does not move ([P]: :math:`\pi(\cdot,\cdot,0) =
-    0`). Named settings: OrthoGrad (:math:`\alpha = \vartheta = 0`), OrthoPos
-    (:math:`\alpha = 1, \vartheta = 0`), OrthoStrict (:math:`\vartheta = 1`: always orthogonal,
-    so ASGD and FedAsync coincide).
+    otherwise the base rule applies, interpolating between trusting the update (:math:`\alpha = 0`,
+    ASGD) and trusting the position (:math:`\alpha = 1`, FedAsync): direction :math:`(1 -
+    \alpha)\,\Gamma u + \alpha\, R^{-1}_{x^\tau}(x_i)`, which on Euclidean space is :math:`u -
+    \alpha g` (Licudi 2025 (TR), eq. (15)). Neither paper handles a zero drift or a zero update;
+    riemfl skips the projection on zero drift, and counts a zero update as orthogonal to the drift
+    (cosine 0), so for :math:`\vartheta \ge 0` it is projected to itself and the model does not move
+    (as OrthoDC's :math:`\pi(\cdot,\cdot,0) = 0` in Licudi et al. 2025, Alg. 3). Named settings:
+    OrthoGrad (:math:`\alpha = \vartheta = 0`), OrthoPos (:math:`\alpha = 1, \vartheta = 0`),
+    OrthoStrict (:math:`\vartheta = 1`: always orthogonal, so ASGD and FedAsync coincide).
     """
 
     name = "orthocorrect"
@@ -292,7 +299,7 @@ class OrthoCorrect(AsyncRule):
         if gg > 0:
             ug = float(manifold.inner(a.base, u, g)) if uu > 0 else 0.0
             # the zero update is orthogonal to the drift (cos = 0): with vartheta >= 0 it is
-            # "corrected" to itself, so the server does not move, as [P]'s pi(., ., 0) = 0
+            # "corrected" to itself, so the server does not move, as OrthoDC's pi(., ., 0) = 0
             if (ug / math.sqrt(uu * gg) if uu > 0 else 0.0) <= vartheta:
                 self.projections += 1
                 return self.trusted_update(manifold, a, u - (ug / gg) * g)
@@ -305,7 +312,8 @@ class OrthoCorrect(AsyncRule):
 
 def switch_schedule(switch_version: int, before=(0.0, 0.0), after=(1.0, 0.0)):
     """OrthoDyn schedule: ``before`` (OrthoGrad) until server version ``switch_version``, then
-    ``after`` (OrthoPos), as (alpha, vartheta) pairs ([TR] eq. 16 leaves the statistic open)."""
+    ``after`` (OrthoPos), as (alpha, vartheta) pairs (Licudi 2025 (TR), eq. (16), leaves the
+    switching statistic open; a fixed server version is riemfl's simplest choice)."""
     if int(switch_version) != switch_version or switch_version < 0:
         raise ParameterError(f"switch_version must be an integer >= 0, got {switch_version!r}")
 
@@ -318,7 +326,8 @@ def switch_schedule(switch_version: int, before=(0.0, 0.0), after=(1.0, 0.0)):
 class OrthoDyn(OrthoCorrect):
     """OrthoCorrect with (alpha, vartheta) chosen per arrival by ``schedule(arrival)``.
 
-    [TR] eq. 16 schedules OrthoGrad early and OrthoPos late without fixing the statistic; any
+    Licudi 2025 (TR), eq. (16), schedules OrthoGrad early and OrthoPos late without fixing the
+    statistic, threshold or whether an ASGD phase sits between them; any
     callable of the :class:`Arrival` works (default: :func:`switch_schedule` at version 100).
     """
 
@@ -356,20 +365,29 @@ def OrthoStrict(alpha: float = 1.0, **kw: Any) -> OrthoCorrect:  # noqa: N802
 
 
 def OrthoDC(vartheta: float = 1.0, base: str = "position", **kw: Any) -> OrthoCorrect:  # noqa: N802
-    """[P]'s OrthoDC(vartheta) over a base rule: ``"position"`` (FedAsync, default) or
-    ``"update"`` (ASGD) in the non-conflict branch (digest-000-001 section 5.2, D4)."""
+    """OrthoDC(vartheta) (Licudi et al. 2025, Sec. 3, Alg. 3) over a base rule.
+
+    The paper does not say what the non-conflict branch re-applies: read literally, its framework
+    re-applies the raw update at the current model (``"update"``, the ASGD base); read as
+    "FedAsync + OrthoDC", as its FedOrtho and FedGS baselines are defined (Sec. 4.1), it keeps the
+    learned position (``"position"``, the FedAsync base, the technical report's OrthoPos). riemfl
+    defaults to ``"position"``; the choice matters only for vartheta < 1.
+    """
     if base not in ("position", "update"):
         raise ParameterError(f"base must be 'position' or 'update', got {base!r}")
     return _named(OrthoCorrect(1.0 if base == "position" else 0.0, vartheta, **kw), "orthodc")
 
 
 def FedOrtho(**kw: Any) -> OrthoCorrect:  # noqa: N802
-    """FedAsync + OrthoDC(vartheta = 1) ([P] ablation)."""
+    """FedAsync + OrthoDC(vartheta = 1) (Licudi et al. 2025, Sec. 4.1, ablation)."""
     return _named(OrthoDC(1.0, "position", **kw), "fedortho")
 
 
 def FedGS(**kw: Any) -> OrthoCorrect:  # noqa: N802
-    """FedAsync + OrthoDC(vartheta = 0), gradient surgery only on conflict ([P] ablation)."""
+    """FedAsync + OrthoDC(vartheta = 0), gradient surgery only on conflict.
+
+    Licudi et al. 2025, Sec. 4.1, ablation.
+    """
     return _named(OrthoDC(0.0, "position", **kw), "fedgs")
 
 
@@ -388,14 +406,16 @@ def check_vartheta(v: float) -> float:
 
 
 class DCASGD(AsyncRule):
-    r"""DC-ASGD (Zheng et al. 2017) with pseudo-gradients ([TR] eq. 12).
+    r"""DC-ASGD (Zheng et al. 2017) with pseudo-gradients (Licudi 2025 (TR), eq. (12)).
 
     Euclidean, with the pseudo-gradient :math:`\Delta = x^t - x_i = -u` and drift g:
     :math:`\hat\Delta = \Delta + \lambda \odot \Delta \odot \Delta \odot g`,
     :math:`x^{\tau+1} = x^\tau - \text{rate}\,\hat\Delta`. Adaptive :math:`\lambda`
     (DC-ASGD-a): :math:`\lambda = \lambda_0 / (\sqrt{\text{MS}} + \epsilon)`,
     :math:`\text{MS} \leftarrow m\,\text{MS} + (1 - m)\,\Delta\odot\Delta`, with
-    :math:`\lambda_0 = 2` ([P] App. B) and m = 0.95; ``adaptive=False`` uses
+    :math:`\lambda_0 = 2` (Licudi et al. 2025, App. B.1) and m = 0.95 (the Licudi papers give
+    only :math:`\lambda_0`; m = 0.95 is the value usually attributed to Zheng et al. 2017, not
+    checked against that paper); ``adaptive=False`` uses
     :math:`\lambda = \lambda_0`. On a manifold the diagonal correction acts on the ambient
     coordinates of the transported update and drift at :math:`x^\tau`, projected back to the
     tangent space.
@@ -458,17 +478,17 @@ class AsyncFedED(AsyncRule):
 
     The staleness ratio :math:`\gamma = \|x^\tau - x^t\| / \|u\|` (geodesic or retraction
     distance on a manifold), replaced by :math:`\bar\gamma` while the server version is at most
-    ``warmup`` ([P] eq. 47: :math:`\tilde\gamma = \gamma` only for t > 10); rate
-    :math:`\eta_g w_i / (\gamma + \epsilon)` (their :math:`\lambda` is subsumed by
-    :math:`\eta_g`, [P] App. B), applied to the update at :math:`x^\tau`:
+    ``warmup`` (Licudi et al. 2025, App. B.1, eq. (47): :math:`\tilde\gamma = \gamma` only for t >
+    10); rate :math:`\eta_g w_i / (\gamma + \epsilon)` (Wang et al.'s :math:`\lambda` is subsumed by
+    :math:`\eta_g`, Licudi et al. 2025, App. B.1), applied to the update at :math:`x^\tau`:
     :math:`x^{\tau+1} = x^\tau + \text{rate}\; u`. Client i's next number of local epochs is
     :math:`K_i \leftarrow K_i + \lfloor(\bar\gamma - \gamma)/\kappa\rfloor`, kept in
     ``[1, max_epochs]``.
 
-    The seeds give no :math:`\epsilon`. An update that meets no drift (staleness 0) has
+    Neither Licudi paper gives :math:`\epsilon`. An update that meets no drift (staleness 0) has
     :math:`\gamma = 0`, so with :math:`\epsilon \to 0` its rate is unbounded; the default
     :math:`\epsilon = 0.1` caps the amplification at 10, which puts AsyncFedED's largest rate
-    with [P] Table 3's :math:`\eta_g = 0.25` next to FedAsync's 3.
+    with :math:`\eta_g = 0.25` (Licudi et al. 2025, Table 3) next to FedAsync's 3.
     """
 
     name = "asyncfeded"
@@ -516,7 +536,7 @@ class AsyncFedED(AsyncRule):
         drift = self.operators.inverse_step(manifold, a.base, a.current)
         nu = float(manifold.norm(a.base, u))
         gamma = float(manifold.norm(a.base, drift)) / nu if nu > 0 else math.inf
-        if a.version <= self.warmup:  # [P] eq. 47: gamma-tilde = gamma only for t > 10
+        if a.version <= self.warmup:  # Licudi et al. 2025, eq. (47): gamma-tilde = gamma for t > 10
             gamma = self.gamma_bar
         self.last_gamma = gamma
         if self._epochs:
@@ -582,16 +602,18 @@ class SumBuffer(Checkpointable):
 
 
 class FedBuff(AsyncRule):
-    r"""FedBuff exactly as seed 002 (Algorithms 1-2): a sum-only buffer of K updates.
+    r"""FedBuff as in Toghani & Uribe 2022 (Algorithms 1-2): a sum-only buffer of K updates.
 
-    Each client sends :math:`\Delta_i = x^t - x_i` (start minus end: along the descent
-    direction); the buffer sums K of them and the server steps
-    :math:`x \leftarrow x - \beta \sum_k \Delta_k` (:math:`\beta = 1/K` by default), reading only
-    the sum. Optional staleness scaling (off by default, faithful to 002):
-    :math:`\Delta \mapsto \Delta/\sqrt{1 + \tau - t}`. On a manifold the sum of ambient
-    differences is stepped in the ambient space and projected, :math:`x \leftarrow P_M(x -
-    \beta\sum\Delta)` (digest-002 A.9), which is single-valued while the step is shorter than
-    the proximal-smoothness radius; a longer step raises :class:`ProjectionError`
+    Each client sends :math:`\Delta_i = x^t - x_i` (start minus end: along the descent direction);
+    the buffer sums K of them and the server steps :math:`x \leftarrow x - \beta \sum_k \Delta_k`
+    (:math:`\beta = 1/K` by default), reading only the sum. Optional staleness scaling (off by
+    default, as Toghani & Uribe 2022 have none): :math:`\Delta \mapsto \Delta/\sqrt{1 + \tau - t}`,
+    the scaling usually attributed to the original FedBuff (Nguyen et al. 2022; not checked here
+    against that paper). Toghani & Uribe work in :math:`\mathbb{R}^d`; on a manifold riemfl steps
+    the sum of ambient differences in the ambient space and projects, :math:`x \leftarrow P_M(x -
+    \beta\sum\Delta)` (a per-client transport would need each client's stale base point, which the
+    sum-only buffer hides), which is single-valued while the step is shorter than the
+    proximal-smoothness radius; a longer step raises :class:`ProjectionError`
     (``outside_reach="error"``) or is shrunk to half the radius (``"shrink"``).
     """
 

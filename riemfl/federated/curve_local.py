@@ -1,4 +1,4 @@
-r"""The AsyncBezier client on a federated problem ([P] Algorithm 2, SGD form; numpy).
+r"""The AsyncBezier client on a federated problem (Licudi et al. 2025, App. C, Alg. 2; SGD; numpy).
 
 :class:`BezierProblemTrainer` follows the trainer protocol of :mod:`riemfl.federated.local`, but
 ``train`` returns the learned control points :math:`\phi^K = (A, B, C)` (shape
@@ -6,20 +6,22 @@ r"""The AsyncBezier client on a federated problem ([P] Algorithm 2, SGD form; nu
 :class:`~riemfl.federated.async_manifold.AsyncManifold`. Torch models use
 :class:`riemfl.nn.BezierClientTrainer`.
 
-Client i, from the received :math:`\Theta^t` ([P] Alg. 2; digest 1.12):
+Client i, from the received :math:`\Theta^t` (Licudi et al. 2025, App. C, Alg. 2):
 
 1. :math:`\phi^{(0)} = (\Theta^t, \Theta^t, \Theta^t)`;
 2. ``warmup_steps`` (K1) steps on the end point at t = 1 (plain FedProx training of C):
    :math:`C \leftarrow C - \eta\,(\nabla l_i(C) + \mu (C - \Theta^t))`;
 3. ``curve_steps`` (K - K1) steps with :math:`s \sim U[0, 1]` per step: at
-   :math:`x = \iota_\phi(s)`, :math:`g = \nabla l_i(x) + \mu(x - \Theta^t)` ([P] eq. 6: the prox
-   term at the sampled point, digest 5.2 B4), and by the chain rule
+   :math:`x = \iota_\phi(s)`, :math:`g = \nabla l_i(x) + \mu(x - \Theta^t)` (the prox term at
+   the sampled point, as in eq. (6) of the paper; the technical report's Alg. 2 trains the
+   control point on the loss without the prox term), and by the chain rule
    :math:`\nabla_{P_k} = B_k^n(s)\, g` for the trained control points: the inner ones, plus the
-   end point when ``freeze_end=False`` (the experiments freeze both end points, digest 5.2 B6).
+   end point when ``freeze_end=False`` (the paper's experiments freeze both end points after
+   the warm-up, Sec. 3; it calls freezing the local end point optional).
    The start :math:`A = \Theta^t` is never trained, so the curve passes through the global
    model the client received.
 
-Euclidean problems only ([P]'s experiments; a curve on a curved base would need gradients
+Euclidean problems only (the paper's experiments; a curve on a curved base would need gradients
 through geodesic de Casteljau, not provided).
 """
 
@@ -58,9 +60,10 @@ class BezierProblemTrainer:
     batch_size : int, optional
         Mini-batch size (default: full local gradients).
     degree : int
-        Curve degree n (2: [P]'s quadratic).
+        Curve degree n (2: the quadratic of Licudi et al. 2025).
     freeze_end : bool
-        Keep the end point fixed during curve learning ([P]'s experiments: True).
+        Keep the end point fixed during curve learning (Licudi et al. 2025, Sec. 3: True in their
+        experiments).
     """
 
     def __init__(

@@ -1,10 +1,12 @@
 r"""Reporting metrics of the asynchronous experiments: fairness, time to target error, staleness.
 
 * :func:`gini`, :func:`theil`: inequality of the per-client accuracies of the best global model,
-  unweighted over the clients ([P] Sec. 4.2.1, App. B.4, eqs. 48-49; Sen & Foster 1973). 0 means
-  every client has the same accuracy; both are invariant to scaling all accuracies by c > 0.
-* :func:`time_to_error`: :math:`T_e`, the first server step whose error is at most e ([P]
-  Table 1; e = 0.20 FEMNIST, 0.50 Shakespeare, 0.25 CXR8 with error = 1 - AUROC).
+  unweighted over the clients (Licudi et al. 2025, Sec. 4.2.1, App. B.4, eqs. (48)-(49); Sen &
+  Foster 1973). 0 means every client has the same accuracy; both are invariant to scaling all
+  accuracies by c > 0.
+* :func:`time_to_error`: :math:`T_e`, the first server step whose error is at most e
+  (Licudi et al. 2025, Sec. 4.2 and Table 1; e = 0.20 FEMNIST, 0.50 Shakespeare, 0.25 CXR8 with
+  error = 1 - AUROC).
 * :func:`staleness_summary`: mean, standard deviation, max and percentiles of the staleness
   tau - t (server steps between a client's download and its update's arrival).
 """
@@ -41,7 +43,7 @@ def _accuracies(acc: Any, name: str) -> np.ndarray:
 
 
 def gini(acc: Any) -> float:
-    r"""Gini coefficient of the per-client accuracies, [P eq.48]:
+    r"""Gini coefficient of the per-client accuracies (Licudi et al. 2025, eq. (48)):
 
     .. math::
 
@@ -73,7 +75,7 @@ def gini(acc: Any) -> float:
 
 
 def theil(acc: Any) -> float:
-    r"""Theil index (T_T) of the per-client accuracies, [P eq.49]:
+    r"""Theil index (T_T) of the per-client accuracies (Licudi et al. 2025, eq. (49)):
 
     .. math::
 

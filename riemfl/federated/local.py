@@ -10,7 +10,8 @@ A trainer answers
 
 :class:`ProblemTrainer` trains on a :class:`~riemfl.problems.FederatedProblem` by Riemannian
 SGD, :math:`x_{q+1} = R_{x_q}(-\eta\,\operatorname{grad} f_i(x_q; \mathcal B_q))` for Q steps per
-epoch (seed 002, Algorithm 1, on a manifold: digest-002 A.9). Torch models use
+epoch (Toghani & Uribe 2022, Algorithm 1, whose Euclidean SGD step riemfl lifts to a manifold
+with a retraction). Torch models use
 ``riemfl.nn.TorchClientTrainer``.
 """
 

@@ -1,8 +1,9 @@
 r"""RFedProj: Algorithm 1 of Zhang, Hu, So and Johansson (NeurIPS 2024).
 
-The paper gives its method no name; "RFedProj" follows the re-implementation in the RFedAGS
-code. Everything is done with the metric projection :math:`P_{\mathcal M}` from the ambient
-space: no exponential map, logarithm, retraction inverse or transport.
+The paper gives its method no name; "RFedProj" follows the re-implementation ``RFedProj_.m`` in the
+public RFedAGS code (``zhenwei-huang/RFedAGS``, listed in ``docs/references.md``). Everything is
+done with the metric projection :math:`P_{\mathcal M}` from the ambient space: no exponential map,
+logarithm, retraction inverse or transport.
 
 Per round r (Algorithm 1; n clients, :math:`\tau` local steps, local step :math:`\eta`, global
 step :math:`\eta_g`), client i starts from :math:`\hat z_{i,0} = z_{i,0} = P_{\mathcal M}(x^r)`
@@ -28,8 +29,10 @@ locally, with no extra communication,
 
 from the *same* gradients it used in the round (so :math:`c_i^{r+1} = \bar g^r - g_i^r`, a
 SCAFFOLD-like control variate, and :math:`\frac1n\sum_i c_i = 0`). :math:`c_i^1 = 0`. The output
-is :math:`P_{\mathcal M}(x^{R+1})`; metrics are evaluated at :math:`P_{\mathcal M}(x^r)`
-(digest-004 section 9, item 1).
+is :math:`P_{\mathcal M}(x^{R+1})`; metrics are evaluated at :math:`P_{\mathcal M}(x^r)`: the
+paper's figures plot :math:`\|\operatorname{grad} f(x^r)\|` although :math:`x^r` is not on
+:math:`\mathcal M`, and :math:`P_{\mathcal M}(x^r)` is the point its Output line and Theorem 4.3
+use.
 
 With :math:`\tau = 1` and full gradients one round is exactly projected Riemannian gradient
 descent with step :math:`\eta\eta_g` (eq. (7)); on Euclidean space this is a SCAFFOLD-like

@@ -1,7 +1,7 @@
 r"""Tangent-space federated baselines: RFedAvg, RFedProx and RFedSVRG (Li & Ma 2022).
 
 All three keep the global model on the manifold and aggregate with the *tangent-space mean*
-(digest-004 section 4)
+(Zhang et al. 2024, Sec. 2.2, describing Li & Ma 2022)
 
 .. math::  x^{r+1} = R_{x^r}\Big(\frac1n \sum_i R_{x^r}^{-1}(x_{i,\tau})\Big),
 
@@ -77,7 +77,8 @@ class RFedProx(_TangentMean):
 
     since :math:`\operatorname{grad}_y \tfrac12 d^2(y, x^r) = -\mathrm{Log}_y(x^r)`. This is
     the mathematically correct sign: Li & Ma's public code adds :math:`+\mu R^{-1}(x^r)`, which
-    pushes the iterate *away* from the global model (digest-004 section 4).
+    pushes the iterate *away* from the global model. (Zhang et al. 2024, Sec. 5, give no
+    formula and no :math:`\mu` for RFedProx; this one is riemfl's.)
 
     Parameters
     ----------

@@ -4,10 +4,12 @@ Every model maps (client, number of local batches, RNG) to a positive duration i
 units. The simulator draws one duration per dispatch, from its own seeded generator, so runs are
 reproducible.
 
-* :class:`ProportionalTime`: ``num_batches / speed`` (the seeds' model: delay proportional to the
-  number of local batches, digest-000-001 section 3.4), optionally times a per-client factor;
+* :class:`ProportionalTime`: ``num_batches / speed`` (the model of Licudi et al. 2025,
+  App. B.0.1: delay proportional to the number of local batches), optionally times a per-client
+  factor;
 * :class:`ExponentialTime`, :class:`LogNormalTime`: random durations with per-client means
-  (heterogeneous devices; the distributions 002 leaves open, digest-002 A.10);
+  (heterogeneous devices; Toghani & Uribe 2022, Sec. II, describe the delays only in words and
+  give no distribution);
 * :class:`TraceTime`: per-client lists of measured durations, replayed cyclically.
 """
 
@@ -55,7 +57,8 @@ class ProportionalTime(TimingModel):
     Parameters
     ----------
     speed : float
-        Batches per time unit (the seeds' k = 2 "batches per second" is ``speed=2``).
+        Batches per time unit (the k = 2 "batches per second" of Licudi et al. 2025,
+        App. B.0.1, is ``speed=2``).
     slowdown : float or sequence of float
         Per-client multiplicative factor (1 for all by default).
     """

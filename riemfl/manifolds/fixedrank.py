@@ -5,9 +5,9 @@ of fixed-rank matrices with the embedded (Frobenius) metric.
 manifold contract (one point is one array of shape ``point_shape``; federated engines average,
 subtract and send points as single arrays; the conformance kit draws and compares them as such)
 is met as is, and every map is a function of X alone, so nothing depends on the gauge of a
-factorisation (digest-002-003 B.10: :math:`(U, V) \sim (UM, VM^{-\top})`). The price is one
-small SVD per call (:math:`O(mn\min(m, n))`) where a factored representation would keep
-:math:`O((m + n) r^2)` maps; riemfl's uses (LoRA adaptors, LRMC) have small m and n, and
+factorisation (:math:`X = UV^\top` is unchanged by :math:`(U, V) \mapsto (UM, VM^{-\top})`).
+The price is one small SVD per call (:math:`O(mn\min(m, n))`) where a factored representation
+would keep :math:`O((m + n) r^2)` maps; riemfl's uses (LoRA adaptors, LRMC) have small m and n, and
 :meth:`FixedRank.to_factors` / :meth:`FixedRank.from_factors` convert to and from factors.
 Tangent vectors are ambient m x n matrices of
 
@@ -286,7 +286,7 @@ class FixedRank(Manifold):
 
         X has rank r iff A and B have full column rank (``check_point`` tells). The factors
         are not unique: :math:`(A G, B G^{-\top})` gives the same X for every invertible r x r
-        G (the GL(r) gauge of digest-002-003 B.10), so averaging factors is not averaging
+        G (the GL(r) gauge of a factorisation), so averaging factors is not averaging
         points: :math:`\sum_k p_k A_k B_k^\top \ne (\sum_k p_k A_k)(\sum_k p_k B_k)^\top`.
         """
         for arr, rows, role in ((a, self.m, "factor A"), (b, self.n, "factor B")):
@@ -302,8 +302,8 @@ class FixedRank(Manifold):
 
         From the thin SVD :math:`X = USV^\top` (top r triplets), so :math:`A^\top A = B^\top B
         = S`: the p = q = 2 split :math:`U\Sigma^{1/p}, V\Sigma^{1/q}` of FLoRAL's LoRA
-        centering, eq. (37) (digest-002-003 B.4). It is one representative of the GL(r) orbit
-        of factorisations (B.10), fixed up to the signs of the singular vectors (and a rotation
+        centering (Almansoori et al. 2024, App. E, eq. (37)). It is one representative of the
+        GL(r) orbit of factorisations, fixed up to the signs of the singular vectors (and a rotation
         within repeated singular values): the factors are *not* gauge-invariant, only their
         product is. In torch, gradients flow (through QR factors and an r x r SVD, never the
         SVD of the full matrix, whose backward divides by the zero singular values); they are

@@ -9,9 +9,9 @@ open positive orthant of the sphere of radius 2: :math:`d\varphi_p(u) = u/\sqrt 
 through :math:`x = \sqrt p` on the unit sphere (angles are halved, tangent vectors become
 :math:`u/(2\sqrt p)`), so all are exact and closed form.
 
-FLoRAL's routers live here (digest-002-003 B.3, B.10): :math:`\pi^k = \mathrm{softmax}
-(\theta^k)`, and the exponential-weights update of eq. (5)/(34) is the entropic step that is this
-manifold's retraction.
+FLoRAL's routers live here (Almansoori et al. 2024, Sec. 5 and App. C): :math:`\pi^k =
+\mathrm{softmax}(\theta^k)`, and the exponential-weights update of their eq. (5)/(34) is the
+entropic step that is this manifold's retraction.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Simplex(Manifold):
       :math:`u \in T` fixes :math:`c = \sum_i p_i g_i`. (It is :math:`P_p(p\odot g)`.)
     * ``retract``: the entropic (exponentiated-gradient) step
       :math:`R_p(u) = p\odot e^{u/p} / \sum_i p_i e^{u_i/p_i} = \mathrm{softmax}(\log p +
-      u/p)`, the exponential weights of FLoRAL eq. (5)/(34) (digest-002-003 B.5) with the
+      u/p)`, the exponential weights of FLoRAL (Almansoori et al. 2024, eqs. (5), (34)) with the
       Fisher-Rao gradient step :math:`u = -\eta\,p\odot(f - \langle p, f\rangle)`. First order:
       :math:`R_p(tu) = p + tu + \tfrac{t^2}{2}(u^2/p - p\sum_i u_i^2/p_i) + O(t^3)`; not
       second order (the geodesic's :math:`t^2` term is half of that: the EG curve is the

@@ -31,7 +31,8 @@ __all__ = [
 def stiefel_to_tangent(x: Array, a: Array) -> Array:
     r"""Orthogonal projection onto :math:`T_X\mathrm{St}`: :math:`A - X\,\mathrm{sym}(X^\top A)`.
 
-    Zhang et al. 2024, digest section 5; also the Riemannian gradient of the embedded metric.
+    Zhang et al. 2024, Sec. 2.1 (via Boumal 2023, Prop. 3.61); also the Riemannian gradient of
+    the embedded metric.
     numpy stacks are computed in place and, above a few MiB, in cache-sized chunks: the map is
     memory-bound, and a whole stack streamed through main memory twice is slower than a loop.
     """
@@ -254,7 +255,7 @@ def inverse_qr_retraction(x: Array, y: Array) -> Array:
 
     Kaneko, Fiori and Tanaka (2013), as used by Li and Ma (2022): :math:`X + \xi = Y R` with R
     upper triangular, and tangency gives :math:`X^\top Y R + R^\top Y^\top X = 2I`; then
-    :math:`\xi = Y R - X` (digest-004 section 4).
+    :math:`\xi = Y R - X`.
     """
     r = solve_inverse_qr(ops_for(x, y).mT(x) @ y)
     return y @ r - x

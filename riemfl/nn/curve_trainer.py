@@ -1,21 +1,23 @@
-r"""The AsyncBezier client on a torch model ([P] Algorithm 2 with Adam, as in [P]'s experiments).
+r"""The AsyncBezier client on a torch model (Licudi et al. 2025, Alg. 2, with Adam as in App. B).
 
 :class:`BezierClientTrainer` wraps a :class:`~riemfl.nn.TorchClientTrainer` (its data, model,
 loss, FedProx weight and Adam settings) and follows the same trainer protocol, except that
 ``train`` returns the learned control points :math:`(A, B, C)` as a float64 array of shape
 (3, D): the upload of :class:`~riemfl.federated.async_manifold.AsyncManifold`.
 
-From the received :math:`\Theta^t` (digest 1.12):
+From the received :math:`\Theta^t` (Licudi et al. 2025, Sec. 3 and App. C, Alg. 2):
 
 1. ``warmup_epochs`` (K1) epochs of the wrapped trainer's FedProx Adam training give the end
    point C (the curve at t = 1); A = B = :math:`\Theta^t`;
 2. ``curve_epochs`` epochs of curve learning: per mini-batch, :math:`s \sim U[0, 1]`, one
    forward/backward of :math:`F_i = l_i + \frac{\mu}{2}\|\theta - \Theta^t\|^2` at
-   :math:`\theta = (1-s)^2 A + 2s(1-s) B + s^2 C` ([P] eq. 6, prox at the sampled point), and an
+   :math:`\theta = (1-s)^2 A + 2s(1-s) B + s^2 C` (eq. (6), prox at the sampled point), and an
    Adam step on B with :math:`\nabla_B F = 2s(1-s)\,\nabla_\theta F` (and on C with
-   :math:`s^2 \nabla_\theta F` when ``freeze_end=False``; [P]'s experiments freeze both ends).
+   :math:`s^2 \nabla_\theta F` when ``freeze_end=False``; the paper's experiments freeze both
+   ends, Sec. 3).
 
-Option ``tunnel_eps`` > 0 trains the curve's epsilon-tunnel instead ([P] section 3;
+Option ``tunnel_eps`` > 0 trains the curve's epsilon-tunnel instead (Licudi et al. 2025, Sec. 3,
+after Dold et al. 2025; the paper gives no formula, so the sampling below is riemfl's;
 :class:`~riemfl.manifolds.EpsilonTunnel`): the loss is evaluated at :math:`\theta + u` with u
 uniform in the eps-ball (``tunnel="uniform"``) or at the SAM-style adversarial point
 :math:`\theta + \epsilon\,g/\|g\|` of the tunnel (``tunnel="adversarial"``, one extra
@@ -65,13 +67,14 @@ class BezierClientTrainer(_WrappedTrainer):
     trainer : TorchClientTrainer
         Data, model, loss, ``lr``, ``mu``, ``batch_size`` (the wrapped trainer's settings).
     warmup_epochs : int, optional
-        K1 (default: the wrapped trainer's ``epochs``; [P]: 2).
+        K1 (default: the wrapped trainer's ``epochs``; Licudi et al. 2025, App. B: 2).
     curve_epochs : int
-        Curve-learning epochs ([P]: 2).
+        Curve-learning epochs (Licudi et al. 2025, Sec. 4.2.2: 2, "as in the main results").
     curve_lr : float, optional
-        Adam's step for the control point (default: the trainer's ``lr``, as [P]).
+        Adam's step for the control point (default: the trainer's ``lr``; Licudi et al. 2025
+        give no separate rate).
     freeze_end : bool
-        Keep C fixed during curve learning ([P]: True).
+        Keep C fixed during curve learning (Licudi et al. 2025, Sec. 3: True).
     tunnel_eps : float
         Radius of the epsilon-tunnel (0: train the curve itself).
     tunnel : {"uniform", "adversarial"}
@@ -188,7 +191,7 @@ class BezierClientTrainer(_WrappedTrainer):
         }
 
 
-# ---------------------------------------------------------------------- AsyncCurve ([TR])
+# ---------------------------------------------------------- AsyncCurve (Licudi 2025 (TR), Sec. 5.2)
 #: Largest exponent of the Lorentz prox factor exp(d / sigma) (float64 exp(80) ~ 5.5e34).
 LORENTZ_EXPONENT_CAP = 80.0
 
@@ -200,21 +203,22 @@ def lorentz_prox(
     sigma: float,
     beta: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    r"""[TR] eq. 24's prox term :math:`\frac{\mu}{2}\exp(d/\sigma)` and its gradient in theta.
+    r"""Lorentz prox term :math:`\frac{\mu}{2}\exp(d/\sigma)` and its gradient in theta.
 
-    With the lift :math:`\pi_L(x) = (\sqrt{\beta + \|x\|^2}, x)` onto the hyperboloid ([TR]
-    eq. 27) and :math:`x_0 = \sqrt{\beta + \|\theta\|^2}`, :math:`y_0 = \sqrt{\beta +
-    \|\Theta^t\|^2}`, the squared Lorentzian distance ([TR] eq. 26) is
+    Licudi 2025 (TR), eq. (24). With the lift :math:`\pi_L(x) = (\sqrt{\beta + \|x\|^2}, x)`
+    onto the hyperboloid (eq. (27)) and :math:`x_0 = \sqrt{\beta + \|\theta\|^2}`, :math:`y_0 =
+    \sqrt{\beta + \|\Theta^t\|^2}`, the squared Lorentzian distance (Lorentz inner product,
+    eq. (26)) is
 
     .. math::  d = \|\pi_L(\theta) - \pi_L(\Theta^t)\|_L^2 = \|\delta\|^2 - (x_0 - y_0)^2,
                \qquad \delta = \theta - \Theta^t,
 
-    evaluated without cancellation as :math:`x_0 - y_0 = \langle\delta, \theta +
-    \Theta^t\rangle / (x_0 + y_0)` (so :math:`d \ge 0` holds in floating point as it does
-    exactly). Gradient (digest 2.2): :math:`\frac{\mu}{2\sigma} e^{d/\sigma}\,(2\delta -
-    2(x_0 - y_0)\,\theta/x_0)`. Overflow-safe: the exponent is capped at
-    :data:`LORENTZ_EXPONENT_CAP`; the third return value says whether the cap was hit (the
-    value and gradient are then those of the capped factor, finite).
+    evaluated without cancellation as :math:`x_0 - y_0 = \langle\delta, \theta + \Theta^t\rangle /
+    (x_0 + y_0)` (so :math:`d \ge 0` holds in floating point as it does exactly). Gradient (the
+    report does not write it; chain rule through :math:`\pi_L`): :math:`\frac{\mu}{2\sigma}
+    e^{d/\sigma}\,(2\delta - 2(x_0 - y_0)\,\theta/x_0)`. Overflow-safe: the exponent is capped at
+    :data:`LORENTZ_EXPONENT_CAP`; the third return value says whether the cap was hit (the value and
+    gradient are then those of the capped factor, finite).
 
     Returns
     -------
@@ -237,35 +241,43 @@ def lorentz_prox(
 
 
 class CurveClientTrainer(_WrappedTrainer):
-    r"""[TR]'s AsyncCurve client (Algorithm 2, Adam form), uploading :math:`(\Theta^t, \phi,
-    \theta)` for :class:`~riemfl.federated.async_manifold.AsyncCurve`.
+    r"""AsyncCurve client (Licudi 2025 (TR), Algorithm 2, Adam form).
+
+    Uploads :math:`(\Theta^t, \phi, \theta)` for
+    :class:`~riemfl.federated.async_manifold.AsyncCurve`.
 
     Per epoch e = 1..E:
 
-    1. **end point**: a pass of Adam (state kept across epochs, [TR] Alg. 2) on
+    1. **end point**: a pass of Adam (state kept across epochs, as in the report's Alg. 2) on
        :math:`l_i(\theta) + \frac{\mu}{2}\exp(\|\pi_L(\theta) - \pi_L(\Theta^t)\|_L^2/\sigma)`
-       ([TR] eq. 24, :func:`lorentz_prox`);
+       (eq. (24), :func:`lorentz_prox`);
     2. **control point**: with :math:`M = (\Theta^t + \theta)/2` and the pseudo-gradient
        :math:`u = \Theta^t - \theta`, a pass of a fresh Adam on the displacement
-       :math:`\delta\phi` of :math:`\phi = M + (\delta\phi - \gamma P_u\,\delta\phi)` ([TR]
-       eq. 30), sampling :math:`\lambda \sim U[0,1]` per batch, loss :math:`l_i` (no prox, as
-       [TR]) at :math:`(1-\lambda)^2\Theta^t + 2\lambda(1-\lambda)\phi + \lambda^2\theta` (the
-       Bernstein form: digest 5.2 B1), gradient :math:`2\lambda(1-\lambda)(I - \gamma P_u) g`.
+       :math:`\delta\phi` of :math:`\phi = M + (\delta\phi - \gamma P_u\,\delta\phi)`
+       (eq. (30)), sampling :math:`\lambda \sim U[0,1]` per batch, loss :math:`l_i` (no prox, as
+       in the report's Alg. 2) at :math:`(1-\lambda)^2\Theta^t + 2\lambda(1-\lambda)\phi +
+       \lambda^2\theta`, gradient :math:`2\lambda(1-\lambda)(I - \gamma P_u) g`.
 
-    Choices (digest 5.2): E epochs, not E + 1 (O2); the uploaded control point is the projected
-    :math:`\phi` that was trained, not :math:`M + \delta\phi` (B3); a fresh end-point Adam per
-    call (O1: no warm start from the server); ``sigma`` defaults to D, so that the exponent is a
-    per-parameter mean (the seeds never give it, L1); the lift applies to the whole parameter
-    vector, as [TR] writes (L1).
+    Choices where the report is ambiguous or inconsistent: the curve uses the Bernstein weight
+    :math:`2\lambda(1-\lambda)` of Licudi et al. 2025, eq. (8), not the report's
+    :math:`\lambda(1-\lambda)` (eq. (28)), which with the midpoint control point does not give
+    the straight line; E epochs, not the E + 1 of Alg. 2's inclusive loop; the uploaded control
+    point is the projected :math:`\phi` that was trained, not the :math:`M + \delta\phi` that
+    Alg. 2 returns; a fresh end-point Adam per call (no warm start of the moments from the
+    server, Alg. 1); ``sigma`` defaults to D, so that the exponent is a per-parameter mean (the
+    report gives no value, and :math:`e^{d/\sigma}` overflows for large D otherwise); the lift
+    applies to the whole parameter vector, as eq. (24) is written (not per layer).
 
     Parameters
     ----------
     trainer : TorchClientTrainer
         Data, model, loss, ``lr`` (end point), ``batch_size``, ``epochs`` (E).
     control_lr : float, optional
-        Adam step of the control point (default ``trainer.lr / 10``: [TR] section 4).
+        Adam step of the control point (default ``trainer.lr / 10``: "10x smaller than for the
+        endpoints", Licudi 2025 (TR), Sec. 4).
     gamma : float in [0, 1]
-        Orthogonality strength ([TR] eq. 30; 1: the control displacement is orthogonal to u).
+        Orthogonality strength (Licudi 2025 (TR), eq. (30); 1: the control displacement is
+        orthogonal to u).
     mu, sigma, beta : float
         Lorentz prox weight, temperature (default D) and hyperboloid constant.
     """
@@ -348,7 +360,7 @@ class CurveClientTrainer(_WrappedTrainer):
         return [perm[b : b + bs] for b in range(0, n, bs)]
 
     def _control_point(self, anchor, theta, delta_phi) -> torch.Tensor:
-        """[TR] eq. 30: :math:`M + (\\delta\\phi - \\gamma P_u\\,\\delta\\phi)`."""
+        """Licudi 2025 (TR), eq. (30): :math:`M + (\\delta\\phi - \\gamma P_u\\,\\delta\\phi)`."""
         return 0.5 * (anchor + theta) + self._orthogonalise(delta_phi, anchor - theta)
 
     def _orthogonalise(self, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

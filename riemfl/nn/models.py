@@ -1,7 +1,8 @@
 r"""Small torch models for the offline stand-ins, and the flat-vector view of their parameters.
 
 The asynchronous algorithms work on flat parameter vectors :math:`\Theta \in \mathbb{R}^D`
-(digest section 2.1: the Euclidean parameter space :math:`\mathbb{R}^\Theta`);
+(the Euclidean parameter space :math:`\mathbb{R}^\Theta`, the only one Licudi et al. 2025 use in
+experiments);
 :func:`flatten_parameters` and :func:`load_flat_parameters` convert between a
 :class:`torch.nn.Module` and such a vector.
 
@@ -13,12 +14,13 @@ exchanged; a model with buffers keeps its own.
 
 Models
 ------
-* :class:`SmallCNN` -- the FEMNIST stand-in: "a simple 2-conv, 2-dense CNN" with ReLU ([P]
-  App. B; the exact layer sizes are only in a figure, digest 5.2 item E2, so the sizes here are
-  a choice) for 8 x 8 digits (or any square single-channel image size divisible by 4).
+* :class:`SmallCNN` -- the FEMNIST stand-in: "a simple 2-conv, 2-dense CNN" with ReLU
+  (Licudi et al. 2025, Sec. 4.1; its layer sizes are only drawn in App. B.1, Fig. 5, so the
+  sizes here are riemfl's choice) for 8 x 8 digits (or any square single-channel image size
+  divisible by 4).
 * :class:`MLP` -- fully connected layers with ReLU between them, for quick runs and benchmarks.
-* :class:`CharTransformer` -- [P]'s Shakespeare model: a GPT-like character transformer that
-  predicts the next character of an 80-character window.
+* :class:`CharTransformer` -- the Shakespeare model of Licudi et al. 2025: a GPT-like character
+  transformer that predicts the next character of an 80-character window.
 """
 
 from __future__ import annotations
@@ -161,14 +163,15 @@ class MLP(nn.Module):
 
 
 class CharTransformer(nn.Module):
-    r"""A GPT-like character model: the logits of the character after a window ([P] Sec. 4.1).
+    r"""GPT-like character model (Licudi et al. 2025, Sec. 4.1): logits of the next character.
 
     Token and learned position embeddings, ``n_layers`` pre-norm transformer blocks with causal
     self-attention (GELU MLP of width 4 d, dropout), a final layer norm and a linear head on the
-    last position. [P] (App. B, nanoGPT) gives 6 layers, 6 heads, d = 128 and dropout 0.1; 128 is
-    not divisible by 6 (nanoGPT requires ``d % heads == 0``), so ``n_heads`` defaults to 4
-    (digest 5.2, E2). Inputs are character indices in 0..vocab-1 of shape (n, context), as any
-    numeric dtype (the trainers hand features over as float32; they are rounded to int here).
+    last position. The paper (App. B.2, nanoGPT) gives 6 layers, 6 heads, d = 128 and dropout
+    0.1; 128 is not divisible by 6 (nanoGPT requires ``d % heads == 0``), so ``n_heads``
+    defaults to 4 (riemfl's choice). Inputs are character indices in 0..vocab-1 of shape
+    (n, context), as any numeric dtype (the trainers hand features over as float32; they are
+    rounded to int here).
     """
 
     def __init__(

@@ -1,9 +1,9 @@
 r"""The clients of the asynchronous experiments: FedProx with local Adam on a torch model.
 
-:class:`TorchClientTrainer` is what the asynchronous simulator calls to run a client. Every
-method of [P] trains locally the same way (App. B; digest section 1.1): starting from the
-received global model :math:`\Theta^t`, client i runs **Adam** for K = ``epochs`` epochs (2 in
-[P]) of mini-batches on the FedProx objective ([P eq.6] for a point, [TR eq.3])
+:class:`TorchClientTrainer` is what the asynchronous simulator calls to run a client. Every method
+of Licudi et al. 2025 trains locally the same way (their App. B): starting from the received global
+model :math:`\Theta^t`, client i runs **Adam** for K = ``epochs`` epochs (2 in the paper) of
+mini-batches on the FedProx objective (eq. (6) of the paper for a point; Licudi 2025 (TR), eq. (3))
 
 .. math::
 
@@ -12,16 +12,17 @@ received global model :math:`\Theta^t`, client i runs **Adam** for K = ``epochs`
 with :math:`\eta_l = \mu = 10^{-3}`, and returns the local model :math:`\Theta_i^t`. Here
 :math:`l_i` is the mean loss over the mini-batch (cross-entropy over classes, or binary
 cross-entropy with logits over the labels of a multi-label task such as CXR8). The optimiser is a
-fresh Adam on every call ([P]; the [TR] warm start of the moments, digest 5.2 item O1, is not
-done).
+fresh Adam on every call, as the paper implies (it says nothing else); the technical report's
+warm start of the moments from the server's last step (Licudi 2025 (TR), Alg. 1) is not done:
+those moments are in parameter-displacement units, not gradient units.
 
 Parameters travel as flat float64 numpy vectors (order: ``model.parameters()``, see
 :mod:`riemfl.nn.models`). The model computes in its own dtype (float32 for a default torch
 model), so a float64 vector is rounded to float32 when loaded.
 
-The numpy metrics :func:`binary_auroc`, :func:`average_precision` and :func:`macro_auroc_auprc`
-(for the multi-label evaluation, [P] Table 2) need no scikit-learn; the tests compare them with
-scikit-learn's ``roc_auc_score`` and ``average_precision_score``.
+The numpy metrics :func:`binary_auroc`, :func:`average_precision` and :func:`macro_auroc_auprc` (for
+the multi-label evaluation, Licudi et al. 2025, Table 2) need no scikit-learn; the tests compare
+them with scikit-learn's ``roc_auc_score`` and ``average_precision_score``.
 """
 
 from __future__ import annotations
@@ -160,7 +161,9 @@ def _finite_float(value: Any, name: str, *, positive: bool) -> float:
 
 
 class TorchClientTrainer:
-    r"""Local FedProx training with Adam for every client of a torch model (digest 1.1).
+    r"""Local FedProx training with Adam for every client of a torch model.
+
+    The local solver of every method in Licudi et al. 2025, App. B (module docstring).
 
     Parameters
     ----------
@@ -174,17 +177,20 @@ class TorchClientTrainer:
         ``"bce_multilabel"``. A client may have no training or no test rows (then it trains
         to its start and its per-client accuracy is NaN).
     epochs : int, default 2
-        Local epochs K per call of :meth:`train` ([P]: 2).
+        Local epochs K per call of :meth:`train` (Licudi et al. 2025, App. B: 2).
     lr : float, default 1e-3
-        Adam's step :math:`\eta_l` ([P]: 0.001).
+        Adam's step :math:`\eta_l` (Licudi et al. 2025, App. B: 0.001).
     mu : float, default 1e-3
-        FedProx weight :math:`\mu >= 0` ([P]: 0.001; 0 gives plain local training).
+        FedProx weight :math:`\mu >= 0` (Licudi et al. 2025, App. B: 0.001; 0 gives plain local
+        training).
     batch_size : int, default 32
-        Mini-batch size ([P] does not state it, digest 5.2 item E2). The last batch of an
+        Mini-batch size (Licudi et al. 2025 do not state it; 32 is riemfl's default). The
+        last batch of an
         epoch is the remainder (not dropped).
     loss : {"cross_entropy", "bce_multilabel"}
         Mean cross-entropy over classes, or mean binary cross-entropy with logits over the
-        labels (the sigmoid/BCE head assumed for CXR8, digest 5.2 item E2).
+        labels (for CXR8's multi-hot labels; the paper does not name the head or loss, a
+        sigmoid/BCE head is assumed).
     device : str or torch.device, default "cpu"
 
     Notes
@@ -336,7 +342,7 @@ class TorchClientTrainer:
     def num_batches(self, i: int, epochs: int | None = None) -> int:
         r"""Mini-batches of one local run: ``epochs * ceil(n_i / batch_size)``.
 
-        The async simulator's delay model ([P] App. B.0.1, digest 3.4) counts these.
+        The async simulator's delay model (Licudi et al. 2025, App. B.0.1) counts these.
         """
         e = self.epochs if epochs is None else self._epochs(epochs)
         return e * -(-self.n_samples(i) // self.batch_size)
@@ -435,7 +441,7 @@ class TorchClientTrainer:
             ``accuracy`` (fraction of correct argmax predictions; for multi-label, of correct
             label decisions at logit 0, i.e. probability 1/2), ``loss`` (mean loss, no prox
             term), ``n_samples``, and ``error``: 1 - accuracy, or for multi-label 1 - macro
-            AUROC ([P]'s CXR8 target error, digest 3.2). Multi-label adds ``auroc`` and
+            AUROC (the CXR8 error of Licudi et al. 2025, Sec. 4.2). Multi-label adds ``auroc`` and
             ``auprc`` (macro over the labels, :func:`macro_auroc_auprc`).
 
         Raises
@@ -464,8 +470,8 @@ class TorchClientTrainer:
     def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
         """Accuracy of the global model ``flat`` on each client's own ``split`` rows.
 
-        The fairness metrics (:func:`riemfl.federated.fairness.gini`, ``theil``; [P] Sec.
-        4.2.1) take this vector. Multi-label tasks give the per-label decision accuracy (as in
+        The fairness metrics (:func:`riemfl.federated.fairness.gini`, ``theil``; Licudi et al. 2025,
+        Sec. 4.2.1) take this vector. Multi-label tasks give the per-label decision accuracy (as in
         :meth:`evaluate`).
 
         Returns
@@ -551,10 +557,10 @@ def digits_clients(
     """The offline FEMNIST stand-in: scikit-learn's digits on Dirichlet(alpha) clients.
 
     The 1797 digits (pixels / 16, in [0, 1]) are split among ``n_clients`` clients with
-    :func:`riemfl.problems.partition.dirichlet_partition` (per label, no balancing; [P]'s
-    N = 30, alpha = 0.5), then each client's rows are shuffled and the first
-    ``round(test_fraction * n_i)`` become its local test set (the per-client validation data of
-    the fairness metrics), the rest its training set. The generator is
+    :func:`riemfl.problems.partition.dirichlet_partition` (per label, no balancing;
+    Licudi et al. 2025 use N = 30, alpha = 0.5), then each client's rows are shuffled and the first
+    ``round(test_fraction * n_i)`` become its local test set (the per-client validation data of the
+    fairness metrics), the rest its training set. The generator is
     ``riemfl.problems.checks.data_rng(seed, "digits_clients")``.
 
     Returns
@@ -594,9 +600,9 @@ def dirichlet_clients(
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Pooled labelled rows split into Dirichlet(alpha) clients, each with a local test split.
 
-    :func:`riemfl.problems.partition.dirichlet_partition` per label without balancing ([P]'s
-    FEMNIST split, digest 3.3); then each client's rows are shuffled by ``rng`` and the first
-    ``round(test_fraction * n_i)`` become its test rows.
+    :func:`riemfl.problems.partition.dirichlet_partition` per label without balancing (the FEMNIST
+    split of Licudi et al. 2025, App. B.1.1); then each client's rows are shuffled by ``rng`` and
+    the first ``round(test_fraction * n_i)`` become its test rows.
     """
     parts = dirichlet_partition(y, n_clients, alpha, rng, min_size=min_size)
     out = []

@@ -4,7 +4,7 @@ Nothing here downloads anything (riemfl is offline by design): :func:`load_mnist
 user already has, and :func:`load_digits` reads the 8 x 8 digits set that ships inside
 scikit-learn, the default offline stand-in for MNIST.
 
-Pixel scale (Zhang et al. 2024 leave it unstated, digest item 9.7): every loader returns float64
+Pixel scale (Zhang et al. 2024, App. A.4.1, leave it unstated): every loader returns float64
 features scaled to [0, 1] (MNIST bytes / 255, digits / 16) and **not centred**, as the paper
 mentions no centring. With the paper's step size :math:`\eta = 1/\beta` the kPCA iterates do not
 depend on the scale; the plotted :math:`\|\operatorname{grad} f\|` and :math:`f - f^*` do.

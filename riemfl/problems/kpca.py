@@ -15,8 +15,9 @@ matrix of the local data", not centred and not divided by :math:`p_i`):
 * :math:`\beta = \|\mathrm{col}\{A_i\}\|_2^2 = \lambda_{\max}(\sum_i C_i)`, the constant of
   the paper's step size :math:`\eta = 1/\beta` (App. A.4.1).
 
-Mini-batches (digest item 9.6, a choice the paper leaves open): we keep :math:`f_i` unnormalised
-and write it as the average (1) of :math:`m_i = p_i` per-sample losses
+Mini-batches (a choice the paper leaves open: Section 5 writes :math:`f_i` without a factor
+:math:`1/p_i`, problem (1) as an average of :math:`m_i` per-sample losses): we keep :math:`f_i`
+unnormalised and write it as the average (1) of :math:`m_i = p_i` per-sample losses
 :math:`f_{il}(x) = -\frac{p_i}2 \|x^\top a_{il}\|^2`, so the mini-batch gradient of a batch B of
 b rows drawn uniformly without replacement is
 
@@ -211,8 +212,9 @@ class KPCAProblem(FederatedProblem):
         r"""The heterogeneous synthetic kPCA of Zhang et al. (2024, App. A.4.1, Figs. 6-7).
 
         Every entry of :math:`A_i \in \mathbb R^{p \times d}` is drawn from
-        :math:`N(0, 2i/n)`, i = 1..n. The paper's notation is read as a **variance** of 2i/n
-        (digest item 9.11); ``scale="std"`` reads it as a standard deviation instead.
+        :math:`N(0, 2i/n)`, i = 1..n. The paper does not say whether 2i/n is a variance or a
+        standard deviation; riemfl reads it as a **variance** (the usual meaning of
+        :math:`N(\mu, \sigma^2)`), and ``scale="std"`` reads it as a standard deviation.
 
         Parameters
         ----------

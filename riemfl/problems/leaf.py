@@ -7,8 +7,8 @@ LEAF (Caldas et al. 2018) stores a federated data set as JSON files of the form:
      "user_data": {"f0000_14": {"x": [...], "y": [...]}, ...}}
 
 (``hierarchies`` and other extra keys are ignored), usually several files per split under
-``data/train/`` and ``data/test/``. The users are the natural clients ([P] Sec. 4.1: writers for
-FEMNIST; for Shakespeare the speaking roles, which
+``data/train/`` and ``data/test/``. The users are the natural clients (Licudi et al. 2025,
+Sec. 4.1: writers for FEMNIST; for Shakespeare the speaking roles, which
 :func:`riemfl.problems.partition.natural_partition` can group by play).
 
 * FEMNIST: ``x`` is a list of 784 floats per sample (a 28 x 28 image row-major, LEAF's values are

@@ -20,7 +20,8 @@ column with no observation gets :math:`v_t = 0`.
 
 By the envelope theorem the gradient is :math:`\nabla f_i(X) = P_{\Omega_i}(XV_i - A_i)V_i^\top`,
 and the normal equations give :math:`X^\top \nabla f_i(X) = 0`: it is already tangent to the
-Stiefel manifold, so :math:`\operatorname{grad} f_i = \nabla f_i` (digest section 6.2).
+Stiefel manifold, so :math:`\operatorname{grad} f_i = \nabla f_i` (the paper does not write the
+gradient; ``tests/problems/test_lrmc.py`` checks this one against finite differences).
 
 Columns are the natural samples: with :math:`m_i = T_i` columns,
 :math:`f_i = \frac1{T_i}\sum_t f_{it}`, :math:`f_{it}(X) = \frac{T_i}2\|P_{\Omega}(X v_t -

@@ -6,12 +6,13 @@ partitioner with ``min_size = 0`` may leave a client empty, the others never dro
 randomness comes only from the ``rng`` argument (a :class:`numpy.random.Generator`, or an int
 seed for ``numpy.random.default_rng``), so equal generators give equal partitions.
 
-* :func:`dirichlet_partition`: the label-skewed split of Licudi et al. ([P] Sec. 4.1, App. B;
-  digest section 3.3), Hsu et al. (2019) without Flower's balancing;
+* :func:`dirichlet_partition`: the label-skewed split of Licudi et al. 2025 (Sec. 4.1,
+  App. B.1.1), Hsu et al. (2019) without Flower's balancing;
 * :func:`natural_partition`: one client per group (writer for FEMNIST, play for Shakespeare,
   patient for CXR8), optionally dealing the groups to fewer clients;
 * :func:`proportional_sizes_partition`: client sizes proportional to the client index
-  i = 1..N, the heterogeneity of the technical report's exploratory runs ([TR], digest 3.4).
+  i = 1..N, the heterogeneity of the technical report's exploratory runs (Licudi 2025 (TR),
+  Sec. 3).
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ def dirichlet_partition(
     :math:`(p_{y,1}, \dots, p_{y,N}) \sim \operatorname{Dir}(\alpha, \dots, \alpha)`, shuffle
     the :math:`|D_y|` rows of class :math:`y` uniformly and cut them into N consecutive pieces at
     the points :math:`\lfloor |D_y| \sum_{j \le i} p_{y,j} \rfloor`, i = 1..N-1; client i gets
-    piece i ([P] Sec. 4.1 and App. B, digest section 3.3; Hsu et al. 2019). Client i therefore
-    receives :math:`\lfloor p_{y,i} |D_y| \rfloor` or one more row of class y: the digest's
-    ":math:`\lfloor p_{y,i}|D_y| \rfloor` samples" would drop up to N-1 rows per class, the
-    cumulative cut keeps every row (a choice made here, digest 5.2 has no item on it).
+    piece i (Licudi et al. 2025, Sec. 4.1 and App. B.1.1; Hsu et al. 2019). Client i therefore
+    receives :math:`\lfloor p_{y,i} |D_y| \rfloor` or one more row of class y: the paper's
+    ":math:`\lfloor p_{y,i}|D_y| \rfloor` samples" (App. B.1.1) would drop up to N-1 rows per
+    class; riemfl's cumulative cut keeps every row (the paper does not say what happens to the
+    remainder).
 
     Unlike Flower's ``DirichletPartitioner`` nothing rebalances the sizes, so with a small
     ``alpha`` a client can end up **empty**. With ``min_size > 0`` the whole draw is repeated
@@ -83,8 +85,8 @@ def dirichlet_partition(
     n_clients : int
         N >= 1.
     alpha : float
-        Concentration alpha > 0 (0.5 in [P]); small alpha gives few classes per client, large
-        alpha approaches the class frequencies on every client.
+        Concentration alpha > 0 (0.5 in Licudi et al. 2025); small alpha gives few classes per
+        client, large alpha approaches the class frequencies on every client.
     rng : numpy.random.Generator or int
         The randomness (an int is a seed).
     min_size : int, default 0
@@ -149,7 +151,8 @@ def natural_partition(
         With it (``1 <= n_clients <= number of groups``), the groups, in that order or shuffled
         by ``rng`` when given, are dealt round-robin: group g goes to client ``g mod n_clients``,
         so each group stays wholly on one client and the first ``G mod n_clients`` clients get
-        one group more ([P]'s Shakespeare split: 35 plays on 30 clients, 5 clients with 2 plays).
+        one group more (the Shakespeare split of Licudi et al. 2025, App. B.2: 35 plays on 30
+        clients, 5 clients with 2 plays).
     rng : numpy.random.Generator or int, optional
         Shuffles the group order before dealing (only with ``n_clients``).
 
@@ -207,7 +210,7 @@ def proportional_sizes_partition(
     The sizes are :func:`proportional_sizes`; the rows are a uniform random permutation of
     ``0..n-1`` cut into consecutive pieces of those sizes (client 0, with index i = 1, is the
     smallest). This is the technical report's exploratory heterogeneity ("dataset size
-    proportional to client index", digest section 3.4), which with the async simulator's
+    proportional to client index", Licudi 2025 (TR), Sec. 3), which with the async simulator's
     batch-count delays also makes the larger clients the slower ones.
 
     Returns

@@ -6,7 +6,7 @@ the identity and the measured discrepancy when the identity fails. They are plai
 they can be used from any test runner; :class:`riemfl.testing.ManifoldTests` wires them to
 hypothesis.
 
-Identities checked (the list of DESIGN.md):
+Identities checked (the conformance kit's list, also in ``docs/custom-manifold.md``):
 
 * points: ``random_point`` on M; ``project`` idempotent and fixing points of M;
 * tangent spaces: ``to_tangent`` idempotent with tangent output; ``zero_tangent``;

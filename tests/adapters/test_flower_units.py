@@ -471,7 +471,7 @@ def test_run_config_builds_curve_rule_jobs():
     job = deploy.job_from_run_config(config)
     assert isinstance(job.rule, AsyncManifold) and job.rule.name == "asyncbezier-ed"
     assert job.rule.embedding.base is job.resolved.manifold and job.rule.alpha == 1.0
-    assert job.rule.server_lr == 0.25  # [P] Table 3's default when server-lr is unset
+    assert job.rule.server_lr == 0.25  # Licudi et al. 2025, Table 3, when unset
     assert job.rule.correction.vartheta == 0.0
     assert job.curve and job.upload_shape == (3, 65, 10)
     trainer = job.trainer()

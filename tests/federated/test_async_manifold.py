@@ -160,12 +160,13 @@ def test_fast_euclidean_step_equals_the_generic_one(seed, variant, vartheta, alp
 
 
 def test_straight_curve_without_staleness_is_fedasync():
-    """No drift, a straight learned curve, no correction: AsyncBezier = FedAsync ([P] 2.2)."""
+    """No drift, a straight learned curve, no correction: AsyncBezier = FedAsync (ASYNCPOS,
+    Licudi et al. 2025, Sec. 2.2)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=5)
     local_model = x + rng.normal(size=5)
     m = riemfl.Euclidean(5)
-    for middle in (x, 0.5 * (x + local_model)):  # [P]'s initial B = A, and the midpoint
+    for middle in (x, 0.5 * (x + local_model)):  # the paper's initial B = A, and the midpoint
         cp = np.stack([x, middle, local_model])
         a = _arrival(cp, x, x, weight=0.3)
         rule = AsyncManifold(BezierEmbedding(m), 2.0, correction=None)
@@ -358,7 +359,7 @@ def test_manifold_quality_on_a_parabolic_valley(tmp_path):
         path_losses(loss, cp, 1)
 
 
-# --------------------------------------------------------------------- AsyncCurve ([TR])
+# ------------------------------------------------------ AsyncCurve (Licudi 2025 (TR), Sec. 5.2)
 def test_asynccurve_translation_rotation_and_step():
     from riemfl.federated import ASGD, AsyncCurve, OrthoStrict
 

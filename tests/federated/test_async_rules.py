@@ -216,7 +216,7 @@ def test_rules_keep_a_stiefel_model_on_the_manifold(rule):
 
 
 def test_a_zero_update_against_a_drift_does_not_move_the_model():
-    """[P]: pi(., ., 0) = 0 -- the zero update is orthogonal to any drift."""
+    """OrthoDC's pi(., ., 0) = 0 (Licudi et al. 2025, Alg. 3): a zero update is orthogonal."""
     base, current = np.zeros(4), np.eye(4)[0]
     a = Arrival(0, base, base.copy(), current, 1, 0.5, 5)
     for rule in (OrthoStrict(alpha=0.0), OrthoStrict(alpha=1.0), FedOrtho(), FedGS()):

@@ -1,4 +1,4 @@
-"""Gini and Theil (digest eqs. 48-49), T_e and the staleness summary."""
+"""Gini and Theil (Licudi et al. 2025, eqs. (48)-(49)), T_e and the staleness summary."""
 
 import math
 

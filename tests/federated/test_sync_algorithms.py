@@ -1,4 +1,4 @@
-"""Identities of the synchronous algorithms (digest-004 section 7.1, structural claims 1-5)."""
+"""Identities of the synchronous algorithms (Zhang et al. 2024, Sec. 3; structural claims 1-5)."""
 
 from __future__ import annotations
 
