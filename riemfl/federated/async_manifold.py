@@ -35,7 +35,7 @@ from scipy.optimize import brentq
 from ..backend import Array
 from ..errors import ParameterError, ShapeError
 from ..manifolds.base import Manifold
-from ..manifolds.bezier import BezierCurve, _scalar_weights, power_basis_matrix
+from ..manifolds.bezier import BezierCurve, power_basis_matrix, scalar_bernstein_weights
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
@@ -640,7 +640,7 @@ class AsyncManifold(AsyncRule):
         else:
             W = power_coefficient_matrix(n)
             r = chordal_root(W @ psi_gram @ W.T, f)
-        weights = np.asarray(_scalar_weights(n, r))
+        weights = np.asarray(scalar_bernstein_weights(n, r))
         kappa = float(weights @ c)
         new = _combine(weights, P, kappa - 1.0, start, 1.0 - kappa, current)
         return new.reshape(shape), fraction, r

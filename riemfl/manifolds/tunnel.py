@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
+from ..backend import Array, RandomState, as_generator, ops_for, to_numpy
 from ..errors import ParameterError
-from .base import Manifold, RandomState, as_generator
+from .base import Manifold
 from .bezier import BezierCurve, bernstein_weights
 from .bezier_graph import BezierGraph
 
@@ -173,14 +173,8 @@ class EpsilonTunnel(Manifold):
         return np.reshape(pts, tuple(batch_shape) + self.point_shape)
 
     def _point_violation(self, x):
-        d = np.asarray(self.curve.closest_point(_numpy(x))[1])
+        d = np.asarray(self.curve.closest_point(to_numpy(x, np.float64))[1])
         return "dist(x, curve) <= eps", float(np.max(np.maximum(d - self.eps, 0.0)))
 
     def _tangent_violation(self, x, u):
         return "u in R^D (full-dimensional)", 0.0
-
-
-def _numpy(a) -> np.ndarray:
-    if hasattr(a, "detach"):
-        return a.detach().cpu().numpy().astype(np.float64)
-    return np.asarray(a, dtype=np.float64)
