@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
-from ..backend import Array
+from ..backend import Array, is_torch
 from ..errors import ParameterError, ShapeError
 from ..manifolds.base import Manifold
 from ..manifolds.bezier import BezierCurve, power_basis_matrix, scalar_bernstein_weights
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
-from .async_rules import Arrival, AsyncRule, _check_vartheta
+from .async_rules import Arrival, AsyncRule, check_vartheta
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 
 __all__ = [
@@ -300,7 +300,7 @@ class OrthoDCCorrection(Checkpointable):
     def __init__(self, vartheta: float = 1.0, variant: str = "per_point") -> None:
         if variant not in ("per_point", "stacked"):
             raise ParameterError(f"variant must be 'per_point' or 'stacked', got {variant!r}")
-        self.vartheta = _check_vartheta(vartheta)
+        self.vartheta = check_vartheta(vartheta)
         self.variant = variant
         self.projections = 0
 
@@ -346,9 +346,11 @@ class OrthoDCCorrection(Checkpointable):
 
 
 def _stack_like(parts: list[Any], like: Any) -> Any:
-    import torch
+    if is_torch(like):
+        import torch
 
-    return torch.stack(parts) if isinstance(like, torch.Tensor) else np.stack(parts)
+        return torch.stack(parts)
+    return np.stack(parts)
 
 
 # ------------------------------------------------------------------------------------ penalty

@@ -267,7 +267,7 @@ class OrthoCorrect(AsyncRule):
     ) -> None:
         super().__init__(server_lr, operators, staleness)
         self.alpha = float(alpha)
-        self.vartheta = _check_vartheta(vartheta)
+        self.vartheta = check_vartheta(vartheta)
         self.projections = 0  # how many arrivals took the conflict branch (diagnostic)
 
     def reset(self, manifold, n_clients):
@@ -337,7 +337,7 @@ class OrthoDyn(OrthoCorrect):
 
     def settings(self, a):
         alpha, vartheta = self.schedule(a)
-        return float(alpha), _check_vartheta(vartheta)
+        return float(alpha), check_vartheta(vartheta)
 
 
 def OrthoGrad(**kw: Any) -> OrthoCorrect:  # noqa: N802 - the paper's name
@@ -378,7 +378,8 @@ def _named(rule: OrthoCorrect, name: str) -> OrthoCorrect:
     return rule
 
 
-def _check_vartheta(v: float) -> float:
+def check_vartheta(v: float) -> float:
+    """``v`` as a float after checking the AsyncCurve/DC weight range -1 <= v <= 1."""
     v = float(v)
     if not -1.0 <= v <= 1.0:
         raise ParameterError(f"vartheta must be in [-1, 1], got {v!r}")

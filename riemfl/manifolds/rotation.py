@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
+from ..backend import Array, ops_for, to_numpy
 from ..errors import ShapeError
 
 __all__ = ["PlaneRotation"]
@@ -68,7 +68,7 @@ class PlaneRotation:
                 self.identity = True
                 self.cos, self.sin = 1.0, 0.0
                 return
-            axis = int(np.argmin(np.abs(_numpy(e1))))
+            axis = int(np.argmin(np.abs(to_numpy(e1))))
             r = -e1[axis] * e1
             r = _add_unit(ops, r, axis)
             nr = ops.sqrt(ops.sum(r * r))
@@ -80,7 +80,7 @@ class PlaneRotation:
     @property
     def angle(self) -> float:
         """Rotation angle in [0, pi]."""
-        return math.atan2(_scalar(self.sin), _scalar(self.cos))
+        return math.atan2(float(to_numpy(self.sin)), float(to_numpy(self.cos)))
 
     def _apply(self, x: Array, sin) -> Array:
         if x.shape[-1] != self.dim:
@@ -103,7 +103,7 @@ class PlaneRotation:
 
     def matrix(self) -> np.ndarray:
         """The D x D matrix (numpy, for tests and small D only)."""
-        return np.stack([_numpy(self(_unit(self.dim, i, self))) for i in range(self.dim)], axis=1)
+        return np.stack([to_numpy(self(_unit(self.dim, i, self))) for i in range(self.dim)], axis=1)
 
 
 def _add_unit(ops, r, axis):
@@ -117,11 +117,3 @@ def _unit(dim, i, rot):
     v = ops_for(like).zeros_like(like) if hasattr(like, "shape") else np.zeros(dim)
     v[i] = 1.0
     return v
-
-
-def _numpy(a) -> np.ndarray:
-    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
-def _scalar(a) -> float:
-    return float(a.detach()) if hasattr(a, "detach") else float(a)
