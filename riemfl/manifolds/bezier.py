@@ -6,13 +6,18 @@ A Bezier curve of degree n with control points :math:`P_0, \dots, P_n` is
     c(t) = \sum_{i=0}^n B_i^n(t)\,P_i,\qquad B_i^n(t) = \binom{n}{i} t^i (1-t)^{n-i},
 
 the quadratic case :math:`c(t) = (1-t)^2 A + 2t(1-t) B + t^2 C` being the curve of AsyncBezier
-([P] eq. of section 3; digest-000-001 section 2.3, which also explains why the ``t(1-t)`` variant
-of [TR] eq. 28 is read as this Bernstein form). On a manifold the curve is defined by the geodesic
-de Casteljau construction (the one of Manopt.jl's ``bezier_curves``): every linear interpolation
-:math:`(1-t)P + tQ` becomes :math:`\mathrm{Exp}_P(t\,\mathrm{Log}_P Q)`.
+(Licudi et al. 2025, eq. (8)). On a manifold the curve is defined by the geodesic de Casteljau
+construction (the one of Manopt.jl's ``bezier_curves``): every linear interpolation :math:`(1-t)P +
+tQ` becomes :math:`\mathrm{Exp}_P(t\,\mathrm{Log}_P Q)`.
 
-Any real t is allowed: the polynomial extends beyond [0, 1] ([P]'s footnote allows extrapolation
-past the local endpoint).
+*A choice where the papers differ.* The technical report writes the same curve as :math:`(1-t)^2
+A + t(1-t)\,\varphi + t^2 C` (Licudi 2025 (TR), eq. (28)), without the factor 2. Its weights sum
+to :math:`1 - t + t^2 \ne 1`, so the curve is not affine-invariant and, with :math:`\varphi` at
+the chord midpoint (where the report initialises it), shrinks towards the origin (derived here).
+riemfl uses the Bernstein form of the paper and reads the report's :math:`\varphi` as B.
+
+Any real t is allowed: the polynomial extends beyond [0, 1] (Licudi et al. 2025, Sec. 3, footnote:
+the parameter domain "can be sensibly extended" to the real line).
 """
 
 from __future__ import annotations
@@ -337,7 +342,7 @@ class BezierCurve:
         r"""Arc length :math:`\int_{t_0}^{t_1}\|c'(t)\|\,dt` (negative if ``t1 < t0``).
 
         Euclidean quadratic: closed form of :math:`\int 2\sqrt{|b|^2u^2 + 2(a\cdot b)u +
-        |a|^2}\,du` (digest section 2.3); otherwise ``panels`` panels of 8-point Gauss-Legendre,
+        |a|^2}\,du` (derived here); otherwise ``panels`` panels of 8-point Gauss-Legendre,
         exact to rounding for smooth speeds (polynomial of degree < 16 per panel).
         """
         return bezier_arclength.arc_length(self, t0, t1, panels)
@@ -383,7 +388,7 @@ class BezierCurve:
         ``a`` may carry leading batch dimensions. The search runs over [0, 1], or over the whole
         real line with ``extended`` (the extrapolated curve). Euclidean quadratic: the stationary
         points are the real roots of the cubic :math:`(b\cdot b)t^3 + 3(a\cdot b)t^2 + (2a\cdot a +
-        (A-\theta)\cdot b)t + (A-\theta)\cdot a` (digest section 2.3), compared with the
+        (A-\theta)\cdot b)t + (A-\theta)\cdot a` (derived here), compared with the
         endpoints. Euclidean of another degree n: the real roots of the degree-(2n - 1) derivative
         of the squared distance, a polynomial whose coefficients come from the power-basis
         coefficients of the curve

@@ -1,11 +1,15 @@
 r"""The image of a Euclidean Bezier curve as a 1-dimensional embedded submanifold.
 
 "The graph of a Bezier curve is a 1-dimensional submanifold, on which the geodesics trivially
-follow the polynomial" ([P], digest-000-001 section 2.4). :class:`BezierGraph` implements the
-manifold contract on the image of the *extended* curve :math:`c: \mathbb{R} \to
-\mathbb{R}^{\text{shape}}` (the polynomial beyond [0, 1], which [P]'s footnote allows), so that
-it has no boundary: the metric is the induced (pull-back) one, geodesics are the curve traversed
-at unit speed, and geodesic distance is arc length.
+follow the polynomial" (Licudi et al. 2025, Sec. 3). :class:`BezierGraph` implements the manifold
+contract on the image of the *extended* curve :math:`c: \mathbb{R} \to
+\mathbb{R}^{\text{shape}}` (the polynomial beyond [0, 1]), so that it has no boundary: the metric
+is the induced (pull-back) one, geodesics are the curve traversed at unit speed, and geodesic
+distance is arc length.
+
+*A choice where the paper is open.* The paper's curves are defined on [0, 1] and it notes that
+this domain "can be sensibly extended" to the real line (Licudi et al. 2025, Sec. 3, footnote);
+the graph is taken over the extended domain, so that ``exp`` never stops at an end point.
 """
 
 from __future__ import annotations

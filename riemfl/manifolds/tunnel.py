@@ -1,9 +1,10 @@
-r"""The epsilon-tunnel around a Bezier curve ([P] section 3, Dold et al. 2025).
+r"""The epsilon-tunnel around a Bezier curve (Licudi et al. 2025, Sec. 3; Dold et al. 2025).
 
-[P] defines it in one sentence, "epsilon-balls extruded along a Bezier curve", a set whose
-"geodesics coincide with a polynomial curve but keep the full dimension" and which "enables a
-variant of SAM for curve learning". riemfl uses the definition proposed in digest-000-001 section
-2.5:
+The paper defines it in one sentence, "epsilon-balls extruded along a Bezier curve", a set whose
+geodesics "coincide with a polynomial curve but maintain the dimensionality" of the parameter
+space and which "enables a variant of Sharpness-Aware Minimisation (SAM) [...] for curve
+learning". It gives no formula, sampling rule or value of epsilon. *The choice made here* (derived
+here) is the closed epsilon-neighbourhood of the curve segment:
 
 .. math::
     T_\epsilon(c) = \{c(t) + u : t \in [0, 1],\ \|u\| \le \epsilon\}
