@@ -124,12 +124,6 @@ class BezierCurve:
             )
         return to_like(np.asarray(t, dtype=np.float64), self.control_points)
 
-    def _contract(
-        self, weights: Array, out: Array | None = None, grad_buffer: Array | None = None
-    ) -> Array:
-        """:func:`~riemfl.manifolds.bezier_eval.contract` of these control points."""
-        return contract(self.control_points, self.point_shape, weights, out, grad_buffer)
-
     def _scalar_weight_array(self, t: float) -> Array:
         """The Bernstein weights at a Python-float t as a 1-D array like the control points.
 
@@ -201,10 +195,22 @@ class BezierCurve:
         if out is not None or grad_buffer is not None:
             check_call_buffers(self, () if scalar else tuple(np.shape(t)), out, grad_buffer)
         if scalar:
-            return self._contract(self._scalar_weight_array(float(t)), out, grad_buffer)
+            return contract(
+                self.control_points,
+                self.point_shape,
+                self._scalar_weight_array(float(t)),
+                out,
+                grad_buffer,
+            )
         t = self._t(t)
         if self.euclidean:
-            return self._contract(bernstein_weights(self.degree, t), out, grad_buffer)
+            return contract(
+                self.control_points,
+                self.point_shape,
+                bernstein_weights(self.degree, t),
+                out,
+                grad_buffer,
+            )
         res = geodesic_de_casteljau(self.manifold, self.control_points, t)
         if out is None:
             return res
@@ -281,7 +287,7 @@ class BezierCurve:
         w2 = w if w.ndim == 1 else w.reshape(-1, k)
         g2 = g.reshape(w2.shape[:-1] + (-1,))
         if type(cp) is np.ndarray:
-            point = self._contract(w, out)
+            point = contract(self.control_points, self.point_shape, w, out)
             target = None if grad_out is None else grad_out.reshape(k, -1)
             if w2.ndim == 1:
                 grad = np.multiply.outer(w2, g2, out=target)
@@ -291,7 +297,7 @@ class BezierCurve:
         import torch
 
         with torch.no_grad():
-            point = self._contract(w, out)
+            point = contract(self.control_points, self.point_shape, w, out)
             target = None if grad_out is None else grad_out.view(k, -1)
             grad = (
                 torch.outer(w2, g2, out=target) if w2.ndim == 1 else torch.mm(w2.T, g2, out=target)
@@ -310,7 +316,7 @@ class BezierCurve:
             weights = bernstein_weights(n - order, t)
             for k in range(order):
                 weights = difference_weights(weights, n - order + k + 1)
-            return self._contract(weights)
+            return contract(self.control_points, self.point_shape, weights)
         return self._numerical_derivative(t, order)
 
     def _numerical_derivative(self, t: Array, order: int) -> Array:
