@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Array, is_torch
+from ..backend import Array, is_torch, to_numpy
 from ..errors import NotOnManifoldError, ParameterError, ShapeError
 from ..manifolds.base import Manifold
 from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
@@ -405,16 +405,12 @@ class FromGeoopt(ForeignManifold):
                     "float64 (e.g. geoopt.Lorentz(k=torch.tensor(1.0, dtype=torch.float64)) or "
                     "call .double() on it)"
                 ) from exc
-        return np.asarray(_numpy(x), dtype=np.float64)
+        return np.asarray(to_numpy(x), dtype=np.float64)
 
     def _point_violation(self, x):
-        d = _numpy(self._call(self.wrapped.projx, x) - x)
+        d = to_numpy(self._call(self.wrapped.projx, x) - x)
         violation = float(np.sqrt(np.max(np.sum(d * d, axis=self._axes))))
         return "x = projx(x) (geoopt's projx fixes the points of M)", violation
-
-
-def _numpy(a: Array) -> np.ndarray:
-    return a.detach().cpu().numpy() if is_torch(a) else np.asarray(a)
 
 
 def from_geoopt(

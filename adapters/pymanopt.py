@@ -59,9 +59,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Array, is_torch
+from ..backend import Array, RandomState, as_generator, is_torch, to_numpy
 from ..errors import ParameterError
-from ..manifolds.base import Manifold, RandomState, as_generator
+from ..manifolds.base import Manifold
 from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
 
 # PymanoptManifold is built on first use (module __getattr__ below)
@@ -353,7 +353,7 @@ class FromPymanopt(ForeignManifold):
                     f"{self.name}: pymanopt computes in numpy, so gradients cannot flow through "
                     "its maps; detach the input (or use a riemfl manifold for autograd)"
                 )
-        nps = [a.detach().cpu().numpy() if is_torch(a) else np.asarray(a) for a in arrays]
+        nps = [to_numpy(a) for a in arrays]
         dtype = np.result_type(*nps)
         k = len(self.point_shape)
         batch = np.broadcast_shapes(*(a.shape[: a.ndim - k] for a in nps))
@@ -382,9 +382,7 @@ class FromPymanopt(ForeignManifold):
             return float(np.sqrt(np.sum(d * d)))
 
         violation = self._call(gap, x, scalar=True)
-        if is_torch(violation):
-            violation = violation.detach().cpu().numpy()
-        return "x = R_x(0) (pymanopt's retraction maps onto M)", float(np.max(violation))
+        return "x = R_x(0) (pymanopt's retraction maps onto M)", float(np.max(to_numpy(violation)))
 
 
 def from_pymanopt(

@@ -2,9 +2,9 @@
 
 ``BezierCurve.closest_point`` finds the parameter of the nearest curve point from the real roots
 of the derivative of the squared distance, a polynomial of degree 2n - 1 (companion
-eigenvalues, batched over the queries; :meth:`BezierCurve._polynomial_closest`). This script
+eigenvalues, batched over the queries; ``bezier_closest.polynomial_closest``). This script
 times it against the safeguarded Newton iteration from 9 equally spaced starts that it replaced
-(still the method on manifold bases, ``BezierCurve._newton_closest``, one query at a time), for
+(still the method on manifold bases, ``bezier_closest.newton_closest``, one query at a time), for
 degrees 3 and 5, 1 to 1000 queries, in the plane and in R^1000, and checks the answers: the
 polynomial's distance is never larger than Newton's (it is global; Newton can stop in a local
 minimum), and the two agree wherever Newton found the global minimum.
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 from riemfl.manifolds.bezier import BezierCurve  # noqa: E402
+from riemfl.manifolds.bezier_closest import newton_closest  # noqa: E402
 
 __all__ = ["CASES", "bench_case", "format_table", "main"]
 
@@ -67,7 +68,7 @@ def bench_case(degree: int, dim: int, queries: int, repeats: int, seed: int = 0)
         return curve.closest_point(points)[0]
 
     def newton() -> np.ndarray:
-        return np.array([curve._newton_closest(q, False, NEWTON_STARTS) for q in points])
+        return np.array([newton_closest(curve, q, False, NEWTON_STARTS) for q in points])
 
     t_poly, t_newton = polynomial(), newton()  # warm-up and the answers
     d_poly = np.linalg.norm(curve(t_poly) - points, axis=-1)

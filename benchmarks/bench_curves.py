@@ -73,6 +73,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
 from _harness import machine_info, single_thread  # noqa: E402
 
+from riemfl.backend import to_numpy  # noqa: E402
 from riemfl.manifolds.bezier import BezierCurve  # noqa: E402
 
 try:
@@ -253,15 +254,9 @@ def _measure(
 
 
 # --------------------------------------------------------------------------------------- checks
-def _to_f64(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
 def _rel_err(out: Any, ref: np.ndarray) -> float:
     """Largest absolute deviation of ``out`` from ``ref``, relative to the largest |ref|."""
-    out64 = _to_f64(out)
+    out64 = to_numpy(out, np.float64)
     if out64.shape != ref.shape:
         raise AssertionError(f"shape {out64.shape} != reference shape {ref.shape}")
     return float(np.max(np.abs(out64 - ref)) / max(float(np.max(np.abs(ref))), 1e-300))
@@ -511,7 +506,7 @@ def _riemfl_impls(
             t_tol = 1e-3 if data.dtype == "float32" else 1e-9
             return {
                 "t / t_tol * tol": abs(float(t_star) - t_ref) / t_tol * _tolerance(data.dtype),
-                "distance": abs(float(_to_f64(dist)) - d_ref) / d_ref,
+                "distance": abs(float(to_numpy(dist)) - d_ref) / d_ref,
             }
 
         return {"riemfl": lambda: curve.closest_point(q)}, check_closest

@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness b
 from _harness import machine_info, single_thread  # noqa: E402
 
 from riemfl import Lorentz, Sphere, Stiefel  # noqa: E402
+from riemfl.backend import is_torch, to_numpy  # noqa: E402
 
 try:  # optional peers: a missing one is reported, not fatal
     import geoopt
@@ -484,9 +485,8 @@ def _make_data(manifold: Any, batch: int, s: Settings, rng: np.random.Generator)
 def _rel_diff(ref: Any, out: Any) -> float:
     """max |ref - out| / max(1, max |ref|) (numpy or torch, or lists of per-point outputs)."""
     if isinstance(out, list):
-        out = torch.stack(out) if isinstance(out[0], torch.Tensor) else np.stack(out)
-    ref_np = ref.detach().numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
-    out_np = out.detach().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+        out = torch.stack(out) if is_torch(out[0]) else np.stack(out)
+    ref_np, out_np = to_numpy(ref), to_numpy(out)
     if ref_np.shape != out_np.shape:
         return math.inf
     scale = max(1.0, float(np.max(np.abs(ref_np))))

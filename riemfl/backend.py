@@ -8,6 +8,10 @@ autograd flows through every map.
 The namespace is deliberately small: the elementwise functions, reductions and the few dense
 linear-algebra kernels the manifolds need, plus the ones numpy and torch spell differently
 (``mT``, ``expm``, ``sum(..., keepdims)``).
+
+Three questions every module asks get one answer each here: :func:`is_torch` (is this a torch
+tensor?), :func:`to_numpy` (this array or tensor as numpy) and :func:`as_generator` (this seed or
+generator as a :class:`numpy.random.Generator`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from .errors import ParameterError
+
 Array = Any  # numpy.ndarray or torch.Tensor
+RandomState = Any  # None, int seed or numpy.random.Generator
 
 if hasattr(np, "vecdot"):  # numpy >= 2.0
 
@@ -34,13 +41,93 @@ else:  # pragma: no cover - numpy 1.x
         return np.einsum("...i,...i->...", u, v)
 
 
-__all__ = ["Array", "ops_for", "is_torch", "to_like", "NUMPY"]
+__all__ = [
+    "Array",
+    "RandomState",
+    "ops_for",
+    "is_torch",
+    "to_numpy",
+    "as_generator",
+    "to_like",
+    "NUMPY",
+]
 
 
 def is_torch(a: object) -> bool:
-    """Return True when ``a`` is a torch tensor (without importing torch)."""
+    """Return True when ``a`` is a torch tensor, a subclass (a ``Parameter``) included.
+
+    torch is looked up in :data:`sys.modules`, never imported: a tensor can only exist once torch
+    has been imported, so ``import riemfl`` needs numpy alone.
+    """
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(a, torch.Tensor)
+
+
+def to_numpy(a: Any, dtype: Any = None) -> np.ndarray:
+    """``a`` as a numpy array: a torch tensor detached and moved to the CPU, anything else through
+    :func:`numpy.asarray`.
+
+    Parameters
+    ----------
+    a : numpy.ndarray, torch.Tensor, scalar or sequence
+        A numpy array passes through (no copy unless ``dtype`` differs); a Python or numpy scalar
+        becomes a 0-d array and a (nested) list or tuple of numbers an array, as
+        :func:`numpy.asarray` makes them. A sequence of tensors that need a gradient is not
+        unpacked (numpy raises, as it does for such a tensor itself).
+    dtype : numpy dtype, optional
+        Convert to it (``numpy.float64`` for the callers that compute in double precision); by
+        default the data's own dtype is kept.
+
+    Returns
+    -------
+    numpy.ndarray
+        It may share memory with ``a`` (the numpy array itself, or a CPU tensor's storage, as
+        ``Tensor.numpy()`` does): copy it before writing into it or keeping it beyond changes of
+        ``a``.
+    """
+    if is_torch(a):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=dtype)
+
+
+def as_generator(seed_or_rng: RandomState, *, name: str = "") -> np.random.Generator:
+    """``seed_or_rng`` as a :class:`numpy.random.Generator`.
+
+    * a Generator is returned as it is (its state is shared with the caller);
+    * an int (Python or numpy, not a bool) seeds ``numpy.random.default_rng(seed)``;
+    * ``None`` gives a fresh generator seeded from the operating system's entropy (not
+      reproducible), as ``numpy.random.default_rng(None)`` does.
+
+    ``None`` follows numpy's own convention because every ``rng=None`` default in riemfl
+    (``Manifold.random_point``, ``BezierCurve.sample``, ``EpsilonTunnel.sample``, the pymanopt
+    adapter) documents "fresh randomness" and relies on it; the partitioners of
+    :mod:`riemfl.problems.partition`, the only other users, never pass ``None`` (their ``rng`` is
+    a required Generator or seed; :func:`~riemfl.problems.partition.natural_partition` reads
+    ``None`` as "do not shuffle" before it gets here). riemfl never touches numpy's or torch's
+    global random state.
+
+    Parameters
+    ----------
+    seed_or_rng : None, int or numpy.random.Generator
+    name : str, optional
+        The caller, named at the start of the error message.
+
+    Raises
+    ------
+    ParameterError
+        For anything else (a float, a string, a bool, a legacy ``RandomState``).
+    """
+    if isinstance(seed_or_rng, np.random.Generator):
+        return seed_or_rng
+    if seed_or_rng is None or (
+        isinstance(seed_or_rng, (int, np.integer)) and not isinstance(seed_or_rng, bool)
+    ):
+        return np.random.default_rng(seed_or_rng)
+    prefix = f"{name}: " if name else ""
+    raise ParameterError(
+        f"{prefix}rng must be None, an int seed or a numpy.random.Generator, got "
+        f"{type(seed_or_rng).__name__}"
+    )
 
 
 _NUMPY_EPS: dict = {}

@@ -14,7 +14,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from .backend import Array, ops_for
+from .backend import Array, is_torch, ops_for, to_numpy
 from .errors import CutLocusError, NonFiniteError, ProjectionError
 
 __all__ = [
@@ -172,7 +172,7 @@ def _check_polar_rank(ops, a, s, what: str) -> None:
         single = s.tolist() if ops.is_torch else s
         if single[-1] > tol * single[0]:
             return
-    values = s.detach().cpu().numpy() if ops.is_torch else s
+    values = to_numpy(s)
     low = values[..., -1] <= tol * values[..., 0]
     if np.any(low):
         i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low))[0]) if low.ndim else ()
@@ -431,7 +431,7 @@ def sym_function(
     are returned too.
     """
     require_finite(g, "symmetric matrix of a matrix function")
-    if ops_for(g).is_torch:
+    if is_torch(g):
         weights = divided_differences or _cached_divided_differences(df)
         out, lam = _torch_sym_function(f, weights)(g)
     else:

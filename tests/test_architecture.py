@@ -117,7 +117,6 @@ _BEING_REMOVED = {
     "riemfl/nn/floral/chain.py: _layer_tensors from riemfl.nn.floral.fused",
     "riemfl/nn/floral/adaptor.py: _layer_tensors from riemfl.nn.floral.fused",
     "riemfl/nn/floral/conv.py: _resolve_rank from riemfl.nn.floral.linear",
-    "riemfl/federated/async_manifold.py: _scalar_weights from riemfl.manifolds.bezier",
 }
 
 

@@ -52,13 +52,7 @@ FORBIDDEN = {
 #: tuple when those branches are merged (the test fails on an entry that no longer has a hit, so
 #: a stale entry cannot hide a new one).
 PENDING_CLEANUP: tuple[str, ...] = (
-    "docs/curves.md",
     "docs/floral.md",
-    "riemfl/manifolds/bezier.py",
-    "riemfl/manifolds/bezier_graph.py",
-    "riemfl/manifolds/control_points.py",
-    "riemfl/manifolds/rotation.py",
-    "riemfl/manifolds/tunnel.py",
     "riemfl/nn/floral/__init__.py",
     "riemfl/nn/floral/adaptor.py",
     "riemfl/nn/floral/aggregation.py",

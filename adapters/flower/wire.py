@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend import to_numpy as _backend_to_numpy
 from ._flwr import flwr
 from .errors import ProtocolError
 
@@ -70,9 +71,7 @@ PING = "query.riemfl_ping"
 def to_numpy(a: Any) -> np.ndarray:
     """A C-contiguous numpy copy of an array, a torch tensor (detached, on the CPU) or a scalar
     (0-d stays 0-d)."""
-    if type(a).__module__.startswith("torch"):
-        a = a.detach().cpu().numpy()
-    return np.array(a, order="C", copy=True)
+    return np.array(_backend_to_numpy(a), order="C", copy=True)
 
 
 def _config_value(key: str, v: Any) -> Any:

@@ -11,15 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import is_torch
+
 __all__ = ["as_tensor", "is_model_part", "tensor_to_numpy"]
 
 
 def as_tensor(obj: Any) -> Any:
     """``obj`` when it is a torch tensor (any subclass, e.g. a Parameter), else ``None``."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return obj
-    return None
+    return obj if is_torch(obj) else None
 
 
 def is_model_part(obj: Any) -> bool:

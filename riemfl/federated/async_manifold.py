@@ -37,10 +37,10 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .. import tuning
-from ..backend import Array
+from ..backend import Array, is_torch
 from ..errors import ParameterError, ShapeError
 from ..manifolds.base import Manifold
-from ..manifolds.bezier import BezierCurve, _scalar_weights, power_basis_matrix
+from ..manifolds.bezier import BezierCurve, power_basis_matrix, scalar_bernstein_weights
 from ..manifolds.control_points import ControlPoints
 from ..manifolds.euclidean import Euclidean
 from ..manifolds.rotation import PlaneRotation
@@ -361,9 +361,11 @@ class OrthoDCCorrection(Checkpointable):
 
 
 def _stack_like(parts: list[Any], like: Any) -> Any:
-    import torch
+    if is_torch(like):
+        import torch
 
-    return torch.stack(parts) if isinstance(like, torch.Tensor) else np.stack(parts)
+        return torch.stack(parts)
+    return np.stack(parts)
 
 
 # ------------------------------------------------------------------------------------ penalty
@@ -662,7 +664,7 @@ class AsyncManifold(AsyncRule):
         else:
             W = power_coefficient_matrix(n)
             r = chordal_root(W @ psi_gram @ W.T, f)
-        weights = np.asarray(_scalar_weights(n, r))
+        weights = np.asarray(scalar_bernstein_weights(n, r))
         kappa = float(weights @ c)
         new = _combine(weights, P, kappa - 1.0, start, 1.0 - kappa, current)
         return new.reshape(shape), fraction, r

@@ -37,34 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Array, ops_for, to_like
+from ..backend import Array, RandomState, as_generator, ops_for, to_like
 from ..errors import (
     ConvergenceError,
     NonFiniteError,
     NotOnManifoldError,
-    ParameterError,
     ShapeError,
 )
 from .inputs import all_finite, check_finite, coerce, common_shape
 
-__all__ = ["Manifold", "as_generator", "RandomState"]
-
-RandomState = Any  # None, int seed or numpy.random.Generator
-
-
-def as_generator(rng: RandomState) -> np.random.Generator:
-    """Coerce ``rng`` (None, an int seed or a Generator) to a :class:`numpy.random.Generator`.
-
-    ``None`` gives a fresh generator seeded from the operating system; riemfl never touches
-    numpy's or torch's global random state.
-    """
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if rng is None or isinstance(rng, (int, np.integer)):
-        return np.random.default_rng(rng)
-    raise ParameterError(
-        f"rng must be None, an int seed or a numpy.random.Generator, got {type(rng).__name__}"
-    )
+__all__ = ["Manifold", "as_generator", "RandomState"]  # the last two re-exported from backend
 
 
 class Manifold(ABC):

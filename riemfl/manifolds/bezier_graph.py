@@ -1,11 +1,15 @@
 r"""The image of a Euclidean Bezier curve as a 1-dimensional embedded submanifold.
 
 "The graph of a Bezier curve is a 1-dimensional submanifold, on which the geodesics trivially
-follow the polynomial" ([P], digest-000-001 section 2.4). :class:`BezierGraph` implements the
-manifold contract on the image of the *extended* curve :math:`c: \mathbb{R} \to
-\mathbb{R}^{\text{shape}}` (the polynomial beyond [0, 1], which [P]'s footnote allows), so that
-it has no boundary: the metric is the induced (pull-back) one, geodesics are the curve traversed
-at unit speed, and geodesic distance is arc length.
+follow the polynomial" (Licudi et al. 2025, Sec. 3). :class:`BezierGraph` implements the manifold
+contract on the image of the *extended* curve :math:`c: \mathbb{R} \to
+\mathbb{R}^{\text{shape}}` (the polynomial beyond [0, 1]), so that it has no boundary: the metric
+is the induced (pull-back) one, geodesics are the curve traversed at unit speed, and geodesic
+distance is arc length.
+
+*A choice where the paper is open.* The paper's curves are defined on [0, 1] and it notes that
+this domain "can be sensibly extended" to the real line (Licudi et al. 2025, Sec. 3, footnote);
+the graph is taken over the extended domain, so that ``exp`` never stops at an end point.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
+from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import ParameterError
 from .base import Manifold
 from .bezier import BezierCurve
+from .bezier_arclength import quadratic_coefficients
 
 __all__ = ["BezierGraph"]
 
@@ -58,7 +63,9 @@ class BezierGraph(Manifold):
     def __init__(self, curve: BezierCurve) -> None:
         if not isinstance(curve, BezierCurve) or not curve.euclidean:
             raise ParameterError("BezierGraph needs a BezierCurve with a Euclidean base")
-        self.curve = BezierCurve(_numpy(curve.control_points))
+        # a float64 numpy copy: the reach below is computed once, so later in-place changes of
+        # the given control points (a torch optimiser step) must not reach the graph
+        self.curve = BezierCurve(np.array(to_numpy(curve.control_points), dtype=np.float64))
         self.point_shape = self.curve.point_shape
         self.name = f"BezierGraph(degree={self.curve.degree}, shape={self.point_shape})"
         self._check_immersion()
@@ -82,7 +89,7 @@ class BezierGraph(Manifold):
         speeds = np.asarray(self.curve.speed(grid))
         scale = float(np.max(np.abs(self.curve.control_points))) + 1e-300
         if self.curve.degree == 2:
-            _, a, b = self.curve._quadratic_coefficients()
+            _, a, b = quadratic_coefficients(self.curve.control_points)
             bb = float(b @ b)
             a_perp = a - (a @ b) / bb * b if bb > 0 else a
             minimal = 2 * float(np.linalg.norm(a_perp))  # min over all real t of |c'(t)|
@@ -97,7 +104,7 @@ class BezierGraph(Manifold):
 
     def _compute_reach(self) -> float:
         if self.curve.degree == 2:
-            _, a, b = self.curve._quadratic_coefficients()
+            _, a, b = quadratic_coefficients(self.curve.control_points)
             bb = float(b @ b)
             if bb == 0.0:
                 return math.inf
@@ -144,9 +151,9 @@ class BezierGraph(Manifold):
     def _move(self, curve, t, signed_length):
         """Parameter t' with s(t') = s(t) + signed_length (differentiable, implicit step)."""
         target = curve.arc_length_at(t) + signed_length
-        t_np = self.curve.parameter_at_arc_length(_numpy(target))
+        t_np = self.curve.parameter_at_arc_length(to_numpy(target, np.float64))
         t_new = curve._t(t_np)
-        if ops_for(t).is_torch:
+        if is_torch(t):
             t_new = t_new - (curve.arc_length_at(t_new) - target) / curve.speed(t_new)
         return t_new
 
@@ -194,14 +201,7 @@ class BezierGraph(Manifold):
         return np.asarray(self.curve(rng.uniform(0.0, 1.0, size=batch_shape)))
 
     def _point_violation(self, x):
-        gap = _numpy(x) - np.asarray(
-            self.curve(self.curve.closest_point(_numpy(x), extended=True)[0])
-        )
+        x = to_numpy(x, np.float64)
+        gap = x - np.asarray(self.curve(self.curve.closest_point(x, extended=True)[0]))
         axes = tuple(range(-self.ndim, 0))
         return "x on the curve", float(np.max(np.sqrt(np.sum(gap * gap, axis=axes))))
-
-
-def _numpy(a) -> np.ndarray:
-    if hasattr(a, "detach"):
-        return a.detach().cpu().numpy().astype(np.float64)
-    return np.asarray(a, dtype=np.float64)

@@ -1,9 +1,10 @@
-r"""The manifold :math:`M^n` of the n control points of a curve on M (digest-000-001 section 2.7).
+r"""The manifold :math:`M^n` of the n control points of a curve on M (Licudi et al. 2025, Sec. 3).
 
 AsyncBezier learns a quadratic curve between the global model and a client model: its control
-points live in :math:`M_\Phi = (M_\Theta)^3` with the product metric, and the *point
-parametrisation* :math:`\phi_\Theta = (\Theta, \Theta, \Theta)` embeds :math:`M_\Theta` as the
-degenerate curves :math:`M_\Phi^0` (all control points equal).
+points live in :math:`M_\Phi = (M_\Theta)^3`, and the *point parametrisation* :math:`\phi_\Theta
+= (\Theta, \Theta, \Theta)` embeds :math:`M_\Theta` as the degenerate curves :math:`M_\Phi^0`
+(all control points equal). *A choice where the paper is open:* it names the space
+:math:`(M_\Theta)^n` but not its metric; riemfl gives it the product metric.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from functools import cache
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for
+from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
 from ..linalg import qr_positive, require_finite
 from .base import Manifold
@@ -371,8 +371,7 @@ class FixedRank(Manifold):
 
     def _check_truncation(self, s, what: str, like) -> None:
         """Raise ProjectionError unless P_r is unique (sigma_r > sigma_{r+1}) and exists."""
-        s = s.detach().cpu().numpy() if is_torch(s) else np.asarray(s)
-        s = s.astype(np.float64)
+        s = to_numpy(s).astype(np.float64)
         rtol, r = self._tol(like), self.r
         top = s[..., 0]
         sr = s[..., r - 1]

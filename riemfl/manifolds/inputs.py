@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..backend import Array, is_torch
+from ..backend import Array, is_torch, to_numpy
 from ..errors import DTypeError, NonFiniteError
 
 __all__ = ["coerce", "common_shape", "all_finite", "check_finite", "first_nonfinite"]
@@ -231,8 +231,7 @@ def all_finite(a: Array) -> bool:
         return cmath.isfinite(s) or bool(np.isfinite(a).all())
     if kind is np.float64 or kind is np.float32:  # what numpy reductions to a scalar return
         return cmath.isfinite(a)
-    torch = sys.modules.get("torch")
-    if torch is not None and (kind is torch.Tensor or isinstance(a, torch.Tensor)):
+    if is_torch(a):
         if a.requires_grad:
             a = a.detach()
         if a.ndim == 1:
@@ -265,7 +264,7 @@ def check_finite(name: str, a: Array, role: str) -> None:
 
 
 def _first_bad(a: Array) -> str:
-    values = a.detach().cpu().numpy() if is_torch(a) else np.asarray(a)
+    values = to_numpy(a)
     bad = np.argwhere(~np.isfinite(values))
     count = len(bad)
     first = tuple(int(i) for i in bad[0]) if count else ()

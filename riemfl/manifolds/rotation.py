@@ -1,10 +1,13 @@
-r"""The plane rotation of AsyncCurve ([TR] eq. 17; digest-000-001 section 2.8), in O(D).
+r"""The plane rotation of AsyncCurve (Licudi 2025 (TR), eq. (17)), in O(D).
 
 AsyncCurve corrects a stale client's learned control point by rotating its offset from the chord
-midpoint with the rotation that takes the stale update direction ``u`` to the corrected one
-``w``. Among all rotations doing so, :class:`PlaneRotation` is the one that acts only in the plane
-spanned by u and w and is the identity on its orthogonal complement; it is applied in O(D) time
-and memory, never forming a D x D matrix.
+midpoint with the rotation R that takes the stale update direction ``u`` to the corrected one
+``w``, performed "by first projecting displacements into the plane spanned by the two
+pseudo-gradients, performing the rotation in 2D, and finally adding back the orthogonal
+complement" (Licudi 2025 (TR), Sec. 4): :class:`PlaneRotation` acts only in the plane spanned by
+u and w and is the identity on its orthogonal complement, applied in O(D) time and memory, never
+forming a D x D matrix. *A choice where the report is open:* the degenerate cases (parallel,
+antiparallel or zero vectors), fixed in :class:`PlaneRotation`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
+from ..backend import Array, ops_for, to_numpy
 from ..errors import ShapeError
 
 __all__ = ["PlaneRotation"]
@@ -29,7 +32,7 @@ class PlaneRotation:
         R(x) = (c x_1 - s x_2)\,e_1 + (s x_1 + c x_2)\,e_2 + x_\perp,\qquad
         x_1 = \langle x, e_1\rangle,\ x_2 = \langle x, e_2\rangle.
 
-    Degenerate cases (defined here, the paper leaves them open):
+    Degenerate cases (defined here, the report leaves them open):
 
     * ``w`` parallel to ``u`` (angle 0), or ``u`` or ``w`` zero: the identity (no direction to
       rotate from or to);
@@ -39,7 +42,7 @@ class PlaneRotation:
       :math:`x - 2x_1e_1`).
 
     ``R`` is orthogonal, maps :math:`u/\|u\|` to :math:`w/\|w\|`, does not rescale (no factor
-    :math:`\|w\|/\|u\|`, as in the paper), and :meth:`inverse` is the rotation back. Vectors are
+    :math:`\|w\|/\|u\|`, as in the report), and :meth:`inverse` is the rotation back. Vectors are
     the last axis; ``x`` may have leading batch dimensions. numpy and torch alike (differentiable
     in torch with respect to x, u and w away from the degenerate cases).
     """
@@ -68,7 +71,7 @@ class PlaneRotation:
                 self.identity = True
                 self.cos, self.sin = 1.0, 0.0
                 return
-            axis = int(np.argmin(np.abs(_numpy(e1))))
+            axis = int(np.argmin(np.abs(to_numpy(e1))))
             r = -e1[axis] * e1
             r = _add_unit(ops, r, axis)
             nr = ops.sqrt(ops.sum(r * r))
@@ -80,7 +83,7 @@ class PlaneRotation:
     @property
     def angle(self) -> float:
         """Rotation angle in [0, pi]."""
-        return math.atan2(_scalar(self.sin), _scalar(self.cos))
+        return math.atan2(float(to_numpy(self.sin)), float(to_numpy(self.cos)))
 
     def _apply(self, x: Array, sin) -> Array:
         if x.shape[-1] != self.dim:
@@ -103,7 +106,7 @@ class PlaneRotation:
 
     def matrix(self) -> np.ndarray:
         """The D x D matrix (numpy, for tests and small D only)."""
-        return np.stack([_numpy(self(_unit(self.dim, i, self))) for i in range(self.dim)], axis=1)
+        return np.stack([to_numpy(self(_unit(self.dim, i, self))) for i in range(self.dim)], axis=1)
 
 
 def _add_unit(ops, r, axis):
@@ -117,11 +120,3 @@ def _unit(dim, i, rot):
     v = ops_for(like).zeros_like(like) if hasattr(like, "shape") else np.zeros(dim)
     v[i] = 1.0
     return v
-
-
-def _numpy(a) -> np.ndarray:
-    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
-def _scalar(a) -> float:
-    return float(a.detach()) if hasattr(a, "detach") else float(a)

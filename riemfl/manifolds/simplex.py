@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for
+from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold
 from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
@@ -39,10 +39,6 @@ def _lib(*arrays: Array):
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
-
-
-def _numpy(a: Array) -> np.ndarray:
-    return a.detach().cpu().numpy() if is_torch(a) else np.asarray(a)
 
 
 def project_closed_simplex(a: Array) -> Array:
@@ -211,16 +207,16 @@ class Simplex(Manifold):
         ops = ops_for(a)
         tau = (ops.sum(a, axis=-1, keepdims=True) - 1.0) / self.C
         p = a - tau
-        low = _numpy(p).min(axis=-1)
+        low = to_numpy(p).min(axis=-1)
         if np.any(low <= 0):
             i = _first(low <= 0)
-            row = _numpy(p)[i]
+            row = to_numpy(p)[i]
             zeros = [int(k) for k in np.flatnonzero(row <= 0)]
             where = f" (batch element {i})" if i else ""
             raise ProjectionError(
                 f"{self.name}: a has no nearest point in the open simplex{where}: its projection "
                 f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
-                f"{float(_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
+                f"{float(to_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
                 f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
                 f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
                 f"project_closed_simplex(a) projects onto the closed simplex"
@@ -252,8 +248,8 @@ class Simplex(Manifold):
         w = u / (2.0 * root)
         theta2 = ops.sum(w * w, axis=-1, keepdims=True)
         y = cos_sqrt(theta2) * root + sinc_sqrt(theta2) * w
-        theta = np.sqrt(_numpy(theta2)[..., 0])
-        low = _numpy(y).min(axis=-1)
+        theta = np.sqrt(to_numpy(theta2)[..., 0])
+        low = to_numpy(y).min(axis=-1)
         out = (theta >= math.pi / 2) | (low <= 0)
         if np.any(out):
             i = _first(out)
@@ -262,7 +258,7 @@ class Simplex(Manifold):
             if length >= math.pi:
                 why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
             else:
-                k = int(np.argmin(_numpy(y)[i]))
+                k = int(np.argmin(to_numpy(y)[i]))
                 why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
                 why += "reaches 0 before t = 1"
             raise CutLocusError(
@@ -319,7 +315,7 @@ class Simplex(Manifold):
         ``atol``. The message names the constraint, the component or the violation, and the
         batch element.
         """
-        values = _numpy(x)
+        values = to_numpy(x)
         low = values.min(axis=-1)
         if np.any(low <= 0):
             i = _first(low <= 0)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .. import tuning
-from ..backend import Array, ops_for
+from ..backend import Array, is_torch, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
 from .base import Manifold, result_checked
@@ -205,7 +205,7 @@ def stiefel_log(
 
 
 def _float64(a):
-    if hasattr(a, "detach"):
+    if is_torch(a):
         import torch
 
         return a.to(dtype=torch.float64)

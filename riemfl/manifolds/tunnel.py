@@ -1,9 +1,10 @@
-r"""The epsilon-tunnel around a Bezier curve ([P] section 3, Dold et al. 2025).
+r"""The epsilon-tunnel around a Bezier curve (Licudi et al. 2025, Sec. 3; Dold et al. 2025).
 
-[P] defines it in one sentence, "epsilon-balls extruded along a Bezier curve", a set whose
-"geodesics coincide with a polynomial curve but keep the full dimension" and which "enables a
-variant of SAM for curve learning". riemfl uses the definition proposed in digest-000-001 section
-2.5:
+The paper defines it in one sentence, "epsilon-balls extruded along a Bezier curve", a set whose
+geodesics "coincide with a polynomial curve but maintain the dimensionality" of the parameter
+space and which "enables a variant of Sharpness-Aware Minimisation (SAM) [...] for curve
+learning". It gives no formula, sampling rule or value of epsilon. *The choice made here* (derived
+here) is the closed epsilon-neighbourhood of the curve segment:
 
 .. math::
     T_\epsilon(c) = \{c(t) + u : t \in [0, 1],\ \|u\| \le \epsilon\}
@@ -16,9 +17,9 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
+from ..backend import Array, RandomState, as_generator, ops_for, to_numpy
 from ..errors import ParameterError
-from .base import Manifold, RandomState, as_generator
+from .base import Manifold
 from .bezier import BezierCurve, bernstein_weights
 from .bezier_graph import BezierGraph
 
@@ -173,14 +174,8 @@ class EpsilonTunnel(Manifold):
         return np.reshape(pts, tuple(batch_shape) + self.point_shape)
 
     def _point_violation(self, x):
-        d = np.asarray(self.curve.closest_point(_numpy(x))[1])
+        d = np.asarray(self.curve.closest_point(to_numpy(x, np.float64))[1])
         return "dist(x, curve) <= eps", float(np.max(np.maximum(d - self.eps, 0.0)))
 
     def _tangent_violation(self, x, u):
         return "u in R^D (full-dimensional)", 0.0
-
-
-def _numpy(a) -> np.ndarray:
-    if hasattr(a, "detach"):
-        return a.detach().cpu().numpy().astype(np.float64)
-    return np.asarray(a, dtype=np.float64)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..backend import is_torch
 from ..errors import ParameterError, ShapeError
 
 __all__ = [
@@ -260,7 +261,7 @@ def load_flat_parameters(module: nn.Module, flat: torch.Tensor | np.ndarray) -> 
     """
     if isinstance(flat, np.ndarray):
         flat = torch.from_numpy(flat)
-    elif not isinstance(flat, torch.Tensor):
+    elif not is_torch(flat):
         raise ShapeError(
             f"load_flat_parameters: flat must be a torch tensor or numpy array, got "
             f"{type(flat).__name__}"

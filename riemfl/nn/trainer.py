@@ -37,6 +37,7 @@ from scipy.stats import rankdata
 from torch import nn
 
 from .. import tuning
+from ..backend import is_torch
 from ..errors import DataError, ParameterError, ShapeError
 from ..problems.checks import data_rng, int_in_range, is_int
 from ..problems.data import load_digits
@@ -502,7 +503,7 @@ class TorchClientTrainer:
         return nn.CrossEntropyLoss() if self.loss == "cross_entropy" else nn.BCEWithLogitsLoss()
 
     def _load(self, flat: Any, where: str) -> None:
-        if isinstance(flat, torch.Tensor):
+        if is_torch(flat):
             raise ParameterError(f"{where}: pass the flat parameters as a numpy array")
         arr = np.asarray(flat, dtype=np.float64)
         if arr.shape != (self.n_parameters,):

@@ -4,7 +4,8 @@ Every partitioner returns a list of ``n_clients`` int64 index arrays, one per cl
 increasingly; together they hold every row index ``0..n-1`` exactly once (the Dirichlet
 partitioner with ``min_size = 0`` may leave a client empty, the others never drop a row). The
 randomness comes only from the ``rng`` argument (a :class:`numpy.random.Generator`, or an int
-seed for ``numpy.random.default_rng``), so equal generators give equal partitions.
+seed for ``numpy.random.default_rng``; see :func:`riemfl.backend.as_generator`), so equal
+generators give equal partitions.
 
 * :func:`dirichlet_partition`: the label-skewed split of Licudi et al. 2025 (Sec. 4.1,
   App. B.1.1), Hsu et al. (2019) without Flower's balancing;
@@ -21,27 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import as_generator
 from ..errors import DataError, ParameterError
-from .checks import int_in_range, is_int
+from .checks import int_in_range
 
 __all__ = [
     "dirichlet_partition",
     "natural_partition",
     "proportional_sizes",
     "proportional_sizes_partition",
-    "as_generator",
+    "as_generator",  # re-exported from riemfl.backend
 ]
-
-
-def as_generator(rng: Any, name: str) -> np.random.Generator:
-    """``rng`` as a :class:`numpy.random.Generator` (an int is a seed for ``default_rng``)."""
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if is_int(rng):
-        return np.random.default_rng(int(rng))
-    raise ParameterError(
-        f"{name}: rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}"
-    )
 
 
 def _labels(labels: Any, name: str) -> np.ndarray:
@@ -116,7 +107,7 @@ def dirichlet_partition(
         raise ParameterError(f"{name}: alpha must be a finite float > 0, got {alpha!r}")
     min_size = int_in_range(min_size, 0, labels.size // n_clients, name, "min_size")
     max_tries = int_in_range(max_tries, 1, float("inf"), name, "max_tries")
-    rng = as_generator(rng, name)
+    rng = as_generator(rng, name=name)
     classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
     for _ in range(max_tries):
         pieces: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
@@ -171,7 +162,10 @@ def natural_partition(
             raise ParameterError(f"{name}: rng only shuffles the groups dealt to n_clients")
         return [g.astype(np.int64) for g in per_group]
     n_clients = int_in_range(n_clients, 1, ids.size, name, "n_clients (<= number of groups)")
-    deal = np.arange(ids.size) if rng is None else as_generator(rng, name).permutation(ids.size)
+    if rng is None:
+        deal = np.arange(ids.size)
+    else:
+        deal = as_generator(rng, name=name).permutation(ids.size)
     buckets: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
     for position, g in enumerate(deal):
         buckets[position % n_clients].append(per_group[g])
@@ -220,5 +214,5 @@ def proportional_sizes_partition(
         small).
     """
     sizes = proportional_sizes(n, n_clients)
-    perm = as_generator(rng, "proportional_sizes_partition").permutation(n)
+    perm = as_generator(rng, name="proportional_sizes_partition").permutation(n)
     return [np.sort(p).astype(np.int64) for p in np.split(perm, np.cumsum(sizes)[:-1])]

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..backend import is_torch
 from ..errors import DTypeError, NonFiniteError, RiemflError
 from ..manifolds.base import Manifold
 from .config import METHODS, Tolerance, to_numpy, torch_available
@@ -170,7 +171,7 @@ def _check_torch(manifold, method, call, args, roles, reference) -> None:
     for i, role in enumerate(roles):
         mixed = _replaced(args, i, torch.as_tensor(args[i]))
         got = _outcome(call, mixed)
-        if got[0] == "value" and got[1] is not None and not isinstance(got[1], torch.Tensor):
+        if got[0] == "value" and got[1] is not None and not is_torch(got[1]):
             raise AssertionError(
                 f"{manifold.name}.{method} with {role} #{i} a tensor, the others numpy: "
                 f"{_describe(got)}; the input policy makes it a torch call"

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..backend import is_torch
 from ..manifolds.base import Manifold
 from .config import Tolerance, to_numpy
 from .strategies import scaled_tangent, unit_ambient
@@ -339,7 +340,7 @@ def check_projection_lipschitz(manifold: Manifold, a, b) -> None:
 
 # --------------------------------------------------------------------------- implementation checks
 def _stack_like(items: Sequence, like):
-    if hasattr(like, "detach"):
+    if is_torch(like):
         import torch
 
         return torch.stack(list(items))
@@ -368,7 +369,7 @@ def check_backends_agree(manifold: Manifold, method: str, args: Sequence, tol: T
 
     out_np = getattr(manifold, method)(*[np.asarray(a, dtype=np.float64) for a in args])
     out_t = getattr(manifold, method)(*[torch.as_tensor(np.asarray(a)) for a in args])
-    if not isinstance(out_t, torch.Tensor) or not isinstance(out_np, np.ndarray | np.floating):
+    if not is_torch(out_t) or not isinstance(out_np, np.ndarray | np.floating):
         raise AssertionError(f"{manifold.name}.{method}: output type does not follow the input")
     assert_close(out_t, out_np, tol, f"{method}: torch = numpy", manifold)
 

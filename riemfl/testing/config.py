@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import backend
+
 __all__ = [
     "Config",
     "Tolerance",
@@ -132,7 +134,6 @@ CUDA_CONFIGS = tuple(Config("torch", d, "cuda") for d in ("float64", "float32"))
 
 
 def to_numpy(a) -> np.ndarray:
-    """numpy float64 copy of a numpy array, torch tensor or python scalar."""
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    return np.asarray(a, dtype=np.float64)
+    """A numpy array, torch tensor or Python scalar as numpy float64, the precision every check
+    compares in (:func:`riemfl.backend.to_numpy` with ``dtype=numpy.float64``)."""
+    return backend.to_numpy(a, np.float64)

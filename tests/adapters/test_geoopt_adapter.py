@@ -25,6 +25,7 @@ from riemfl import (  # noqa: E402
     Sphere,
     Stiefel,
 )
+from riemfl.backend import to_numpy  # noqa: E402
 from riemfl.errors import (  # noqa: E402
     MissingDependencyError,
     ParameterError,
@@ -43,7 +44,7 @@ def tensor(a):
 
 
 def close(a, b, tol=1e-12):
-    a, b = (np.asarray(v.detach() if hasattr(v, "detach") else v, dtype=float) for v in (a, b))
+    a, b = (to_numpy(v, np.float64) for v in (a, b))
     assert np.max(np.abs(a - b)) <= tol * max(1.0, float(np.max(np.abs(b))))
 
 

@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import riemfl
+from riemfl.backend import is_torch
 from riemfl.errors import CheckpointError
 from riemfl.experiments.licudi2025 import METHODS
 from riemfl.experiments.registry import ASYNC_RULE_NAMES, CURVE_RULE_NAMES, build_async_rule
@@ -77,7 +78,7 @@ def difference(a: Any, b: Any, path: str = "", seen: set | None = None) -> str |
         if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
             return f"{where}: arrays differ ({a.dtype}{a.shape} vs {b.dtype}{b.shape})"
         return None
-    if isinstance(a, torch.Tensor):
+    if is_torch(a):
         same = (a.dtype, a.shape, a.device, a.requires_grad) == (
             b.dtype,
             b.shape,
@@ -472,7 +473,7 @@ def _check_checkpointable(value: Any, path: str) -> None:
             _check_checkpointable(item, f"{path}[{i}]")
     elif type(value) is np.ndarray:
         assert value.dtype.kind in "biufc", f"{path}: dtype {value.dtype}"
-    elif not isinstance(value, torch.Tensor):
+    elif not is_torch(value):
         assert value is None or type(value) in (bool, int, float, str), (
             f"{path}: {type(value).__name__} is not checkpointable"
         )
@@ -576,7 +577,7 @@ def _corruptions(state: dict) -> Iterator[tuple[str, dict]]:
         yield dotted, _edit(state, path, lambda d, k: d.pop(k))
         yield dotted, _edit(state, path, lambda d, k: d.__setitem__(k, "corrupt"))
         value = _get(state, path)
-        if isinstance(value, np.ndarray | torch.Tensor):
+        if isinstance(value, np.ndarray) or is_torch(value):
             yield dotted, _edit(state, path, lambda d, k: d.__setitem__(k, d[k].tolist()))
             yield dotted, _edit(state, path, lambda d, k: d.__setitem__(k, d[k].reshape(-1)[1:]))
             yield dotted, _edit(state, path, lambda d, k: d.__setitem__(k, d[k][None]))

@@ -9,7 +9,11 @@ from hypothesis import strategies as st
 from scipy.special import comb
 
 from riemfl import NotOnManifoldError, ParameterError, ShapeError, Sphere
+from riemfl.backend import is_torch
 from riemfl.manifolds.bezier import BezierCurve, bernstein_weights
+from riemfl.manifolds.bezier_arclength import gauss_legendre_length
+from riemfl.manifolds.bezier_buffers import tensors_overlap
+from riemfl.manifolds.bezier_closest import newton_closest
 from riemfl.testing import strategies as rst
 
 degrees = st.integers(1, 6)
@@ -56,7 +60,7 @@ def test_arc_length_of_a_straight_curve_is_the_chord(seed, degree):
 def test_quadratic_closed_form_matches_quadrature(seed, t0, t1):
     curve = random_curve(seed, 2, 5)
     closed = curve.arc_length(t0, t1)
-    quad = curve._gauss_legendre_length(t0, t1, panels=64)
+    quad = gauss_legendre_length(curve, t0, t1, panels=64)
     np.testing.assert_allclose(closed, quad, rtol=1e-10)
 
 
@@ -178,7 +182,7 @@ def test_float32_and_torch_keep_types():
     cp = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32)
     assert BezierCurve(cp)(np.linspace(0, 1, 4)).dtype == np.float32
     out = BezierCurve(torch.as_tensor(cp))(0.5)
-    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == (5,)
+    assert is_torch(out) and out.dtype == torch.float32 and out.shape == (5,)
 
 
 def test_bad_input():
@@ -268,6 +272,30 @@ def test_out_and_buffer_errors():
         tcurve(0.5, out=torch.empty(5, dtype=torch.float32))
     with pytest.raises(ParameterError, match="like the control points"):
         tcurve(0.5, out=np.empty(5))
+
+
+def test_buffer_overlap_is_decided_by_shared_memory_not_by_address_bounds():
+    torch = pytest.importorskip("torch")
+    # numpy: a buffer inside the address range of strided control points but sharing none of
+    # their elements is accepted (numpy.shares_memory is exact); one sharing an element is not
+    base = np.random.default_rng(5).standard_normal((3, 10))
+    curve = BezierCurve(base[:, :5])
+    out = base[1, 5:]
+    assert curve(0.5, out=out) is out
+    np.testing.assert_allclose(out, BezierCurve(base[:, :5].copy())(0.5))
+    with pytest.raises(ParameterError, match="overlaps"):
+        curve(0.5, out=base[2, :5])
+    # torch: views of one storage overlap where their byte ranges meet; other storages never
+    store = torch.zeros(40, dtype=torch.float64)
+    a, b = store[0:15].view(3, 5), store[15:20]
+    assert not tensors_overlap(a, b) and tensors_overlap(a, store[14:19])
+    assert not tensors_overlap(a, torch.zeros(15, dtype=torch.float64).view(3, 5))
+    assert tensors_overlap(store[::2], store[1:2])  # strided: the gaps count (the safe side)
+    assert not tensors_overlap(store[:0], store)  # an empty tensor holds no memory
+    tcurve = BezierCurve(torch.ones(3, 5, dtype=torch.float64, requires_grad=True))
+    res = tcurve(0.5, out=store[20:25], grad_buffer=store[25:40].view(3, 5))
+    res.sum().backward()
+    np.testing.assert_array_equal(store[25:40].numpy(), np.repeat([0.25, 0.5, 0.25], 5))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -372,7 +400,7 @@ def test_fused_closest_point_matches_the_cubic_formula(n_queries, backend):
     else:
         leaf = torch.tensor(cp, requires_grad=backend == "torch-grad")
         t, dist = BezierCurve(leaf).closest_point(torch.as_tensor(queries))
-        assert isinstance(dist, torch.Tensor) and dist.requires_grad == (backend == "torch-grad")
+        assert is_torch(dist) and dist.requires_grad == (backend == "torch-grad")
         dist = dist.detach().numpy()
     assert t.shape == dist.shape == (n_queries,)
     for k in range(n_queries):
@@ -427,7 +455,7 @@ def test_power_basis_matrix_gives_the_curve():
 
 
 def _newton_reference(curve, queries, extended):
-    return np.array([curve._newton_closest(q, extended, 25) for q in queries])
+    return np.array([newton_closest(curve, q, extended, 25) for q in queries])
 
 
 @given(
@@ -498,7 +526,7 @@ def test_polynomial_closest_point_on_a_far_curve_and_in_torch():
     tcurve = BezierCurve(torch.tensor(cp))
     tt, tdist = tcurve.closest_point(torch.tensor(curve(ts) + 0.25))
     nt, ndist = curve.closest_point(curve(ts) + 0.25)
-    assert isinstance(tdist, torch.Tensor)
+    assert is_torch(tdist)
     np.testing.assert_allclose(tt, nt, atol=1e-12)
     np.testing.assert_allclose(tdist.numpy(), ndist, atol=1e-9)  # coordinates ~1e6: eps 2e-10
 
