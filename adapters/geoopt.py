@@ -373,10 +373,11 @@ class FromGeoopt(ForeignManifold):
         if any(is_torch(a) for a in arrays):
             ref = next(a for a in arrays if is_torch(a))
             tensors = [
-                a if is_torch(a) else torch.as_tensor(np.asarray(a), dtype=ref.dtype,
-                                                      device=ref.device)
+                a
+                if is_torch(a)
+                else torch.as_tensor(np.asarray(a), dtype=ref.dtype, device=ref.device)
                 for a in arrays
-            ]  # fmt: skip
+            ]
             return fn(*torch.broadcast_tensors(*tensors))
         dtype = np.result_type(*arrays)
         arrays = np.broadcast_arrays(*(np.asarray(a, dtype=dtype) for a in arrays))

@@ -93,8 +93,9 @@ class MLPTrainer:
         return -(-self.n_samples(i) // self.batch_size)
 
     def train(self, i: int, start: Any, rng: np.random.Generator, epochs: int | None = None):
-        torch.nn.utils.vector_to_parameters(torch.as_tensor(start, dtype=torch.float32),
-                                            self.model.parameters())  # fmt: skip
+        torch.nn.utils.vector_to_parameters(
+            torch.as_tensor(start, dtype=torch.float32), self.model.parameters()
+        )
         opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         xs, ys = self.shards[i]
         perm = torch.from_numpy(rng.permutation(len(ys)))
@@ -120,17 +121,30 @@ def bench_events(
                 rule = make()
                 t0 = time.perf_counter()
                 h = run_async(
-                    trainer, rule, 10**12, workers=min(workers, n), timing=ExponentialTime(1.0),
-                    eval_every=None, max_updates=events,
-                )  # fmt: skip
+                    trainer,
+                    rule,
+                    10**12,
+                    workers=min(workers, n),
+                    timing=ExponentialTime(1.0),
+                    eval_every=None,
+                    max_updates=events,
+                )
                 samples.append((time.perf_counter() - t0) / events * 1e6)
             us = statistics.median(samples)
-            rows.append({
-                "clients": n, "rule": rule.name, "events": events, "workers": min(workers, n),
-                "us_per_event": us, "samples_us": samples, "peak_versions": h.peak_versions,
-                "store_bytes": h.peak_versions * dim * 8, "goal_us": EVENT_GOAL_US,
-                "met": bool(us <= EVENT_GOAL_US),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "clients": n,
+                    "rule": rule.name,
+                    "events": events,
+                    "workers": min(workers, n),
+                    "us_per_event": us,
+                    "samples_us": samples,
+                    "peak_versions": h.peak_versions,
+                    "store_bytes": h.peak_versions * dim * 8,
+                    "goal_us": EVENT_GOAL_US,
+                    "met": bool(us <= EVENT_GOAL_US),
+                }
+            )
     return rows
 
 
@@ -145,8 +159,7 @@ def _plain_loop(trainer: MLPTrainer, log: dict[str, list], x0: np.ndarray, lr: f
     sizes = np.array([trainer.n_samples(i) for i in range(trainer.n_clients)], dtype=float)
     w = sizes / sizes.sum()
     versions = [x0]
-    for client, stale, version in zip(log["client"], log["staleness"], log["version"],
-                                      strict=True):  # fmt: skip
+    for client, stale, version in zip(log["client"], log["staleness"], log["version"], strict=True):
         base = versions[version - 1 - stale]
         local = trainer.train(client, base, rngs[client])
         x = versions[-1]
@@ -162,8 +175,16 @@ def bench_overhead(steps: int, repeats: int) -> dict[str, Any]:
     sim, plain = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        h = run_async(trainer, FedAsync(server_lr=3.0), steps, workers=5, x0=x0.copy(),
-                      timing=ExponentialTime(1.0), eval_every=None, seed=0)  # fmt: skip
+        h = run_async(
+            trainer,
+            FedAsync(server_lr=3.0),
+            steps,
+            workers=5,
+            x0=x0.copy(),
+            timing=ExponentialTime(1.0),
+            eval_every=None,
+            seed=0,
+        )
         sim.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         x = _plain_loop(trainer, h.log, x0.copy(), 3.0)
@@ -173,10 +194,15 @@ def bench_overhead(steps: int, repeats: int) -> dict[str, Any]:
             raise AssertionError(f"plain loop and simulator disagree by {diff:.2e}")
     ratio = statistics.median(sim) / statistics.median(plain)
     return {
-        "steps": steps, "updates": len(h.log["client"]), "sim_s": statistics.median(sim),
-        "plain_s": statistics.median(plain), "ratio": ratio, "max_diff": diff,
-        "goal": OVERHEAD_GOAL, "met": bool(ratio <= OVERHEAD_GOAL),
-    }  # fmt: skip
+        "steps": steps,
+        "updates": len(h.log["client"]),
+        "sim_s": statistics.median(sim),
+        "plain_s": statistics.median(plain),
+        "ratio": ratio,
+        "max_diff": diff,
+        "goal": OVERHEAD_GOAL,
+        "met": bool(ratio <= OVERHEAD_GOAL),
+    }
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -209,8 +235,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         else:
             events = bench_events([1000, 10000], 100_000, 3)
             overhead = bench_overhead(60, 3)
-    result = {"machine": machine_info(threads), "quick": args.quick, "events": events,
-              "overhead": overhead}  # fmt: skip
+    result = {
+        "machine": machine_info(threads),
+        "quick": args.quick,
+        "events": events,
+        "overhead": overhead,
+    }
     return write_result(result, args.out, format_table(result))
 
 

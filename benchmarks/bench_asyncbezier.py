@@ -72,9 +72,14 @@ def bench_server(dim: int, repeats: int) -> dict[str, Any]:
         repeats,
     )
     ratio = times["asyncbezier"] / times["fedasync"]
-    return {"D": dim, "asyncbezier_ms": 1e3 * times["asyncbezier"],
-            "fedasync_ms": 1e3 * times["fedasync"], "ratio": ratio, "goal": SERVER_GOAL,
-            "met": bool(ratio <= SERVER_GOAL)}  # fmt: skip
+    return {
+        "D": dim,
+        "asyncbezier_ms": 1e3 * times["asyncbezier"],
+        "fedasync_ms": 1e3 * times["fedasync"],
+        "ratio": ratio,
+        "goal": SERVER_GOAL,
+        "met": bool(ratio <= SERVER_GOAL),
+    }
 
 
 def bench_client(n_clients: int, repeats: int) -> dict[str, Any]:
@@ -95,23 +100,31 @@ def bench_client(n_clients: int, repeats: int) -> dict[str, Any]:
     )
     curve_epoch = times["warmup_plus_curve"] - times["plain_epoch"]
     ratio = curve_epoch / times["plain_epoch"]
-    return {"client": client, "batches": plain.num_batches(client, 1),
-            "plain_epoch_ms": 1e3 * times["plain_epoch"], "curve_epoch_ms": 1e3 * curve_epoch,
-            "ratio": ratio, "goal": CLIENT_GOAL, "met": bool(ratio <= CLIENT_GOAL)}  # fmt: skip
+    return {
+        "client": client,
+        "batches": plain.num_batches(client, 1),
+        "plain_epoch_ms": 1e3 * times["plain_epoch"],
+        "curve_epoch_ms": 1e3 * curve_epoch,
+        "ratio": ratio,
+        "goal": CLIENT_GOAL,
+        "met": bool(ratio <= CLIENT_GOAL),
+    }
 
 
 def format_table(result: dict[str, Any]) -> str:
     s, c = result["server"], result["client"]
     yes = {True: "yes", False: "NO"}
-    return "\n".join([
-        "AsyncBezier vs FedAsync (medians, one thread)",
-        f"  server step, D={s['D']:.0e}: asyncbezier {s['asyncbezier_ms']:.2f} ms, fedasync "
-        f"{s['fedasync_ms']:.2f} ms, ratio {s['ratio']:.2f}x (goal <= {s['goal']}x: "
-        f"{yes[s['met']]})",
-        f"  client epoch ({c['batches']} batches): curve {c['curve_epoch_ms']:.1f} ms, plain "
-        f"{c['plain_epoch_ms']:.1f} ms, ratio {c['ratio']:.2f}x (goal <= {c['goal']}x: "
-        f"{yes[c['met']]})",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "AsyncBezier vs FedAsync (medians, one thread)",
+            f"  server step, D={s['D']:.0e}: asyncbezier {s['asyncbezier_ms']:.2f} ms, fedasync "
+            f"{s['fedasync_ms']:.2f} ms, ratio {s['ratio']:.2f}x (goal <= {s['goal']}x: "
+            f"{yes[s['met']]})",
+            f"  client epoch ({c['batches']} batches): curve {c['curve_epoch_ms']:.1f} ms, plain "
+            f"{c['plain_epoch_ms']:.1f} ms, ratio {c['ratio']:.2f}x (goal <= {c['goal']}x: "
+            f"{yes[c['met']]})",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -124,8 +137,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             server, client = bench_server(10_000, 5), bench_client(4, 3)
         else:
             server, client = bench_server(1_000_000, 25), bench_client(10, 15)
-    result = {"machine": machine_info(threads), "quick": args.quick, "server": server,
-              "client": client}  # fmt: skip
+    result = {
+        "machine": machine_info(threads),
+        "quick": args.quick,
+        "server": server,
+        "client": client,
+    }
     return write_result(result, args.out, format_table(result))
 
 

@@ -138,8 +138,12 @@ def _in_process_sync(job: SyncJob, repeats: int) -> dict[str, Any]:
         samples += _round_times(h)
         cpu += [float(t) for t in np.diff(h.cpu_time)]
         point = h.final_point
-    return {"round_ms": _ms(statistics.median(samples)), "rule_cpu_ms": _ms(statistics.median(cpu)),
-            "samples": len(samples), "final_point": point}  # fmt: skip
+    return {
+        "round_ms": _ms(statistics.median(samples)),
+        "rule_cpu_ms": _ms(statistics.median(cpu)),
+        "samples": len(samples),
+        "final_point": point,
+    }
 
 
 def _in_process_async(job: AsyncJob, repeats: int) -> dict[str, Any]:
@@ -149,8 +153,11 @@ def _in_process_async(job: AsyncJob, repeats: int) -> dict[str, Any]:
         h = run_async(job.trainer(), FedAsync(), job.server_steps, seed=r, eval_every=1)
         per_update.append((time.perf_counter() - t0) / len(h.log["client"]))
         staleness.append(h.staleness_stats()["mean"])
-    return {"update_ms": _ms(statistics.median(per_update)), "runs": repeats,
-            "mean_staleness": statistics.median(staleness)}  # fmt: skip
+    return {
+        "update_ms": _ms(statistics.median(per_update)),
+        "runs": repeats,
+        "mean_staleness": statistics.median(staleness),
+    }
 
 
 def run_benchmark(
@@ -183,8 +190,9 @@ def run_benchmark(
     shape = tuple(problem.manifold.point_shape)
     sy, asy = s.sync, s.asynchronous
     sync_job = SyncJob(spec, RFedProj(sy["eta"], sy["tau"]), sy["rounds"], name="sync")
-    async_job = AsyncJob(spec, FedAsync(), asy["server_steps"], asy["eta"], asy["local_steps"],
-                         name="async")  # fmt: skip
+    async_job = AsyncJob(
+        spec, FedAsync(), asy["server_steps"], asy["eta"], asy["local_steps"], name="async"
+    )
     jobs = [
         PingJob(repeats=1, name="warm-up"),  # Ray starts its actors on the first message
         sync_job,
@@ -249,7 +257,7 @@ def run_benchmark(
             "optimality_gap_first_last": [
                 ah.metrics["optimality_gap"][0],
                 ah.metrics["optimality_gap"][-1],
-            ],  # fmt: skip
+            ],
         },
         "messaging": ping,
         "simulation_s": simulation_s,
@@ -272,8 +280,16 @@ def format_table(result: dict[str, Any]) -> str:
     for key, label in (("sync", "sync round (RFedProj)"), ("async", "async update (FedAsync)")):
         c = result[key]
         empty = c["empty_round_trip_ms"] if key == "sync" else c["per_message_ms"]
-        rows.append([label, _fmt(c["in_process_ms"]), _fmt(c["flower_ms"]),
-                     f"{c['ratio']:.0f}x", _fmt(empty), _fmt(c["residual_ms"])])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _fmt(c["in_process_ms"]),
+                _fmt(c["flower_ms"]),
+                f"{c['ratio']:.0f}x",
+                _fmt(empty),
+                _fmt(c["residual_ms"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = [head, ["-" * w for w in widths], *rows]
     cells = (enumerate(zip(r, widths, strict=True)) for r in lines)

@@ -163,27 +163,61 @@ class Settings:
         default_factory=lambda: {"dim": 10**6, "steps": 8, "repeats": 5}
     )
     scale: dict[str, Any] = field(
-        default_factory=lambda: {"n": 10_000, "d": 100, "k": 5, "p": 20, "tau": 5, "rounds": 3,
-                                 "repeats": 3, "memory_rounds": 2,
-                                 "storage": "covariances"})  # fmt: skip
+        default_factory=lambda: {
+            "n": 10_000,
+            "d": 100,
+            "k": 5,
+            "p": 20,
+            "tau": 5,
+            "rounds": 3,
+            "repeats": 3,
+            "memory_rounds": 2,
+            "storage": "covariances",
+        }
+    )
     goals: dict[str, float] = field(
-        default_factory=lambda: {"overhead": 1.05, "event_us": 10.0, "scale_time": 1.3,
-                                 "scale_memory": 1.2})  # fmt: skip
+        default_factory=lambda: {
+            "overhead": 1.05,
+            "event_us": 10.0,
+            "scale_time": 1.3,
+            "scale_memory": 1.2,
+        }
+    )
     is_quick: bool = False
 
     @classmethod
     def quick(cls) -> Settings:
         """Tiny sizes with the full structure (seconds)."""
         return cls(
-            overhead={"mnist": {"n": 4, "p": 300, "d": 64, "k": 2}, "digits": None, "tau": 3,
-                      "rounds": 3, "repeats": 2},
-            events={"clients": (50, 200), "dim": 10, "events": 2000, "workers": 20,
-                    "repeats": 1, "profile_events": 500},
+            overhead={
+                "mnist": {"n": 4, "p": 300, "d": 64, "k": 2},
+                "digits": None,
+                "tau": 3,
+                "rounds": 3,
+                "repeats": 2,
+            },
+            events={
+                "clients": (50, 200),
+                "dim": 10,
+                "events": 2000,
+                "workers": 20,
+                "repeats": 1,
+                "profile_events": 500,
+            },
             checkpoint={"dim": 10**4, "steps": 3, "repeats": 2},
-            scale={"n": 200, "d": 20, "k": 3, "p": 5, "tau": 2, "rounds": 2, "repeats": 1,
-                   "memory_rounds": 1, "storage": "covariances"},
+            scale={
+                "n": 200,
+                "d": 20,
+                "k": 3,
+                "p": 5,
+                "tau": 2,
+                "rounds": 2,
+                "repeats": 1,
+                "memory_rounds": 1,
+                "storage": "covariances",
+            },
             is_quick=True,
-        )  # fmt: skip
+        )
 
 
 # --------------------------------------------------------------------------------------- helpers
@@ -265,9 +299,9 @@ def _compare_rounds(
     problem: FederatedProblem, make: Callable[[], Any], x0: Any, rounds: int, repeats: int
 ) -> dict[str, Any]:
     """Engine against bare loop, interleaved; rounds 2.. of every run are the samples."""
-    samples: dict[str, list[float]] = {k: [] for k in
-                                       ("engine", "engine_wall", "bare", "bare_wall", "steps",
-                                        "setup", "oracle")}  # fmt: skip
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("engine", "engine_wall", "bare", "bare_wall", "steps", "setup", "oracle")
+    }
     same = True
     for rep in range(repeats):
         for peer in ("engine", "bare") if rep % 2 == 0 else ("bare", "engine"):
@@ -366,14 +400,21 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         rule = FedAsync() if spec["rule"] == "fedasync" else FedBuff(buffer_size=10)
         run = lambda: _event_run(trainer, rule, spec["events"], spec["workers"])  # noqa: E731
     built = _proc_status()
-    out |= {"rss_built": built["rss"], "peak_build": built["peak"],
-            "traced_built": tracemalloc.get_traced_memory()[0]}  # fmt: skip
+    out |= {
+        "rss_built": built["rss"],
+        "peak_build": built["peak"],
+        "traced_built": tracemalloc.get_traced_memory()[0],
+    }
     out["peak_reset"] = _reset_peak()
     tracemalloc.reset_peak()
     kept = run()
     current, peak = tracemalloc.get_traced_memory()
-    out |= {"peak_run": _proc_status()["peak"], "traced_peak": peak, "traced_after": current,
-            "top_allocations_after": _top_allocations(tracemalloc.take_snapshot())}  # fmt: skip
+    out |= {
+        "peak_run": _proc_status()["peak"],
+        "traced_peak": peak,
+        "traced_after": current,
+        "top_allocations_after": _top_allocations(tracemalloc.take_snapshot()),
+    }
     del kept
     return out
 
@@ -399,10 +440,18 @@ def bench_overhead(s: Settings) -> list[dict[str, Any]]:
         problem = build()
         eta = 1.0 / problem.smoothness
         x0 = initial_point(problem, 0)
-        cell = {"problem": label, "n": problem.n_clients, "p": max(problem.n_samples),
-                "d": problem.d, "k": problem.k, "tau": o["tau"], "eta": eta,
-                **_compare_rounds(problem, lambda eta=eta: RFedProj(eta, o["tau"]), x0,
-                                  o["rounds"], o["repeats"])}  # fmt: skip
+        cell = {
+            "problem": label,
+            "n": problem.n_clients,
+            "p": max(problem.n_samples),
+            "d": problem.d,
+            "k": problem.k,
+            "tau": o["tau"],
+            "eta": eta,
+            **_compare_rounds(
+                problem, lambda eta=eta: RFedProj(eta, o["tau"]), x0, o["rounds"], o["repeats"]
+            ),
+        }
         if label.startswith("mnist"):
             cell["goal"] = s.goals["overhead"]
             cell["met"] = bool(cell["ratio"] <= cell["goal"])
@@ -439,9 +488,16 @@ class ShiftTrainer:
 
 
 def _event_run(trainer: ShiftTrainer, rule: Any, events: int, workers: int) -> Any:
-    return run_async(trainer, rule, 10**12, workers=min(workers, trainer.n_clients),
-                     timing=ExponentialTime(1.0), eval_every=None, max_updates=events,
-                     seed=0)  # fmt: skip
+    return run_async(
+        trainer,
+        rule,
+        10**12,
+        workers=min(workers, trainer.n_clients),
+        timing=ExponentialTime(1.0),
+        eval_every=None,
+        max_updates=events,
+        seed=0,
+    )
 
 
 def _profile(fn: Callable[[], Any], limit: int = 16) -> list[dict[str, Any]]:
@@ -458,8 +514,14 @@ def _profile(fn: Callable[[], Any], limit: int = 16) -> list[dict[str, Any]]:
         if f"{os.sep}riemfl{os.sep}" not in path or name in ("run_steps", "run", "run_async"):
             continue
         where = f"{Path(path).parent.name}/{Path(path).name}:{line}({name})"
-        rows.append({"function": where, "calls": calls, "own_share": tottime / total,
-                     "cumulative_share": cumtime / total})  # fmt: skip
+        rows.append(
+            {
+                "function": where,
+                "calls": calls,
+                "own_share": tottime / total,
+                "cumulative_share": cumtime / total,
+            }
+        )
     rows.sort(key=lambda r: -r["cumulative_share"])
     return rows[:limit]
 
@@ -483,29 +545,52 @@ def bench_events(s: Settings) -> dict[str, Any]:
         for name in rules:
             us, setup_s = 1e6 * median(times[name]), median(setup[name])
             steady = us - 1e6 * setup_s / e["events"]
-            cells.append({"clients": n, "rule": name, "events": e["events"],
-                          "workers": min(e["workers"], n), "us_per_event": us,
-                          "setup_ms": 1e3 * setup_s, "steady_us_per_event": steady,
-                          "samples_us": [1e6 * t for t in times[name]],
-                          "goal_us": s.goals["event_us"],
-                          "met": bool(us <= s.goals["event_us"])})  # fmt: skip
+            cells.append(
+                {
+                    "clients": n,
+                    "rule": name,
+                    "events": e["events"],
+                    "workers": min(e["workers"], n),
+                    "us_per_event": us,
+                    "setup_ms": 1e3 * setup_s,
+                    "steady_us_per_event": steady,
+                    "samples_us": [1e6 * t for t in times[name]],
+                    "goal_us": s.goals["event_us"],
+                    "met": bool(us <= s.goals["event_us"]),
+                }
+            )
     memory = []
     for n in e["clients"]:
-        spec = {"part": "events", "clients": n, "dim": e["dim"], "rule": "fedasync",
-                "events": e["events"], "workers": e["workers"]}  # fmt: skip
+        spec = {
+            "part": "events",
+            "clients": n,
+            "dim": e["dim"],
+            "rule": "fedasync",
+            "events": e["events"],
+            "workers": e["workers"],
+        }
         child = _run_child(spec)
-        memory.append({**spec, **child, "run_rss_bytes": child["peak_run"] - child["rss_built"],
-                       "traced_bytes_per_event": child["traced_peak"] / e["events"]})  # fmt: skip
+        memory.append(
+            {
+                **spec,
+                **child,
+                "run_rss_bytes": child["peak_run"] - child["rss_built"],
+                "traced_bytes_per_event": child["traced_peak"] / e["events"],
+            }
+        )
     out: dict[str, Any] = {"cells": cells, "memory": memory}
     worst = max(cells, key=lambda c: c["us_per_event"])
     if not worst["met"]:
         trainer = ShiftTrainer(worst["clients"], e["dim"])
         rule = rules[worst["rule"]]
         out["profile"] = {
-            "clients": worst["clients"], "rule": worst["rule"], "events": e["profile_events"],
-            "functions": _profile(lambda: _event_run(trainer, rule(), e["profile_events"],
-                                                     e["workers"])),
-        }  # fmt: skip
+            "clients": worst["clients"],
+            "rule": worst["rule"],
+            "events": e["profile_events"],
+            "functions": _profile(
+                lambda: _event_run(trainer, rule(), e["profile_events"], e["workers"])
+            ),
+        }
     return out
 
 
@@ -549,17 +634,31 @@ def bench_checkpoint(s: Settings, folder: Path) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             load_checkpoint(path)
             reads.append(time.perf_counter() - t0)
-    cells = [{"what": "save_checkpoint({'x': 10^6 float64})", "write_ms": 1e3 * median(writes),
-              "read_ms": 1e3 * median(reads), "file_bytes": path.stat().st_size,
-              "samples_ms": [1e3 * t for t in writes]}]  # fmt: skip
+    cells = [
+        {
+            "what": "save_checkpoint({'x': 10^6 float64})",
+            "write_ms": 1e3 * median(writes),
+            "read_ms": 1e3 * median(reads),
+            "file_bytes": path.stat().st_size,
+            "samples_ms": [1e3 * t for t in writes],
+        }
+    ]
     trainer, problem = ShiftTrainer(4, dim), HalfSquareProblem(dim)
     runs = {
         "run_async (FedAsync, 1 worker)": lambda p: run_async(
-            trainer, FedAsync(), steps, workers=1, eval_every=None, checkpoint=p,
-            checkpoint_every=1, x0=x),
+            trainer,
+            FedAsync(),
+            steps,
+            workers=1,
+            eval_every=None,
+            checkpoint=p,
+            checkpoint_every=1,
+            x0=x,
+        ),
         "run_sync (RFedAvg, no client state)": lambda p: run_sync(
-            problem, RFedAvg(0.1, 1), steps, x0=x, checkpoint=p, checkpoint_every=1),
-    }  # fmt: skip
+            problem, RFedAvg(0.1, 1), steps, x0=x, checkpoint=p, checkpoint_every=1
+        ),
+    }
     for label, run in runs.items():
         with_ckpt, without = [], []
         target = folder / "run.rfl"
@@ -568,10 +667,16 @@ def bench_checkpoint(s: Settings, folder: Path) -> list[dict[str, Any]]:
             for p in order:
                 (with_ckpt if p is not None else without).append(_time_run(run, p))
         per_step = (median(with_ckpt) - median(without)) / steps
-        cells.append({"what": label, "write_ms": 1e3 * per_step,
-                      "step_ms_with": 1e3 * median(with_ckpt) / steps,
-                      "step_ms_without": 1e3 * median(without) / steps,
-                      "file_bytes": target.stat().st_size, "steps": steps})  # fmt: skip
+        cells.append(
+            {
+                "what": label,
+                "write_ms": 1e3 * per_step,
+                "step_ms_with": 1e3 * median(with_ckpt) / steps,
+                "step_ms_without": 1e3 * median(without) / steps,
+                "file_bytes": target.stat().st_size,
+                "steps": steps,
+            }
+        )
     return cells
 
 
@@ -588,12 +693,15 @@ def bench_scale(s: Settings) -> dict[str, Any]:
     problem = _scale_problem(c)
     eta = 1.0 / problem.smoothness
     x0 = initial_point(problem, 0)
-    timing = _compare_rounds(problem, lambda: RFedProj(eta, c["tau"]), x0, c["rounds"],
-                             c["repeats"])  # fmt: skip
+    timing = _compare_rounds(
+        problem, lambda: RFedProj(eta, c["tau"]), x0, c["rounds"], c["repeats"]
+    )
     del problem
     gc.collect()
-    memory = {peer: _run_child({"part": "scale", "peer": peer, "config": c})
-              for peer in ("baseline", "engine", "bare")}  # fmt: skip
+    memory = {
+        peer: _run_child({"part": "scale", "peer": peer, "config": c})
+        for peer in ("baseline", "engine", "bare")
+    }
     data = memory["engine"]["data_bytes"]
     engine, bare, base = memory["engine"], memory["bare"], memory["baseline"]
     ratio = engine["peak_run"] / data
@@ -685,49 +793,151 @@ def _mb(n: float) -> str:
 
 def format_tables(result: dict[str, Any]) -> str:
     """The four parts as fixed-width tables."""
-    rows = [[c["problem"], f"{c['n']}x{c['p']}x{c['d']}, k={c['k']}", c["tau"],
-             f"{c['engine_round_ms']:.2f}", f"{c['bare_round_ms']:.2f}", f"{c['ratio']:.3f}",
-             f"{c['ratio_wall']:.3f}", f"{c['ratio_steps']:.3f}",
-             f"{c['metrics_and_bookkeeping_ms']:.2f}", f"{c['setup_ms']:.0f}",
-             "yes" if c["same_final_point"] else "NO",
-             f"<= {c['goal']}" if "goal" in c else "", verdict(c.get("met"))]
-            for c in result["overhead"]]  # fmt: skip
-    head = ["problem", "size", "tau", "engine ms", "bare ms", "ratio", "wall", "steps only",
-            "metrics ms", "setup ms", "same x", "goal", "met?"]  # fmt: skip
+    rows = [
+        [
+            c["problem"],
+            f"{c['n']}x{c['p']}x{c['d']}, k={c['k']}",
+            c["tau"],
+            f"{c['engine_round_ms']:.2f}",
+            f"{c['bare_round_ms']:.2f}",
+            f"{c['ratio']:.3f}",
+            f"{c['ratio_wall']:.3f}",
+            f"{c['ratio_steps']:.3f}",
+            f"{c['metrics_and_bookkeeping_ms']:.2f}",
+            f"{c['setup_ms']:.0f}",
+            "yes" if c["same_final_point"] else "NO",
+            f"<= {c['goal']}" if "goal" in c else "",
+            verdict(c.get("met")),
+        ]
+        for c in result["overhead"]
+    ]
+    head = [
+        "problem",
+        "size",
+        "tau",
+        "engine ms",
+        "bare ms",
+        "ratio",
+        "wall",
+        "steps only",
+        "metrics ms",
+        "setup ms",
+        "same x",
+        "goal",
+        "met?",
+    ]
     parts = [table(head, rows, left=(0, 1, 11, 12))]
     ev = result["events"]
-    rows = [[c["clients"], c["rule"], c["events"], c["workers"], f"{c['us_per_event']:.2f}",
-             f"{c['setup_ms']:.1f}", f"{c['steady_us_per_event']:.2f}", f"<= {c['goal_us']:g}",
-             verdict(c["met"])] for c in ev["cells"]]  # fmt: skip
-    parts.append(table(["clients", "rule", "events", "workers", "us/event", "setup ms",
-                        "us/event after setup", "goal", "met?"], rows, left=(1, 7, 8)))  # fmt: skip
-    rows = [[m["clients"], m["rule"], m["events"], _mb(m["rss_built"]), _mb(m["peak_run"]),
-             _mb(m["run_rss_bytes"]), _mb(m["traced_peak"]), f"{m['traced_bytes_per_event']:.0f}"]
-            for m in ev["memory"]]  # fmt: skip
-    parts.append(table(["clients", "rule", "events", "RSS before MB", "peak RSS MB",
-                        "run's RSS MB", "traced peak MB", "traced B/event"], rows,
-                       left=(1,)))  # fmt: skip
+    rows = [
+        [
+            c["clients"],
+            c["rule"],
+            c["events"],
+            c["workers"],
+            f"{c['us_per_event']:.2f}",
+            f"{c['setup_ms']:.1f}",
+            f"{c['steady_us_per_event']:.2f}",
+            f"<= {c['goal_us']:g}",
+            verdict(c["met"]),
+        ]
+        for c in ev["cells"]
+    ]
+    parts.append(
+        table(
+            [
+                "clients",
+                "rule",
+                "events",
+                "workers",
+                "us/event",
+                "setup ms",
+                "us/event after setup",
+                "goal",
+                "met?",
+            ],
+            rows,
+            left=(1, 7, 8),
+        )
+    )
+    rows = [
+        [
+            m["clients"],
+            m["rule"],
+            m["events"],
+            _mb(m["rss_built"]),
+            _mb(m["peak_run"]),
+            _mb(m["run_rss_bytes"]),
+            _mb(m["traced_peak"]),
+            f"{m['traced_bytes_per_event']:.0f}",
+        ]
+        for m in ev["memory"]
+    ]
+    parts.append(
+        table(
+            [
+                "clients",
+                "rule",
+                "events",
+                "RSS before MB",
+                "peak RSS MB",
+                "run's RSS MB",
+                "traced peak MB",
+                "traced B/event",
+            ],
+            rows,
+            left=(1,),
+        )
+    )
     if "profile" in ev:
         p = ev["profile"]
-        rows = [[f["function"], f["calls"], f"{100 * f['own_share']:.1f}",
-                 f"{100 * f['cumulative_share']:.1f}"] for f in p["functions"]]  # fmt: skip
-        parts.append(f"cProfile of {p['rule']}, {p['clients']} clients, {p['events']} events "
-                     "(riemfl's functions by cumulative share):\n"
-                     + table(["function", "calls", "own %", "cumulative %"], rows))  # fmt: skip
-    rows = [[c["what"], f"{c['write_ms']:.1f}", _mb(c["file_bytes"]),
-             f"{c['read_ms']:.1f}" if "read_ms" in c else "",
-             f"{c['step_ms_with']:.1f} / {c['step_ms_without']:.1f}" if "steps" in c else ""]
-            for c in result["checkpoint"]]  # fmt: skip
-    parts.append(table(["checkpoint of 10^6 float64", "write ms", "file MB", "read ms",
-                        "step ms with / without"], rows))  # fmt: skip
+        rows = [
+            [
+                f["function"],
+                f["calls"],
+                f"{100 * f['own_share']:.1f}",
+                f"{100 * f['cumulative_share']:.1f}",
+            ]
+            for f in p["functions"]
+        ]
+        parts.append(
+            f"cProfile of {p['rule']}, {p['clients']} clients, {p['events']} events "
+            "(riemfl's functions by cumulative share):\n"
+            + table(["function", "calls", "own %", "cumulative %"], rows)
+        )
+    rows = [
+        [
+            c["what"],
+            f"{c['write_ms']:.1f}",
+            _mb(c["file_bytes"]),
+            f"{c['read_ms']:.1f}" if "read_ms" in c else "",
+            f"{c['step_ms_with']:.1f} / {c['step_ms_without']:.1f}" if "steps" in c else "",
+        ]
+        for c in result["checkpoint"]
+    ]
+    parts.append(
+        table(
+            [
+                "checkpoint of 10^6 float64",
+                "write ms",
+                "file MB",
+                "read ms",
+                "step ms with / without",
+            ],
+            rows,
+        )
+    )
     sc = result["scale"]
     t, cfg = sc["timing"], sc["config"]
     rows = [
         ["config", f"n={cfg['n']} d={cfg['d']} k={cfg['k']} p={cfg['p']} tau={cfg['tau']}"],
-        ["engine s/round (CPU, wall)", f"{t['engine_round_ms'] / 1e3:.3f}, "
-                                       f"{t['engine_round_wall_ms'] / 1e3:.3f}"],
-        ["bare loop s/round (CPU, wall)", f"{t['bare_round_ms'] / 1e3:.3f}, "
-                                          f"{t['bare_round_wall_ms'] / 1e3:.3f}"],
+        [
+            "engine s/round (CPU, wall)",
+            f"{t['engine_round_ms'] / 1e3:.3f}, {t['engine_round_wall_ms'] / 1e3:.3f}",
+        ],
+        [
+            "bare loop s/round (CPU, wall)",
+            f"{t['bare_round_ms'] / 1e3:.3f}, {t['bare_round_wall_ms'] / 1e3:.3f}",
+        ],
         ["gradient oracle only s/round", f"{t['oracle_ms'] / 1e3:.3f}"],
         ["engine / bare (goal <= 1.3)", f"{t['ratio']:.3f}: {verdict(sc['time_met'])}"],
         ["engine / oracle only", f"{t['ratio_to_oracle']:.3f}"],
@@ -743,7 +953,7 @@ def format_tables(result: dict[str, Any]) -> str:
         ["(peak - import RSS) / data", f"{sc['memory_ratio_without_interpreter']:.2f}"],
         ["(peak - baseline) / data", f"{sc['engine_extra_over_baseline']:.2f}"],
         ["(peak engine - peak bare) / data", f"{sc['engine_extra_over_bare']:.2f}"],
-    ]  # fmt: skip
+    ]
     parts.append(table(["scale", "value"], rows, left=(0, 1)))
     g = result["goals"]
     parts.append(f"goals met: {g['met']}/{g['checked']}; total {result['total_s']:.1f} s")
@@ -756,9 +966,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cli.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
     cli.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
     cli.add_argument(
-        "--scale-storage", choices=("covariances", "rows"), default="covariances",
+        "--scale-storage",
+        choices=("covariances", "rows"),
+        default="covariances",
         help="what the 10^4-client kPCA problem keeps (KPCAProblem's storage)",
-    )  # fmt: skip
+    )
     cli.add_argument("--child", help=argparse.SUPPRESS)  # a memory measurement (internal)
     opts = cli.parse_args(argv)
     if opts.child:

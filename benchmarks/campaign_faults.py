@@ -169,9 +169,16 @@ class Settings:
     @classmethod
     def quick(cls) -> Settings:
         """Tiny runs with the full structure (seconds per part)."""
-        kills = {**cls().kills, "min_kills": 2, "delay": (0.3, 0.9), "max_attempts": 30,
-                 "max_chains": 6, "timeout_s": 120.0, "sync": {"rounds": 30, "checkpoint_every": 3},
-                 "async": {"rounds": 20, "checkpoint_every": 2}}  # fmt: skip
+        kills = {
+            **cls().kills,
+            "min_kills": 2,
+            "delay": (0.3, 0.9),
+            "max_attempts": 30,
+            "max_chains": 6,
+            "timeout_s": 120.0,
+            "sync": {"rounds": 30, "checkpoint_every": 3},
+            "async": {"rounds": 20, "checkpoint_every": 2},
+        }
         return cls(
             kills=kills,
             flips={"sync": 12, "async": 6, "rounds": 8, "per_region": 1},
@@ -184,10 +191,20 @@ class Settings:
 def cli_command(engine: str, rounds: int, every: int) -> list[str]:
     """The ``riemfl run`` command of ``engine`` (run in the chain's folder: ``--out run``)."""
     return [
-        sys.executable, "-m", "riemfl", "run", "kpca-synthetic", *ENGINE_ARGS[engine],
-        "--rounds", str(rounds), "--checkpoint-every", str(every), "--no-progress",
-        "--out", RUN_DIR,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "riemfl",
+        "run",
+        "kpca-synthetic",
+        *ENGINE_ARGS[engine],
+        "--rounds",
+        str(rounds),
+        "--checkpoint-every",
+        str(every),
+        "--no-progress",
+        "--out",
+        RUN_DIR,
+    ]
 
 
 def _start_and_maybe_kill(
@@ -200,8 +217,7 @@ def _start_and_maybe_kill(
     """
     with open(cwd / "attempts.log", "ab") as log:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env())  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
         killed = timed_out = False
         try:
             rc = proc.wait(timeout=timeout if delay is None else delay)
@@ -209,8 +225,7 @@ def _start_and_maybe_kill(
             proc.send_signal(signal.SIGKILL)
             rc = proc.wait(timeout=60)
             killed, timed_out = delay is not None, delay is None
-    return {"killed": killed, "timed_out": timed_out, "rc": rc,
-            "wall_s": time.perf_counter() - t0}  # fmt: skip
+    return {"killed": killed, "timed_out": timed_out, "rc": rc, "wall_s": time.perf_counter() - t0}
 
 
 def _temporaries(folder: Path) -> list[str]:
@@ -270,9 +285,13 @@ def _outcome(folder: Path, engine: str, ref: dict[str, Any]) -> dict[str, Any]:
     same_history = history.same_results(ref["history"])
     same_point = point.tobytes() == ref["point"].tobytes()
     same_state = same_tree(payload["state"], ref["payload"]["state"])
-    return {"same_history": same_history, "same_final_point": same_point,
-            "same_state": same_state, "identical": same_history and same_point and same_state,
-            "final_step": int(payload["step"])}  # fmt: skip
+    return {
+        "same_history": same_history,
+        "same_final_point": same_point,
+        "same_state": same_state,
+        "identical": same_history and same_point and same_state,
+        "final_step": int(payload["step"]),
+    }
 
 
 def _chain(
@@ -308,8 +327,12 @@ def _chain(
             tail = (folder / "attempts.log").read_text(errors="replace")[-600:]
             lost = f"exit status {a['rc']}: {tail}"
         break
-    return {"folder": folder.name, "attempts": attempts, "lost": lost,
-            "tmp_left": _temporaries(path.parent) if path.parent.exists() else []}  # fmt: skip
+    return {
+        "folder": folder.name,
+        "attempts": attempts,
+        "lost": lost,
+        "tmp_left": _temporaries(path.parent) if path.parent.exists() else [],
+    }
 
 
 def kill_campaign(engine: str, s: Settings, work: Path, rng: np.random.Generator) -> dict[str, Any]:
@@ -322,15 +345,22 @@ def kill_campaign(engine: str, s: Settings, work: Path, rng: np.random.Generator
         log = (work / "reference" / "attempts.log").read_text(errors="replace")[-800:]
         raise RuntimeError(f"the {engine} reference run failed ({reference}): {log}")
     payload = _read_checkpoint(work / "reference" / RUN_DIR / CHECKPOINT)
-    ref = {"history": History.from_json(work / "reference" / RUN_DIR / "history.json"),
-           "payload": payload, "point": final_point(payload, engine)}  # fmt: skip
+    ref = {
+        "history": History.from_json(work / "reference" / RUN_DIR / "history.json"),
+        "payload": payload,
+        "point": final_point(payload, engine),
+    }
     t_ref = reference["wall_s"]
     lo, hi = s.kills["delay"]
     kills, chains = 0, []
     while kills < s.kills["min_kills"] and len(chains) < s.kills["max_chains"]:
-        chain = _chain(cmd, work / f"chain{len(chains):02d}",
-                       lambda: float(rng.uniform(lo, hi) * t_ref),
-                       s.kills["min_kills"] - kills, s)  # fmt: skip
+        chain = _chain(
+            cmd,
+            work / f"chain{len(chains):02d}",
+            lambda: float(rng.uniform(lo, hi) * t_ref),
+            s.kills["min_kills"] - kills,
+            s,
+        )
         kills += sum(a["killed"] for a in chain["attempts"])
         if chain["lost"] is None:
             chain |= _outcome(work / chain["folder"], engine, ref)
@@ -379,20 +409,32 @@ def _flip_runner(engine: str, every: int) -> Callable[..., History]:
     (async: evaluating) every ``every`` steps."""
     problem = _flip_problem()
     if engine == "sync":
-        return lambda rounds, **kw: run_sync(problem, RFedProj(4e-3, 5), rounds, seed=2,
-                                             batch_size=5, clients_per_round=6, **kw)  # fmt: skip
+        return lambda rounds, **kw: run_sync(
+            problem, RFedProj(4e-3, 5), rounds, seed=2, batch_size=5, clients_per_round=6, **kw
+        )
     trainer = ProblemTrainer(problem, 4e-3, 5, batch_size=5)
-    return lambda rounds, **kw: run_async(trainer, FedBuff(buffer_size=4), rounds, seed=2,
-                                          timing=ExponentialTime(1.0), eval_every=every,
-                                          **kw)  # fmt: skip
+    return lambda rounds, **kw: run_async(
+        trainer,
+        FedBuff(buffer_size=4),
+        rounds,
+        seed=2,
+        timing=ExponentialTime(1.0),
+        eval_every=every,
+        **kw,
+    )
 
 
 def _regions(data: bytes) -> list[tuple[str, int]]:
     """(region, end offset) of a checkpoint: magic line, digest, header length, header, arrays."""
     magic = data.index(b"\n") + 1
     length = int.from_bytes(data[magic + 32 : magic + 40], "little")
-    return [("magic", magic), ("digest", magic + 32), ("header_length", magic + 40),
-            ("header", magic + 40 + length), ("arrays", len(data))]  # fmt: skip
+    return [
+        ("magic", magic),
+        ("digest", magic + 32),
+        ("header_length", magic + 40),
+        ("header", magic + 40 + length),
+        ("arrays", len(data)),
+    ]
 
 
 def flip_positions(
@@ -401,11 +443,17 @@ def flip_positions(
     """``per_region`` positions drawn in each region, the others one in each of equal slices of
     the whole file (sorted)."""
     starts = [0] + [end for _, end in regions[:-1]]
-    targeted = [int(rng.integers(a, b)) for a, (_, b) in zip(starts, regions, strict=True)
-                for _ in range(per_region) if b > a]  # fmt: skip
+    targeted = [
+        int(rng.integers(a, b))
+        for a, (_, b) in zip(starts, regions, strict=True)
+        for _ in range(per_region)
+        if b > a
+    ]
     m, size = n - len(targeted), regions[-1][1]
-    spread = [int(rng.integers(j * size // m, max((j + 1) * size // m, j * size // m + 1)))
-              for j in range(m)]  # fmt: skip
+    spread = [
+        int(rng.integers(j * size // m, max((j + 1) * size // m, j * size // m + 1)))
+        for j in range(m)
+    ]
     return sorted(targeted + spread)
 
 
@@ -446,9 +494,15 @@ def flip_campaign(engine: str, s: Settings, work: Path, rng: np.random.Generator
         outcomes[entry["outcome"]] += 1
         by_region[region][entry["outcome"]] += 1
         flips.append(entry)
-    return {"file_bytes": len(pristine), "flips": n, **outcomes,
-            "control_resume_ok": bool(control_ok), "regions": dict(regions),
-            "by_region": by_region, "detail": flips}  # fmt: skip
+    return {
+        "file_bytes": len(pristine),
+        "flips": n,
+        **outcomes,
+        "control_resume_ok": bool(control_ok),
+        "regions": dict(regions),
+        "by_region": by_region,
+        "detail": flips,
+    }
 
 
 # --------------------------------------------------------------------------------------- faults
@@ -564,8 +618,9 @@ def _faulty_floral_trainer(kind: str, schedule: np.ndarray):
     task = synthetic_linear(seed=0)
     torch.manual_seed(0)
     model = floralize(nn.Sequential(nn.Linear(10, 3)), 2, rank=1, routing="fixed", seed=0)
-    trainer = FaultyFloral(model, task.clients, loss="mse", lr=0.1, batch_size=4,
-                           clusters=task.clusters)  # fmt: skip
+    trainer = FaultyFloral(
+        model, task.clients, loss="mse", lr=0.1, batch_size=4, clusters=task.clusters
+    )
     trainer._calls = 0
     return trainer
 
@@ -584,9 +639,12 @@ def _judge_rounds(h: History, schedule: np.ndarray, kind: str) -> dict[str, int]
     injected = {(int(r), int(i)) for r, i in zip(*np.nonzero(schedule), strict=True)}
     recorded = {(w["round"], w["client"]) for w in h.warnings if KINDS[kind] in w["reason"]}
     dropped = {(w["round"], w["client"]) for w in h.warnings}
-    return {"survived": len(injected & recorded), "missed": len(injected - dropped),
-            "wrong_reason": len((injected & dropped) - recorded),
-            "unexpected_drops": len(dropped - injected)}  # fmt: skip
+    return {
+        "survived": len(injected & recorded),
+        "missed": len(injected - dropped),
+        "wrong_reason": len((injected & dropped) - recorded),
+        "unexpected_drops": len(dropped - injected),
+    }
 
 
 def _judge_arrivals(h: History, trainer: FaultyTrainer, kind: str) -> dict[str, int]:
@@ -601,8 +659,12 @@ def _judge_arrivals(h: History, trainer: FaultyTrainer, kind: str) -> dict[str, 
             wrong += 1
         else:
             survived += 1
-    return {"survived": survived, "missed": missed, "wrong_reason": wrong,
-            "unexpected_drops": max(0, len(h.warnings) - len(trainer.injected))}  # fmt: skip
+    return {
+        "survived": survived,
+        "missed": missed,
+        "wrong_reason": wrong,
+        "unexpected_drops": max(0, len(h.warnings) - len(trainer.injected)),
+    }
 
 
 def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, Any]:
@@ -612,15 +674,25 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
     problem = KPCAProblem.synthetic(seed=seed)  # the paper's 30 clients on St(20, 5)
     if engine == "sync":
         schedule = _schedule(rng, f["sync_rounds"], problem.n_clients, f["rate"])
-        run = lambda: run_sync(problem, FaultyRFedProj(4e-3, 5, kind, schedule),  # noqa: E731
-                               f["sync_rounds"], seed=seed)  # fmt: skip
+        run = lambda: run_sync(  # noqa: E731
+            problem,
+            FaultyRFedProj(4e-3, 5, kind, schedule),
+            f["sync_rounds"],
+            seed=seed,
+        )
         judge = lambda h: _judge_rounds(h, schedule, kind)  # noqa: E731
         injected = int(schedule.sum())
     elif engine == "async":
         trainer = FaultyTrainer(ProblemTrainer(problem, 4e-3, 5), kind, f["rate"], seed)
-        run = lambda: run_async(trainer, FedBuff(buffer_size=f["buffer"]),  # noqa: E731
-                                f["async_steps"], seed=seed, max_failures=None,
-                                timing=ExponentialTime(1.0), eval_every=5)  # fmt: skip
+        run = lambda: run_async(  # noqa: E731
+            trainer,
+            FedBuff(buffer_size=f["buffer"]),
+            f["async_steps"],
+            seed=seed,
+            max_failures=None,
+            timing=ExponentialTime(1.0),
+            eval_every=5,
+        )
         judge = lambda h: _judge_arrivals(h, trainer, kind)  # noqa: E731
         injected = None  # known after the run
     else:
@@ -641,8 +713,14 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
         injected = len(trainer.injected)
     out: dict[str, Any] = {"kind": kind, "seed": seed, "injected": injected}
     if history is None:
-        return out | {"lost": True, "error": error, "survived": 0, "missed": 0,
-                      "wrong_reason": 0, "unexpected_drops": 0}  # fmt: skip
+        return out | {
+            "lost": True,
+            "error": error,
+            "survived": 0,
+            "missed": 0,
+            "wrong_reason": 0,
+            "unexpected_drops": 0,
+        }
     finite = bool(np.isfinite(history.final_point).all() and np.isrealobj(history.final_point))
     return out | {"lost": False, "final_point_finite_real": finite, **judge(history)}
 
@@ -650,8 +728,10 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
 def fault_campaign(engine: str, s: Settings) -> dict[str, Any]:
     """Every fault kind injected into runs of ``engine`` (``sync``, ``async`` or ``floral``)."""
     runs = [_one_fault_run(engine, kind, s, s.seed + j) for j, kind in enumerate(KINDS)]
-    totals = {key: sum(r[key] for r in runs) for key in
-              ("injected", "survived", "missed", "wrong_reason", "unexpected_drops")}  # fmt: skip
+    totals = {
+        key: sum(r[key] for r in runs)
+        for key in ("injected", "survived", "missed", "wrong_reason", "unexpected_drops")
+    }
     return {"runs": runs, **totals, "runs_lost": sum(r["lost"] for r in runs)}
 
 
@@ -694,9 +774,12 @@ def _goals(result: dict[str, Any]) -> dict[str, Any]:
     goals = {}
     for engine, k in result["kills"].items():
         goals[f"kills/{engine}"] = bool(
-            k["runs_lost"] == 0 and k["silent_wrong_resumes"] == 0 and not k["tmp_left"]
-            and k["bit_identical_finals"] == k["chains"] and k["corrupt_after_kill"] == 0
-        )  # fmt: skip
+            k["runs_lost"] == 0
+            and k["silent_wrong_resumes"] == 0
+            and not k["tmp_left"]
+            and k["bit_identical_finals"] == k["chains"]
+            and k["corrupt_after_kill"] == 0
+        )
     for engine, f in result["flips"].items():
         goals[f"flips/{engine}"] = bool(f["refused"] == f["flips"] and f["control_resume_ok"])
     for engine, f in result["faults"].items():
@@ -716,37 +799,107 @@ def format_tables(result: dict[str, Any]) -> str:
     goals = result["goals"]["parts"]
     rows = []
     for engine, k in result["kills"].items():
-        rows.append([
-            engine, f"{k['rounds']}/{k['checkpoint_every']}", f"{k['reference_wall_s']:.1f}",
-            k["kills"], k["kills_during_checkpoint_write"], k["kills_before_first_checkpoint"],
-            k["distinct_kill_steps"], k["resumes"],
-            _percent(k["bit_identical_finals"], k["chains"]), k["silent_wrong_resumes"],
-            k["runs_lost"], len(k["tmp_left"]),
-            "yes" if goals[f"kills/{engine}"] else "NO",
-        ])  # fmt: skip
-    head = ["engine", "R/k", "ref s", "kills", "in write", "before ckpt", "kill steps",
-            "resumes", "identical finals", "silent wrong", "lost", "tmp left", "goal"]  # fmt: skip
+        rows.append(
+            [
+                engine,
+                f"{k['rounds']}/{k['checkpoint_every']}",
+                f"{k['reference_wall_s']:.1f}",
+                k["kills"],
+                k["kills_during_checkpoint_write"],
+                k["kills_before_first_checkpoint"],
+                k["distinct_kill_steps"],
+                k["resumes"],
+                _percent(k["bit_identical_finals"], k["chains"]),
+                k["silent_wrong_resumes"],
+                k["runs_lost"],
+                len(k["tmp_left"]),
+                "yes" if goals[f"kills/{engine}"] else "NO",
+            ]
+        )
+    head = [
+        "engine",
+        "R/k",
+        "ref s",
+        "kills",
+        "in write",
+        "before ckpt",
+        "kill steps",
+        "resumes",
+        "identical finals",
+        "silent wrong",
+        "lost",
+        "tmp left",
+        "goal",
+    ]
     kills = table(head, rows)
     rows = []
     for engine, f in result["flips"].items():
         regions = ", ".join(f"{name} {sum(c.values())}" for name, c in f["by_region"].items())
-        rows.append([engine, f["file_bytes"], f["flips"], f["refused"], f["resumed_silently"],
-                     f["other_exception"], "yes" if f["control_resume_ok"] else "NO", regions,
-                     "yes" if goals[f"flips/{engine}"] else "NO"])  # fmt: skip
-    head = ["engine", "bytes", "flips", "refused", "silent", "other", "control", "flips by region",
-            "goal"]  # fmt: skip
+        rows.append(
+            [
+                engine,
+                f["file_bytes"],
+                f["flips"],
+                f["refused"],
+                f["resumed_silently"],
+                f["other_exception"],
+                "yes" if f["control_resume_ok"] else "NO",
+                regions,
+                "yes" if goals[f"flips/{engine}"] else "NO",
+            ]
+        )
+    head = [
+        "engine",
+        "bytes",
+        "flips",
+        "refused",
+        "silent",
+        "other",
+        "control",
+        "flips by region",
+        "goal",
+    ]
     flips = table(head, rows, left=(0, 7))
     rows = []
     for engine, f in result["faults"].items():
         for r in f["runs"]:
-            rows.append([engine, r["kind"], r["injected"], r["survived"], r["missed"],
-                         r["wrong_reason"], r["unexpected_drops"], "LOST" if r["lost"] else "",
-                         (r.get("error") or "")[:70]])  # fmt: skip
-        rows.append([engine, "all", f["injected"], _percent(f["survived"], f["injected"]),
-                     f["missed"], f["wrong_reason"], f["unexpected_drops"], f["runs_lost"],
-                     "goal met" if goals[f"faults/{engine}"] else "goal NOT met"])  # fmt: skip
-    head = ["engine", "kind", "injected", "survived", "missed", "wrong reason", "unexpected",
-            "lost", "error"]  # fmt: skip
+            rows.append(
+                [
+                    engine,
+                    r["kind"],
+                    r["injected"],
+                    r["survived"],
+                    r["missed"],
+                    r["wrong_reason"],
+                    r["unexpected_drops"],
+                    "LOST" if r["lost"] else "",
+                    (r.get("error") or "")[:70],
+                ]
+            )
+        rows.append(
+            [
+                engine,
+                "all",
+                f["injected"],
+                _percent(f["survived"], f["injected"]),
+                f["missed"],
+                f["wrong_reason"],
+                f["unexpected_drops"],
+                f["runs_lost"],
+                "goal met" if goals[f"faults/{engine}"] else "goal NOT met",
+            ]
+        )
+    head = [
+        "engine",
+        "kind",
+        "injected",
+        "survived",
+        "missed",
+        "wrong reason",
+        "unexpected",
+        "lost",
+        "error",
+    ]
     faults = table(head, rows, left=(0, 1, 8))
     return f"{kills}\n\n{flips}\n\n{faults}"
 

@@ -69,10 +69,20 @@ def draw(control_points: np.ndarray, out: Path) -> None:
     fig.colorbar(contours, ax=ax, label="log(1 + loss - min loss)")
     line = np.asarray(BezierCurve(straight)(ts))
     learned = np.asarray(BezierCurve(control_points)(ts))
-    ax.plot(line[:, 0], line[:, 1], "w--", lw=2,
-            label=f"straight segment (max loss {max_loss_along(straight):.2f})")  # fmt: skip
-    ax.plot(learned[:, 0], learned[:, 1], "r-", lw=2.5,
-            label=f"learned quadratic (max loss {max_loss_along(control_points):.2f})")  # fmt: skip
+    ax.plot(
+        line[:, 0],
+        line[:, 1],
+        "w--",
+        lw=2,
+        label=f"straight segment (max loss {max_loss_along(straight):.2f})",
+    )
+    ax.plot(
+        learned[:, 0],
+        learned[:, 1],
+        "r-",
+        lw=2.5,
+        label=f"learned quadratic (max loss {max_loss_along(control_points):.2f})",
+    )
     ax.plot(
         control_points[:, 0], control_points[:, 1], "o:", color="orange", label="control points"
     )
@@ -92,8 +102,10 @@ def main(argv: list[str] | None = None) -> Path:
     control_points, history = learn(steps=args.steps)
     draw(control_points, args.out)
     print(f"middle control point {control_points[1]}, final expected loss {history[-1]:.4f}")
-    print(f"max loss: straight {max_loss_along(np.array([START, [0, 0], END])):.3f}, "
-          f"learned {max_loss_along(control_points):.3f}; wrote {args.out}")  # fmt: skip
+    print(
+        f"max loss: straight {max_loss_along(np.array([START, [0, 0], END])):.3f}, "
+        f"learned {max_loss_along(control_points):.3f}; wrote {args.out}"
+    )
     return args.out
 
 

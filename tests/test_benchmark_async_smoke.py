@@ -22,8 +22,11 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     result = bench.main(["--quick", "--out", str(out)])
     assert json.loads(out.read_text())["quick"] is True
     assert {(r["clients"], r["rule"]) for r in result["events"]} == {
-        (100, "fedasync"), (100, "fedbuff"), (1000, "fedasync"), (1000, "fedbuff"),
-    }  # fmt: skip
+        (100, "fedasync"),
+        (100, "fedbuff"),
+        (1000, "fedasync"),
+        (1000, "fedbuff"),
+    }
     for row in result["events"]:
         assert math.isfinite(row["us_per_event"]) and row["us_per_event"] > 0
         assert row["met"] == (row["us_per_event"] <= row["goal_us"])

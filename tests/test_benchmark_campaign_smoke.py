@@ -89,8 +89,13 @@ def test_corrupt_changes_only_what_its_kind_says(campaign, kind):
 
 
 def test_flip_positions_cover_every_region(campaign):
-    regions = [("magic", 21), ("digest", 53), ("header_length", 61), ("header", 400),
-               ("arrays", 5000)]  # fmt: skip
+    regions = [
+        ("magic", 21),
+        ("digest", 53),
+        ("header_length", 61),
+        ("header", 400),
+        ("arrays", 5000),
+    ]
     rng = np.random.default_rng(0)
     positions = campaign.flip_positions(rng, regions, 40, 2)
     assert len(positions) == 40 and positions == sorted(positions)

@@ -69,8 +69,9 @@ def test_quick_benchmark_structure(tmp_path, bench):
 
     g = result["goals"]
     assert g["checked"] == 4
-    assert g["met"] == sum(g[k] for k in ("overhead_mnist_size", "event_us", "scale_time",
-                                          "scale_memory"))  # fmt: skip
+    assert g["met"] == sum(
+        g[k] for k in ("overhead_mnist_size", "event_us", "scale_time", "scale_memory")
+    )
     assert len(bench.format_tables(result).split("\n\n")) >= 6
 
 

@@ -23,8 +23,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("riemfl", "adapters", "docs", "benchmarks", "tests", "README.md")
-SUFFIXES = {".py", ".md", ".rst", ".txt", ".toml", ".cfg", ".ini", ".yaml", ".yml", ".json", ".cpp",
-            ".h", ".sh"}  # fmt: skip
+SUFFIXES = {
+    ".py",
+    ".md",
+    ".rst",
+    ".txt",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".yaml",
+    ".yml",
+    ".json",
+    ".cpp",
+    ".h",
+    ".sh",
+}
 THIS_FILE = "tests/test_citations.py"
 
 #: References to documents outside the repository, and the tags of the private notes.
@@ -123,17 +136,35 @@ def _hits() -> dict[str, list[str]]:
 
 def test_the_patterns_tell_citations_from_hashes():
     cites = [
-        "digest-004 section 7.1", "(digest 5.2, P1)", "digest section 3.3", "digest B.10",
-        "the digest's prototypes", "digest item 9.6", "[P] eq. 10", "([TR] section 4)",
-        "[P eq.48]", "[OUTSIDE]", "seed 002", "[derived]", "shared/notes/anchors.md",
-        "digest 1.12", "Settings (digest-002-003 B.6, B.11;",
-    ]  # fmt: skip
+        "digest-004 section 7.1",
+        "(digest 5.2, P1)",
+        "digest section 3.3",
+        "digest B.10",
+        "the digest's prototypes",
+        "digest item 9.6",
+        "[P] eq. 10",
+        "([TR] section 4)",
+        "[P eq.48]",
+        "[OUTSIDE]",
+        "seed 002",
+        "[derived]",
+        "shared/notes/anchors.md",
+        "digest 1.12",
+        "Settings (digest-002-003 B.6, B.11;",
+    ]
     hashes = [
-        "a SHA-256 digest of everything", "data_digest(problem)", "digest.update(part)",
-        "hexdigest()", "the digest of the same trainer", "(magic line, digest, header length",
-        '("digest", magic + 32)', "a digest of the clients' data", "x[P] + y[TR]",
-        "digest                    32 bytes: SHA-256", 'b"riemfl data digest 1\\n"',
-    ]  # fmt: skip
+        "a SHA-256 digest of everything",
+        "data_digest(problem)",
+        "digest.update(part)",
+        "hexdigest()",
+        "the digest of the same trainer",
+        "(magic line, digest, header length",
+        '("digest", magic + 32)',
+        "a digest of the clients' data",
+        "x[P] + y[TR]",
+        "digest                    32 bytes: SHA-256",
+        'b"riemfl data digest 1\\n"',
+    ]
     for text in cites:
         assert any(p.search(text) for p in FORBIDDEN.values()), text
     for text in hashes:

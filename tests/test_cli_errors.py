@@ -42,8 +42,17 @@ def zeros_npz(tmp_path):
 
 def test_all_zero_images_are_a_data_error(tmp_path, capsys, zeros_npz):
     out = tmp_path / "out"
-    argv = ["run", "kpca-mnist", "--algorithm", "rfedavg", "--data", str(zeros_npz),
-            "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "run",
+        "kpca-mnist",
+        "--algorithm",
+        "rfedavg",
+        "--data",
+        str(zeros_npz),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     _error(capsys, argv, "--data", "all zero")
     assert not out.exists()
 
@@ -52,8 +61,17 @@ def test_random_bytes_named_npz_are_not_an_archive(tmp_path, capsys):
     data = tmp_path / "noise.npz"
     data.write_bytes(np.random.default_rng(0).bytes(300))
     out = tmp_path / "out"
-    argv = ["run", "kpca-mnist", "--algorithm", "rfedavg", "--data", str(data),
-            "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "run",
+        "kpca-mnist",
+        "--algorithm",
+        "rfedavg",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     line = _error(capsys, argv, "--data", "not an npz archive", "zip")
     assert "allow_pickle" not in line and not out.exists()
 
@@ -96,9 +114,16 @@ def test_out_where_even_root_cannot_create_a_folder(capsys):
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--rounds", "0"), ("--clients", "0"), ("--local-steps", "0"), ("--step", "-1"),
-     ("--step", "nan"), ("--checkpoint-every", "-1"), ("--batch-size", "0")],
-)  # fmt: skip
+    [
+        ("--rounds", "0"),
+        ("--clients", "0"),
+        ("--local-steps", "0"),
+        ("--step", "-1"),
+        ("--step", "nan"),
+        ("--checkpoint-every", "-1"),
+        ("--batch-size", "0"),
+    ],
+)
 def test_out_of_range_values(tmp_path, capsys, option, value):
     out = tmp_path / "out"
     _error(capsys, [*SYNTH, option, value, "--out", str(out)], option, "expected", repr(value))
@@ -115,8 +140,19 @@ def test_options_of_the_other_engine_are_refused(tmp_path, capsys):
     out = tmp_path / "out"
     _error(capsys, [*SYNTH, "--workers", "3", "--out", str(out)], "--workers", "--engine async")
     _error(capsys, [*SYNTH, "--mu", "0.5", "--out", str(out)], "--mu", "rfedprox")
-    argv = ["run", "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async",
-            "--clients-per-round", "3", "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "run",
+        "kpca-synthetic",
+        "--algorithm",
+        "fedasync",
+        "--engine",
+        "async",
+        "--clients-per-round",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     _error(capsys, argv, "--clients-per-round", "--engine sync")
     assert not out.exists()
 
@@ -124,16 +160,40 @@ def test_options_of_the_other_engine_are_refused(tmp_path, capsys):
 def test_errors_found_late_leave_no_folder(tmp_path, capsys):
     """Errors of the rules and trainers (built after the problem) come before the folder."""
     out = tmp_path / "out"
-    argv = ["run", "kpca-synthetic", "--algorithm", "asyncbezier", "--engine", "async",
-            "--rounds", "2", "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "run",
+        "kpca-synthetic",
+        "--algorithm",
+        "asyncbezier",
+        "--engine",
+        "async",
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     _error(capsys, argv, "Euclidean")
     _error(capsys, [*SYNTH, "--clients-per-round", "99", "--out", str(out)], "at most the 30")
     assert not out.exists()
 
 
 def test_a_divergent_step_warns_in_the_history_and_on_stderr(tmp_path, capsys):
-    argv = ["run", "logreg-digits", "--algorithm", "rfedavg", "--step", "1e6", "--rounds", "3",
-            "--local-steps", "2", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+    argv = [
+        "run",
+        "logreg-digits",
+        "--algorithm",
+        "rfedavg",
+        "--step",
+        "1e6",
+        "--rounds",
+        "3",
+        "--local-steps",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     assert "riemfl: warning: the run diverges: grad_norm" in capsys.readouterr().err
     warnings = json.loads((tmp_path / "history.json").read_text())["warnings"]

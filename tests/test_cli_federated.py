@@ -44,9 +44,22 @@ def test_run_kpca_mnist_reads_the_users_file(tmp_path):
     np.savez(data, x_train=images, y_train=labels)
     out = tmp_path / "out"
     code = main(
-        ["run", "kpca-mnist", "--algorithm", "rfedproj", "--data", str(data), "--rounds", "3",
-         "--out", str(out), "--no-progress", "--checkpoint-every", "1"]
-    )  # fmt: skip
+        [
+            "run",
+            "kpca-mnist",
+            "--algorithm",
+            "rfedproj",
+            "--data",
+            str(data),
+            "--rounds",
+            "3",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--checkpoint-every",
+            "1",
+        ]
+    )
     assert code == 0
     h = History.from_json(out / "history.json")
     assert h.config["problem"]["n_clients"] == 10
@@ -56,9 +69,17 @@ def test_run_kpca_mnist_reads_the_users_file(tmp_path):
 
 def test_run_lrmc_and_stochastic_options(tmp_path):
     code = _run(
-        tmp_path, "lrmc-synthetic", "--algorithm", "rfedproj", "--rounds", "3", "--local-steps",
-        "2", "--clients-per-round", "5",
-    )  # fmt: skip
+        tmp_path,
+        "lrmc-synthetic",
+        "--algorithm",
+        "rfedproj",
+        "--rounds",
+        "3",
+        "--local-steps",
+        "2",
+        "--clients-per-round",
+        "5",
+    )
     assert code == 0
     h = History.from_json(tmp_path / "history.json")
     assert h.participants[1:] == [5, 5, 5]
@@ -78,9 +99,23 @@ def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
 @pytest.mark.parametrize("rule", ["fedasync", "fedbuff", "fedortho", "dcasgd", "asyncfeded"])
 def test_run_async_engine(tmp_path, capsys, rule):
     code = _run(
-        tmp_path, "kpca-synthetic", "--algorithm", rule, "--engine", "async", "--rounds", "8",
-        "--workers", "5", "--buffer-size", "3", "--eval-every", "4", "--server-lr", "0.1",
-    )  # fmt: skip
+        tmp_path,
+        "kpca-synthetic",
+        "--algorithm",
+        rule,
+        "--engine",
+        "async",
+        "--rounds",
+        "8",
+        "--workers",
+        "5",
+        "--buffer-size",
+        "3",
+        "--eval-every",
+        "4",
+        "--server-lr",
+        "0.1",
+    )
     assert code == 0
     data = json.loads((tmp_path / "history.json").read_text())
     assert data["config"]["rule"]["name"] == rule and data["config"]["workers"] == 5
@@ -92,15 +127,38 @@ def test_run_async_engine(tmp_path, capsys, rule):
 
 def test_run_async_with_a_blocking_staleness_bound(tmp_path, capsys):
     code = _run(
-        tmp_path, "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async", "--rounds",
-        "12", "--workers", "4", "--max-staleness", "1", "--staleness-policy", "block",
-    )  # fmt: skip
+        tmp_path,
+        "kpca-synthetic",
+        "--algorithm",
+        "fedasync",
+        "--engine",
+        "async",
+        "--rounds",
+        "12",
+        "--workers",
+        "4",
+        "--max-staleness",
+        "1",
+        "--staleness-policy",
+        "block",
+    )
     assert code == 0
     data = json.loads((tmp_path / "history.json").read_text())
     assert data["config"]["staleness_policy"] == "block" and data["config"]["max_staleness"] == 1
     assert max(data["log"]["staleness"]) <= 1 and all(data["log"]["applied"])
-    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedasync", "--engine", "async",
-                "--staleness-policy", "block") == 2  # fmt: skip
+    assert (
+        _run(
+            tmp_path,
+            "kpca-synthetic",
+            "--algorithm",
+            "fedasync",
+            "--engine",
+            "async",
+            "--staleness-policy",
+            "block",
+        )
+        == 2
+    )
     assert "needs mode='events' and a max_staleness" in capsys.readouterr().err
 
 
@@ -109,10 +167,25 @@ def test_run_curve_rules_on_the_euclidean_problem(tmp_path, capsys, rule):
     """The curve rules from the command line: softmax regression (Euclidean) on the digits, the
     clients learning quadratic curves with K1 = 2, K - K1 = 3; the loss falls."""
     code = _run(
-        tmp_path, "logreg-digits", "--algorithm", rule, "--engine", "async", "--rounds", "30",
-        "--workers", "3", "--clients", "6", "--warmup-steps", "2", "--curve-steps", "3",
-        "--eval-every", "10",
-    )  # fmt: skip
+        tmp_path,
+        "logreg-digits",
+        "--algorithm",
+        rule,
+        "--engine",
+        "async",
+        "--rounds",
+        "30",
+        "--workers",
+        "3",
+        "--clients",
+        "6",
+        "--warmup-steps",
+        "2",
+        "--curve-steps",
+        "3",
+        "--eval-every",
+        "10",
+    )
     assert code == 0
     data = json.loads((tmp_path / "history.json").read_text())
     assert data["config"]["rule"]["name"] == rule
@@ -126,16 +199,49 @@ def test_run_curve_rules_on_the_euclidean_problem(tmp_path, capsys, rule):
 
 def test_run_curve_rule_errors(tmp_path, capsys):
     # the curve client needs flat space; the curve options need a curve rule; logreg has no k
-    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "asyncbezier", "--engine", "async",
-                "--rounds", "2") == 2  # fmt: skip
+    assert (
+        _run(
+            tmp_path,
+            "kpca-synthetic",
+            "--algorithm",
+            "asyncbezier",
+            "--engine",
+            "async",
+            "--rounds",
+            "2",
+        )
+        == 2
+    )
     assert "needs a Euclidean problem" in capsys.readouterr().err
-    assert _run(tmp_path, "logreg-digits", "--algorithm", "fedasync", "--engine", "async",
-                "--curve-steps", "3") == 2  # fmt: skip
+    assert (
+        _run(
+            tmp_path,
+            "logreg-digits",
+            "--algorithm",
+            "fedasync",
+            "--engine",
+            "async",
+            "--curve-steps",
+            "3",
+        )
+        == 2
+    )
     assert "--warmup-steps, --curve-steps and --vartheta set the curve rules" in (
         capsys.readouterr().err
     )
-    assert _run(tmp_path, "logreg-digits", "--algorithm", "fedbuff", "--engine", "async",
-                "--vartheta", "0") == 2  # fmt: skip
+    assert (
+        _run(
+            tmp_path,
+            "logreg-digits",
+            "--algorithm",
+            "fedbuff",
+            "--engine",
+            "async",
+            "--vartheta",
+            "0",
+        )
+        == 2
+    )
     assert "trains a point" in capsys.readouterr().err
     assert _run(tmp_path, "logreg-digits", "--algorithm", "rfedavg", "-k", "3") == 2
     assert "has no components" in capsys.readouterr().err
@@ -172,8 +278,21 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     summary = json.loads((out / "results.json").read_text())
     assert summary["figures"] == [9] and len(summary["runs"]) == 3
     # a second call resumes every run from its checkpoint and reaches the same verdicts
-    assert main(["reproduce", "zhang2024", "--quick", "--figure", "9", "--out", str(out),
-                 "--no-progress"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "reproduce",
+                "zhang2024",
+                "--quick",
+                "--figure",
+                "9",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     again = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:10]]
     assert again == [line.split()[0] for line in lines]
 
@@ -190,8 +309,12 @@ def test_every_figure_has_the_papers_settings():
     assert {run.rounds for run in fig7.runs} == {4000}  # the only R the paper states
     assert {run.local_steps for run in fig7.runs} == {10, 15, 20}
     assert {run.step for run in fig7.runs} == {0.7e-3}
-    assert {run.algorithm for run in figs[1].runs} == {"rfedproj", "rfedavg", "rfedprox",
-                                                        "rfedsvrg"}  # fmt: skip
+    assert {run.algorithm for run in figs[1].runs} == {
+        "rfedproj",
+        "rfedavg",
+        "rfedprox",
+        "rfedsvrg",
+    }
     assert {(r.local_steps, r.step) for r in figs[6].runs} == {(5, 4e-3)}
     mnist3 = zhang2024.figures(mnist=True)[3]
     assert {r.batch_size for r in mnist3.runs} == {200, 500, 1000}
@@ -220,8 +343,19 @@ def test_warm_up_runs_each_kind_of_run_once():
 
 
 def test_run_async_writes_a_checkpoint_and_the_same_command_resumes_it(tmp_path):
-    args = ("kpca-synthetic", "--algorithm", "fedbuff", "--engine", "async", "--rounds", "10",
-            "--eval-every", "5", "--checkpoint-every", "5")  # fmt: skip
+    args = (
+        "kpca-synthetic",
+        "--algorithm",
+        "fedbuff",
+        "--engine",
+        "async",
+        "--rounds",
+        "10",
+        "--eval-every",
+        "5",
+        "--checkpoint-every",
+        "5",
+    )
     assert _run(tmp_path, *args) == 0
     assert load_checkpoint(tmp_path / "checkpoint.rfl")["step"] == 10
     first = History.from_json(tmp_path / "history.json")

@@ -23,8 +23,16 @@ from riemfl.errors import DTypeError, NonFiniteError
 
 
 def test_every_error_is_a_riemfl_error():
-    for cls in (ShapeError, NotOnManifoldError, ProjectionError, ConvergenceError, CutLocusError,
-                ParameterError, DTypeError, NonFiniteError):  # fmt: skip
+    for cls in (
+        ShapeError,
+        NotOnManifoldError,
+        ProjectionError,
+        ConvergenceError,
+        CutLocusError,
+        ParameterError,
+        DTypeError,
+        NonFiniteError,
+    ):
         assert issubclass(cls, RiemflError)
     assert issubclass(DTypeError, ShapeError) and issubclass(DTypeError, TypeError)
     assert issubclass(NonFiniteError, NotOnManifoldError)

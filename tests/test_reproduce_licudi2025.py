@@ -48,10 +48,16 @@ def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
 
 def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     settings = licudi2025.Settings(
-        server_steps=6, seeds=(0,), eval_every=3, n_clients=6,
+        server_steps=6,
+        seeds=(0,),
+        eval_every=3,
+        n_clients=6,
         methods=("FedAsync", "AsyncFedED", "AsyncBezier", "AsyncBezierED"),
-        epoch_study=(1, 2), epoch_study_steps=4, rate_grid=(0.5, 3.0), tune_steps=4,
-    )  # fmt: skip
+        epoch_study=(1, 2),
+        epoch_study_steps=4,
+        rate_grid=(0.5, 3.0),
+        tune_steps=4,
+    )
     md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
     assert _rows(md) == list(settings.methods)
     data = json.loads((tmp_path / "results.json").read_text())
@@ -77,8 +83,9 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     assert licudi2025.reproduce(tmp_path, settings=settings, progress=False) == md
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == stamp
     with pytest.raises(ParameterError, match="unknown methods"):
-        licudi2025.reproduce(tmp_path, settings=licudi2025.Settings(methods=("FedAvg",)),
-                             progress=False)  # fmt: skip
+        licudi2025.reproduce(
+            tmp_path, settings=licudi2025.Settings(methods=("FedAvg",)), progress=False
+        )
 
 
 def test_the_line_search_never_sees_a_test_row():
@@ -120,9 +127,17 @@ def test_reproduction_on_leaf_files(tmp_path, dataset):
         users[f"user{k}"] = (xs, ys)
     _leaf_files(tmp_path / "leaf", users)
     settings = licudi2025.Settings(
-        server_steps=3, seeds=(0,), eval_every=3, n_clients=2, methods=("FedAsync", "AsyncBezier"),
-        epoch_study=(), tune=False, dataset=dataset, data=str(tmp_path / "leaf"), alpha=5.0,
-    )  # fmt: skip
+        server_steps=3,
+        seeds=(0,),
+        eval_every=3,
+        n_clients=2,
+        methods=("FedAsync", "AsyncBezier"),
+        epoch_study=(),
+        tune=False,
+        dataset=dataset,
+        data=str(tmp_path / "leaf"),
+        alpha=5.0,
+    )
     data = licudi2025.client_data(settings, 0)
     assert len(data) == 2 and sum(len(d[1]) + len(d[3]) for d in data) == 16
     md = licudi2025.reproduce(tmp_path / "out", settings=settings, progress=False)

@@ -230,8 +230,15 @@ class _AsyncRun:
             why = f"staleness {staleness} > max_staleness {job.max_staleness}"
         stepped = False
         if why is None:
-            arrival = Arrival(client, store.get(version), local, store.model, staleness,
-                              float(self.weights[client]), store.current)  # fmt: skip
+            arrival = Arrival(
+                client,
+                store.get(version),
+                local,
+                store.model,
+                staleness,
+                float(self.weights[client]),
+                store.current,
+            )
             new = job.rule.apply(self.manifold, arrival)
             if new is not None:
                 store.advance(new)
@@ -242,9 +249,15 @@ class _AsyncRun:
                 self.faults.drop(client, why, step=store.current, time=self.now())
             else:
                 log.info("job %s: update of client %d dropped: %s", job.name, client, why)
-        entry = {"client": client, "staleness": staleness, "weight": float(self.weights[client]),
-                 "time": self.now(), "version": store.current, "applied": why is None,
-                 "reason": why or ""}  # fmt: skip
+        entry = {
+            "client": client,
+            "staleness": staleness,
+            "weight": float(self.weights[client]),
+            "time": self.now(),
+            "version": store.current,
+            "applied": why is None,
+            "reason": why or "",
+        }
         for key, value in entry.items():
             self.history.log[key].append(value)
         store.release(version)
@@ -306,8 +319,12 @@ class _AsyncRun:
             else:
                 poller.wait()
         if waiting:
-            log.warning("job %s: %d replies still in flight after %g s", self.job.name,
-                        len(waiting), self.job.drain_timeout)  # fmt: skip
+            log.warning(
+                "job %s: %d replies still in flight after %g s",
+                self.job.name,
+                len(waiting),
+                self.job.drain_timeout,
+            )
         for _, version, _ in self.in_flight.values():
             self.store.release(version)
         self.in_flight.clear()
@@ -335,7 +352,13 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
     init_rng = np.random.default_rng(np.random.SeedSequence(job.seed).spawn(4)[0])  # as run_async
     x0 = job.x0 if job.x0 is not None else manifold.random_point(rng=init_rng)
     hosting = setup_nodes(
-        grid, job.name, "async", manifold, nodes, problem.n_clients, job.registration_timeout,
+        grid,
+        job.name,
+        "async",
+        manifold,
+        nodes,
+        problem.n_clients,
+        job.registration_timeout,
         max_poll=job.max_poll,
-    )  # fmt: skip
+    )
     return _AsyncRun(grid, job, hosting, x0).run()

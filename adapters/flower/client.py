@@ -174,9 +174,14 @@ class _Handlers:
         if clients:
             t0 = time.thread_time()
             uploads, new_rows, ok, reasons = run_client_rule(
-                algorithm, problem, int(config["phase"]), message, state.gather(clients),
-                clients, arrays.get("batches"),
-            )  # fmt: skip
+                algorithm,
+                problem,
+                int(config["phase"]),
+                message,
+                state.gather(clients),
+                clients,
+                arrays.get("batches"),
+            )
             reply["cpu_time"] = time.thread_time() - t0
             kept = [c for c, good in zip(clients, ok, strict=True) if good]
             state.set_pending(kept, new_rows)

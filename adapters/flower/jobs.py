@@ -389,10 +389,15 @@ class AsyncJob(_Job):
         """The local training every client runs (the same classes as ``run_async`` uses)."""
         if self.curve:
             return BezierProblemTrainer(
-                self.resolved, self.step_size, self.warmup_steps, self.curve_steps, mu=self.mu,
-                batch_size=self.batch_size, degree=self.rule.embedding.degree,
+                self.resolved,
+                self.step_size,
+                self.warmup_steps,
+                self.curve_steps,
+                mu=self.mu,
+                batch_size=self.batch_size,
+                degree=self.rule.embedding.degree,
                 freeze_end=self.freeze_end,
-            )  # fmt: skip
+            )
         return ProblemTrainer(self.resolved, self.step_size, self.local_steps, self.batch_size)
 
     def weight_vector(self) -> np.ndarray:

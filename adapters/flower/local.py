@@ -80,15 +80,24 @@ class LocalDeployment:
         self.startup_timeout = float(startup_timeout)
         self.port = 0
         self._procs: list[tuple[str, subprocess.Popen, Path]] = []
-        self.env = {**os.environ, "FLWR_HOME": str(self.workdir / "flwr-home"),
-                    "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(self.workdir / "flwr-home"),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     # ------------------------------------------------------------------ processes
     def _start(self, name: str, argv: list[str]) -> None:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                    cwd=self.workdir, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         self._procs.append((name, proc, log))
 
     def _wait_for_port(self) -> None:
@@ -122,17 +131,33 @@ class LocalDeployment:
         """Start the SuperLink, wait for it, start the SuperNodes, write the CLI connection."""
         (self.workdir / "flwr-home").mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self._start("superlink", [
-            _executable("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-            "--port", str(self.port), "--disable-runtime-dependency-installation",
-        ])  # fmt: skip
+        self._start(
+            "superlink",
+            [
+                _executable("flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         self._wait_for_port()
         for p in range(self.supernodes):
-            self._start(f"supernode-{p}", [
-                _executable("flower-supernode"), "--insecure",
-                "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()),
-                "--node-config", f"partition-id={p} num-partitions={self.supernodes}",
-            ])  # fmt: skip
+            self._start(
+                f"supernode-{p}",
+                [
+                    _executable("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{self.port}",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={p} num-partitions={self.supernodes}",
+                ],
+            )
         (self.workdir / "flwr-home" / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
@@ -166,8 +191,14 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
     def _flwr(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([_executable("flwr"), *args], env=self.env, cwd=self.workdir,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [_executable("flwr"), *args],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def _status(self, run_id: str) -> str:
         out = self._flwr("ls", CONNECTION, "--format", "json")
@@ -186,8 +217,7 @@ class LocalDeployment:
         n_runs = len(list(self.workdir.glob("run-*")))
         app = self.workdir / f"run-{n_runs}"
         output = app / "result.json"
-        write_app_project(app, {"min-nodes": self.supernodes, **run_config,
-                                "output": str(output)})  # fmt: skip
+        write_app_project(app, {"min-nodes": self.supernodes, **run_config, "output": str(output)})
         started = self._flwr("run", str(app), CONNECTION, "--format", "json")
         try:
             run_id = str(json.loads(started.stdout)["run-id"])

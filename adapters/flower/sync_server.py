@@ -208,9 +208,16 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     x0 = job.x0 if job.x0 is not None else initial_point(problem, job.seed)
     server, _ = algorithm.init(problem, x0)
     hosting = setup_nodes(
-        grid, job.name, "sync", problem.manifold, nodes, problem.n_clients,
-        job.registration_timeout, {"x0": to_numpy(x0)}, job.max_poll,
-    )  # fmt: skip
+        grid,
+        job.name,
+        "sync",
+        problem.manifold,
+        nodes,
+        problem.n_clients,
+        job.registration_timeout,
+        {"x0": to_numpy(x0)},
+        job.max_poll,
+    )
     history = History(
         config={
             "problem": problem.describe(),

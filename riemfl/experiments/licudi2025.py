@@ -99,11 +99,12 @@ METHODS: dict[str, Callable[[int, float], AsyncRule]] = {
     "FedGS": lambda d, eta: FedGS(server_lr=eta),
     "DC-ASGD": lambda d, eta: DCASGD(server_lr=eta, lambda0=2.0),
     "FedBuff": lambda d, eta: FedBuff(buffer_size=10, server_lr=eta / 10),  # beta = eta / K
-    "AsyncFedED": lambda d, eta: AsyncFedED(server_lr=eta, gamma_bar=1.0, kappa=1.0, warmup=10,
-                                            initial_epochs=2, max_epochs=8),
+    "AsyncFedED": lambda d, eta: AsyncFedED(
+        server_lr=eta, gamma_bar=1.0, kappa=1.0, warmup=10, initial_epochs=2, max_epochs=8
+    ),
     "AsyncBezier": lambda d, eta: AsyncBezier(Euclidean(d), eta, vartheta=1.0),
     "AsyncBezierED": lambda d, eta: AsyncBezierED(Euclidean(d), eta, vartheta=1.0),
-}  # fmt: skip
+}
 #: Licudi et al. 2025, Table 1, Shakespeare: (accuracy %, std, T_e, std); rows 7/8 as for FEMNIST
 PAPER_SHAKESPEARE: dict[str, tuple[float, float, float, float]] = {
     "FedAsync": (50.60, 0.06, 296, 10.0),
@@ -126,9 +127,15 @@ _DATA_NAMES = {
 TARGET_ERRORS = {"digits": 0.20, "femnist": 0.20, "shakespeare": 0.50}
 #: Licudi et al. 2025, Table 3, FEMNIST column: the global rates found by the paper's line search
 PAPER_RATES: dict[str, float] = {
-    "FedAsync": 3.0, "FedOrtho": 3.0, "FedGS": 1.0, "DC-ASGD": 1.0, "FedBuff": 1.0,
-    "AsyncFedED": 0.25, "AsyncBezier": 0.5, "AsyncBezierED": 0.25,
-}  # fmt: skip
+    "FedAsync": 3.0,
+    "FedOrtho": 3.0,
+    "FedGS": 1.0,
+    "DC-ASGD": 1.0,
+    "FedBuff": 1.0,
+    "AsyncFedED": 0.25,
+    "AsyncBezier": 0.5,
+    "AsyncBezierED": 0.25,
+}
 #: the line-search grid of Licudi et al. 2025, App. B
 RATE_GRID = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0)
 CURVE_METHODS = ("AsyncBezier", "AsyncBezierED")
@@ -179,8 +186,14 @@ class Settings:
 
     @classmethod
     def quick(cls) -> Settings:
-        return cls(server_steps=120, seeds=(0,), epoch_study=(1, 2, 5), epoch_study_steps=60,
-                   rate_grid=(0.5, 1.0, 3.0), tune_steps=60)  # fmt: skip
+        return cls(
+            server_steps=120,
+            seeds=(0,),
+            epoch_study=(1, 2, 5),
+            epoch_study_steps=60,
+            rate_grid=(0.5, 1.0, 3.0),
+            tune_steps=60,
+        )
 
     @classmethod
     def baselines(cls, quick: bool = False) -> Settings:
@@ -251,8 +264,9 @@ def client_data(s: Settings, seed: int) -> list[Any]:
         return dirichlet_clients(x, y, s.n_clients, s.alpha, rng, 0.2)
     users, per_user = _shakespeare_users(s.data)
     parts = natural_partition(np.arange(len(users)), min(s.n_clients, len(users)), rng)
-    return [tuple(np.concatenate([per_user[u][j] for u in part]) for j in range(4))
-            for part in parts]  # fmt: skip
+    return [
+        tuple(np.concatenate([per_user[u][j] for u in part]) for j in range(4)) for part in parts
+    ]
 
 
 @functools.lru_cache(maxsize=1)
@@ -294,8 +308,15 @@ def _trainer(s: Settings, seed: int, epochs: int, validation: bool = False) -> A
     data = client_data(s, seed)
     if validation:
         data = _validation_split(data, s.validation_fraction, seed)
-    return TorchClientTrainer(_model_fn(s), data, epochs=epochs, lr=s.local_lr, mu=s.mu,
-                              batch_size=s.batch_size, device=s.device)  # fmt: skip
+    return TorchClientTrainer(
+        _model_fn(s),
+        data,
+        epochs=epochs,
+        lr=s.local_lr,
+        mu=s.mu,
+        batch_size=s.batch_size,
+        device=s.device,
+    )
 
 
 def _validation_split(data: list[Any], fraction: float, seed: int) -> list[Any]:
@@ -312,9 +333,14 @@ def _validation_split(data: list[Any], fraction: float, seed: int) -> list[Any]:
 
 
 def _one_run(
-    method: str, seed: int, s: Settings, epochs: int | None = None, steps: int | None = None,
-    rate: float | None = None, validation: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    method: str,
+    seed: int,
+    s: Settings,
+    epochs: int | None = None,
+    steps: int | None = None,
+    rate: float | None = None,
+    validation: bool = False,
+) -> dict[str, Any]:
     from ..nn import BezierClientTrainer
 
     epochs = s.epochs if epochs is None else epochs
@@ -323,15 +349,23 @@ def _one_run(
     trainer = _trainer(s, seed, epochs, validation)
     client: Any = trainer
     if method in CURVE_METHODS:
-        client = BezierClientTrainer(trainer, curve_epochs=min(epochs, s.curve_epochs),
-                                     curve_lr=s.curve_lr)  # fmt: skip
+        client = BezierClientTrainer(
+            trainer, curve_epochs=min(epochs, s.curve_epochs), curve_lr=s.curve_lr
+        )
     watched = _BestModel(client)
     x0 = trainer.initial_parameters(seed)
     h: AsyncHistory = run_async(
-        watched, METHODS[method](x0.size, rate), steps, workers=s.workers,
-        timing=ProportionalTime(speed=s.scheduler_k), scheduler="paper",
-        scheduler_k=s.scheduler_k, x0=x0, seed=seed, eval_every=s.eval_every,
-    )  # fmt: skip
+        watched,
+        METHODS[method](x0.size, rate),
+        steps,
+        workers=s.workers,
+        timing=ProportionalTime(speed=s.scheduler_k),
+        scheduler="paper",
+        scheduler_k=s.scheduler_k,
+        x0=x0,
+        seed=seed,
+        eval_every=s.eval_every,
+    )
     per_client = trainer.per_client_accuracy(watched.best)
     per_client = per_client[np.isfinite(per_client)]
     errors = [1.0 - a for a in h.metrics["accuracy"]]
@@ -362,9 +396,16 @@ def _fairness(per_client: np.ndarray) -> dict[str, float]:
     return {"gini": gini(per_client), "theil": theil(per_client)}
 
 
-def _cached_run(runs_dir: Path, method: str, seed: int, s: Settings, epochs: int | None = None,
-                steps: int | None = None, rate: float | None = None,
-                validation: bool = False) -> dict[str, Any]:  # fmt: skip
+def _cached_run(
+    runs_dir: Path,
+    method: str,
+    seed: int,
+    s: Settings,
+    epochs: int | None = None,
+    steps: int | None = None,
+    rate: float | None = None,
+    validation: bool = False,
+) -> dict[str, Any]:
     """``_one_run``, saved to (and on a rerun loaded from) ``runs_dir``: resumable."""
     epochs = s.epochs if epochs is None else epochs
     steps = s.server_steps if steps is None else steps
@@ -430,8 +471,9 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
     paper_order = sorted(s.methods, key=lambda m: -paper[m][0])
     agree = sum(
         (ours[a] > ours[b]) == (paper[a][0] > paper[b][0])
-        for i, a in enumerate(s.methods) for b in s.methods[i + 1:]
-    )  # fmt: skip
+        for i, a in enumerate(s.methods)
+        for b in s.methods[i + 1 :]
+    )
     pairs = len(s.methods) * (len(s.methods) - 1) // 2
     lines = [
         f"- Accuracy ranking, ours: {' > '.join(our_order)}.",
@@ -441,10 +483,14 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
     for proposal in (m for m in CURVE_METHODS if m in s.methods):
         beaten = [m for m in s.methods if m not in CURVE_METHODS and ours[m] >= ours[proposal]]
         lines.append(
-            f"- {proposal}: " + ("beats every baseline here (as in the paper)." if not beaten else
-                                 f"does NOT beat {', '.join(beaten)} here (the paper: it beats "
-                                 f"every baseline on {name}).")
-        )  # fmt: skip
+            f"- {proposal}: "
+            + (
+                "beats every baseline here (as in the paper)."
+                if not beaten
+                else f"does NOT beat {', '.join(beaten)} here (the paper: it beats "
+                f"every baseline on {name})."
+            )
+        )
     return lines
 
 
@@ -471,8 +517,12 @@ def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, key in zip(axes, ("gini", "theil"), strict=True):
         stats = [_mean_std([r[key] for r in runs if r["method"] == m]) for m in s.methods]
-        ax.bar(range(len(s.methods)), [m for m, _, _ in stats], yerr=[d for _, d, _ in stats],
-               capsize=3)  # fmt: skip
+        ax.bar(
+            range(len(s.methods)),
+            [m for m, _, _ in stats],
+            yerr=[d for _, d, _ in stats],
+            capsize=3,
+        )
         ax.set_xticks(range(len(s.methods)), s.methods, rotation=45, ha="right", fontsize=8)
         ax.set_title(key.capitalize())
         ax.grid(True, axis="y", alpha=0.3)
@@ -493,13 +543,17 @@ def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float]
     for method in s.methods:
         scores[method] = {}
         for rate in s.rate_grid:
-            run = _cached_run(runs_dir, method, s.tune_seed, s, steps=s.tune_steps, rate=rate,
-                              validation=True)  # fmt: skip
+            run = _cached_run(
+                runs_dir, method, s.tune_seed, s, steps=s.tune_steps, rate=rate, validation=True
+            )
             scores[method][rate] = run["accuracy"]
             bar.update(1, run=f"tune {method} eta={rate:g}", acc=run["accuracy"])
         chosen[method] = max(s.rate_grid, key=lambda r, m=method: (scores[m][r], -r))
-    header = "| Method | Paper (Table 3) | chosen here | " + " | ".join(
-        f"{r:g}" for r in s.rate_grid) + " |"  # fmt: skip
+    header = (
+        "| Method | Paper (Table 3) | chosen here | "
+        + " | ".join(f"{r:g}" for r in s.rate_grid)
+        + " |"
+    )
     lines = [header, "|---|---|---|" + "---|" * len(s.rate_grid)]
     for method in s.methods:
         cells = " | ".join(f"{100 * scores[method][r]:.1f}" for r in s.rate_grid)
@@ -507,23 +561,27 @@ def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float]
     return chosen, "\n".join(lines)
 
 
-def _epoch_study(runs_dir: Path, s: Settings, bar: Any,
-                 rates: dict[str, float]) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+def _epoch_study(
+    runs_dir: Path, s: Settings, bar: Any, rates: dict[str, float]
+) -> tuple[list[dict[str, Any]], str]:
     """Licudi et al. 2025, Fig. 4: final accuracy against the local epochs K (one seed; no
     AsyncFedED)."""
     methods = [m for m in s.methods if m != "AsyncFedED"]
     rows = []
     for k in s.epoch_study:
         for method in methods:
-            run = _cached_run(runs_dir, method, s.epoch_study_seed, s, k, s.epoch_study_steps,
-                              rates[method])  # fmt: skip
+            run = _cached_run(
+                runs_dir, method, s.epoch_study_seed, s, k, s.epoch_study_steps, rates[method]
+            )
             rows.append({key: v for key, v in run.items() if key not in ("curve", "final_point")})
             bar.update(1, run=f"{method} K={k}", acc=run["accuracy"])
     header = "| Method | " + " | ".join(f"K = {k}" for k in s.epoch_study) + " |"
     lines = [header, "|---|" + "---|" * len(s.epoch_study)]
     for method in methods:
-        accs = [next(r["accuracy"] for r in rows if r["method"] == method and r["epochs"] == k)
-                for k in s.epoch_study]  # fmt: skip
+        accs = [
+            next(r["accuracy"] for r in rows if r["method"] == method and r["epochs"] == k)
+            for k in s.epoch_study
+        ]
         lines.append(f"| {method} | " + " | ".join(f"{100 * a:.2f}" for a in accs) + " |")
     return rows, "\n".join(lines)
 
@@ -558,10 +616,14 @@ def _path_study(run: dict[str, Any], s: Settings, out: Path) -> dict[str, Any]:
         return trainer.evaluate(x)["loss"]
 
     losses = path_losses(loss, phi, 11)
-    plot_loss_along_path(losses, out / "loss_along_path.png",
-                         title="AsyncBezier client 0: learned curve vs line")  # fmt: skip
-    return {"Q": manifold_quality(loss, phi, 11), "curve_mean_loss": float(losses["curve"].mean()),
-            "line_mean_loss": float(losses["line"].mean())}  # fmt: skip
+    plot_loss_along_path(
+        losses, out / "loss_along_path.png", title="AsyncBezier client 0: learned curve vs line"
+    )
+    return {
+        "Q": manifold_quality(loss, phi, 11),
+        "curve_mean_loss": float(losses["curve"].mean()),
+        "line_mean_loss": float(losses["line"].mean()),
+    }
 
 
 def _pyplot():
@@ -650,24 +712,36 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
     results: dict[str, Any] = {"settings": s.__dict__, "rates": rates}
     if study:
         _plot_epochs(study, s, out / "epochs.png")
-        sections += ["", "## Local-epoch study (Licudi et al. 2025, Fig. 4; "
-                     f"seed {s.epoch_study_seed}, {s.epoch_study_steps} server steps)", "",
-                     study_md, "", "![epochs](epochs.png)"]  # fmt: skip
+        sections += [
+            "",
+            "## Local-epoch study (Licudi et al. 2025, Fig. 4; "
+            f"seed {s.epoch_study_seed}, {s.epoch_study_steps} server steps)",
+            "",
+            study_md,
+            "",
+            "![epochs](epochs.png)",
+        ]
         results["epoch_study"] = study
     curve_runs = [r for r in runs if r["method"] == "AsyncBezier" and r["final_point"] is not None]
     if curve_runs:
         quality = _path_study(curve_runs[0], s, out)
-        sections += ["", "## Loss along a learned curve", "",
-                     f"Q = mean loss on the line / mean loss on the curve = {quality['Q']:.4f} "
-                     "(Licudi 2025 (TR), Sec. 4, reports about 1.0275 on FEMNIST; Q > 1: the "
-                     "curve runs through lower loss).", "",
-                     "![loss along the path](loss_along_path.png)"]  # fmt: skip
+        sections += [
+            "",
+            "## Loss along a learned curve",
+            "",
+            f"Q = mean loss on the line / mean loss on the curve = {quality['Q']:.4f} "
+            "(Licudi 2025 (TR), Sec. 4, reports about 1.0275 on FEMNIST; Q > 1: the "
+            "curve runs through lower loss).",
+            "",
+            "![loss along the path](loss_along_path.png)",
+        ]
         results["path"] = quality
     seconds = time.perf_counter() - t0
     sections += ["", f"Total time {seconds:.0f} s (runs found under `runs/` are reused)."]
     (out / "report.md").write_text("\n".join(sections) + "\n")
-    results["runs"] = [{k: v for k, v in r.items() if k not in ("curve", "final_point")}
-                       for r in runs]  # fmt: skip
+    results["runs"] = [
+        {k: v for k, v in r.items() if k not in ("curve", "final_point")} for r in runs
+    ]
     results["seconds"] = seconds
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     return md

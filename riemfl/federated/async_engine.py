@@ -286,8 +286,9 @@ class EventLoop:
         self.counters["updates"] += 1
         why = None
         try:
-            local = self.trainer.train(client, base, self.client_rngs[client],
-                                       self._epochs_of(client))  # fmt: skip
+            local = self.trainer.train(
+                client, base, self.client_rngs[client], self._epochs_of(client)
+            )
             why = upload_problem({"x": local}, self.expected)
             if why is not None and self.curve:
                 why += " (a curve rule takes a curve's control points: use a curve trainer, e.g. "
@@ -513,10 +514,22 @@ def run_async(
     }
     history = History(config=config)
     loop = EventLoop(
-        trainer, rule, manifold, x0, history, seed=seed, workers=workers, timing=timing,
-        weights=w, scheduler=scheduler, scheduler_k=scheduler_k, mode=mode, staleness=staleness,
-        max_updates=max_updates, max_failures=max_failures,
-    )  # fmt: skip
+        trainer,
+        rule,
+        manifold,
+        x0,
+        history,
+        seed=seed,
+        workers=workers,
+        timing=timing,
+        weights=w,
+        scheduler=scheduler,
+        scheduler_k=scheduler_k,
+        mode=mode,
+        staleness=staleness,
+        max_updates=max_updates,
+        max_failures=max_failures,
+    )
     history.summary["peak_versions"] = 1
     evaluate = trainer.evaluate if eval_every and isinstance(trainer, Evaluates) else None
     options = RunOptions(

@@ -343,11 +343,13 @@ class OrthoDCCorrection(Checkpointable):
         n1 = gram.shape[0] - 1
         gg = float(gram[n1, n1])
         if self.variant == "stacked":
-            c = self.coefficient(float(np.trace(gram[:n1, :n1])), float(gram[:n1, n1].sum()),
-                                 n1 * gg)  # fmt: skip
+            c = self.coefficient(
+                float(np.trace(gram[:n1, :n1])), float(gram[:n1, n1].sum()), n1 * gg
+            )
             return np.full(n1, c)
-        return np.array([self.coefficient(float(gram[k, k]), float(gram[k, n1]), gg)
-                         for k in range(n1)])  # fmt: skip
+        return np.array(
+            [self.coefficient(float(gram[k, k]), float(gram[k, n1]), gg) for k in range(n1)]
+        )
 
     def _project(self, m: Manifold, x: Array, v: Array, g: Array) -> Array:
         gg = float(m.inner(x, g, g))
@@ -654,8 +656,9 @@ class AsyncManifold(AsyncRule):
         c = np.zeros(n + 1) if self.correction is None else self.correction.coefficients(gram)
         E = np.hstack([np.eye(n + 1), -c[:, None]])  # psi_k - Theta^tau = E_k . (v, d)
         psi_gram = E @ gram @ E.T
-        fraction = self._fraction(a, math.sqrt(max(psi_gram[n, n], 0.0)),
-                                  math.sqrt(max(gram[n + 1, n + 1], 0.0)))  # fmt: skip
+        fraction = self._fraction(
+            a, math.sqrt(max(psi_gram[n, n], 0.0)), math.sqrt(max(gram[n + 1, n + 1], 0.0))
+        )
         f = min(fraction, 1.0) if self.beyond == "clip" else fraction
         if f <= 0.0:
             r = 0.0
@@ -753,22 +756,34 @@ class AsyncCurve(AsyncManifold):
             raise ParameterError(f"weighting must be 'dominance' or 'weight', got {weighting!r}")
         if schedule is not None and not callable(schedule):
             raise ParameterError("schedule must be a callable of the server version")
-        super().__init__(BezierEmbedding(base, 2), server_lr, correction=None,
-                         step_mode=step_mode, beyond=beyond,
-                         dominance=weighting == "dominance", **kw)  # fmt: skip
+        super().__init__(
+            BezierEmbedding(base, 2),
+            server_lr,
+            correction=None,
+            step_mode=step_mode,
+            beyond=beyond,
+            dominance=weighting == "dominance",
+            **kw,
+        )
         from .async_rules import OrthoDyn
 
         self.endpoint = OrthoDyn() if endpoint is None else endpoint
         if not hasattr(self.endpoint, "direction"):
-            raise ParameterError("AsyncCurve's endpoint rule must expose direction() "
-                                 "(FedAsync, ASGD, the OrthoCorrect family)")  # fmt: skip
+            raise ParameterError(
+                "AsyncCurve's endpoint rule must expose direction() "
+                "(FedAsync, ASGD, the OrthoCorrect family)"
+            )
         self.rotate = bool(rotate)
         self.weighting = weighting
         self.schedule = schedule
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "endpoint": self.endpoint.describe(),
-                "rotate": self.rotate, "weighting": self.weighting}  # fmt: skip
+        return {
+            **super().describe(),
+            "endpoint": self.endpoint.describe(),
+            "rotate": self.rotate,
+            "weighting": self.weighting,
+        }
 
     def reset(self, manifold: Manifold, n_clients: int) -> None:
         super().reset(manifold, n_clients)
@@ -788,8 +803,9 @@ class AsyncCurve(AsyncManifold):
                 f"CurveClientTrainer"
             )
         _, phi, local = a.local
-        point_arrival = Arrival(a.client, a.base, local, a.current, a.staleness, a.weight,
-                                a.version)  # fmt: skip
+        point_arrival = Arrival(
+            a.client, a.base, local, a.current, a.staleness, a.weight, a.version
+        )
         hat = a.current + self.endpoint.direction(m, point_arrival)
         offset = phi - 0.5 * (a.base + local)
         if self.rotate:
@@ -856,9 +872,12 @@ def AsyncBezier(  # noqa: N802 - the paper's name
     0 for Shakespeare and CXR8, App. B.2-B.3).
     """
     rule = AsyncManifold(
-        BezierEmbedding(base, degree), server_lr, alpha=kw.pop("alpha", 0.0),
-        correction=OrthoDCCorrection(vartheta, variant), **kw,
-    )  # fmt: skip
+        BezierEmbedding(base, degree),
+        server_lr,
+        alpha=kw.pop("alpha", 0.0),
+        correction=OrthoDCCorrection(vartheta, variant),
+        **kw,
+    )
     rule.name = "asyncbezier"
     return rule
 

@@ -68,8 +68,12 @@ def manifold_quality(
     return float(losses["line"].mean()) / mean_curve
 
 
-def plot_loss_along_path(losses: dict[str, np.ndarray], path: str | Path | None = None, *,
-                         title: str = "loss along the path"):  # fmt: skip
+def plot_loss_along_path(
+    losses: dict[str, np.ndarray],
+    path: str | Path | None = None,
+    *,
+    title: str = "loss along the path",
+):
     """Plot :func:`path_losses`' curve and line losses against s (PNG when ``path`` is given)."""
     import matplotlib
 

@@ -159,8 +159,9 @@ class StackedClients:
         good: list[tuple[int, State, State]] = []
         reasons: dict[int, str] = {}
         for j in range(len(ctx.clients)):
-            out = self._call(ctx.subset([j]), phase, message, {k: v[j : j + 1] for k, v in
-                                                               rows.items()})  # fmt: skip
+            out = self._call(
+                ctx.subset([j]), phase, message, {k: v[j : j + 1] for k, v in rows.items()}
+            )
             if isinstance(out, str):
                 reasons[j] = out
             else:

@@ -170,8 +170,11 @@ class FaultRecorder:
     def drop(self, client: int, reason: str, **where: Any) -> None:
         """Record that ``client`` was dropped ``where`` (round/phase or step/time) for
         ``reason``."""
-        entry = {**{k: _json_value(v) for k, v in where.items()}, "client": int(client),
-                 "reason": str(reason)}  # fmt: skip
+        entry = {
+            **{k: _json_value(v) for k, v in where.items()},
+            "client": int(client),
+            "reason": str(reason),
+        }
         self.history.warnings.append(entry)
         place = ", ".join(f"{k} {_json_value(v)}" for k, v in where.items())
         text = f"{self.label}{place}: client {int(client)} dropped: {reason}"

@@ -290,8 +290,9 @@ class History:
         summary = {k: from_json_float(v) for k, v in data.get("summary", {}).items()}
         if "peak_versions" in data:  # riemfl 0.1's asynchronous histories
             summary.setdefault("peak_versions", data["peak_versions"])
-        return cls(dict(data.get("config", {})), metrics, log, list(data.get("warnings", [])),
-                   summary)  # fmt: skip
+        return cls(
+            dict(data.get("config", {})), metrics, log, list(data.get("warnings", [])), summary
+        )
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The history as JSON text; also written to ``path`` when given."""
@@ -344,8 +345,11 @@ class History:
         if y is None:
             y = [k for k in ("grad_norm", "optimality_gap") if self._plottable(k)] or ["loss"]
         if x is None:
-            x = ("round", "uplink_matrices", "cpu_time") if "round" in self.metrics else (
-                "step", "time")  # fmt: skip
+            x = (
+                ("round", "uplink_matrices", "cpu_time")
+                if "round" in self.metrics
+                else ("step", "time")
+            )
         missing = [k for k in (*y, *x) if k not in self.metrics]
         if missing:
             raise ParameterError(

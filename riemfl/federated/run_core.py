@@ -194,7 +194,7 @@ class _Loop:
                 "history": dict,
                 "fingerprint": dict,
                 "wall": float,
-            },  # fmt: skip
+            },
         )
         if not _same(state["fingerprint"], self.fingerprint):
             saved, now = state["fingerprint"], self.fingerprint

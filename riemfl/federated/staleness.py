@@ -47,9 +47,10 @@ class StalenessPolicy:
                 f"staleness_policy must be one of {STALENESS_POLICIES}, got {kind!r}"
             )
         if max_staleness is not None and (
-            isinstance(max_staleness, bool) or int(max_staleness) != max_staleness
+            isinstance(max_staleness, bool)
+            or int(max_staleness) != max_staleness
             or max_staleness < 0
-        ):  # fmt: skip
+        ):
             raise ParameterError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
         if kind == "block" and max_staleness is None:
             raise ParameterError(

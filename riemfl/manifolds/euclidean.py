@@ -47,10 +47,18 @@ class Euclidean(Manifold):
     # every map is a sum or difference of its arguments (see Manifold._result_checked); x is not
     # read by the metric nor by to_tangent, x and y not by the transports
     _result_checked = result_checked(
-        "retract", "inverse_retract", "exp", "log", "dist",
-        to_tangent=(0,), egrad_to_rgrad=(0,), inner=(0,), norm=(0,),
-        transport=(0, 1), parallel_transport=(0, 1),
-    )  # fmt: skip
+        "retract",
+        "inverse_retract",
+        "exp",
+        "log",
+        "dist",
+        to_tangent=(0,),
+        egrad_to_rgrad=(0,),
+        inner=(0,),
+        norm=(0,),
+        transport=(0, 1),
+        parallel_transport=(0, 1),
+    )
 
     def _project(self, a):
         return a

@@ -100,9 +100,16 @@ class Lorentz(Manifold):
     # never 0) to the result, and the transport's coefficient multiplies x + y. norm (a clamp of
     # <u, u>_L, which is -inf for an infinite u_0) and dist (a clamp, then arcsinh) check first
     _result_checked = result_checked(
-        "to_tangent", "egrad_to_rgrad", "retract", "inverse_retract", "exp", "log",
-        "transport", "parallel_transport", inner=(0,),
-    )  # fmt: skip
+        "to_tangent",
+        "egrad_to_rgrad",
+        "retract",
+        "inverse_retract",
+        "exp",
+        "log",
+        "transport",
+        "parallel_transport",
+        inner=(0,),
+    )
     _euclidean_norm_ok = False
 
     # ----------------------------------------------------------------- ways onto the manifold

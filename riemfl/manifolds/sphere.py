@@ -57,9 +57,16 @@ class Sphere(Manifold):
     # every non-finite argument reaches the result (see Manifold._result_checked): x is not read
     # by the metric; dist (atan2 saturates) and parallel_transport check their arguments first
     _result_checked = result_checked(
-        "to_tangent", "egrad_to_rgrad", "retract", "inverse_retract", "exp", "log",
-        inner=(0,), norm=(0,), transport=(0,),
-    )  # fmt: skip
+        "to_tangent",
+        "egrad_to_rgrad",
+        "retract",
+        "inverse_retract",
+        "exp",
+        "log",
+        inner=(0,),
+        norm=(0,),
+        transport=(0,),
+    )
 
     def _dot(self, u, v):
         return ops_for(u, v).vecdot(u, v)

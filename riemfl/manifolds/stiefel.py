@@ -160,8 +160,9 @@ def stiefel_log(
     eps = ops.eps(x)
     if eps > 1e-10:  # float32 and lower: iterate in float64, return in the input's dtype
         x64, y64 = _float64(x), _float64(y)
-        xi = stiefel_log(x64, y64, tol=10 * eps if tol is None else tol, max_iter=max_iter,
-                         memory=memory)  # fmt: skip
+        xi = stiefel_log(
+            x64, y64, tol=10 * eps if tol is None else tol, max_iter=max_iter, memory=memory
+        )
         return xi.to(x.dtype) if ops.is_torch else xi.astype(x.dtype)
     tol = 1e3 * eps if tol is None else tol
     shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(y.shape)))

@@ -302,9 +302,12 @@ class CurveClientTrainer(_WrappedTrainer):
         self.sigma = float(trainer.n_parameters) if sigma is None else float(sigma)
         self.beta = float(beta)
         checks = {
-            "control_lr": self.control_lr > 0, "gamma": 0.0 <= self.gamma <= 1.0,
-            "mu": self.mu >= 0, "sigma": self.sigma > 0, "beta": self.beta > 0,
-        }  # fmt: skip
+            "control_lr": self.control_lr > 0,
+            "gamma": 0.0 <= self.gamma <= 1.0,
+            "mu": self.mu >= 0,
+            "sigma": self.sigma > 0,
+            "beta": self.beta > 0,
+        }
         for key, ok in checks.items():
             if not (ok and math.isfinite(getattr(self, key))):
                 raise ParameterError(f"{name}: {key} out of range, got {getattr(self, key)!r}")
@@ -343,13 +346,15 @@ class CurveClientTrainer(_WrappedTrainer):
             for _ in range(n_epochs):
                 for idx in self._batches(hi - lo, gen, x.device):
                     g = self._loss_grad(model, params, loss_fn, theta.detach(), x[idx], y[idx])
-                    _, prox_grad, capped = lorentz_prox(theta.detach(), anchor, self.mu,
-                                                        self.sigma, self.beta)  # fmt: skip
+                    _, prox_grad, capped = lorentz_prox(
+                        theta.detach(), anchor, self.mu, self.sigma, self.beta
+                    )
                     self.capped += int(capped)
                     theta.grad = g + prox_grad
                     end_opt.step()
-                delta_phi = self._control_epoch(model, params, loss_fn, anchor,
-                                                theta.detach(), delta_phi, x, y, gen)  # fmt: skip
+                delta_phi = self._control_epoch(
+                    model, params, loss_fn, anchor, theta.detach(), delta_phi, x, y, gen
+                )
         phi = self._control_point(anchor, theta.detach(), delta_phi)
         out = torch.stack([anchor, phi, theta.detach()])
         return out.double().cpu().numpy()

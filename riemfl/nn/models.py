@@ -195,9 +195,15 @@ class CharTransformer(nn.Module):
         self.vocab, self.context = vocab, context
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(context, d_model)
-        block = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout,
-                                           activation="gelu", batch_first=True,
-                                           norm_first=True)  # fmt: skip
+        block = nn.TransformerEncoderLayer(
+            d_model,
+            n_heads,
+            4 * d_model,
+            dropout,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )
         self.blocks = nn.TransformerEncoder(block, n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab)

@@ -585,8 +585,15 @@ def digits_clients(
         )
     x, y = load_digits()
     rng = data_rng(seed, "digits_clients")
-    return dirichlet_clients(x.reshape(-1, 1, 8, 8).astype(np.float32), y, n_clients, alpha, rng,
-                             test_fraction, min_size=min_size)  # fmt: skip
+    return dirichlet_clients(
+        x.reshape(-1, 1, 8, 8).astype(np.float32),
+        y,
+        n_clients,
+        alpha,
+        rng,
+        test_fraction,
+        min_size=min_size,
+    )
 
 
 def dirichlet_clients(

@@ -256,9 +256,12 @@ class SoftmaxRegressionProblem(FederatedProblem):
             return value, self.client_egrads(everyone, w).mean(axis=0).ravel()
 
         res = minimize(
-            value_and_grad, np.zeros(np.prod(shape)), jac=True, method="L-BFGS-B",
+            value_and_grad,
+            np.zeros(np.prod(shape)),
+            jac=True,
+            method="L-BFGS-B",
             options={"maxiter": 20000, "gtol": 1e-10, "ftol": 0.0},
-        )  # fmt: skip
+        )
         solution = res.x.reshape(shape)
         grad = float(np.linalg.norm(value_and_grad(res.x)[1]))
         if not grad <= 1e-7:

@@ -121,8 +121,13 @@ def check_bad_input(manifold: Manifold, method: str, args: Sequence, roles: Sequ
     reference = _outcome(call, args)
     for i, role in enumerate(roles):
         what = f"{method} with {role} #{i}"
-        _same(manifold, f"{what} as a list", _outcome(call, _replaced(args, i, args[i].tolist())),
-              reference, _SAME)  # fmt: skip
+        _same(
+            manifold,
+            f"{what} as a list",
+            _outcome(call, _replaced(args, i, args[i].tolist())),
+            reference,
+            _SAME,
+        )
         for dtype in (np.float16, np.complex128)[: 1 if manifold.supports_complex else 2]:
             bad = _replaced(args, i, args[i].astype(dtype))
             _expect_error(manifold, f"{what} in {np.dtype(dtype)}", call, bad, DTypeError)

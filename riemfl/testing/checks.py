@@ -244,16 +244,26 @@ def check_transport(manifold: Manifold, x, y, u, v, tol: Tolerance) -> None:
     tu = manifold.transport(x, y, u)
     manifold.check_tangent(y, tu, atol=max(tol.atol, manifold.default_atol(y)) * 10)
     lin = manifold.transport(x, y, 2.0 * u - 3.0 * v)
-    assert_close(lin, 2.0 * to_numpy(tu) - 3.0 * to_numpy(manifold.transport(x, y, v)), tol,
-                 "transport linear", manifold)  # fmt: skip
+    assert_close(
+        lin,
+        2.0 * to_numpy(tu) - 3.0 * to_numpy(manifold.transport(x, y, v)),
+        tol,
+        "transport linear",
+        manifold,
+    )
 
 
 def check_parallel_transport(manifold: Manifold, x, y, u, v, tol: Tolerance) -> None:
     """Parallel transport: tangent at y, isometric, identity from x to x."""
     pu, pv = manifold.parallel_transport(x, y, u), manifold.parallel_transport(x, y, v)
     manifold.check_tangent(y, pu, atol=max(tol.atol, manifold.default_atol(y)) * 10)
-    assert_close(manifold.inner(y, pu, pv), manifold.inner(x, u, v), tol,
-                 "<P u, P v>_y = <u, v>_x (isometry)", manifold)  # fmt: skip
+    assert_close(
+        manifold.inner(y, pu, pv),
+        manifold.inner(x, u, v),
+        tol,
+        "<P u, P v>_y = <u, v>_x (isometry)",
+        manifold,
+    )
     assert_close(manifold.parallel_transport(x, x, u), u, tol, "P_{x->x} = id", manifold)
 
 
@@ -394,10 +404,11 @@ def check_autograd(
         if g is not None and not bool(torch.isfinite(g).all()):
             raise AssertionError(f"{manifold.name}.{method}: autograd gradient is not finite")
     directions = [
-        np.asarray(manifold.random_tangent(a, rng=rng)) if role == "point"
+        np.asarray(manifold.random_tangent(a, rng=rng))
+        if role == "point"
         else rng.standard_normal(np.shape(a))
         for a, role in zip(args, roles, strict=True)
-    ]  # fmt: skip
+    ]
     auto = sum(
         float((g * torch.as_tensor(d)).sum())
         for g, d in zip(grads, directions, strict=True)
@@ -430,8 +441,12 @@ def check_autograd_at_zero(manifold: Manifold, x: np.ndarray) -> None:
     """
     import torch
 
-    for method, second in (("retract", "zero"), ("exp", "zero"), ("inverse_retract", "x"),
-                           ("log", "x")):  # fmt: skip
+    for method, second in (
+        ("retract", "zero"),
+        ("exp", "zero"),
+        ("inverse_retract", "x"),
+        ("log", "x"),
+    ):
         if not manifold.supports(method)[0]:
             continue
         base = torch.as_tensor(x)

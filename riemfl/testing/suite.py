@@ -274,9 +274,12 @@ class ManifoldTests:
         self.require(*_NEEDS.get(method, ()), method)
         args, _ = self.method_args(method, seed)
         checks.check_batch_equals_loop(
-            self.manifold, method, [config.convert(a) for a in args], [True] * len(args),
+            self.manifold,
+            method,
+            [config.convert(a) for a in args],
+            [True] * len(args),
             self.tol(config),
-        )  # fmt: skip
+        )
 
     @pytest.mark.parametrize("method", ["to_tangent", "retract", "exp", "inner", "transport"])
     @given(seed=rst.seeds())

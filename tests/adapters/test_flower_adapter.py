@@ -212,8 +212,11 @@ def test_asyncbezier_bad_curves_are_dropped_with_their_reason(results):
     NaN: both are logged and not applied; the good node's curves are."""
     history = results["bezier-bad"]
     log = history.log
-    part = {c: p for p in range(NODES) for c in hosted_clients(
-        {"partition-id": p, "num-partitions": NODES}, EUCLIDEAN.n_clients)}  # fmt: skip
+    part = {
+        c: p
+        for p in range(NODES)
+        for c in hosted_clients({"partition-id": p, "num-partitions": NODES}, EUCLIDEAN.n_clients)
+    }
     expected = {0: "", BAD_NODE: "the curve starts 1 ", CRASH_NODE: "non-finite values"}
     seen = set()
     for client, applied, reason in zip(log["client"], log["applied"], log["reason"], strict=True):

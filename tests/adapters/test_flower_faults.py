@@ -90,8 +90,11 @@ def test_backend_config_restarts_actors_and_binds_to_loopback():
     assert "_node_ip_address" not in default_backend_config(2, loopback=False)["init_args"]
     mine = {"client_resources": {"num_cpus": 2, "max_task_retries": 0}, "init_args": {}}
     merged = _fault_tolerant(mine)
-    assert merged["client_resources"] == {**ACTOR_FAULT_TOLERANCE, "num_cpus": 2,
-                                          "max_task_retries": 0}  # fmt: skip
+    assert merged["client_resources"] == {
+        **ACTOR_FAULT_TOLERANCE,
+        "num_cpus": 2,
+        "max_task_retries": 0,
+    }
     assert mine["client_resources"] == {"num_cpus": 2, "max_task_retries": 0}  # not changed
     assert _fault_tolerant({})["client_resources"]["max_restarts"] == -1
 
@@ -103,13 +106,19 @@ def test_timeouts_and_failures_are_job_parameters():
         SyncJob(KPCA, RFedProj(ETA), 1, registration_timeout=0)
     with pytest.raises(ParameterError, match="max_failures"):
         AsyncJob(KPCA, FedAsync(), 2, ETA, max_failures=0)
-    config = {"engine": "async", "problem-clients": 6, "registration-timeout": 42.0,
-              "reply-timeout": 7.0, "max-failures": 5}  # fmt: skip
+    config = {
+        "engine": "async",
+        "problem-clients": 6,
+        "registration-timeout": 42.0,
+        "reply-timeout": 7.0,
+        "max-failures": 5,
+    }
     job = deploy.job_from_run_config(config)
     assert (job.registration_timeout, job.reply_timeout, job.max_failures) == (42.0, 7.0, 5)
     # simulate(registration_timeout=, reply_timeout=) set them for every job that has them
-    sync, ping = _with_timeouts([SyncJob(KPCA, RFedProj(ETA), 1), PingJob()],
-                                registration_timeout=9.0, reply_timeout=3.0)  # fmt: skip
+    sync, ping = _with_timeouts(
+        [SyncJob(KPCA, RFedProj(ETA), 1), PingJob()], registration_timeout=9.0, reply_timeout=3.0
+    )
     assert (sync.registration_timeout, sync.reply_timeout, ping.reply_timeout) == (9.0, 3.0, 3.0)
     assert _with_timeouts([ping], registration_timeout=None, reply_timeout=None)[0] is ping
 
@@ -183,8 +192,9 @@ def nodes(job, mods=(), dead=(), silent=()):
     contexts = {}
     for p in range(NODES):
         config = {"partition-id": p, "num-partitions": NODES}
-        contexts[p] = Context(run_id=1, node_id=p, node_config=config, state=RecordDict(),
-                              run_config={})  # fmt: skip
+        contexts[p] = Context(
+            run_id=1, node_id=p, node_config=config, state=RecordDict(), run_config={}
+        )
 
     def answer(node, message):
         training = message.metadata.message_type == ASYNC

@@ -342,8 +342,17 @@ def test_curve_job_builds_the_curve_client():
     assert isinstance(trainer, BezierProblemTrainer)
     assert (trainer.warmup_steps, trainer.curve_steps, trainer.degree) == (3, 3, 2)
     assert trainer.freeze_end and trainer.mu == 0.0
-    job = AsyncJob(CENTRES, AsyncBezierED(m, degree=3), 4, 0.1, 3, warmup_steps=1,
-                   curve_steps=0, mu=0.5, freeze_end=False)  # fmt: skip
+    job = AsyncJob(
+        CENTRES,
+        AsyncBezierED(m, degree=3),
+        4,
+        0.1,
+        3,
+        warmup_steps=1,
+        curve_steps=0,
+        mu=0.5,
+        freeze_end=False,
+    )
     trainer = job.trainer()
     assert job.upload_shape == (4, 4) and trainer.degree == 3
     assert (trainer.warmup_steps, trainer.curve_steps, trainer.mu) == (1, 0, 0.5)
@@ -355,8 +364,11 @@ def test_curve_job_builds_the_curve_client():
 
 def test_curve_job_refuses_a_mismatched_client():
     m = CENTRES.manifold
-    with pytest.raises(TrainerMismatchError, match=r"takes a curve's control points of shape "
-                       r"\(3, 4\), but curve=False"):  # fmt: skip
+    with pytest.raises(
+        TrainerMismatchError,
+        match=r"takes a curve's control points of shape "
+        r"\(3, 4\), but curve=False",
+    ):
         AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve=False)
     with pytest.raises(TrainerMismatchError, match="curve=True .* rule 'fedasync'"):
         AsyncJob(CENTRES, FedAsync(), 4, 0.1, curve=True)
@@ -389,9 +401,17 @@ def _message(content, message_id="m1"):
     """A Flower message to a node, as the SuperLink delivers it (metadata set)."""
     from flwr.app import Message, Metadata
 
-    meta = Metadata(run_id=1, message_id=message_id, src_node_id=0, dst_node_id=1,
-                    reply_to_message_id="", group_id="", created_at=time.time(), ttl=60.0,
-                    message_type=wire.ASYNC)  # fmt: skip
+    meta = Metadata(
+        run_id=1,
+        message_id=message_id,
+        src_node_id=0,
+        dst_node_id=1,
+        reply_to_message_id="",
+        group_id="",
+        created_at=time.time(),
+        ttl=60.0,
+        message_type=wire.ASYNC,
+    )
     return Message(content, metadata=meta)
 
 
@@ -404,10 +424,22 @@ def test_curve_round_trip_node_to_server_checks():
     x = np.full(4, 2.0)
     run = _AsyncRun(None, job, {1: [0, 1, 2]}, x)
     version = run.store.acquire()
-    config = {"job": "bezier", "client": 1, "version": version, "seed": 0, "dispatch": 0,
-              "epochs": -1, **run.meta}  # fmt: skip
-    context = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1},
-                      state=RecordDict(), run_config={})  # fmt: skip
+    config = {
+        "job": "bezier",
+        "client": 1,
+        "version": version,
+        "seed": 0,
+        "dispatch": 0,
+        "epochs": -1,
+        **run.meta,
+    }
+    context = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 0, "num-partitions": 1},
+        state=RecordDict(),
+        run_config={},
+    )
     node = _Handlers([job])
     reply = node.train_async(_message(wire.encode(config, {"x": x})), context)
     reply_config, arrays = wire.decode(reply.content)

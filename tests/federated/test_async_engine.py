@@ -72,9 +72,14 @@ def test_runs_are_reproducible_from_the_seed(stiefel_trainer):
 def test_version_store_holds_only_versions_in_use(stiefel_trainer):
     for workers in (1, 2, 5):
         h = run_async(
-            stiefel_trainer, FedAsync(server_lr=3.0), 60, workers=workers,
-            timing=ExponentialTime([0.2, 1.0, 3.0, 5.0, 8.0]), seed=2, eval_every=None,
-        )  # fmt: skip
+            stiefel_trainer,
+            FedAsync(server_lr=3.0),
+            60,
+            workers=workers,
+            timing=ExponentialTime([0.2, 1.0, 3.0, 5.0, 8.0]),
+            seed=2,
+            eval_every=None,
+        )
         assert h.peak_versions <= workers + 1
         if workers == 5:
             assert h.peak_versions > 2  # slow clients really held old versions
@@ -93,9 +98,13 @@ def test_version_store_unit():
 
 def test_max_staleness_drops_stale_updates(stiefel_trainer):
     h = run_async(
-        stiefel_trainer, FedAsync(server_lr=3.0), 60, timing=ExponentialTime([0.1, 0.1, 1, 5, 9]),
-        max_staleness=2, seed=0,
-    )  # fmt: skip
+        stiefel_trainer,
+        FedAsync(server_lr=3.0),
+        60,
+        timing=ExponentialTime([0.1, 0.1, 1, 5, 9]),
+        max_staleness=2,
+        seed=0,
+    )
     applied = np.array(h.log["applied"])
     staleness = np.array(h.log["staleness"])
     assert (~applied).sum() == h.metrics["dropped"][-1] > 0
@@ -110,13 +119,22 @@ def test_max_staleness_drops_stale_updates(stiefel_trainer):
     means=st.lists(st.floats(0.05, 10.0), min_size=5, max_size=5),
     seed=st.integers(0, 2**16),
 )
-def test_block_policy_bounds_every_update_and_never_deadlocks(tau, workers, buffer_size, means,
-                                                               seed):  # fmt: skip
+def test_block_policy_bounds_every_update_and_never_deadlocks(
+    tau, workers, buffer_size, means, seed
+):
     """The block rule keeps every update within tau, drops nothing and reaches the last step."""
     trainer = ProblemTrainer(QuadraticProblem(riemfl.Euclidean(3, 1), n=5, p=4, seed=0), 0.05, 2)
-    h = run_async(trainer, FedBuff(buffer_size=buffer_size, server_lr=0.5), 20, workers=workers,
-                  timing=ExponentialTime(means), max_staleness=tau, staleness_policy="block",
-                  seed=seed, eval_every=20)  # fmt: skip
+    h = run_async(
+        trainer,
+        FedBuff(buffer_size=buffer_size, server_lr=0.5),
+        20,
+        workers=workers,
+        timing=ExponentialTime(means),
+        max_staleness=tau,
+        staleness_policy="block",
+        seed=seed,
+        eval_every=20,
+    )
     assert max(h.log["staleness"]) <= tau
     assert all(h.log["applied"]) and h.metrics["dropped"][-1] == 0
     assert h.metrics["step"][-1] == 20  # no deadlock: the run reached its last server step
@@ -143,8 +161,15 @@ def test_block_policy_against_drop_and_the_unbounded_run(stiefel_trainer):
 
 
 def test_theory_mode_uniform_arrivals_with_bounded_staleness(euclid_trainer):
-    h = run_async(euclid_trainer, ASGD(server_lr=1.0), 400, mode="theory", max_staleness=3,
-                  seed=0, eval_every=None)  # fmt: skip
+    h = run_async(
+        euclid_trainer,
+        ASGD(server_lr=1.0),
+        400,
+        mode="theory",
+        max_staleness=3,
+        seed=0,
+        eval_every=None,
+    )
     assert max(h.log["staleness"]) == 3 and min(h.log["staleness"]) == 0
     counts = np.bincount(h.log["client"], minlength=euclid_trainer.n_clients)
     assert counts.min() > 60  # 400 uniform draws over 4 clients
@@ -199,7 +224,7 @@ def test_timing_models():
         {"staleness_policy": "block"},
         {"staleness_policy": "block", "mode": "theory", "max_staleness": 2},
         {"weights": "equal"},
-    ],  # fmt: skip
+    ],
 )
 def test_bad_arguments(euclid_trainer, kwargs):
     with pytest.raises(ParameterError):
@@ -207,8 +232,14 @@ def test_bad_arguments(euclid_trainer, kwargs):
 
 
 def test_history_round_trip_and_staleness_stats(tmp_path, stiefel_trainer):
-    h = run_async(stiefel_trainer, FedBuff(buffer_size=2, server_lr=0.5), 10, workers=3,
-                  timing=ExponentialTime(1.0), eval_every=5)  # fmt: skip
+    h = run_async(
+        stiefel_trainer,
+        FedBuff(buffer_size=2, server_lr=0.5),
+        10,
+        workers=3,
+        timing=ExponentialTime(1.0),
+        eval_every=5,
+    )
     back = AsyncHistory.from_json(h.to_json(tmp_path / "h.json"))
     np.testing.assert_equal(back.metrics, h.metrics)
     assert back.log == h.log

@@ -139,8 +139,9 @@ def test_fast_euclidean_step_equals_the_generic_one(seed, variant, vartheta, alp
     local[0] = base  # the client's start stays the model it received
     current = base + 0.2 * rng.normal(size=(4, 2))
     emb = BezierEmbedding(riemfl.Euclidean(4, 2), degree)
-    rule = AsyncManifold(emb, 2.0, alpha=alpha, correction=OrthoDCCorrection(vartheta, variant),
-                         step_mode=mode)  # fmt: skip
+    rule = AsyncManifold(
+        emb, 2.0, alpha=alpha, correction=OrthoDCCorrection(vartheta, variant), step_mode=mode
+    )
     a = _arrival(local, base, current)
     assert rule._has_fast_path(a)
     fast = rule.apply(emb.base, a)
@@ -243,13 +244,15 @@ def test_momentum_swa_and_dominance():
         x = swa.apply(m, _arrival(line(x, x + s), x, x, weight=1.0, version=k))
         iterates.append(x)
     np.testing.assert_allclose(swa.output(x), np.mean(iterates, axis=0))
-    periodic = AsyncManifold(BezierEmbedding(m), 1.0, correction=None, swa_start=0,
-                             swa_every=1, swa_cycle=2)  # fmt: skip
+    periodic = AsyncManifold(
+        BezierEmbedding(m), 1.0, correction=None, swa_start=0, swa_every=1, swa_cycle=2
+    )
     x1 = periodic.apply(m, _arrival(line(x0, x0 + steps[0]), x0, x0, weight=1.0, version=0))
     x2 = periodic.apply(m, _arrival(line(x1, x1 + steps[1]), x1, x1, weight=1.0, version=1))
     np.testing.assert_allclose(x2, 0.5 * (x1 + x1 + steps[1]))  # version 2: overwritten by SWA
-    dom = AsyncManifold(BezierEmbedding(m), 1.0, correction=None, dominance=True,
-                        step_mode="parameter")  # fmt: skip
+    dom = AsyncManifold(
+        BezierEmbedding(m), 1.0, correction=None, dominance=True, step_mode="parameter"
+    )
     dom.reset(m, 4)
     for client in (0, 0, 0, 1):
         dom.apply(m, _arrival(line(x0, x0 + 1.0), x0, x0, weight=0.25, client=client))
@@ -299,9 +302,17 @@ def test_asyncbezier_runs_converge_and_reject_point_uploads():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"alpha": 2.0}, {"step_mode": "x"}, {"beyond": "wrap"}, {"eps": 0.0}, {"momentum": 1.0},
-     {"swa_cycle": 3}, {"swa_every": 0}, {"swa_start": -1}],
-)  # fmt: skip
+    [
+        {"alpha": 2.0},
+        {"step_mode": "x"},
+        {"beyond": "wrap"},
+        {"eps": 0.0},
+        {"momentum": 1.0},
+        {"swa_cycle": 3},
+        {"swa_every": 0},
+        {"swa_start": -1},
+    ],
+)
 def test_bad_arguments(kwargs):
     with pytest.raises(ParameterError):
         AsyncManifold(BezierEmbedding(riemfl.Euclidean(2)), 1.0, **kwargs)
@@ -332,8 +343,9 @@ def test_torch_bezier_client(tmp_path):
         t = BezierClientTrainer(base, curve_epochs=1, tunnel_eps=0.1, tunnel=tunnel)
         assert np.isfinite(t.train(0, x, np.random.default_rng(0))).all()
     assert curve.num_batches(1) == base.num_batches(1, 2)
-    h = run_async(curve, AsyncBezier(riemfl.Euclidean(x.size), 1.5), 6, workers=2, x0=x,
-                  seed=0, eval_every=3)  # fmt: skip
+    h = run_async(
+        curve, AsyncBezier(riemfl.Euclidean(x.size), 1.5), 6, workers=2, x0=x, seed=0, eval_every=3
+    )
     assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
     with pytest.raises(ParameterError):
         BezierClientTrainer(base, tunnel="sam")
@@ -445,8 +457,15 @@ def test_curve_client_and_asynccurve_run():
     assert abs(offset @ u) <= 1e-6 * np.linalg.norm(offset) * np.linalg.norm(u)
     assert np.linalg.norm(offset) > 0 and np.linalg.norm(u) > 0
     assert client.num_batches(1) == 2 * base.num_batches(1)
-    h = run_async(client, AsyncCurve(riemfl.Euclidean(x.size), 1.0, swa_start=2, swa_every=1),
-                  6, workers=2, x0=x, seed=0, eval_every=3)  # fmt: skip
+    h = run_async(
+        client,
+        AsyncCurve(riemfl.Euclidean(x.size), 1.0, swa_start=2, swa_every=1),
+        6,
+        workers=2,
+        x0=x,
+        seed=0,
+        eval_every=3,
+    )
     assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
     assert not np.array_equal(h.final_point, x)
     with pytest.raises(ParameterError):

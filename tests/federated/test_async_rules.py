@@ -203,7 +203,7 @@ def test_fedbuff_on_a_manifold_projects_inside_the_reach_only():
         FedOrtho(server_lr=5.0),
         DCASGD(server_lr=2.0),
         AsyncFedED(server_lr=0.5),
-    ],  # fmt: skip
+    ],
 )
 def test_rules_keep_a_stiefel_model_on_the_manifold(rule):
     S = riemfl.Stiefel(6, 2)

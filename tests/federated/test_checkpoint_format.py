@@ -499,10 +499,14 @@ def test_cycles_models_and_callables_are_not_searched():
 def _client_data(seed, sizes=(12, 8, 10)):
     rng = np.random.default_rng(seed)
     return [
-        (rng.standard_normal((n, 64)), rng.integers(0, 10, n), rng.standard_normal((4, 64)),
-         rng.integers(0, 10, 4))
+        (
+            rng.standard_normal((n, 64)),
+            rng.integers(0, 10, n),
+            rng.standard_normal((4, 64)),
+            rng.integers(0, 10, 4),
+        )
         for n in sizes
-    ]  # fmt: skip
+    ]
 
 
 def test_the_trainers_client_data_are_in_the_digest():

@@ -104,8 +104,10 @@ def difference(a: Any, b: Any, path: str = "", seen: set | None = None) -> str |
     elif isinstance(a, types.FunctionType):
         if a.__code__ is not b.__code__:
             return f"{where}: different functions {a.__qualname__}, {b.__qualname__}"
-        pairs = [(f"{path}.<closure>", _closure(a), _closure(b)),
-                 (f"{path}.<defaults>", a.__defaults__, b.__defaults__)]  # fmt: skip
+        pairs = [
+            (f"{path}.<closure>", _closure(a), _closure(b)),
+            (f"{path}.<defaults>", a.__defaults__, b.__defaults__),
+        ]
     elif isinstance(a, types.MethodType | types.BuiltinMethodType):
         if getattr(a, "__name__", None) != getattr(b, "__name__", None):
             return f"{where}: methods {a!r} != {b!r}"
@@ -220,10 +222,13 @@ def _floral_layout():
 
 #: the FLoRAL clients' (N^k, pi^k): mixed clusters, or cluster 1 never routed to
 FLORAL_WEIGHTS = {
-    "mixed": {0: (10.0, np.array([0.75, 0.25])), 1: (30.0, np.array([0.5, 0.5])),
-              2: (60.0, np.array([0.0, 1.0]))},
+    "mixed": {
+        0: (10.0, np.array([0.75, 0.25])),
+        1: (30.0, np.array([0.5, 0.5])),
+        2: (60.0, np.array([0.0, 1.0])),
+    },
     "one-cluster": {k: (10.0 * (k + 1), np.array([1.0, 0.0])) for k in range(3)},
-}  # fmt: skip
+}
 
 
 def _floral_world(weights: str) -> World:
@@ -327,64 +332,141 @@ def _cases() -> list[Case]:
     cases = []
     for world in ("euclidean", "stiefel"):
         cases += [
-            Case(f"registry-{name}-{world}", world,
-                 functools.partial(build_async_rule, name, buffer_size=3),
-                 static=name in _STATELESS)
+            Case(
+                f"registry-{name}-{world}",
+                world,
+                functools.partial(build_async_rule, name, buffer_size=3),
+                static=name in _STATELESS,
+            )
             for name in _POINT_RULES
-        ]  # fmt: skip
+        ]
         cases += [
-            Case(f"fedbuff-scaled-{world}", world,
-                 lambda: FedBuff(3, staleness_scaling=True, outside_reach="shrink")),
-            Case(f"asyncfeded-short-warmup-{world}", world,
-                 lambda: AsyncFedED(0.5, kappa=0.25, warmup=1, initial_epochs=3, max_epochs=6)),
+            Case(
+                f"fedbuff-scaled-{world}",
+                world,
+                lambda: FedBuff(3, staleness_scaling=True, outside_reach="shrink"),
+            ),
+            Case(
+                f"asyncfeded-short-warmup-{world}",
+                world,
+                lambda: AsyncFedED(0.5, kappa=0.25, warmup=1, initial_epochs=3, max_epochs=6),
+            ),
             Case(f"orthodyn-{world}", world, lambda: OrthoDyn(switch_schedule(3))),
-        ]  # fmt: skip
+        ]
     cases += [
-        Case(f"experiments-{name}", "bezier-euclidean" if name.startswith("AsyncBezier") else
-             "euclidean", functools.partial(make, 4, 0.5), static=name == "FedAsync")
+        Case(
+            f"experiments-{name}",
+            "bezier-euclidean" if name.startswith("AsyncBezier") else "euclidean",
+            functools.partial(make, 4, 0.5),
+            static=name == "FedAsync",
+        )
         for name, make in METHODS.items()
-    ]  # fmt: skip
+    ]
     cases += [
-        Case("dcasgd-fixed-lambda", "euclidean", lambda: DCASGD(lambda0=0.5, adaptive=False),
-             static=True),
+        Case(
+            "dcasgd-fixed-lambda",
+            "euclidean",
+            lambda: DCASGD(lambda0=0.5, adaptive=False),
+            static=True,
+        ),
         Case("orthodc-update", "euclidean", lambda: OrthoDC(0.5, "update")),
-        Case("orthodyn-stateful-schedule", "euclidean",
-             lambda: OrthoDyn(CountingSchedule([(0.0, 0.0), (1.0, 0.0), (0.5, -0.2)]))),
+        Case(
+            "orthodyn-stateful-schedule",
+            "euclidean",
+            lambda: OrthoDyn(CountingSchedule([(0.0, 0.0), (1.0, 0.0), (0.5, -0.2)])),
+        ),
         Case("torch-dcasgd", "torch", DCASGD),
         Case("torch-fedbuff", "torch", lambda: FedBuff(3, staleness_scaling=True)),
         Case("torch-asyncfeded", "torch", lambda: AsyncFedED(warmup=1)),
         Case("torch-orthocorrect", "torch", lambda: OrthoCorrect(0.5, 0.0)),
         Case("torch-fedasync", "torch", FedAsync, static=True),
-        Case("asyncbezier-stacked", "bezier-euclidean",
-             lambda: AsyncBezier(_e4(), vartheta=0.0, variant="stacked")),
-        Case("asyncmanifold-momentum-swa-dominance", "bezier-euclidean",
-             lambda: AsyncManifold(BezierEmbedding(_e4()), 0.5, dominance=True, momentum=0.5,
-                                   swa_start=2, swa_every=2, swa_cycle=3)),
-        Case("asyncbezier-ed-momentum-swa", "bezier-euclidean",
-             lambda: AsyncBezierED(_e4(), momentum=0.3, swa_start=1)),
-        Case("asyncmanifold-arc-length", "bezier-euclidean",
-             lambda: AsyncManifold(BezierEmbedding(_e4()), 0.7, step_mode="arc_length",
-                                   correction=OrthoDCCorrection(0.0, "stacked"), alpha=0.5)),
-        Case("asyncmanifold-sphere", "bezier-sphere",
-             lambda: AsyncManifold(BezierEmbedding(_sphere()), 0.5, dominance=True,
-                                   momentum=0.5, swa_start=1, swa_every=2)),
+        Case(
+            "asyncbezier-stacked",
+            "bezier-euclidean",
+            lambda: AsyncBezier(_e4(), vartheta=0.0, variant="stacked"),
+        ),
+        Case(
+            "asyncmanifold-momentum-swa-dominance",
+            "bezier-euclidean",
+            lambda: AsyncManifold(
+                BezierEmbedding(_e4()),
+                0.5,
+                dominance=True,
+                momentum=0.5,
+                swa_start=2,
+                swa_every=2,
+                swa_cycle=3,
+            ),
+        ),
+        Case(
+            "asyncbezier-ed-momentum-swa",
+            "bezier-euclidean",
+            lambda: AsyncBezierED(_e4(), momentum=0.3, swa_start=1),
+        ),
+        Case(
+            "asyncmanifold-arc-length",
+            "bezier-euclidean",
+            lambda: AsyncManifold(
+                BezierEmbedding(_e4()),
+                0.7,
+                step_mode="arc_length",
+                correction=OrthoDCCorrection(0.0, "stacked"),
+                alpha=0.5,
+            ),
+        ),
+        Case(
+            "asyncmanifold-sphere",
+            "bezier-sphere",
+            lambda: AsyncManifold(
+                BezierEmbedding(_sphere()),
+                0.5,
+                dominance=True,
+                momentum=0.5,
+                swa_start=1,
+                swa_every=2,
+            ),
+        ),
         Case("asyncbezier-sphere", "bezier-sphere", lambda: AsyncBezier(_sphere(), vartheta=0.0)),
         Case("asynccurve", "curve", lambda: AsyncCurve(_e4())),
-        Case("asynccurve-orthodyn-momentum-swa", "curve",
-             lambda: AsyncCurve(_e4(), 0.8, endpoint=OrthoDyn(switch_schedule(3)), momentum=0.5,
-                                swa_start=2, swa_every=1, swa_cycle=4)),
-        Case("asynccurve-weight-schedule", "curve",
-             lambda: AsyncCurve(_e4(), endpoint=FedAsync(), weighting="weight",
-                                schedule=CountingSchedule([1.0, 0.5, 0.25]), rotate=False)),
-        Case("asynccurve-orthocorrect", "curve",
-             lambda: AsyncCurve(_e4(), 0.6, endpoint=OrthoCorrect(0.5, 0.0))),
-    ]  # fmt: skip
+        Case(
+            "asynccurve-orthodyn-momentum-swa",
+            "curve",
+            lambda: AsyncCurve(
+                _e4(),
+                0.8,
+                endpoint=OrthoDyn(switch_schedule(3)),
+                momentum=0.5,
+                swa_start=2,
+                swa_every=1,
+                swa_cycle=4,
+            ),
+        ),
+        Case(
+            "asynccurve-weight-schedule",
+            "curve",
+            lambda: AsyncCurve(
+                _e4(),
+                endpoint=FedAsync(),
+                weighting="weight",
+                schedule=CountingSchedule([1.0, 0.5, 0.25]),
+                rotate=False,
+            ),
+        ),
+        Case(
+            "asynccurve-orthocorrect",
+            "curve",
+            lambda: AsyncCurve(_e4(), 0.6, endpoint=OrthoCorrect(0.5, 0.0)),
+        ),
+    ]
     cases += [
-        Case(f"floral-fedbuff-{adaptors}-{weights}", f"floral-{weights}",
-             functools.partial(_floral_rule, adaptors, weights))
+        Case(
+            f"floral-fedbuff-{adaptors}-{weights}",
+            f"floral-{weights}",
+            functools.partial(_floral_rule, adaptors, weights),
+        )
         for adaptors in ("factors", "products")
         for weights in FLORAL_WEIGHTS
-    ]  # fmt: skip
+    ]
     return cases
 
 

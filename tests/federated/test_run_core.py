@@ -151,8 +151,9 @@ def test_async_raises_only_when_no_client_can_make_progress():
 def test_async_theory_mode_isolates_faults_too():
     problem = _euclid()
     trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad={2}, mode="raise")
-    h = run_async(trainer, FedAsync(server_lr=1.0), 20, mode="theory", max_staleness=2,
-                  max_failures=None)  # fmt: skip
+    h = run_async(
+        trainer, FedAsync(server_lr=1.0), 20, mode="theory", max_staleness=2, max_failures=None
+    )
     assert h.step[-1] == 20 and {w["client"] for w in h.warnings} == {2}
 
 
@@ -174,7 +175,7 @@ def _async_cases():
             point,
             lambda: FedAsync(),
             {"max_staleness": 2, "staleness_policy": "block"},
-        ),  # fmt: skip
+        ),
         "theory": (point, lambda: FedAsync(), {"mode": "theory", "max_staleness": 3}),
         "asyncbezier": (
             BezierProblemTrainer(problem, 0.05, 2, 2),
@@ -218,8 +219,15 @@ def test_sync_interrupt_saves_and_the_same_call_resumes(tmp_path, stiefel_proble
     ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, **kw)
     path = tmp_path / "run.ckpt"
     with pytest.raises(RunInterrupted) as info:
-        run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, checkpoint_every=100,
-                 on_round=InterruptAt(5), **kw)  # fmt: skip
+        run_sync(
+            stiefel_problem,
+            RFedSVRG(0.02, 3),
+            12,
+            checkpoint=path,
+            checkpoint_every=100,
+            on_round=InterruptAt(5),
+            **kw,
+        )
     assert info.value.step == 5 and info.value.checkpoint == str(path)
     assert isinstance(info.value, KeyboardInterrupt)  # callers that catch Ctrl-C catch it
     assert load_checkpoint(path)["step"] == 5  # saved at the interruption, not only every 100

@@ -78,8 +78,11 @@ def test_derivatives_match_finite_differences(seed, degree, t):
 def test_extrapolation_is_continuous_at_one(seed, degree):
     curve = random_curve(seed, degree)
     for h in (1e-4, 1e-6):
-        np.testing.assert_allclose(curve(1 + h), curve(1) + h * curve.velocity(1.0), atol=5 * h * h
-                                   * (1 + np.abs(curve.acceleration(1.0)).max()))  # fmt: skip
+        np.testing.assert_allclose(
+            curve(1 + h),
+            curve(1) + h * curve.velocity(1.0),
+            atol=5 * h * h * (1 + np.abs(curve.acceleration(1.0)).max()),
+        )
     np.testing.assert_allclose(curve(1.0), curve.control_points[-1], atol=1e-14)
 
 
@@ -130,8 +133,9 @@ def test_geodesic_de_casteljau_on_the_sphere():
     np.testing.assert_allclose(curve(0.0), pts[0], atol=1e-14)
     np.testing.assert_allclose(curve(1.0), pts[2], atol=1e-14)
     line = BezierCurve(pts[:2], s)  # degree 1: the geodesic
-    np.testing.assert_allclose(line(ts), s.exp(pts[0], ts[:, None] * s.log(pts[0], pts[1])),
-                               atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        line(ts), s.exp(pts[0], ts[:, None] * s.log(pts[0], pts[1])), atol=1e-12
+    )
     np.testing.assert_allclose(line.arc_length(), s.dist(pts[0], pts[1]), rtol=1e-7)
     s.check_tangent(curve(0.3), curve.velocity(0.3), atol=1e-8)
 
@@ -169,8 +173,10 @@ def test_gradients_with_respect_to_control_points():
     (grad,) = torch.autograd.grad(objective(cp), cp)
     h = 1e-6
     with torch.no_grad():
-        fd = (objective(torch.tensor(base + h * direction))
-              - objective(torch.tensor(base - h * direction))) / (2 * h)  # fmt: skip
+        fd = (
+            objective(torch.tensor(base + h * direction))
+            - objective(torch.tensor(base - h * direction))
+        ) / (2 * h)
     assert float((grad * torch.as_tensor(direction)).sum()) == pytest.approx(float(fd), rel=1e-6)
     t, dist = BezierCurve(cp).closest_point(torch.as_tensor(target))
     dist.backward()
@@ -369,8 +375,10 @@ def test_point_and_grad_matches_autograd(backend, t):
         kw = {}
         if buffers:
             like = np if backend == "numpy" else torch
-            kw = {"out": like.empty(np.shape(t) + (2, 4), dtype=like.float64),
-                  "grad_out": like.empty((3, 2, 4), dtype=like.float64)}  # fmt: skip
+            kw = {
+                "out": like.empty(np.shape(t) + (2, 4), dtype=like.float64),
+                "grad_out": like.empty((3, 2, 4), dtype=like.float64),
+            }
         point, grad = curve.point_and_grad(t, g, **kw)
         if buffers:
             assert point is kw["out"] and grad is kw["grad_out"]

@@ -190,8 +190,9 @@ def test_inverse_retraction_domain_is_sharp():
         v = np.array([math.cos(phi), math.sin(phi)])
         y = 0.1 * np.outer(v, v)
         if inside:
-            np.testing.assert_allclose(manifold.retract(x, manifold.inverse_retract(x, y)), y,
-                                       atol=1e-14)  # fmt: skip
+            np.testing.assert_allclose(
+                manifold.retract(x, manifold.inverse_retract(x, y)), y, atol=1e-14
+            )
         else:
             with pytest.raises(CutLocusError, match="normal residual of spectral norm 3.000e-01"):
                 manifold.inverse_retract(x, y)
@@ -271,8 +272,9 @@ def test_truncated_svd_derivative_matches_finite_differences_and_is_self_adjoint
     assert lhs == pytest.approx(np.sum(exact * e), abs=1e-10)
     x = manifold.random_point(rng=rng)  # at a point of M_r it is the tangent projection
     u, s, vt = np.linalg.svd(x, full_matrices=False)
-    np.testing.assert_allclose(truncated_svd_derivative(u, s, vt, r, d),
-                               manifold.to_tangent(x, d), atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        truncated_svd_derivative(u, s, vt, r, d), manifold.to_tangent(x, d), atol=1e-12
+    )
 
 
 # --------------------------------------------------------------------------- factors (FLoRAL)

@@ -138,10 +138,12 @@ def test_lorentz_project_is_the_euclidean_nearest_point(seed, beta, scale):
         return np.sum((x - a) ** 2)
 
     best = min(
-        (scipy.optimize.minimize(objective, start, method="BFGS", options={"gtol": 1e-12})
-         for start in (p[1:], a[1:], np.zeros(3), -a[1:])),
+        (
+            scipy.optimize.minimize(objective, start, method="BFGS", options={"gtol": 1e-12})
+            for start in (p[1:], a[1:], np.zeros(3), -a[1:])
+        ),
         key=lambda r: r.fun,
-    )  # fmt: skip
+    )
     assert np.sum((p - a) ** 2) <= best.fun * (1 + 1e-9) + 1e-12
 
 

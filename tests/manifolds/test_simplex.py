@@ -49,8 +49,9 @@ def test_exp_log_dist_on_uniform_points(c, seed, fraction):
     r = manifold.random_point(3, rng=rng)  # log and dist are global
     np.testing.assert_allclose(manifold.exp(p, manifold.log(p, r)), r, atol=1e-10)
     d = manifold.dist(p, r)
-    np.testing.assert_allclose(d, 2 * np.arccos(np.clip(np.sum(np.sqrt(p * r), -1), -1, 1)),
-                               atol=1e-7)  # fmt: skip
+    np.testing.assert_allclose(
+        d, 2 * np.arccos(np.clip(np.sum(np.sqrt(p * r), -1), -1, 1)), atol=1e-7
+    )
     np.testing.assert_allclose(manifold.norm(p, manifold.log(p, r)), d, atol=1e-10)
     assert np.all(d < math.pi)  # the Fisher-Rao diameter
 
@@ -122,8 +123,9 @@ def test_fisher_rao_is_invariant_under_permutations_and_markov_splits(c, seed, s
 def test_parallel_transport_carries_the_geodesic_velocity(c, seed):
     manifold, rng = Simplex(c), rng_of(seed)
     p, q = manifold.random_point(2, rng=rng)
-    np.testing.assert_allclose(manifold.parallel_transport(p, q, manifold.log(p, q)),
-                               -manifold.log(q, p), atol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(
+        manifold.parallel_transport(p, q, manifold.log(p, q)), -manifold.log(q, p), atol=1e-10
+    )
     v = manifold.random_tangent(p, rng=rng)
     there = manifold.parallel_transport(p, q, v)
     np.testing.assert_allclose(manifold.parallel_transport(q, p, there), v, atol=1e-10)

@@ -135,8 +135,10 @@ def test_synthetic_generator():
     x0 = problem.manifold.random_point(rng=0)  # seed 0 for both data and start: not the solution
     assert problem.loss(x0) > 100
     assert problem.grad_norm(x0) > 1
-    np.testing.assert_array_equal(LRMCProblem.synthetic(d=10, T=30, seed=3)._obs,
-                                  LRMCProblem.synthetic(d=10, T=30, seed=3)._obs)  # fmt: skip
+    np.testing.assert_array_equal(
+        LRMCProblem.synthetic(d=10, T=30, seed=3)._obs,
+        LRMCProblem.synthetic(d=10, T=30, seed=3)._obs,
+    )
 
 
 def test_uneven_column_split():
