@@ -267,6 +267,18 @@ class Manifold(ABC):
         """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
         return self._run_map("egrad_to_rgrad", _XG, False, x, g)
 
+    def ehess_to_rhess(self, x: Array, g: Array, h: Array, u: Array) -> Array:
+        r"""The Riemannian Hessian applied to ``u``, :math:`\operatorname{Hess} f(x)[u]`, from the
+        Euclidean gradient ``g`` :math:`= \nabla \bar f(x)` and the Euclidean Hessian-vector
+        product ``h`` :math:`= \nabla^2 \bar f(x)[u]` of a smooth extension :math:`\bar f`.
+
+        For a Riemannian submanifold of a Euclidean space this is
+        :math:`P_{T_x M}(h) + \mathrm{W}_x(u, P^\perp_x g)`, the projected Hessian plus the
+        Weingarten map applied to the normal part of the gradient (Absil, Mahony & Trumpf 2013;
+        Boumal 2023, Prop. 5.40); manifolds with another metric say theirs.
+        """
+        return self._run_map("ehess_to_rhess", _XGHU, False, x, g, h, u)
+
     def inner(self, x: Array, u: Array, v: Array) -> Array:
         """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
         return self._run_map("inner", _XUV, True, x, u, v)
@@ -425,6 +437,9 @@ class Manifold(ABC):
     def _parallel_transport(self, x, y, u):
         return self._not_implemented("parallel_transport")
 
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._not_implemented("ehess_to_rhess")
+
     @abstractmethod
     def _random_point(self, batch_shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         """numpy float64 points of shape ``batch_shape + point_shape``."""
@@ -475,6 +490,12 @@ _XG = ("point x", "Euclidean gradient g")
 _XU = ("point x", "tangent vector u")
 _XY = ("point x", "point y")
 _XUV = ("point x", "tangent vector u", "tangent vector v")
+_XGHU = (
+    "point x",
+    "Euclidean gradient g",
+    "Euclidean Hessian-vector product h",
+    "tangent vector u",
+)
 _XYU = ("point x", "point y", "tangent vector u")
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
