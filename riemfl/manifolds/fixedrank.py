@@ -198,8 +198,8 @@ class FixedRank(Manifold):
       Q_U R^{-\top} Q_V^\top` from orthonormal bases of the column and row spaces and the r x r
       :math:`R = Q_U^\top X Q_V` (no r x r inverse is formed; :math:`O(mnr)`). The two terms
       are tangent for every :math:`\xi` (:math:`(I - P_U)\,\cdot\,P_V` and :math:`P_U\,\cdot\,
-      (I - P_V)`), so the second fundamental form is :math:`\mathrm{II}(\xi, \xi) = 2(I -
-      P_U)\xi X^+\xi(I - P_V)`, the :math:`t^2` term of the retraction above.
+      (I - P_V)`), and :math:`\langle \mathrm{W}_X(\xi, N), \xi\rangle = \langle N,
+      \mathrm{II}(\xi, \xi)\rangle` with the second fundamental form of the retraction above.
 
     **Proximal smoothness.** :math:`\mathcal M_r` is not closed (its closure adds the matrices
     of rank < r), and its reach is 0: the local reach shrinks with :math:`\sigma_r(X)`.
