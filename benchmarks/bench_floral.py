@@ -6,13 +6,6 @@ inputs) and the small CNN (:class:`riemfl.nn.SmallCNN`):
 * ``train``: one forward + backward pass (cross-entropy, gradients of every parameter, the
   router's included) of the base model and of its FLoRAL version with C = 4 adaptors per layer
   at rho = 1% and 10% (bias adaptors on, learned router). Goal: FLoRAL(1%) <= 1.3 x the base.
-* ``FLoRAL(1%) torch`` (train): the same step on the pure-torch path (``backend="torch"``:
-  the merge of :mod:`riemfl.nn.floral.fused`, then the base operations), against the default,
-  which runs the adapted layers in the compiled FLoRAL layer (:mod:`riemfl.nn.floral.kernels`),
-  runs of linear layers and activations as one autograd node each
-  (:mod:`riemfl.nn.floral.chain`); the JSON records which backend the default had.
-* ``FLoRAL(1%) per layer`` (train): the compiled layer without the chains
-  (``backend="layers"``, one autograd node per adapted layer).
 * ``FLoRAL(1%) base grads`` and ``FLoRAL(1%) no router`` (train, diagnostics): the same
   FLoRAL(1%) step asking autograd only for the gradients of the base weights, or of the base
   weights and the adaptors: the differences to the full step are what the adaptors' and the
@@ -64,15 +57,11 @@ from _harness import (  # noqa: E402
 )
 
 from riemfl.nn import MLP, SmallCNN  # noqa: E402
-from riemfl.nn.floral import floralize, kernels, parameter_counts  # noqa: E402
+from riemfl.nn.floral import floralize, parameter_counts  # noqa: E402
 
 __all__ = ["MODELS", "bench_model", "format_table", "main"]
 
 TRAIN_GOAL = 1.3
-#: the FLoRAL(1%) train variant on the pure-torch path (no compiled layer)
-TORCH_PATH = "FLoRAL(1%) torch"
-#: ... and in the compiled layer, one node per adapted layer (no chains)
-PER_LAYER = "FLoRAL(1%) per layer"
 #: diagnostics: the FLoRAL(1%) step asking autograd for the base weights' gradients only, and
 #: for those and the adaptors' (not the router's)
 BASE_GRADS = "FLoRAL(1%) base grads"
@@ -97,11 +86,6 @@ def _floral(base: torch.nn.Module, rho: float) -> torch.nn.Module:
             layer.lora_out.normal_(0.0, 0.02, generator=g)
             layer.lora_bias.normal_(0.0, 0.02, generator=g)
         model.router.logits.normal_(generator=g)
-    return model
-
-
-def _with_backend(model: torch.nn.Module, backend: str) -> torch.nn.Module:
-    model.backend = backend
     return model
 
 
@@ -169,8 +153,6 @@ def bench_model(name: str, batch: int, repeats: int, inner: int) -> list[dict[st
             "base": _train_step(base, x, y),
             "FLoRAL(1%)": _train_step(floral[0.01].train(), x, y),
             "FLoRAL(10%)": _train_step(floral[0.1].train(), x, y),
-            TORCH_PATH: _train_step(_with_backend(_floral(base, 0.01).train(), "torch"), x, y),
-            PER_LAYER: _train_step(_with_backend(_floral(base, 0.01).train(), "layers"), x, y),
             BASE_GRADS: _train_step(floral[0.01], x, y, roles=("base",)),
             NO_ROUTER_GRAD: _train_step(floral[0.01], x, y, roles=("base", "cluster")),
         },
@@ -248,7 +230,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "machine": {**machine_info(threads), **allocator},
         "quick": args.quick,
         "clusters": N_CLUSTERS,
-        "floral_backend": kernels.backend(),
         "repeats": repeats,
         "inner": inner,
         "rows": rows,

@@ -541,19 +541,6 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kernels() -> int:
-    """Build (or load from the cache) the compiled FLoRAL layer; 0 if FLoRAL models use it."""
-    from .nn.floral import kernels
-
-    module = kernels.load()
-    if module is None:
-        why = kernels.build_failure() or f"{kernels.KERNEL_ENV}=off"
-        print(f"compiled FLoRAL layer: not used ({why}); FLoRAL models run the torch path")
-        return 1
-    print(f"compiled FLoRAL layer: loaded from {module.__file__}")
-    return 0
-
-
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (no usage block), exit status 2."""
 
@@ -611,11 +598,6 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("manifolds", help="the manifolds riemfl ships and a self-check")
     m.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     m.add_argument("--seed", type=int, default=0)
-
-    sub.add_parser(
-        "kernels",
-        help="build the compiled FLoRAL layer now (else it is built on first use) and report",
-    )
 
     r = sub.add_parser(
         "run", help="one federated run on a named problem",
@@ -741,8 +723,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run(args)
             if args.command == "reproduce":
                 return _reproduce(args)
-            if args.command == "kernels":
-                return _kernels()
             return _manifolds(args)
     except RunInterrupted as exc:
         where = f"checkpoint saved to {exc.checkpoint}" if exc.checkpoint else "no checkpoint"

@@ -21,7 +21,6 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     result = bench.main(["--quick", "--out", str(out)])
     saved = json.loads(out.read_text())
     assert saved["quick"] is True and saved["clusters"] == 4
-    assert saved["floral_backend"] in ("compiled", "torch")
     assert "allocator" in saved["machine"]
     cells = {(r["model"], r["mode"], r["variant"]) for r in result["rows"]}
     for model in bench.MODELS:
@@ -29,8 +28,6 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
             "base",
             "FLoRAL(1%)",
             "FLoRAL(10%)",
-            bench.TORCH_PATH,
-            bench.PER_LAYER,
             bench.BASE_GRADS,
             bench.NO_ROUTER_GRAD,
         ):
@@ -79,23 +76,3 @@ def test_partial_gradient_variants_ask_for_what_they_say(load_benchmark, monkeyp
         want = [n for n in named if roles is None or role_of[n] in roles]
         assert [id(p) for p in inputs] == [id(named[n]) for n in want]
     assert {role_of[n] for n in named} == {"base", "cluster", "router"}
-
-
-def test_torch_path_and_per_layer_variants(load_benchmark, node_names):
-    """The torch-path variant has no compiled node; the per-layer variant no chain (where the
-    compiled layer is built)."""
-    import torch
-
-    from riemfl.nn.floral import kernels
-
-    bench = load_benchmark("bench_floral")
-    factory, shape = bench.MODELS["digits MLP 64-200-10"]
-    x = torch.rand((2, *shape))
-    names = node_names(bench._with_backend(bench._floral(factory(), 0.01).train(), "torch")(x))
-    assert "MixtureMergeBackward" in names
-    assert not any("FloralOp" in n or "FloralChain" in n for n in names)
-    if kernels.load() is not None:
-        model = bench._with_backend(bench._floral(factory(), 0.01).train(), "layers")
-        names = node_names(model(x))
-        assert any("FloralOp" in n for n in names)
-        assert not any("FloralChain" in n for n in names)

@@ -4,8 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from riemfl.cli import EXAMPLES, main
 
 
@@ -32,16 +30,3 @@ def test_python_dash_m_runs():
         [sys.executable, "-m", "riemfl"], capture_output=True, text=True, check=True
     )
     assert "Lorentz(10)" in done.stdout
-
-
-def test_kernels_command_reports_the_floral_path(monkeypatch, capsys):
-    pytest.importorskip("torch")
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "off")
-    assert main(["kernels"]) == 1
-    assert "torch path" in capsys.readouterr().out
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "sometimes")
-    assert main(["kernels"]) == 2
-    assert "RIEMFL_FLORAL_KERNEL" in capsys.readouterr().err
-    monkeypatch.setenv("RIEMFL_FLORAL_KERNEL", "require")
-    assert main(["kernels"]) == 0
-    assert "loaded from" in capsys.readouterr().out
