@@ -257,6 +257,11 @@ class MixtureAdaptor(nn.Module):
             return torch.mv(lora_bias.T, w)
         return torch.addmv(bias, lora_bias.T, w)
 
+    def _w_repeated(self, w: torch.Tensor) -> torch.Tensor:
+        """:math:`(w_1, ..., w_1, ..., w_C, ..., w_C)`, each weight r times (the columns of
+        the stacked factors)."""
+        return w if self.rank == 1 else w.repeat_interleave(self.rank)
+
     def _prefers_factored(self, x: torch.Tensor) -> bool:
         """Whether running the adaptors on ``x`` (:meth:`_factored_forward`) costs fewer
         multiply-adds than merging them into the weight (never, unless a subclass says so)."""

@@ -150,10 +150,11 @@ class MixtureConv2d(MixtureAdaptor):
         return self.base._conv_forward(x, weight, bias)
 
     def _merged_weight(self, w, weight):
-        # K([w_1 A_1 ... w_C A_C][B_1 ... B_C]^T): one (m, C r) x (C r, n) product, then the
-        # (m, n) matrix as a kernel
-        scaled = self._out_matrix(self.lora_out) * w.repeat_interleave(self.rank)
-        delta = self.weight_from_matrix(scaled @ self._in_matrix(self.lora_in).T)
+        # K([w_1 A_1 ... w_C A_C][B_1 ... B_C]^T): one (m, C r) x (C r, n) product, whose
+        # right factor is a reshape of lora_in, then the (m, n) matrix seen as a kernel
+        _, n, cr = self._dims[6:]
+        scaled = self._out_matrix(self.lora_out) * self._w_repeated(w)
+        delta = self.weight_from_matrix(scaled @ self.lora_in.reshape(cr, n))
         return delta if weight is None else weight + delta
 
     def _out_matrix(self, lora_out: torch.Tensor) -> torch.Tensor:
@@ -161,15 +162,11 @@ class MixtureConv2d(MixtureAdaptor):
         m, _, cr = self._dims[6:]
         return lora_out.permute(1, 3, 4, 0, 2).reshape(m, cr)
 
-    def _in_matrix(self, lora_in: torch.Tensor) -> torch.Tensor:
-        r""":math:`[B_1 \cdots B_C]`, shape (n, C r), rows (j, a_i, b_i), columns (c, k)."""
-        _, n, cr = self._dims[6:]
-        return lora_in.permute(2, 3, 4, 0, 1).reshape(n, cr)
-
     def weight_from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
-        # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i)
+        # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i); one of a_o,
+        # a_i and one of b_o, b_i has size 1, so this is a view of the matrix
         c_out, c_in, kh_o, kw_o, kh_i, kw_i = self._dims[:6]
-        kernel = matrix.reshape(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
+        kernel = matrix.view(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
         return kernel.reshape(self.base.weight.shape)
 
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
@@ -178,7 +175,7 @@ class MixtureConv2d(MixtureAdaptor):
         c, r = self.lora_in.shape[:2]
         v = self.lora_in.reshape(c * r, *self.lora_in.shape[2:])
         h = F.conv2d(x, v, **self._in_geometry)
-        h = h * w.repeat_interleave(r)[:, None, None]
+        h = h * self._w_repeated(w)[:, None, None]
         u = self.lora_out.transpose(0, 1).reshape(
             self.lora_out.shape[1], c * r, *self.lora_out.shape[3:]
         )

@@ -91,10 +91,6 @@ class MixtureLinear(MixtureAdaptor):
     def weight_from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
         return matrix
 
-    def _w_repeated(self, w: torch.Tensor) -> torch.Tensor:
-        """:math:`(w_1, ..., w_1, ..., w_C, ..., w_C)`, each r times."""
-        return w if self.rank == 1 else w.repeat_interleave(self.rank)
-
     def _merged_weight(self, w, weight):
         # W + [A_1 ... A_C][w_1 B_1 ... w_C B_C]^T in one addmm: the stored factors are the rows
         # A_c^T and B_c^T, so the stacks (C r x m and C r x n) are reshapes of them
