@@ -23,6 +23,7 @@ from .manifolds import (
     PlaneRotation,
     Product,
     Simplex,
+    SpecialOrthogonal,
     Sphere,
     Stiefel,
 )
@@ -53,4 +54,5 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
 ]

@@ -15,6 +15,7 @@ from .lorentz import Lorentz
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
+from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
 from .tunnel import EpsilonTunnel
@@ -34,4 +35,5 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
 ]

@@ -24,6 +24,7 @@ from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .product import Product
 from .simplex import Simplex
+from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
 from .tunnel import EpsilonTunnel
@@ -149,6 +150,14 @@ FAMILIES: tuple[Family, ...] = (
         "eps-neighbourhood of a curve: membership, exact projection, sampling, SAM point",
         "reach - eps / chord + 2 eps / -",
         (lambda: EpsilonTunnel(_quadratic_curve(), 0.1),),
+    ),
+    Family(
+        SpecialOrthogonal,
+        "SpecialOrthogonal(n)",
+        "exp, log (principal; closed forms for n = 2, 3), dist, parallel transport, `project` "
+        "(polar factor with the determinant fixed), the polar retraction and its inverse",
+        "sqrt(2) / 2 sqrt(2 floor(n/2)) / sqrt(2) pi",
+        (lambda: SpecialOrthogonal(3), lambda: SpecialOrthogonal(6)),
     ),
 )
 

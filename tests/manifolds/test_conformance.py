@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 
 from riemfl import Euclidean, Grassmann, Lorentz, Product, Sphere, Stiefel
-from riemfl.manifolds import FixedRank, Simplex
+from riemfl.manifolds import (
+    FixedRank,
+    Simplex,
+    SpecialOrthogonal,
+)
 from riemfl.testing import Config, ManifoldTests
 from riemfl.testing import strategies as rst
 
@@ -107,3 +111,22 @@ class TestSimplex(LocalReach, ManifoldTests):
 class TestSimplexThree(TestSimplex):
     manifold = Simplex(3, concentration=30)
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
+
+
+# SO(2) and SO(3) take the closed forms (Rodrigues, the angle), SO(4) and SO(5) the matrix
+# exponential and the logarithm through the square root (both parities of n)
+class TestSpecialOrthogonal2(ManifoldTests):
+    manifold = SpecialOrthogonal(2)
+
+
+class TestSpecialOrthogonal3(ManifoldTests):
+    manifold = SpecialOrthogonal(3)
+
+
+class TestSpecialOrthogonal4(ManifoldTests):
+    manifold = SpecialOrthogonal(4)
+    configs = (Config("numpy", "float64"), Config("torch", "float32"))
+
+
+class TestSpecialOrthogonal5(ManifoldTests):
+    manifold = SpecialOrthogonal(5)
