@@ -20,6 +20,7 @@ from .manifolds import (
     Grassmann,
     Lorentz,
     Manifold,
+    Oblique,
     PlaneRotation,
     Product,
     Simplex,
@@ -55,4 +56,5 @@ __all__ = [
     "EpsilonTunnel",
     "PlaneRotation",
     "SpecialOrthogonal",
+    "Oblique",
 ]

@@ -12,6 +12,7 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .oblique import Oblique
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
@@ -36,4 +37,5 @@ __all__ = [
     "EpsilonTunnel",
     "PlaneRotation",
     "SpecialOrthogonal",
+    "Oblique",
 ]

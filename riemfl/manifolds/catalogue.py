@@ -22,6 +22,7 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .oblique import Oblique
 from .product import Product
 from .simplex import Simplex
 from .special_orthogonal import SpecialOrthogonal
@@ -158,6 +159,14 @@ FAMILIES: tuple[Family, ...] = (
         "(polar factor with the determinant fixed), the polar retraction and its inverse",
         "sqrt(2) / 2 sqrt(2 floor(n/2)) / sqrt(2) pi",
         (lambda: SpecialOrthogonal(3), lambda: SpecialOrthogonal(6)),
+    ),
+    Family(
+        Oblique,
+        "Oblique(n, m)",
+        "exp, log, dist, parallel transport (the sphere's, column by column), `project` "
+        "(column normalisation)",
+        "1 / 2 sqrt(m) / pi",
+        (lambda: Oblique(10, 4),),
     ),
 )
 

@@ -6,6 +6,7 @@ import pytest
 from riemfl import Euclidean, Grassmann, Lorentz, Product, Sphere, Stiefel
 from riemfl.manifolds import (
     FixedRank,
+    Oblique,
     Simplex,
     SpecialOrthogonal,
 )
@@ -130,3 +131,12 @@ class TestSpecialOrthogonal4(ManifoldTests):
 
 class TestSpecialOrthogonal5(ManifoldTests):
     manifold = SpecialOrthogonal(5)
+
+
+class TestOblique(ManifoldTests):
+    manifold = Oblique(5, 3)
+
+
+class TestObliqueOneColumn(ManifoldTests):
+    manifold = Oblique(3, 1)
+    configs = (Config("numpy", "float32"), Config("torch", "float64"))
