@@ -24,9 +24,11 @@ from .manifolds import (
     PlaneRotation,
     Product,
     Simplex,
+    SkewSymmetric,
     SpecialOrthogonal,
     Sphere,
     Stiefel,
+    Symmetric,
 )
 
 __version__ = "0.1.0"
@@ -57,4 +59,6 @@ __all__ = [
     "PlaneRotation",
     "SpecialOrthogonal",
     "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
 ]

@@ -19,6 +19,7 @@ from .simplex import Simplex
 from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
+from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
 __all__ = [
@@ -38,4 +39,6 @@ __all__ = [
     "PlaneRotation",
     "SpecialOrthogonal",
     "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
 ]

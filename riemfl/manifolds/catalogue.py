@@ -28,6 +28,7 @@ from .simplex import Simplex
 from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
+from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
 __all__ = ["Family", "FAMILIES", "examples", "markdown_table"]
@@ -167,6 +168,20 @@ FAMILIES: tuple[Family, ...] = (
         "(column normalisation)",
         "1 / 2 sqrt(m) / pi",
         (lambda: Oblique(10, 4),),
+    ),
+    Family(
+        Symmetric,
+        "Symmetric(n)",
+        "everything (flat; `project` = `sym`)",
+        "inf / inf / inf",
+        (lambda: Symmetric(5),),
+    ),
+    Family(
+        SkewSymmetric,
+        "SkewSymmetric(n)",
+        "everything (flat; `project` = `skew`)",
+        "inf / inf / inf",
+        (lambda: SkewSymmetric(5),),
     ),
 )
 

@@ -8,7 +8,9 @@ from riemfl.manifolds import (
     FixedRank,
     Oblique,
     Simplex,
+    SkewSymmetric,
     SpecialOrthogonal,
+    Symmetric,
 )
 from riemfl.testing import Config, ManifoldTests
 from riemfl.testing import strategies as rst
@@ -140,3 +142,11 @@ class TestOblique(ManifoldTests):
 class TestObliqueOneColumn(ManifoldTests):
     manifold = Oblique(3, 1)
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
+
+
+class TestSymmetric(ManifoldTests):
+    manifold = Symmetric(4)
+
+
+class TestSkewSymmetric(ManifoldTests):
+    manifold = SkewSymmetric(4)
