@@ -22,6 +22,7 @@ from .manifolds import (
     Manifold,
     Oblique,
     PlaneRotation,
+    Positive,
     Product,
     Simplex,
     SkewSymmetric,
@@ -61,4 +62,5 @@ __all__ = [
     "Oblique",
     "Symmetric",
     "SkewSymmetric",
+    "Positive",
 ]

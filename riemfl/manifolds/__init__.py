@@ -13,6 +13,7 @@ from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .oblique import Oblique
+from .positive import Positive
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
@@ -41,4 +42,5 @@ __all__ = [
     "Oblique",
     "Symmetric",
     "SkewSymmetric",
+    "Positive",
 ]

@@ -23,6 +23,7 @@ from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .oblique import Oblique
+from .positive import Positive
 from .product import Product
 from .simplex import Simplex
 from .special_orthogonal import SpecialOrthogonal
@@ -182,6 +183,14 @@ FAMILIES: tuple[Family, ...] = (
         "everything (flat; `project` = `skew`)",
         "inf / inf / inf",
         (lambda: SkewSymmetric(5),),
+    ),
+    Family(
+        Positive,
+        "Positive(*shape)",
+        "log metric `<u, v>_x = sum u v / x^2`: exp `x e^(u/x)`, log, dist, parallel transport "
+        "(flat in `log x`), `project` onto the open orthant",
+        "local only (`local_proximal_smoothness(x) = min x`) / inf / inf",
+        (lambda: Positive(5, 2),),
     ),
 )
 

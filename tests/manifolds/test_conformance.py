@@ -7,6 +7,7 @@ from riemfl import Euclidean, Grassmann, Lorentz, Product, Sphere, Stiefel
 from riemfl.manifolds import (
     FixedRank,
     Oblique,
+    Positive,
     Simplex,
     SkewSymmetric,
     SpecialOrthogonal,
@@ -150,3 +151,19 @@ class TestSymmetric(ManifoldTests):
 
 class TestSkewSymmetric(ManifoldTests):
     manifold = SkewSymmetric(4)
+
+
+class TestPositive(LocalReach, ManifoldTests):
+    manifold = Positive(4, 2)
+
+    def test_exp_second_order(self):
+        pytest.skip(
+            "the kit's check (tangential part of Exp_x(tu) - x - tu is O(t^3)) holds for metrics "
+            "induced by the ambient space; the log metric's geodesics accelerate, x'' = x'^2/x. "
+            "test_positive.py checks exp against that geodesic equation instead"
+        )
+
+
+class TestPositiveVector(TestPositive):
+    manifold = Positive(3)
+    configs = (Config("numpy", "float32"), Config("torch", "float64"))
