@@ -1,6 +1,6 @@
 r"""The positive orthant :math:`\mathbb{R}^{\text{shape}}_{>0}` with the log (Fisher-type)
-metric :math:`\langle u, v\rangle_x = \sum_i u_i v_i / x_i^2`, as pymanopt's ``Positive`` and
-geomstats' ``PositiveReals``.
+metric :math:`\langle u, v\rangle_x = \sum_i u_i v_i / x_i^2`, as pymanopt's ``Positive`` (the
+affine-invariant metric of positive-definite matrices, entry by entry).
 
 The entrywise logarithm :math:`x \mapsto \log x` is an isometry onto the Euclidean space
 :math:`\mathbb{R}^{\text{shape}}` (:math:`d(\log x) = dx/x`), so the manifold is flat and

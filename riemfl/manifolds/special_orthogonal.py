@@ -87,8 +87,8 @@ def _torch_special_polar():
 
 def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") -> Array:
     r"""The nearest rotation :math:`P_{\mathrm{SO}(n)}(A) = U\,\mathrm{diag}(1, \dots, 1,
-    \det UV^\top)\,V^\top` to square matrices A in the Frobenius norm (the special orthogonal
-    Procrustes problem; Umeyama 1991).
+    \det UV^\top)\,V^\top` to square matrices A (SVD :math:`A = U\Sigma V^\top`) in the
+    Frobenius norm, the solution of the special orthogonal Procrustes problem (Umeyama 1991).
 
     With the signed SVD :math:`A = U\Sigma'V^\top`, :math:`U, V \in \mathrm{SO}(n)`,
     :math:`\sigma'_1 \ge \dots \ge \sigma'_{n-1} \ge |\sigma'_n|` (:math:`\sigma'_n < 0` iff
@@ -178,24 +178,29 @@ class SpecialOrthogonal(Manifold):
     :math:`\Omega = X^\top U` and :math:`R = X^\top Y`:
 
     * ``to_tangent``: :math:`X\,\mathrm{skew}(X^\top A)` (also ``egrad_to_rgrad``);
-    * ``exp``: :math:`X\exp(\Omega)` (for a bi-invariant metric the geodesics are the
-      one-parameter subgroups; Hall 2015, Boumal 2023 sec. 7.4); for n = 2, 3 by the Rodrigues
-      formula :math:`\exp\Omega = I + \frac{\sin\theta}\theta\Omega + \frac{1 - \cos\theta}
+    * ``exp``: :math:`X\exp(\Omega)` (for a bi-invariant metric the geodesics through I are
+      the one-parameter subgroups; Milnor 1976); for n = 2, 3 by the Rodrigues formula
+      :math:`\exp\Omega = I + \frac{\sin\theta}\theta\Omega + \frac{1 - \cos\theta}
       {\theta^2}\Omega^2`, :math:`\theta^2 = \|\Omega\|_F^2/2` (it holds for n = 2 too, where
       :math:`\Omega^2 = -\theta^2 I`), elsewhere the matrix exponential;
-    * ``log``: :math:`X\log(R)`, the principal logarithm (rotation angles in :math:`[0, \pi)`);
-      ``CutLocusError`` where R has a rotation angle :math:`\pi` (eigenvalue -1), where the
-      logarithm and the minimising geodesic are not unique. With :math:`C, S` the symmetric and
-      skew parts of R (they commute), :math:`\log R = h(I - C)\,S` with :math:`h(1 - \cos\theta)
-      = \theta/\sin\theta`, a function of a symmetric matrix (:func:`~riemfl.linalg.
-      sym_function`, Daleckii-Krein derivative in torch). For n = 2, 3 the closed form:
-      :math:`\cos\theta = (\mathrm{tr}R - n + 2)/2`, :math:`\log R = (\theta/\sin\theta) S`, and
-      for n = 3 and :math:`\theta > 2\pi/3` :math:`\theta\,\widehat{a}` with the axis a the
-      normalised :math:`B\,\mathrm{vee}(S)`, :math:`B = (C - \cos\theta I)/(1 - \cos\theta) =
-      aa^\top`: accurate to rounding up to the cut locus. For n >= 4 the error grows like
-      :math:`\varepsilon/(\pi - \theta_{\max})` near the cut locus, and ``log`` raises where
-      :math:`1 - \cos\theta_{\max} \ge 2 - 10^3\varepsilon` (float64: within about
-      :math:`7\cdot10^{-7}` of :math:`\pi`);
+    * ``log``: :math:`X\log(R)`, the principal logarithm (rotation angles in :math:`[0, \pi)`;
+      Hall 2015); ``CutLocusError`` where R has a rotation angle :math:`\pi` (eigenvalue -1),
+      where the logarithm and the minimising geodesic are not unique. With :math:`C, S` the
+      symmetric and skew parts of R (they commute) and :math:`h(1 - \cos\theta) =
+      \theta/\sin\theta`, :math:`\log R = h(I - C)\,S`. For n = 2, 3 (one plane) the closed
+      form: :math:`\cos\theta = (\mathrm{tr}R - n + 2)/2`, :math:`\theta = \mathrm{atan2}(
+      \|S\|_F/\sqrt2, \cos\theta)`, :math:`\log R = (\theta/\sin\theta) S`, and for n = 3 and
+      :math:`\theta > 2\pi/3` :math:`\theta\,\widehat{a}` with the axis a the normalised
+      :math:`B\,\mathrm{vee}(S)`, :math:`B = (C - \cos\theta I)/(1 - \cos\theta) = aa^\top`:
+      exact to rounding up to the cut locus, which is refused where :math:`\sin\theta \le
+      10^3\varepsilon` and :math:`\cos\theta < 0`. For n >= 4, :math:`\log R = 2\log
+      R^{1/2}`: the principal square root is the nearest rotation to :math:`I + R` (the
+      special polar factor of a normal matrix with eigenvalues :math:`2\cos(\theta/2)
+      e^{i\theta/2}`), whose angles are at most :math:`\pi/2`, where h is well conditioned
+      (:func:`~riemfl.linalg.sym_function`: Daleckii-Krein derivative in torch). The error
+      grows like :math:`\varepsilon/(\pi - \theta_{\max})` towards the cut locus, which is
+      refused where the two smallest singular values of :math:`I + R`, :math:`2\sin((\pi -
+      \theta)/2)`, sum to at most :math:`10^3\varepsilon\,\sigma_1`;
     * ``dist``: :math:`\|\log R\|_F = \sqrt{2\sum_k\theta_k^2}`; for n = 2, 3 the closed form
       :math:`\sqrt2\,\mathrm{atan2}(\|S\|_F/\sqrt2, \cos\theta)`, defined at the cut locus too;
     * ``parallel_transport`` along the geodesic :math:`X\exp(tL)`, :math:`L = \log R`:
@@ -210,8 +215,9 @@ class SpecialOrthogonal(Manifold):
     * ``retract``: the polar factor of :math:`X + U` (for tangent U, :math:`\det(X + U) =
       \det(I + \Omega) > 0`, so it is :math:`P_M(X + U)`: a second-order retraction);
       ``inverse_retract``: :func:`~riemfl.manifolds.stiefel.inverse_polar_retraction`;
-    * ``ehess_to_rhess``: :math:`P_X(H - U\,\mathrm{sym}(X^\top G))` (Boumal 2023, eq. 7.39
-      for the Stiefel manifold, of which SO(n) is an open subset for p = n).
+    * ``ehess_to_rhess``: :math:`P_X(H - U\,\mathrm{sym}(X^\top G))`, the Hessian of the
+      Stiefel manifold St(n, n) = O(n), of which SO(n) is an open subset (Boumal 2023;
+      Absil, Mahony & Trumpf 2013).
 
     Constants (Frobenius norm; :math:`\sigma'` the signed singular values above):
 
@@ -229,8 +235,9 @@ class SpecialOrthogonal(Manifold):
     * ``injectivity_radius`` :math:`\sqrt2\,\pi`: the nearest cut point of I is a rotation by
       :math:`\pi` in one plane, at geodesic distance :math:`\|\pi(e_1e_2^\top -
       e_2e_1^\top)\|_F = \sqrt2\,\pi` (with the metric :math:`\frac12\mathrm{tr}(U^\top V)`
-      this is the familiar :math:`\pi`); conjugate points come later (at :math:`2\sqrt2\,\pi`
-      along a one-plane geodesic).
+      this is the familiar :math:`\pi`); for n >= 3 conjugate points come later (at
+      :math:`2\sqrt2\,\pi` along a one-plane geodesic), and SO(2) is a flat circle of length
+      :math:`2\sqrt2\,\pi`.
 
     Parameters
     ----------
