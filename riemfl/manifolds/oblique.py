@@ -15,10 +15,20 @@ import numpy as np
 
 from ..backend import ops_for, to_numpy
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from .base import Manifold, result_checked
+from .base import Manifold
 from .sphere import Sphere
 
 __all__ = ["Oblique"]
+
+
+def _by_column(method: str):
+    """The map of :class:`Oblique` that is the sphere's ``_<method>`` on every column."""
+
+    def apply(self, *arrays):
+        return self._columns(method, *arrays)
+
+    apply.__name__ = apply.__qualname__ = "_" + method
+    return apply
 
 
 class Oblique(Manifold):
@@ -83,18 +93,8 @@ class Oblique(Manifold):
     def diameter(self) -> float:
         return 2.0 * math.sqrt(self.m)
 
-    # the sphere's table, column by column (see Manifold._result_checked)
-    _result_checked = result_checked(
-        "to_tangent",
-        "egrad_to_rgrad",
-        "retract",
-        "inverse_retract",
-        "exp",
-        "log",
-        inner=(0,),
-        norm=(0,),
-        transport=(0,),
-    )
+    # the sphere's table holds column by column (see Manifold._result_checked)
+    _result_checked = Sphere._result_checked
 
     def _columns(self, method: str, *arrays):
         """The sphere's ``_<method>`` on the columns (moved to the last axis), moved back."""
@@ -119,32 +119,21 @@ class Oblique(Manifold):
                 f"it and P_M is not unique; expected nonzero columns"
             ) from exc
 
-    def _to_tangent(self, x, a):
-        return self._columns("to_tangent", x, a)
+    _to_tangent = _by_column("to_tangent")
+    _retract = _by_column("retract")
+    _inverse_retract = _by_column("inverse_retract")
+    _exp = _by_column("exp")
+    _log = _by_column("log")
+    _parallel_transport = _by_column("parallel_transport")
 
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)
         return self._to_tangent(x, h) - u * ops.sum(x * g, axis=-2, keepdims=True)
 
-    def _retract(self, x, u):
-        return self._columns("retract", x, u)
-
-    def _inverse_retract(self, x, y):
-        return self._columns("inverse_retract", x, y)
-
-    def _exp(self, x, u):
-        return self._columns("exp", x, u)
-
-    def _log(self, x, y):
-        return self._columns("log", x, y)
-
     def _dist(self, x, y):
         ops = ops_for(x, y)
         d = self._sphere._dist(ops.mT(x), ops.mT(y))  # the column angles, (..., m)
         return ops.sqrt(ops.sum(d * d, axis=-1))
-
-    def _parallel_transport(self, x, y, u):
-        return self._columns("parallel_transport", x, y, u)
 
     def _random_point(self, batch_shape, rng):
         """Independent uniform columns (normalised Gaussian vectors)."""

@@ -13,18 +13,17 @@ e_2^\top - e_2 e_1^\top)`, has norm :math:`\sqrt2\,\theta`.
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from ..linalg import polar, qr_positive, skew, sym, sym_function
+from ..linalg import polar, qr_positive, skew, special_polar, sym, sym_function
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cosm1_over, sinc_sqrt
 from .stiefel import Stiefel, inverse_polar_retraction
 
-__all__ = ["SpecialOrthogonal", "special_polar"]
+__all__ = ["SpecialOrthogonal"]
 
 
 def _lib(a: Array):
@@ -40,92 +39,6 @@ def _where(mask: np.ndarray) -> tuple[tuple[int, ...], str]:
     """The first batch index where ``mask`` holds, and the words naming it."""
     index = tuple(int(i) for i in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
     return index, (f" (batch element {index})" if index else "")
-
-
-# ------------------------------------------------------------------ the special polar factor
-def _signed_svd(a):
-    r""":math:`A = U\Sigma' V^\top` with :math:`\det U \det V = 1`: the last singular vector
-    of U and the last singular value change sign where the plain SVD has :math:`\det(UV^\top) =
-    -1` (so :math:`\sigma'_n < 0` exactly where :math:`\det A < 0`)."""
-    lib = _lib(a)
-    u, s, vh = lib.linalg.svd(a)
-    negative = (lib.linalg.det(u) * lib.linalg.det(vh)) < 0
-    ones = lib.ones_like(s)
-    last = ops_for(s).where(negative, -ones[..., -1], ones[..., -1])
-    signs = ops_for(s).concatenate([ones[..., :-1], last[..., None]], axis=-1)
-    return u * signs[..., None, :], s * signs, vh
-
-
-@cache
-def _torch_special_polar():
-    import torch
-
-    class SpecialPolar(torch.autograd.Function):
-        r""":math:`UV^\top` of the signed SVD, with the derivative of the special polar factor
-        as backward: :math:`\bar A = U[(K - K^\top)_{ij}/(\sigma'_i + \sigma'_j)]V^\top`,
-        :math:`K = U^\top\bar Q V`, finite wherever the factor is unique."""
-
-        @staticmethod
-        def forward(ctx, a):
-            u, s, vh = _signed_svd(a)
-            ctx.save_for_backward(u, s, vh)
-            ctx.mark_non_differentiable(s)
-            return u @ vh, s
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad, _grad_s):
-            u, s, vh = ctx.saved_tensors
-            k = u.mT @ grad @ vh.mT
-            pair = s[..., :, None] + s[..., None, :]
-            eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
-            pair = torch.where(eye, torch.ones_like(pair), pair)  # K - K^T is 0 there
-            return u @ ((k - k.mT) / pair) @ vh
-
-    return SpecialPolar.apply
-
-
-def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") -> Array:
-    r"""The nearest rotation :math:`P_{\mathrm{SO}(n)}(A) = U\,\mathrm{diag}(1, \dots, 1,
-    \det UV^\top)\,V^\top` to square matrices A (SVD :math:`A = U\Sigma V^\top`) in the
-    Frobenius norm, the solution of the special orthogonal Procrustes problem (Umeyama 1991).
-
-    With the signed SVD :math:`A = U\Sigma'V^\top`, :math:`U, V \in \mathrm{SO}(n)`,
-    :math:`\sigma'_1 \ge \dots \ge \sigma'_{n-1} \ge |\sigma'_n|` (:math:`\sigma'_n < 0` iff
-    :math:`\det A < 0`), :math:`\max_{R\in\mathrm{SO}(n)}\mathrm{tr}(R^\top A) = \sum_i
-    \sigma'_i` is attained at :math:`UV^\top`, uniquely iff :math:`\sigma'_{n-1} + \sigma'_n >
-    0`. So the factor is not unique exactly where the rank is at most n - 2, or where
-    :math:`\det A < 0` and the smallest singular value is repeated; a matrix of rank n - 1 has a
-    unique nearest rotation (unlike its nearest orthogonal matrix).
-
-    Raises :class:`~riemfl.errors.ProjectionError` where :math:`\sigma'_{n-1} + \sigma'_n \le
-    r\sigma_1` with ``rtol`` :math:`r` (default :math:`n\varepsilon` of the dtype; the message
-    states both numbers). numpy or torch; in torch the
-    backward pass is the derivative of the factor, :math:`\bar A = U[(K - K^\top)_{ij} /
-    (\sigma'_i + \sigma'_j)]V^\top` with :math:`K = U^\top\bar Q V` (it follows from
-    :math:`R^\top dA - dA^\top R = \Omega\Sigma' + \Sigma'\Omega` in the basis V, for
-    :math:`dR = U\Omega V^\top`).
-    """
-    if is_torch(a):
-        q, s = _torch_special_polar()(a)
-    else:
-        u, s, vh = _signed_svd(a)
-        q = u @ vh
-    values = to_numpy(s).astype(np.float64)
-    tol = a.shape[-1] * ops_for(a).eps(a) if rtol is None else rtol
-    pair = values[..., -2] + values[..., -1]
-    low = pair <= tol * values[..., 0]
-    if np.any(low):
-        i, where = _where(low)
-        raise ProjectionError(
-            f"the nearest rotation to the {what} is not unique: the sum of its two smallest "
-            f"signed singular values (the last one negative where det < 0) is "
-            f"{float(pair[i]):.3e}, not above {tol:.1e} * sigma_1 = "
-            f"{tol * float(values[i][0]):.3e}{where}: its rank is at most n - 2, or its "
-            f"determinant is negative and its smallest singular value repeated. Expected "
-            f"sigma'_(n-1) + sigma'_n > 0"
-        )
-    return q
 
 
 # ------------------------------------------------------------------ theta / sin(theta) of 1 - cos
@@ -210,8 +123,9 @@ class SpecialOrthogonal(Manifold):
       fields, so :math:`B' = -\frac12[L, B]`, :math:`B(t) = e^{-tL/2}B_0e^{tL/2}`, and
       :math:`V(1) = Xe^{L}e^{-L/2}\Omega e^{L/2}`.) Tests check it against the ambient
       equation :math:`V' = -(\gamma' V^\top\gamma + \gamma V^\top\gamma')/2`;
-    * ``project``: :func:`special_polar`, the polar factor with the sign of the last singular
-      vector flipped where :math:`\det < 0`; ``ProjectionError`` where it is not unique;
+    * ``project``: :func:`~riemfl.linalg.special_polar`, the polar factor with the sign of the
+      last singular vector flipped where :math:`\det < 0`; ``ProjectionError`` where it is not
+      unique;
     * ``retract``: the polar factor of :math:`X + U` (for tangent U, :math:`\det(X + U) =
       \det(I + \Omega) > 0`, so it is :math:`P_M(X + U)`: a second-order retraction);
       ``inverse_retract``: :func:`~riemfl.manifolds.stiefel.inverse_polar_retraction`;
@@ -219,7 +133,9 @@ class SpecialOrthogonal(Manifold):
       Stiefel manifold St(n, n) = O(n), of which SO(n) is an open subset (Boumal 2023;
       Absil, Mahony & Trumpf 2013).
 
-    Constants (Frobenius norm; :math:`\sigma'` the signed singular values above):
+    Constants (Frobenius norm; :math:`\sigma'` the signed singular values of
+    :func:`~riemfl.linalg.special_polar`: :math:`A = U\Sigma'V^\top` with :math:`U, V \in
+    \mathrm{SO}(n)` and :math:`\sigma'_n < 0` iff :math:`\det A < 0`):
 
     * ``proximal_smoothness`` :math:`\sqrt2`: for :math:`X \in \mathrm{SO}(n)`,
       :math:`\|A - X\|_F^2 \ge n - 2\sum_i\sigma'_i + \sum_i\sigma_i'^2 = \sum_i (1 -

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riemfl import CutLocusError, NotOnManifoldError, ProjectionError, SpecialOrthogonal
-from riemfl.manifolds.special_orthogonal import special_polar
+from riemfl.linalg import special_polar
 from riemfl.testing import strategies as rst
 
 torch = pytest.importorskip("torch")
