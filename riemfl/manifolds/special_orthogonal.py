@@ -21,7 +21,7 @@ from ..errors import CutLocusError, ParameterError, ProjectionError
 from ..linalg import polar, qr_positive, skew, special_polar, sym, sym_function
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cosm1_over, sinc_sqrt
-from .stiefel import Stiefel, inverse_polar_retraction
+from .stiefel import Stiefel
 
 __all__ = ["SpecialOrthogonal"]
 
@@ -128,7 +128,13 @@ class SpecialOrthogonal(Manifold):
       unique;
     * ``retract``: the polar factor of :math:`X + U` (for tangent U, :math:`\det(X + U) =
       \det(I + \Omega) > 0`, so it is :math:`P_M(X + U)`: a second-order retraction);
-      ``inverse_retract``: :func:`~riemfl.manifolds.stiefel.inverse_polar_retraction`;
+      ``inverse_retract``: :math:`X\,C^{-1}S` with :math:`C, S` the symmetric and skew parts
+      of R. (In the eigenbasis of :math:`\Omega`, :math:`\mathrm{polar}(I + \Omega) = (I +
+      \Omega)(I - \Omega^2)^{-1/2}`, whose symmetric part is :math:`(I - \Omega^2)^{-1/2}` and
+      skew part :math:`\Omega(I - \Omega^2)^{-1/2}`.) One n x n solve, where the Stiefel
+      manifold's Lyapunov equation costs an :math:`n^2 \times n^2` one; defined where C is
+      positive definite (every angle of R below :math:`\pi/2`, the image of the retraction),
+      ``CutLocusError`` elsewhere;
     * ``ehess_to_rhess``: :math:`P_X(H - U\,\mathrm{sym}(X^\top G))`, the Hessian of the
       Stiefel manifold St(n, n) = O(n), of which SO(n) is an open subset (Boumal 2023;
       Absil, Mahony & Trumpf 2013).
@@ -260,7 +266,19 @@ class SpecialOrthogonal(Manifold):
     def _retract(self, x, u):
         return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
-    _inverse_retract = staticmethod(inverse_polar_retraction)
+    def _inverse_retract(self, x, y):
+        ops = ops_for(x, y)
+        r = ops.mT(x) @ y
+        c = sym(r)
+        try:
+            ops.cholesky(c)
+        except Exception as exc:  # numpy's or torch's LinAlgError: C is not positive definite
+            raise CutLocusError(
+                f"{self.name}: the inverse polar retraction is defined where every rotation angle "
+                f"of X^T Y is below pi/2 (its symmetric part positive definite): no tangent U "
+                f"has polar(X + U) = Y otherwise. Expected Y closer to X"
+            ) from exc
+        return x @ skew(ops.solve(c, skew(r)))
 
     def _exp(self, x, u):
         return x @ self._expm(skew(ops_for(x, u).mT(x) @ u))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from riemfl import CutLocusError, NotOnManifoldError, ProjectionError, SpecialOrthogonal
 from riemfl.linalg import special_polar
+from riemfl.manifolds.stiefel import inverse_polar_retraction
 from riemfl.testing import strategies as rst
 
 torch = pytest.importorskip("torch")
@@ -251,3 +252,21 @@ def test_project_autograd_through_a_negative_determinant(n):
     fd = (np.sum(w * m.project(a + h * d)) - np.sum(w * m.project(a - h * d))) / (2 * h)
     assert float((grad * torch.as_tensor(d)).sum()) == pytest.approx(fd, rel=1e-6, abs=1e-9)
     np.testing.assert_allclose(special_polar(torch.as_tensor(a)).numpy(), m.project(a))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_inverse_retraction_matches_stiefels_and_refuses_angles_beyond_half_pi(n):
+    """X C^-1 S (one n x n solve) equals the Stiefel manifold's inverse polar retraction (the
+    n^2 x n^2 Lyapunov equation); beyond an angle pi/2 no tangent vector retracts to Y."""
+    m = SpecialOrthogonal(n)
+    rng = np.random.default_rng(n)
+    x = m.random_point(3, rng=rng)
+    u = m.random_tangent(x, rng=rng)
+    y = m.retract(x, u)
+    np.testing.assert_allclose(m.inverse_retract(x, y), inverse_polar_retraction(x, y), atol=1e-13)
+    r, _ = rotation_in_plane(n, 0.51 * math.pi, rng)
+    with pytest.raises(CutLocusError, match="below pi/2"):
+        m.inverse_retract(x[0], x[0] @ r)
+    r, _ = rotation_in_plane(n, 0.49 * math.pi, rng)
+    back = m.inverse_retract(x[0], x[0] @ r)
+    np.testing.assert_allclose(m.retract(x[0], back), x[0] @ r, atol=1e-12)
