@@ -52,8 +52,9 @@ def _series(e, coeffs):
 def _theta_over_sine(e):
     r""":math:`\theta/\sin\theta` as a function of :math:`e = 1 - \cos\theta \in [0, 2)`:
     :math:`2\arcsin\sqrt{e/2}/\sqrt{e(2 - e)}`; series :math:`1 + e/3 + 2e^2/15 + 2e^3/35`
-    below :math:`10^{-4}`. e is clamped to :math:`[0, 2)` (callers refuse e near 2, the cut
-    locus)."""
+    below :math:`10^{-4}`. e is clamped to :math:`[0, 2)`; ``_logm`` uses it for
+    :math:`e \le 1` (the square root's angles, at most :math:`\pi/2`), where it is well
+    conditioned."""
     ops = ops_for(e)
     e = ops.maximum(e, 0.0)
     e = -ops.maximum(-e, -(2.0 - 4.0 * ops.eps(e)))
