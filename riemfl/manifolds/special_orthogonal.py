@@ -203,11 +203,11 @@ class SpecialOrthogonal(Manifold):
         t2 = 0.5 * ops.sum(w * w, axis=(-2, -1), keepdims=True)
         return ops.eye(self.n, w) + sinc_sqrt(t2) * w - cosm1_over(t2) * (w @ w)
 
-    def _cut_locus(self, words: str):
+    def _cut_locus(self, where: str, details: str):
         return CutLocusError(
-            f"{self.name}: log is not defined where X^T Y is a rotation by pi{words}: the "
-            f"principal logarithm is not unique there, nor is the minimising geodesic (the cut "
-            f"locus). Expected rotation angles below pi"
+            f"{self.name}: X^T Y is a rotation by pi{where}: its principal logarithm is not "
+            f"unique, nor is the minimising geodesic (the cut locus), so log and parallel "
+            f"transport are not defined. Expected rotation angles below pi ({details})"
         )
 
     def _sqrtm(self, r):
@@ -215,10 +215,11 @@ class SpecialOrthogonal(Manifold):
         (the polar factor of a normal matrix with eigenvalues 2 cos(t/2) e^(it/2)), refused
         (CutLocusError) where R has an angle within 1e3 eps of pi, where I + R is singular."""
         ops = ops_for(r)
+        shifted = ops.eye(self.n, r) + r
         try:
-            return special_polar(ops.eye(self.n, r) + r, rtol=1e3 * ops.eps(r), what="I + R")
+            return special_polar(shifted, rtol=1e3 * ops.eps(r), what="matrix I + X^T Y")
         except ProjectionError as exc:
-            raise self._cut_locus(f" ({exc})") from exc
+            raise self._cut_locus("", f"found as: {exc}") from exc
 
     def _plane_parts(self, r):
         """(ops, cos theta, S = skew(R), sin^2 theta) of rotations R for n <= 3 (one plane)."""
@@ -237,7 +238,7 @@ class SpecialOrthogonal(Manifold):
         tol = 1e3 * ops.eps(r)
         cut = to_numpy((c < 0) & (s2 <= tol * tol))[..., 0, 0]
         if np.any(cut):
-            raise self._cut_locus(_where(cut)[1] + " (sin(theta) <= 1e3 eps, cos(theta) < 0)")
+            raise self._cut_locus(_where(cut)[1], "sin(theta) <= 1e3 eps and cos(theta) < 0")
         out = angle_over_sine(c, s2) * s
         if self.n == 2:  # theta/sin(theta) * S = theta J exactly: J is the only direction
             return out
