@@ -100,15 +100,14 @@ class Positive(Manifold):
     # ------------------------------------------------------------------ maps
     def _project(self, a):
         values = to_numpy(a)
-        low = values.min(axis=self._axes) if values.ndim else values
+        low = values.min(axis=self._axes)
         if np.any(low <= 0):
-            bad = np.atleast_1d(low <= 0)
-            i = tuple(int(k) for k in np.argwhere(bad)[0]) if np.ndim(low) else ()
+            i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
             entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
             where = f" (batch element {i})" if i else ""
             raise ProjectionError(
                 f"{self.name}: a has no nearest point in the open positive orthant{where}: its "
-                f"entries {entries} are <= 0 (smallest {float(np.min(low)):.3e}), so the nearest "
+                f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
                 f"point of the closed orthant has zeros there, on the boundary, which the open "
                 f"orthant does not contain. Expected a > 0"
             )
@@ -151,6 +150,7 @@ class Positive(Manifold):
         return np.exp(rng.standard_normal(batch_shape + self.point_shape))
 
     def _point_violation(self, x):
+        """The largest magnitude of a negative entry (``check_point`` refuses zeros too)."""
         return "x > 0 (every entry)", max(0.0, ops_for(x).to_float(-x))
 
     def _tangent_violation(self, x, u):
