@@ -6,7 +6,7 @@ The test function is the kit's quadratic of the ambient array (riemfl.testing.ch
 quadratic_function), f(a) = <c, a> + <a, B a>/2 with B a random symmetric operator: its Euclidean
 gradient is c + B a and its Hessian-vector product B u. The kit checks the same identities on one
 instance per class; these run them on more sizes (the closed forms of SO(2), SO(3) and the
-generic SO(n)) with tighter tolerances.
+generic SO(n)) and seeds.
 """
 
 import numpy as np
