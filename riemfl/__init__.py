@@ -20,11 +20,16 @@ from .manifolds import (
     Grassmann,
     Lorentz,
     Manifold,
+    Oblique,
     PlaneRotation,
+    Positive,
     Product,
     Simplex,
+    SkewSymmetric,
+    SpecialOrthogonal,
     Sphere,
     Stiefel,
+    Symmetric,
 )
 
 __version__ = "0.1.0"
@@ -53,4 +58,9 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
+    "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
+    "Positive",
 ]

@@ -12,11 +12,15 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .oblique import Oblique
+from .positive import Positive
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
+from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
+from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
 __all__ = [
@@ -34,4 +38,9 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
+    "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
+    "Positive",
 ]
