@@ -61,22 +61,6 @@ FORBIDDEN = {
     "a seed number ('seed 002')": re.compile(r"\bseeds?\s+00[0-9]\b", re.IGNORECASE),
 }
 
-#: Files still citing the notes, cleaned by the FLoRAL / Bezier branches: the lead empties this
-#: tuple when those branches are merged (the test fails on an entry that no longer has a hit, so
-#: a stale entry cannot hide a new one).
-PENDING_CLEANUP: tuple[str, ...] = (
-    "riemfl/nn/floral/aggregation.py",
-    "riemfl/nn/floral/async_rule.py",
-    "riemfl/nn/floral/budget.py",
-    "riemfl/nn/floral/clusters.py",
-    "riemfl/nn/floral/ensemble.py",
-    "riemfl/nn/floral/layout.py",
-    "riemfl/nn/floral/metrics.py",
-    "riemfl/nn/floral/server.py",
-    "riemfl/nn/floral/synthetic.py",
-    "riemfl/nn/floral/trainer.py",
-)
-
 # ------------------------------------------------------------------------------ author-year keys
 _NAME = r"[A-Z][A-Za-zÀ-ÿ'\-]*[a-zà-ÿ]"  # ends in a lower-case letter: not "NeurIPS", "ICML"
 _KEY = re.compile(
@@ -174,12 +158,9 @@ def test_the_patterns_tell_citations_from_hashes():
 
 def test_no_citation_of_a_document_outside_the_repository():
     hits = _hits()
-    new = {name: lines for name, lines in hits.items() if name not in PENDING_CLEANUP}
-    assert not new, "citations of documents the repository does not contain:\n" + "\n".join(
-        f"{name}:{line}" for name, lines in sorted(new.items()) for line in lines
+    assert not hits, "citations of documents the repository does not contain:\n" + "\n".join(
+        f"{name}:{line}" for name, lines in sorted(hits.items()) for line in lines
     )
-    clean = [name for name in PENDING_CLEANUP if name not in hits]
-    assert not clean, f"no hit left in {clean}: remove them from PENDING_CLEANUP"
 
 
 def test_every_author_year_key_in_the_docs_is_in_the_references():

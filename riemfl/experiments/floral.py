@@ -356,7 +356,7 @@ def _synthetic_runs(runner: _Runner, s: Settings) -> list[dict[str, Any]]:
     return results
 
 
-# --------------------------------------------------------------------------------------- B.10
+# ----------------------------------------------------------------- factor against product averaging
 def _aggregation_runs(runner: _Runner, s: Settings, digits: list[dict]) -> dict[str, Any]:
     """FLoRAL(10%) on full label shift: factor averages against product averages (sync, async).
 
@@ -426,7 +426,7 @@ def _aggregation_runs(runner: _Runner, s: Settings, digits: list[dict]) -> dict[
 
 
 def _gauge_check(trainer, x: np.ndarray, seed: int) -> dict[str, float]:
-    """Change every client's factor gauge (A G, B G^-T): which aggregation notices? (B.10)
+    """Change every client's factor gauge (A G, B G^-T): which aggregation notices?
 
     Eight simulated uploads are the trained global vector plus small perturbations of every
     adaptor; each client's factors are then re-expressed in a random gauge G_k (condition
@@ -587,7 +587,7 @@ def _synthetic_table(runs: list[dict[str, Any]]) -> str:
 
 def _aggregation_section(agg: dict[str, Any]) -> list[str]:
     lines = [
-        "| run | factor averaging (Algorithm 1) | products + truncated SVD (B.10) |",
+        "| run | factor averaging (Algorithm 1) | products + truncated SVD (riemfl) |",
         "|---|---|---|",
     ]
     for label in sorted({r["method"] for r in agg["sync"]}):
@@ -617,7 +617,7 @@ def _aggregation_section(agg: dict[str, Any]) -> list[str]:
         "Mean relative gap between the average of the clients' adaptors and the product of the "
         f"averaged factors during the factor-averaging runs: {np.mean(err):.2e} (all clients "
         "start each round from the same factors, so the local moves are small and Algorithm 1 "
-        "works in practice, as B.10 notes).",
+        "works in practice).",
     ]
     return lines
 
@@ -712,8 +712,9 @@ def _report(digits, synthetic, agg, s: Settings, quick: bool, seconds: float) ->
         "",
         "The nominal FLoRAL increase C rho d is 4% (rho = 1%) and 40% (rho = 10%) of d. The "
         "counted one is larger at 1%: the budget rank rho m n / (m + n) of both layers is below "
-        "1 here, so the minimum rank 1 applies (B.11 item 8), and the bias adaptors (C x 210 "
-        "parameters, not parameter-efficient, B.2) weigh more in so small a model.",
+        "1 here, so the minimum rank 1 applies (Almansoori et al. 2024, Sec. 3.2), and the bias "
+        "adaptors (C x 210 parameters, not parameter-efficient, Sec. 3.2) weigh more in so small "
+        "a model.",
         "",
         "## Synthetic tasks: final personal test loss (Table 3 of the paper is a plot)",
         "",
@@ -721,7 +722,7 @@ def _report(digits, synthetic, agg, s: Settings, quick: bool, seconds: float) ->
         "",
         "![synthetic](synthetic_loss.png)",
         "",
-        "## Factor averaging against the manifold-aware aggregation (B.10)",
+        "## Factor averaging against the manifold-aware aggregation (riemfl's addition)",
         "",
         *_aggregation_section(agg),
         "",

@@ -293,7 +293,7 @@ def test_factor_round_trip_is_balanced_and_not_gauge_invariant(shape, seed):
     g = 2.0 * np.linalg.qr(rng.standard_normal((r, r)))[0]  # another gauge of the same points
     a2, b2 = a @ g, b @ np.linalg.inv(g).T  # (mixing them gives A (2I + G^T/8 + G/2) B^T / 4)
     np.testing.assert_allclose(manifold.from_factors(a2, b2), x, atol=1e-11)
-    # B.10: averaging factors is not averaging points, averaging products is
+    # FLoRAL's adaptors: averaging factors is not averaging points, averaging products is
     mixed = manifold.from_factors(0.5 * (a + a2), 0.5 * (b + b2))
     assert np.linalg.norm(mixed - x) > 1e-3 * np.linalg.norm(x)
     products = 0.5 * (manifold.from_factors(a, b) + manifold.from_factors(a2, b2))

@@ -1,4 +1,4 @@
-r"""Server aggregation of FLoRAL (digest-002-003 B.1, B.4, B.10): pure functions on arrays.
+r"""Server aggregation of FLoRAL (Almansoori et al. 2024, eq. (2), Alg. 1): pure functions.
 
 **Probabilities, eq. (2).** With :math:`p(k) = N^k/N` and :math:`p(c|k) = \pi^k_c`:
 
@@ -16,12 +16,15 @@ Algorithm 1 ("Simple FLoRAL Averaging"):
     a_c \leftarrow \frac{\sum_{k\in S} \hat\pi^k_c N^k a^k_c}{\sum_{k\in S} \hat\pi^k_c N^k}
     = \mathbb{E}_{k|c}[a^k_c],
 
-with :math:`\hat\pi^k` the client's router at the end of its local epoch (B.11 item 5). The
-adaptors are averaged **factor-wise** (B.4: each LoRA tensor times :math:`p(k|c)`, summed).
+with :math:`\hat\pi^k` the client's router at the end of its local epoch (Alg. 1, line 12:
+:math:`\hat\pi^k_{c,\tau+H}`). The adaptors are averaged **factor-wise**: Sec. 4 writes a LoRA
+adaptor as :math:`a_c = (\mathrm{vec}\,U_c, \mathrm{vec}\,V_c)`, so Alg. 1 multiplies each
+factor by :math:`p(k|c)` and sums.
 
-**Manifold-aware aggregation (B.10).** Factor averaging is not gauge-invariant:
-:math:`(A, B) \sim (AG, BG^{-\top})` give the same adaptor :math:`AB^\top` for every invertible
-G, but :math:`\sum_k p_k A_k B_k^\top \ne (\sum_k p_k A_k)(\sum_k p_k B_k)^\top`.
+**Manifold-aware aggregation (riemfl's addition; not in the paper).** Factor averaging is not
+gauge-invariant: :math:`(A, B) \sim (AG, BG^{-\top})` give the same adaptor :math:`AB^\top` for
+every invertible G, but
+:math:`\sum_k p_k A_k B_k^\top \ne (\sum_k p_k A_k)(\sum_k p_k B_k)^\top`.
 :func:`average_products` averages the adaptor products in the ambient space and retracts to the
 fixed-rank manifold :math:`\mathcal M_r` with the truncated SVD
 (:class:`~riemfl.manifolds.FixedRank` ``project``, Eckart-Young):
@@ -32,7 +35,9 @@ fixed-rank manifold :math:`\mathcal M_r` with the truncated SVD
     \qquad (A_c, B_c) = (U_r S_r^{1/2}, V_r S_r^{1/2}),
 
 which depends on the clients' products only, hence is gauge-invariant (the new factors are the
-balanced representative, ``FixedRank.to_factors``).
+balanced representative, ``FixedRank.to_factors``). The retraction is the truncated SVD with
+p = q = 2 that the paper's LoRA centering uses (App. E, eq. (37)), where it notes that
+factor-wise operations "would not really preserve the parameterization".
 """
 
 from __future__ import annotations
@@ -261,7 +266,7 @@ def average_products(
 
 
 def factor_average_error(a: np.ndarray, b: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    r"""How far factor averaging is from averaging adaptors, per cluster (B.10).
+    r"""How far factor averaging is from averaging adaptors, per cluster (riemfl's diagnostic).
 
     .. math::
 

@@ -1,9 +1,11 @@
 r"""FedBuff + FLoRAL: FLoRAL's per-cluster aggregation in a sum-only asynchronous buffer.
 
-Neither seed paper has it (digest part C); riemfl offers it on
-:func:`riemfl.federated.run_async` with :class:`~riemfl.nn.floral.FloralTrainer` as the
-trainer. Client k arrives with its local vector :math:`x_k` trained from a possibly stale
-version :math:`x^{t_k}`, and its weights :math:`(N^k, \hat\pi^k)`. The buffer keeps only sums
+The combination is riemfl's: Almansoori et al. 2024 run FLoRAL in synchronous rounds (Alg. 1),
+and FedBuff (Nguyen et al. 2022; Toghani & Uribe 2022, Algs. 1-2) buffers plain model updates.
+riemfl offers it on :func:`riemfl.federated.run_async` with
+:class:`~riemfl.nn.floral.FloralTrainer` as the trainer. Client k arrives with its local vector
+:math:`x_k` trained from a possibly stale version :math:`x^{t_k}`, and its weights
+:math:`(N^k, \hat\pi^k)`. The buffer keeps only sums
 (the secure-aggregation interface of :class:`~riemfl.federated.SumBuffer`):
 
 .. math::
@@ -16,8 +18,9 @@ K arrivals the server steps :math:`x \leftarrow x - \eta\, S \oslash Z` (entries
 unchanged). With zero staleness and :math:`\eta = 1` this is exactly Algorithm 1's average
 (tested).
 
-``adaptors="products"`` (B.10, part C: "stale adaptor factors make the fixed-rank gauge
-drift"): for each LoRA factor pair the buffer also sums the product deltas
+``adaptors="products"`` (riemfl's; none of these papers has it): stale clients start from different
+factors, so their gauges drift apart and averaging factors depends on them more than in
+synchronous rounds. For each LoRA factor pair the buffer also sums the product deltas
 :math:`\hat\pi^k_c N^k (A^{t_k}_c B^{t_k\top}_c - A^k_c B^{k\top}_c)`, and the server sets
 :math:`X_c = P_r(A_c B_c^\top - \eta\,S^X_c / Z_c)` with the truncated SVD on
 :class:`~riemfl.manifolds.FixedRank`, then balanced factors

@@ -1,23 +1,25 @@
 r"""Adaptor ranks from the relative parameter budget rho, and parameter-count accounting.
 
-**Rank from the budget** (digest-002-003 B.2). A LoRA of an m x n weight with rank r has
-:math:`(m + n) r` parameters; the budget :math:`(m + n) r \le \rho\, m n` gives
+**Rank from the budget** (Almansoori et al. 2024, Sec. 3.2). A LoRA of an m x n weight with
+rank r has :math:`(m + n) r` parameters; the budget :math:`(m + n) r \le \rho\, m n` gives
 
 .. math::
 
     r = \max\Bigl(1, \Bigl\lfloor \frac{\rho\, m n}{m + n} \Bigr\rfloor\Bigr),
 
 with the minimum rank 1 enforced when :math:`\rho m n / (m + n) < 1` (then the adaptor exceeds
-the budget; B.11 item 8). A convolution adaptor is a product of two convolutions whose kernel,
-seen as a matrix, is :math:`A B^\top` with :math:`A \in \mathbb{R}^{m\times r}`,
+the budget, as Sec. 3.2 says). A convolution adaptor is a product of two convolutions whose
+kernel, seen as a matrix, is :math:`A B^\top` with :math:`A \in \mathbb{R}^{m\times r}`,
 :math:`B \in \mathbb{R}^{n\times r}`; the same rule applies to its matrix sizes m and n
-([OUTSIDE] ``resolve_rank(rho, c_in |k_in|, c_out |k_out|)``), see
+(App. F.1 constrains the Balanced 2D adaptor "similarly to the linear layer"; the authors'
+public code (zeligism/FLoRAL) computes ``resolve_rank(rho, c_in |k_in|, c_out |k_out|)``), see
 :mod:`riemfl.nn.floral.conv`.
 
-**Parameter increase** (B.6). With d base parameters and C clusters, FLoRAL adds about
-:math:`C \rho d` parameters (plus the bias adaptors, which are not parameter-efficient), an
-ensemble of C full models adds :math:`(C - 1) d`. :func:`nominal_increase` gives these two
-numbers; :func:`parameter_counts` counts a built model exactly.
+**Parameter increase** (Sec. 6, "Discussion"). With d base parameters and C clusters, FLoRAL
+adds about :math:`C \rho d` parameters (plus the bias adaptors, which are not
+parameter-efficient, Sec. 3.2), an ensemble of C full models adds :math:`(C - 1) d`.
+:func:`nominal_increase` gives these two numbers; :func:`parameter_counts` counts a built model
+exactly.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def check_rho(rho: Any, where: str) -> float:
 
 
 def lora_rank(rho: float, m: int, n: int) -> int:
-    r"""Rank of an adaptor of an m x n matrix under the budget rho (digest B.2).
+    r"""Rank of an m x n adaptor under the budget rho (Almansoori et al. 2024, Sec. 3.2).
 
     .. math::
 
@@ -79,7 +81,7 @@ def nominal_increase(d: int, n_clusters: int, rho: float) -> dict[str, float]:
     -------
     dict
         ``floral`` = :math:`C \rho d`, ``ensemble`` = :math:`(C - 1) d`, and the same as
-        fractions of d (``floral_fraction``, ``ensemble_fraction``). Example (B.6): d = 1000,
+        fractions of d (``floral_fraction``, ``ensemble_fraction``). Example (Sec. 6): d = 1000,
         C = 4, rho = 1% gives 40 against 3000.
     """
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:

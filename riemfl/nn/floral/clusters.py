@@ -1,22 +1,29 @@
-r"""Clustered image tasks: rotation and label-shift clusters (digest B.6), full or reduced data.
+r"""Clustered image tasks: rotation and label-shift clusters, full or reduced data.
 
-Client k belongs to cluster :math:`c = k \bmod C` and sees its data through the cluster's
-transform (Ghosh et al. 2020; Werner et al. 2023):
+The tasks of Almansoori et al. 2024, Sec. 6 ("MNIST and CIFAR-10"), after Ghosh et al. 2020 and
+Werner et al. 2023. Client k belongs to cluster :math:`c = k \bmod C` and sees its data through
+the cluster's transform:
 
-* ``"rotation"``: images rotated by :math:`360\,c/C` degrees (the paper's "2 pi c / C degrees"
-  mixes units; the [OUTSIDE] code uses :math:`(360 // C)\,c`, i.e. 0, 90, 180, 270 for C = 4,
-  B.8 item 2). Multiples of 90 degrees are exact (``numpy.rot90``); other angles use a bilinear
-  ``scipy.ndimage.rotate`` of the same size;
-* ``"label_shift"``: labels :math:`y \mapsto (y + c) \bmod n_{classes}`.
+* ``"rotation"``: images rotated by :math:`360\,c/C` degrees. The paper's "2 pi c / C degrees"
+  mixes units; riemfl uses degrees, c = 0..C-1, as the authors' public code (zeligism/FLoRAL)
+  does with :math:`(360 // C)\,c`, i.e. 0, 90, 180, 270 for C = 4. Multiples of 90 degrees are
+  exact (``numpy.rot90``); other angles use a bilinear ``scipy.ndimage.rotate`` of the same
+  size;
+* ``"label_shift"``: labels :math:`y \mapsto (y + c) \bmod n_{classes}` (Sec. 6, with 10
+  classes).
 
-The training rows are split IID among the K clients ([OUTSIDE]). The **reduced** regime keeps
-:math:`\max(10, \lfloor 0.05 N^k \rceil)` rows of each client (5%, at least 10; B.6).
+The paper does not say how the rows are split among the clients nor which client is in which
+cluster; riemfl splits the training rows IID among the K clients and puts client k in cluster
+k mod C, as the public code does (and as App. G.1 does for the synthetic tasks). The
+**reduced** regime keeps :math:`\max(10, \lfloor 0.05 N^k \rceil)` rows of each client (5%,
+at least 10; Sec. 6).
 
-Test data (B.11 item 15): ``evaluation="shard"`` splits the test rows IID among the clients
-(each with its cluster's transform, as the [OUTSIDE] code); ``evaluation="full"`` gives every
-client the **whole** test set under its cluster's transform. Both estimate the same personal
-accuracy; "full" has a much smaller variance when the test set is small (scikit-learn's digits:
-360 test images), so the reproduction uses it.
+Test data: the paper does not say how the clients' test sets are built. ``evaluation="shard"``
+splits the test rows IID among the clients, each with its cluster's transform, as the public
+code does; ``evaluation="full"`` (riemfl's) gives every client the **whole** test set under its
+cluster's transform. Both estimate the same personal accuracy; "full" has a much smaller
+variance when the test set is small (scikit-learn's digits: 360 test images), so the
+reproduction uses it.
 
 :func:`digits_clusters` builds the offline MNIST stand-in from scikit-learn's 8 x 8 digits, or
 from the user's MNIST file (``data=``, read with :func:`riemfl.problems.load_mnist`);

@@ -4,10 +4,15 @@ r"""The Ensemble baseline: C full models mixed at the output level by the client
 
     \hat y^k(x) = \sum_c \pi^k_c\, g(x; w_c)
 
-(digest B.6, [OUTSIDE] code: output-level mixture), with model c aggregated by the per-cluster
-weights :math:`p(k|c)` of eq. (2), exactly as an adaptor of FLoRAL. It costs
-:math:`(C - 1) d` extra parameters against FLoRAL's :math:`C\rho d` and C forward passes. Routing
-is learned or the oracle :math:`\pi^*` (:class:`~riemfl.nn.floral.Router` modes).
+with model c aggregated by the per-cluster weights :math:`p(k|c)` of eq. (2), exactly as an
+adaptor of FLoRAL. It costs :math:`(C - 1) d` extra parameters against FLoRAL's
+:math:`C\rho d` (Almansoori et al. 2024, Sec. 6) and C forward passes. Routing is learned or the
+oracle :math:`\pi^*` (Table 1 has both; :class:`~riemfl.nn.floral.Router` modes).
+
+The paper names the baseline and its cost but says neither where the C models are mixed nor
+how they are aggregated; riemfl mixes their outputs and aggregates model c with :math:`p(k|c)`,
+as the authors' public code (zeligism/FLoRAL) does: mixing outputs keeps the C models
+separate, the point of an ensemble.
 
 The C models are held as stacked parameters (leading axis C, named ``stacked.<name with dots as
 '__'>``) and evaluated with :func:`torch.func.functional_call` on a template copy, so that the

@@ -1,6 +1,8 @@
 r"""The federated layout: which parameters travel, how, and the flat vectors they travel in.
 
-Every parameter of a FLoRAL-style model has a *role* (digest B.2, "federated versus personal"):
+Every parameter of a FLoRAL-style model has a *role*: Almansoori et al. 2024 average the base u
+and the adaptors :math:`a_c` (Alg. 1, lines 11-12), while the router :math:`\theta^k` "is a local
+parameter and not aggregated" (Sec. 5):
 
 ======== ======================================== ==============================================
 role     parameters                               aggregation

@@ -4,8 +4,9 @@ r"""Routing diagnostics when the true clusters are known (synthetic and clustere
   true cluster, under the best matching of learned to true cluster labels (the labels of a
   learned mixture are arbitrary: any permutation of the adaptors is the same model);
 * :func:`aggregation_mismatch`: the total variation :math:`\|\delta_c\|_1 = \sum_k |\hat
-  p(k|c) - p(k|c)|` between the estimated and the true aggregation weights of eq. (2) (digest
-  B.5; B.9 item 8), after that matching.
+  p(k|c) - p(k|c)|` between the estimated and the true aggregation weights of eq. (2), the
+  "aggregation mismatch" of Almansoori et al. 2024 (Sec. 4, before Theorem 4.5), after that
+  matching.
 """
 
 from __future__ import annotations

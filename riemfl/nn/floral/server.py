@@ -1,17 +1,19 @@
 r"""The FLoRAL server: aggregation of a round's uploads, then an optional server optimiser.
 
-:class:`FloralAggregator` applies digest-002-003 B.4 to flat federated vectors (the layout of
-:class:`~riemfl.nn.floral.FederatedLayout`): base parameters by :math:`N^k`, cluster parameters
-by :math:`\hat\pi^k_c N^k` (``adaptors="factors"``, Algorithm 1) or, for LoRA factor pairs, by
-averaging products and retracting to the fixed-rank manifold (``adaptors="products"``, B.10).
-The router never reaches the server: it sends only :math:`N^k` and :math:`\hat\pi^k` (the
-aggregation weights Algorithm 1 needs).
+:class:`FloralAggregator` applies the averages of Almansoori et al. 2024, Alg. 1 (lines 11-12)
+to flat federated vectors (the layout of :class:`~riemfl.nn.floral.FederatedLayout`): base
+parameters by :math:`N^k`, cluster parameters by :math:`\hat\pi^k_c N^k`
+(``adaptors="factors"``, Algorithm 1) or, for LoRA factor pairs, by averaging products and
+retracting to the fixed-rank manifold (``adaptors="products"``, riemfl's addition, see
+:mod:`riemfl.nn.floral.aggregation`). The router never reaches the server: the client sends only
+:math:`N^k` and :math:`\hat\pi^k` (the aggregation weights Algorithm 1 needs).
 
-**Server optimiser** ([OUTSIDE], B.4): the averaged model :math:`\bar w` defines the
-pseudo-gradient :math:`g = w - \bar w` and the server steps :math:`w \leftarrow w -
-\mathrm{opt}(g)`. :class:`ServerOptimizer` ``"sgd"`` with learning rate 1 is exactly Algorithm 1
-(the default); ``"adam"`` is Adam on g (FedAdam-like; the authors' CIFAR-100 setting, learning
-rate 1e-3, :math:`\beta = (0.9, 0.999)`, :math:`\epsilon = 10^{-8}`).
+**Server optimiser** (not in the paper, whose Alg. 1 only averages; the authors' public code,
+zeligism/FLoRAL, has one): the averaged model :math:`\bar w` defines the pseudo-gradient
+:math:`g = w - \bar w` and the server steps :math:`w \leftarrow w - \mathrm{opt}(g)`.
+:class:`ServerOptimizer` ``"sgd"`` with learning rate 1 is exactly Algorithm 1 (the default);
+``"adam"`` is Adam on g (FedAdam-like; the public code's CIFAR-100 setting, learning rate 1e-3,
+:math:`\beta = (0.9, 0.999)`, :math:`\epsilon = 10^{-8}`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .layout import FederatedLayout
 
 __all__ = ["ServerOptimizer", "FloralAggregator", "ADAPTOR_AGGREGATIONS"]
 
-#: "factors": Algorithm 1 (factor-wise averages); "products": manifold-aware (B.10)
+#: "factors": Algorithm 1 (factor-wise averages); "products": manifold-aware (riemfl's)
 ADAPTOR_AGGREGATIONS = ("factors", "products")
 
 
@@ -109,8 +111,8 @@ class FloralAggregator:
     layout : FederatedLayout
     adaptors : {"factors", "products"}
         Factor-wise averages (Algorithm 1) or the manifold-aware product average + truncated
-        SVD on ``FixedRank`` (B.10). Only LoRA factor pairs differ; bias adaptors and the
-        ensemble's models are averaged alike.
+        SVD on ``FixedRank`` (riemfl's addition). Only LoRA factor pairs differ; bias adaptors
+        and the ensemble's models are averaged alike.
     server_optimizer : ServerOptimizer, optional
         Default: SGD with learning rate 1 (exactly the averages).
     """

@@ -1,4 +1,4 @@
-r"""The synthetic regression tasks of FLoRAL (digest B.6, Appendix G.1-G.2).
+r"""The synthetic regression tasks of FLoRAL (Almansoori et al. 2024, Sec. 6 and App. G.1-G.2).
 
 Inputs :math:`x \sim \mathcal N(0, I_{d_x})`; client k belongs to cluster :math:`k \bmod C`
 (:math:`\pi^k_c = \delta_{(k \bmod C) c}`). Targets:
@@ -13,15 +13,19 @@ Inputs :math:`x \sim \mathcal N(0, I_{d_x})`; client k belongs to cluster :math:
 Each client holds a fixed training sample of :math:`N^k = \lceil f\, d\rceil` points, with d
 the target's parameter count (:math:`d_y d_x` for the linear task, f = 0.25; :math:`d_h d_x +
 d_y d_h` for the MLP, f = 0.5), so that :math:`N^k < d < \sum_k N^k`: a client cannot fit
-alone, and collaboration with the wrong cluster hurts (G.1). A test sample per client (default
+alone, and collaboration with the wrong cluster hurts (App. G.1). A test sample per client (default
 100 points) measures the personal test loss.
 
-Where the paper is silent the [OUTSIDE] code's defaults are used (B.6, B.11 item 15):
+The paper does not give the sizes, scales or biases; riemfl uses the defaults of the authors'
+public code (zeligism/FLoRAL), so that its runs compare with theirs:
 :math:`d_x = 10`, :math:`d_y = 3` (linear) or 1 (MLP), :math:`d_h = 10`, r = 1,
 :math:`\alpha = 2` ("uv_constant"; the MLP's eq. (44) has no :math:`\alpha`, the code applies
-it to both); entries of W, U and b with standard deviation :math:`1/\sqrt{d_x}` ("N(0,
-1/sqrt(d_in))" read as a standard deviation), V with :math:`1/\sqrt r`, :math:`\Phi` with
-:math:`1/\sqrt{d_h}`; a hidden bias b (the code adds one); no observation noise.
+it to both); entries of W, U and b with standard deviation :math:`1/\sqrt{d_x}`, V with
+:math:`1/\sqrt r`, :math:`\Phi` with :math:`1/\sqrt{d_h}`; a hidden bias b (the code adds one,
+eqs. (43)-(44) have none); no observation noise. App. G.1's "N(0, 1/sqrt(d_in))" does not say
+whether 1/sqrt(d_in) is the variance or the standard deviation (App. G.2: "variance
+proportional to the input dimension"); riemfl reads it as the standard deviation, as the code
+draws it.
 """
 
 from __future__ import annotations

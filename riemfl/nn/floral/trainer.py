@@ -2,18 +2,22 @@ r"""The client side of FLoRAL: local training (Algorithm 1's inner loop) and per
 
 :class:`FloralTrainer` holds the clients' data and their **personal state** (router logits
 :math:`\theta^k`, and the private adaptors of the Local Adaptor baseline), and trains one
-client at a time on a shared torch model. Per call of :meth:`FloralTrainer.train` (digest B.4):
+client at a time on a shared torch model. Per call of :meth:`FloralTrainer.train`
+(Almansoori et al. 2024, Alg. 1, lines 5-9):
 
 1. load the received global federated vector (base :math:`u`, adaptors :math:`a_c`) and the
-   client's own state (:math:`\theta^k`; zeros in stateless mode, B.2: "relearn from scratch";
-   the one-hot :math:`\pi^*` in fixed-routing mode);
+   client's own state (:math:`\theta^k`; zeros in stateless mode, Sec. 5: "the clients can
+   learn the theta^k from scratch every round"; the one-hot :math:`\pi^*` in fixed-routing
+   mode);
 2. run ``local_epochs`` epochs of mini-batch SGD over the client's shuffled rows on the FML
    loss :math:`f^k(\sum_c \hat\pi^k_c w_c)`, updating :math:`u`, every :math:`a_c` and
    :math:`\theta^k` simultaneously, with separate learning rates for the weights and the
-   router ([OUTSIDE]: ``lora_lr``/``router_lr``; Algorithm 1 uses one :math:`\eta_t`), and
+   router (Algorithm 1 uses one :math:`\eta_t`; riemfl separates them, as the authors' public
+   code (zeligism/FLoRAL) does with ``lora_lr`` and ``router_lr``), and
    optionally the ScaledGD preconditioning (36) of every adaptor's factor gradients;
 3. keep :math:`\theta^k` (and private adaptors) on the client, record
-   :math:`\hat\pi^k` at the end of the epoch (B.11 item 5), and return the federated vector.
+   :math:`\hat\pi^k` at the end of the epoch (Alg. 1, line 12 weighs by
+   :math:`\hat\pi^k_{c,\tau+H}`), and return the federated vector.
 
 What leaves the client is therefore the federated vector plus the aggregation weights
 :meth:`upload_weights` (:math:`N^k` and :math:`\hat\pi^k`); never :math:`\theta^k`.
@@ -78,13 +82,15 @@ class FloralTrainer:
         Step size of the router logits.
     batch_size : int
     local_epochs : int
-        Epochs per local run (the [OUTSIDE] code: 1).
+        Epochs per local run. The paper gives no schedule; the default 1 is the authors' public
+        code's (zeligism/FLoRAL).
     precondition : {"scaled_gd", "frobenius"} or None
         Preconditioner of the linear adaptors' factor gradients (Appendix D); None: plain SGD.
     conv_precondition : {"scaled_gd", "frobenius"}
         Preconditioner of ConvLoRA factors when ``precondition`` is set (the paper: Frobenius).
     precondition_eps : float
-        :math:`\\epsilon` of eq. (36) ([OUTSIDE]: 1e-5).
+        :math:`\\epsilon` of eq. (36). The paper gives no value; the default 1e-5 is the
+        authors' public code's.
     clusters : sequence of int, optional
         True cluster of each client: required for fixed routing (:math:`\\pi^*` = one-hot), and
         enables the routing diagnostics of :meth:`evaluate`.
@@ -294,7 +300,7 @@ class FloralTrainer:
 
     @torch.no_grad()
     def _sgd_step(self, weights: list, grads: tuple, learn_router: bool) -> None:
-        """Plain SGD (weight decay 0, no momentum: the [OUTSIDE] client optimiser)."""
+        """Plain SGD, Alg. 1's step (no weight decay or momentum, as the authors' public code)."""
         grads = list(grads)
         if self.precondition is not None:
             for layer, jo, ji in self._factor_index:
@@ -353,10 +359,11 @@ class FloralTrainer:
         Returns
         -------
         dict
-            ``loss`` (mean per row over all clients' ``split`` rows: sample-weighted, B.11 item
-            16), ``accuracy`` (cross-entropy tasks), ``n_samples``; with known clusters and a
-            router, ``cluster_recovery`` and ``mismatch`` (mean :math:`\\|\\delta_c\\|_1`) of
-            the routers' current probabilities (:mod:`riemfl.nn.floral.metrics`).
+            ``loss`` (mean per row over all clients' ``split`` rows: sample-weighted; the paper
+            does not say how it pools over clients), ``accuracy`` (cross-entropy tasks),
+            ``n_samples``; with known clusters and a router, ``cluster_recovery`` and
+            ``mismatch`` (mean :math:`\\|\\delta_c\\|_1`) of the routers' current
+            probabilities (:mod:`riemfl.nn.floral.metrics`).
         """
         total_loss = 0.0
         correct = 0.0
