@@ -11,6 +11,7 @@ from .errors import (
     ShapeError,
 )
 from .manifolds import (
+    SPD,
     BezierCurve,
     BezierGraph,
     ControlPoints,
@@ -48,6 +49,7 @@ __all__ = [
     "Product",
     "FixedRank",
     "Simplex",
+    "SPD",
     "BezierCurve",
     "BezierGraph",
     "ControlPoints",

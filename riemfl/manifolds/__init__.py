@@ -15,6 +15,7 @@ from .lorentz import Lorentz
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
+from .spd import SPD
 from .sphere import Sphere
 from .stiefel import Stiefel
 from .tunnel import EpsilonTunnel
@@ -29,6 +30,7 @@ __all__ = [
     "Product",
     "FixedRank",
     "Simplex",
+    "SPD",
     "BezierCurve",
     "BezierGraph",
     "ControlPoints",

@@ -24,6 +24,7 @@ from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .product import Product
 from .simplex import Simplex
+from .spd import SPD
 from .sphere import Sphere
 from .stiefel import Stiefel
 from .tunnel import EpsilonTunnel
@@ -128,6 +129,20 @@ FAMILIES: tuple[Family, ...] = (
         "local only (the distance to the boundary) / sqrt(2) / local only",
         # points away from the boundary, so that the exp/log round trip (|u|_p = 0.5) stays inside
         (lambda: Simplex(5, concentration=50),),
+    ),
+    Family(
+        SPD,
+        'SPD(n, metric="affine-invariant"\\|"log-euclidean"\\|"bures-wasserstein")',
+        "affine-invariant and log-Euclidean: exp, log, dist, parallel transport (affine-invariant: "
+        "second-order retraction and its inverse); Bures-Wasserstein: exp (on its domain), log, "
+        "dist; `project` onto the open cone",
+        "local only (`local_proximal_smoothness(X) = lambda_min(X)`) / inf / inf "
+        "(Bures-Wasserstein: local only, `sqrt(lambda_min(X))`)",
+        (
+            lambda: SPD(5),
+            lambda: SPD(5, metric="log-euclidean"),
+            lambda: SPD(5, metric="bures-wasserstein"),
+        ),
     ),
     Family(
         BezierGraph,
