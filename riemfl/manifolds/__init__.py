@@ -12,6 +12,7 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .poincare import PoincareBall
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
@@ -27,6 +28,7 @@ __all__ = [
     "Stiefel",
     "Grassmann",
     "Lorentz",
+    "PoincareBall",
     "Product",
     "FixedRank",
     "Simplex",

@@ -22,6 +22,7 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .poincare import PoincareBall
 from .product import Product
 from .simplex import Simplex
 from .spd import SPD
@@ -104,6 +105,15 @@ FAMILIES: tuple[Family, ...] = (
         "exp, log, dist, parallel transport, exact Euclidean `project` and the cheap `lift`",
         "sqrt(beta) / inf / inf",
         (lambda: Lorentz(10),),
+    ),
+    Family(
+        PoincareBall,
+        "PoincareBall(n, c=1)",
+        "exp, log, dist, parallel transport (gyrovector formulas, stable up to the boundary in "
+        "float32), Mobius addition, scalar multiplication and gyration, isometries "
+        "`to_lorentz`/`from_lorentz` with `Lorentz(n, 1/c)`",
+        "local only (`1/sqrt(c) - \\|x\\|`) / 2/sqrt(c) / inf",
+        (lambda: PoincareBall(10), lambda: PoincareBall(5, c=0.5)),
     ),
     Family(
         Product,
