@@ -34,6 +34,7 @@ error stays below that, not below a few eps.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -290,7 +291,9 @@ class PoincareBall(Manifold):
         return v[..., 1:] / den - (root_c * v[..., :1] / (den * den)) * y[..., 1:]
 
     # ------------------------------------------------------------------ maps
-    def _outside(self, x, error: type[Exception], message) -> None:
+    def _outside(
+        self, x: Array, error: type[Exception], message: Callable[[float, str], str]
+    ) -> None:
         r"""Raise ``error(message(sigma, at))`` for the first point of x with :math:`\sigma_x
         \le 0` (``at``: its batch index, or "" for a single point)."""
         sigma = to_numpy(conformal_sigma(x, self.c), np.float64)[..., 0]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -220,7 +221,9 @@ def _eigvalsh(a: Array) -> np.ndarray:
     return np.linalg.eigvalsh(to_numpy(a, np.float64))
 
 
-def _refuse(bad: np.ndarray, error: type[Exception], message) -> None:
+def _refuse(
+    bad: np.ndarray, error: type[Exception], message: Callable[[tuple[int, ...], str], str]
+) -> None:
     """Raise ``error(message(i, at))`` for the first batch index i where the mask ``bad`` holds
     (``at``: " (batch element i)", or "" for a single point)."""
     if np.any(bad):
