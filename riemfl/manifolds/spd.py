@@ -328,6 +328,9 @@ class _AffineInvariant:
         ops = ops_for(w)
         return ops.sqrt(ops.sum(w * w, axis=(-2, -1)))
 
+    def transport(self, x, y, u):
+        return sym(u)
+
     def parallel_transport(self, x, y, u):
         r, rinv = _cholesky_frame(x, self.name)
         root = sqrtm(self._whiten(rinv, y))
@@ -378,14 +381,17 @@ class _LogEuclidean:
         ops = ops_for(d)
         return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
 
+    def transport(self, x, y, u):
+        return sym(u)
+
     def parallel_transport(self, x, y, u):
         return sym(dexpm(logm(y), dlogm(x, u)))
 
 
 _BW_NO_TRANSPORT = (
     "riemfl has no closed form of the parallel transport of the Bures-Wasserstein metric (it "
-    "solves a linear ODE along the geodesic); use transport (the identity of Sym(n), which is "
-    "every tangent space)"
+    "solves a linear ODE along the geodesic); use transport, the parallel transport to first "
+    "order, V + Gamma_Y(X - Y, V)"
 )
 
 
@@ -456,6 +462,15 @@ class _BuresWasserstein:
         ops = ops_for(ra)
         return ops.sqrt(ops.sum(ra * ra, axis=(-2, -1)))
 
+    def christoffel(self, x, u, v):
+        r""":math:`\Gamma_X(U, V) = -(\mathcal L_X[U] X \mathcal L_X[V] + \mathcal L_X[V] X
+        \mathcal L_X[U])` (:math:`\nabla_U V = \mathrm{D}V[U] + \Gamma_X(U, V)`)."""
+        cross = lyapunov(x, u) @ x @ lyapunov(x, v)
+        return -(cross + ops_for(cross).mT(cross))
+
+    def transport(self, x, y, u):
+        return sym(u + self.christoffel(y, x - y, u))
+
     def parallel_transport(self, x, y, u):
         raise NotImplementedError(_BW_NO_TRANSPORT)
 
@@ -503,7 +518,8 @@ class SPD(Manifold):
       to :math:`O(t^3)`; it is :math:`R^\top(\tfrac12(I + W)^2 + \tfrac12 I)R`, positive
       definite for every U); ``inverse_retract`` :math:`R^\top((2M - I)^{1/2} - I)R`, the
       preimage with :math:`I + W \succ 0`, defined for :math:`Y \succ X/2`
-      (``CutLocusError`` otherwise); ``transport``: the identity of :math:`\mathrm{Sym}(n)`.
+      (``CutLocusError`` otherwise); ``transport``: the identity of :math:`\mathrm{Sym}(n)`
+      (also for log-Euclidean).
     * complete (a Hadamard manifold): injectivity radius :math:`\infty`.
 
     **log-Euclidean**. :math:`\log` is an isometry onto :math:`(\mathrm{Sym}(n), \langle\cdot,
@@ -546,8 +562,13 @@ class SPD(Manifold):
     * ``egrad_to_rgrad`` :math:`2(GX + XG)`, :math:`G = \operatorname{sym}(\nabla f)`;
       ``ehess_to_rhess`` :math:`2(HX + XH) + 2(GLX + XLG)`, :math:`L = \mathcal L_X[U]` (the
       horizontal lift of :math:`\nabla^2 (f(AA^\top))` pushed down, Boumal 2023, ch. 9);
-    * ``parallel_transport`` is not provided (no closed form in riemfl); ``transport`` is the
-      identity of :math:`\mathrm{Sym}(n)`.
+    * the Christoffel map :math:`\Gamma_X(U, V) = -(\mathcal L_X[U] X \mathcal L_X[V] +
+      \mathcal L_X[V] X \mathcal L_X[U])` (:math:`\nabla_U V = \mathrm{D}V[U] + \Gamma_X(U,
+      V)`; the geodesic equation :math:`\gamma'' = 2\mathcal L\,X\mathcal L` at t = 0);
+      ``parallel_transport`` is not provided (no closed form in riemfl); ``transport(X, Y, V) =
+      V + \Gamma_Y(X - Y, V)`` is the parallel transport to first order in :math:`X - Y` (its
+      derivative along a curve is the connection, so the derivative of the transported
+      gradient is the Hessian).
 
     **The open cone: projection and proximal smoothness.** ``project(a)`` is the Frobenius
     nearest point in the open cone. The closed cone is convex and its nearest point to a is
@@ -707,6 +728,7 @@ class SPD(Manifold):
     _exp = _metric_map("exp")
     _log = _metric_map("log")
     _dist = _metric_map("dist")
+    _transport = _metric_map("transport")
     _parallel_transport = _metric_map("parallel_transport")
 
 

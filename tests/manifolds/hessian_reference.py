@@ -53,12 +53,14 @@ def hessian_by_connection(manifold, x, egrad, u, basis):
     return derivative + christoffel(manifold, x, u, grad(x), basis)
 
 
-def hessian_by_transport(manifold, x, egrad, u):
-    """Hess f(x)[u] = d/dt P_{exp(tu) -> x} grad f(exp(tu)) at t = 0 (central differences)."""
+def hessian_by_transport(manifold, x, egrad, u, transport="parallel_transport"):
+    """Hess f(x)[u] = d/dt P_{exp(tu) -> x} grad f(exp(tu)) at t = 0 (central differences), with
+    the parallel transport P or a transport whose derivative is the connection."""
+    back = getattr(manifold, transport)
 
     def carried(t):
         y = np.asarray(manifold.exp(x, t * u))
-        return np.asarray(manifold.parallel_transport(y, x, manifold.egrad_to_rgrad(y, egrad(y))))
+        return np.asarray(back(y, x, manifold.egrad_to_rgrad(y, egrad(y))))
 
     return (carried(H) - carried(-H)) / (2 * H)
 

@@ -192,6 +192,23 @@ def test_bures_wasserstein_geodesic_is_the_mccann_interpolation(n, seed, t):
     assert m.dist(x, m.exp(x, t * m.log(x, y))) == pytest.approx(t * m.dist(x, y), rel=1e-8)
 
 
+@given(seed=rst.seeds(), scale=st.floats(0.01, 1.0))
+def test_bures_wasserstein_transport_is_the_parallel_transport_to_first_order(seed, scale):
+    """transport(X, Y, V) = V + Gamma_Y(X - Y, V), with Gamma from the Koszul formula of the
+    metric: the closed form Gamma_X(U, V) = -(L_X[U] X L_X[V] + L_X[V] X L_X[U]) is the
+    connection's."""
+    m = SPD(3, metric="bures-wasserstein")
+    rng = np.random.default_rng(seed)
+    x, y = m.random_point(2, rng=rng)
+    y = x + scale * (y - x)
+    v = m.random_tangent(y, rng=rng)
+    koszul = reference.christoffel(m, x, y - x, v, sym_basis(3))
+    close(m.transport(y, x, v), v + koszul, 1e-7)
+    close(m.transport(x, x, v), v, 1e-15)
+    lu, lv = lyapunov(x, y - x), lyapunov(x, v)
+    close(koszul, -(lu @ x @ lv + lv @ x @ lu), 1e-7)
+
+
 def test_bures_wasserstein_exp_domain_is_exact():
     m = SPD(3, metric="bures-wasserstein")
     x = m.random_point(rng=7)
@@ -251,6 +268,8 @@ def test_ehess_to_rhess(metric, seed, norm):
     )
     if m.supports("parallel_transport")[0]:
         close(hu, reference.hessian_by_transport(m, x, egrad, u), 1e-6)
+    else:  # Bures-Wasserstein: its transport is the parallel transport to first order
+        close(hu, reference.hessian_by_transport(m, x, egrad, u, "transport"), 1e-6)
     close(m.ehess_to_rhess(x, g, 2 * ehess(x, u), 2 * u), 2 * np.asarray(hu), 1e-12)
 
 
