@@ -22,7 +22,7 @@ pymanopt                                  riemfl
 ``inner_product(x, u, v)``, ``norm``      ``inner(x, u, v)``, ``norm(x, u)`` (as Python floats)
 ``projection(x, a)``, ``to_tangent_space``  ``to_tangent(x, a)``
 ``euclidean_to_riemannian_gradient``      ``egrad_to_rgrad``
-``euclidean_to_riemannian_hessian``       a Weingarten map the riemfl manifold exposes (below)
+``euclidean_to_riemannian_hessian``       ``ehess_to_rhess``
 ``retraction``, ``exp``, ``log``, ``dist``  ``retract``, ``exp``, ``log``, ``dist``
 ``transport(x, y, u)``                    ``transport(x, y, u)``
 ``random_point()``                        ``random_point(rng=...)`` (the adapter's generator)
@@ -37,12 +37,13 @@ Differences between the libraries (measured in ``tests/adapters``)
   projected Gaussian: the adapter normalises. pymanopt samples from numpy's *global* random
   state; riemfl never does: :class:`PymanoptManifold` draws from its own generator and
   :class:`FromPymanopt` seeds and restores the global state around pymanopt's sampler.
-* riemfl has no Hessian maps. pymanopt's trust regions need
-  :math:`\operatorname{Hess} f(x)[u]`; :func:`solve` supplies the finite-difference
-  approximation of the Riemannian gradient (Boumal 2015, "Riemannian trust regions with
-  finite-difference Hessian approximations are globally convergent"). pymanopt 2.2.1's
-  ``TrustRegions`` mentions such an approximation in a comment but does not implement it: a
-  problem without a Hessian fails there.
+* pymanopt's trust regions need :math:`\operatorname{Hess} f(x)[u]`. Where the riemfl manifold
+  has ``ehess_to_rhess`` and a Euclidean Hessian-vector product exists (pymanopt's autograd or
+  torch differentiation, or ``ehess=``), :func:`solve` gives pymanopt the exact Riemannian
+  Hessian; otherwise it supplies the finite-difference approximation of the Riemannian gradient
+  (Boumal 2015, "Riemannian trust regions with finite-difference Hessian approximations are
+  globally convergent"). pymanopt 2.2.1's ``TrustRegions`` mentions such an approximation in a
+  comment but does not implement it: a problem without a Hessian fails there.
 * pymanopt's ``Stiefel`` uses the QR retraction by default, riemfl's the polar retraction
   (second order: ``check_retraction`` measures slope 3 instead of 2); pymanopt's ``Sphere.dist``
   is ``arccos`` of the clipped inner product (accurate to about :math:`10^{-8}` for close
@@ -75,6 +76,7 @@ __all__ = [  # noqa: F822
     "finite_difference_hessian",
     "OPTIMIZERS",
     "BACKENDS",
+    "HESSIANS",
 ]
 
 #: pymanopt optimizers :func:`solve` runs, by riemfl name
@@ -85,6 +87,8 @@ OPTIMIZERS = {
 }
 #: riemfl backend name -> pymanopt's decorator in ``pymanopt.function``
 BACKENDS = {"numpy": "numpy", "autograd": "autograd", "torch": "pytorch"}
+#: how :func:`solve` gives trust regions Hessian-vector products
+HESSIANS = ("auto", "exact", "finite_difference")
 
 _PROJECTION_TRANSPORT = "pymanopt's transport is the projection onto T_y M, not parallel transport"
 #: what riemfl knows of pymanopt's own classes, per map: "" where it is exact, else why not
@@ -127,16 +131,10 @@ def _build_pymanopt_manifold() -> type:
 
         Points and tangent vectors are numpy arrays of riemfl's ``point_shape``. Random draws
         come from the generator given to :func:`to_pymanopt` (``self.rng``), never from numpy's
-        global state. ``euclidean_to_riemannian_hessian`` needs a Weingarten map on the riemfl
-        manifold, ``weingarten(x, u, n)`` for a normal vector n (a Riemannian submanifold of its
-        ambient space, Boumal 2023, Cor. 5.16):
-
-        .. math::
-            \operatorname{Hess} f(x)[u] = P_x\big(\nabla^2 f(x)[u]\big)
-            + \mathrm{W}_x\big(u,\ \nabla f(x) - P_x \nabla f(x)\big);
-
-        riemfl's own manifolds expose none, so it raises ``NotImplementedError`` (with the
-        reason) and :func:`solve` uses finite differences of the gradient instead.
+        global state. ``euclidean_to_riemannian_hessian`` is the riemfl manifold's
+        ``ehess_to_rhess`` (every riemfl manifold family has it; a manifold without it raises
+        ``NotImplementedError`` with its reason, and :func:`solve` then uses finite differences
+        of the gradient).
         """
 
         def __init__(self, manifold: Manifold, rng: RandomState = None) -> None:
@@ -177,18 +175,14 @@ def _build_pymanopt_manifold() -> type:
             self, point, euclidean_gradient, euclidean_hessian, tangent_vector
         ):
             m = self.riemfl_manifold
-            weingarten = getattr(m, "weingarten", None)
-            if weingarten is None:
+            ok, why = m.supports("ehess_to_rhess")
+            if not ok:
                 raise NotImplementedError(
-                    f"{m.name} exposes no Weingarten map weingarten(x, u, normal), so a "
-                    "Euclidean Hessian cannot be turned into a Riemannian one; "
+                    f"{why}, so a Euclidean Hessian cannot be turned into a Riemannian one; "
                     "riemfl.adapters.pymanopt.solve approximates the Riemannian Hessian by "
                     "finite differences of the gradient instead"
                 )
-            normal = euclidean_gradient - m.to_tangent(point, euclidean_gradient)
-            return m.to_tangent(point, euclidean_hessian) + weingarten(
-                point, tangent_vector, normal
-            )
+            return m.ehess_to_rhess(point, euclidean_gradient, euclidean_hessian, tangent_vector)
 
         def retraction(self, point, tangent_vector):
             return self.riemfl_manifold.retract(point, tangent_vector)
@@ -450,9 +444,10 @@ class SolveResult:
     stopping_criterion : str
         pymanopt's reason for stopping.
     hessian : str
-        How trust regions got Hessian-vector products: ``"finite_difference"``,
-        ``"weingarten"`` (the backend's Euclidean Hessian through the manifold's Weingarten
-        map) or ``"none"`` (first-order optimizers).
+        How trust regions got Hessian-vector products: ``"exact"`` (a Euclidean Hessian-vector
+        product, from the backend or ``ehess=``, through the manifold's ``ehess_to_rhess``),
+        ``"finite_difference"`` (:func:`finite_difference_hessian`) or ``"none"`` (first-order
+        optimizers).
     pymanopt_result : pymanopt.optimizers.optimizer.OptimizerResult
         pymanopt's own result (time, cost evaluations, log, ...).
     """
@@ -542,6 +537,30 @@ def _objective(problem: Any, backend: str, cost: Any, egrad: Any) -> tuple[Any, 
     return federated_cost, None
 
 
+def _exact_hessian(
+    problem: Any, backend: str, ehess: Any, manifold: Manifold, hessian: str
+) -> Callable[[Any, Any], Any] | bool | None:
+    """The exact Hessian :func:`solve` can give trust regions: a Euclidean Hessian-vector
+    product ``ehess(x, u)`` to hand to pymanopt, ``True`` where pymanopt differentiates the cost
+    twice itself (autograd, torch), or ``None`` (finite differences instead)."""
+    if hessian == "finite_difference":
+        return None
+    if ehess is None and backend == "numpy":
+        ehess = getattr(problem, "ehess", None)
+    source = ehess if ehess is not None else backend != "numpy"
+    supported, why = manifold.supports("ehess_to_rhess")
+    if supported and source:
+        return source
+    if hessian == "exact":
+        missing = why if not supported else "backend='numpy' has no Euclidean Hessian"
+        raise ParameterError(
+            f"solve: hessian='exact' needs the Riemannian Hessian, but {missing}; pass "
+            "ehess=(x, u) -> the Euclidean Hessian-vector product, choose backend='autograd' or "
+            "'torch', or hessian='finite_difference'"
+        )
+    return None
+
+
 def solve(
     problem: Any = None,
     optimizer: str = "trust_regions",
@@ -550,6 +569,7 @@ def solve(
     manifold: Manifold | None = None,
     cost: Callable[[Any], Any] | None = None,
     egrad: Callable[[Any], Any] | None = None,
+    ehess: Callable[[Any, Any], Any] | None = None,
     x0: np.ndarray | None = None,
     hessian: str = "auto",
     rng: RandomState = 0,
@@ -580,12 +600,18 @@ def solve(
         The manifold (default ``problem.manifold``).
     cost, egrad : callable, optional
         ``cost(x)`` and its Euclidean gradient, instead of ``problem``.
+    ehess : callable, optional
+        ``ehess(x, u)``, the Euclidean Hessian-vector product :math:`\nabla^2 f(x)[u]`, for
+        ``backend="numpy"`` (the default: a problem's ``ehess`` where it has one); the
+        autograd and torch backends differentiate twice themselves.
     x0 : numpy.ndarray, optional
         Initial point (default ``manifold.random_point(rng=rng)``).
-    hessian : {"auto", "finite_difference"}
-        For trust regions: ``"auto"`` converts the backend's Euclidean Hessian with the riemfl
-        manifold's Weingarten map where both exist (autograd or torch backend, a manifold with
-        ``weingarten``), else uses :func:`finite_difference_hessian`.
+    hessian : {"auto", "exact", "finite_difference"}
+        For trust regions. ``"exact"``: the Riemannian Hessian, the manifold's
+        ``ehess_to_rhess`` applied to the Euclidean Hessian-vector product (of the autograd or
+        torch backend, or ``ehess``); ``"finite_difference"``:
+        :func:`finite_difference_hessian`; ``"auto"``: exact where the manifold has
+        ``ehess_to_rhess`` and a Euclidean Hessian exists, else finite differences.
     rng : None, int or numpy.random.Generator
         Source of the initial point and of the adapter's random draws.
     verbosity : int
@@ -601,7 +627,7 @@ def solve(
     ------
     ParameterError
         Unknown optimizer, backend or hessian mode; no objective; an objective that the backend
-        cannot differentiate.
+        cannot differentiate; ``hessian="exact"`` where there is no exact Hessian.
     MissingDependencyError
         pymanopt (or the backend's library) is not installed.
     """
@@ -612,10 +638,8 @@ def solve(
         )
     if backend not in BACKENDS:
         raise ParameterError(f"solve: backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-    if hessian not in ("auto", "finite_difference"):
-        raise ParameterError(
-            f"solve: hessian must be 'auto' or 'finite_difference', got {hessian!r}"
-        )
+    if hessian not in HESSIANS:
+        raise ParameterError(f"solve: hessian must be one of {HESSIANS}, got {hessian!r}")
     if backend != "numpy":
         require(backend, backend, f"solve(backend={backend!r})")
     manifold = manifold if manifold is not None else getattr(problem, "manifold", None)
@@ -632,9 +656,11 @@ def solve(
         kwargs["euclidean_gradient"] = pymanopt.function.numpy(target)(_positional(grad))
     mode = "none"
     if optimizer == "trust_regions":
-        exact = backend != "numpy" and hessian == "auto" and hasattr(manifold, "weingarten")
-        mode = "weingarten" if exact else "finite_difference"
-        if not exact:
+        ehess = _exact_hessian(problem, backend, ehess, manifold, hessian)
+        mode = "finite_difference" if ehess is None else "exact"
+        if callable(ehess):
+            kwargs["euclidean_hessian"] = pymanopt.function.numpy(target)(_positional(ehess))
+        if mode == "finite_difference":
             egrad_of = grad if grad is not None else objective.get_gradient_operator()
 
             def rgrad(x):

@@ -21,12 +21,17 @@ from .manifolds import (
     Grassmann,
     Lorentz,
     Manifold,
+    Oblique,
     PlaneRotation,
     PoincareBall,
+    Positive,
     Product,
     Simplex,
+    SkewSymmetric,
+    SpecialOrthogonal,
     Sphere,
     Stiefel,
+    Symmetric,
 )
 
 __version__ = "0.1.0"
@@ -57,4 +62,9 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
+    "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
+    "Positive",
 ]

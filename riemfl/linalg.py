@@ -22,6 +22,7 @@ __all__ = [
     "skew",
     "spd_inv_sqrt",
     "polar",
+    "special_polar",
     "require_finite",
     "qr_positive",
     "solve_inverse_qr",
@@ -167,6 +168,12 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
     return torch.cat([q_good, q_bad])[order].reshape(a.shape)
 
 
+def _first_where(mask: np.ndarray) -> tuple[tuple[int, ...], str]:
+    """The first batch index where ``mask`` holds, and the words naming it in a message."""
+    i = tuple(int(k) for k in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
+    return i, (f" (batch element {i})" if i else "")
+
+
 def _check_polar_rank(ops, a, s, what: str) -> None:
     """Raise ProjectionError where sigma_p <= max(n, p) eps sigma_1 (s: descending values)."""
     tol = max(a.shape[-2:]) * ops.eps(a)
@@ -177,8 +184,7 @@ def _check_polar_rank(ops, a, s, what: str) -> None:
     values = to_numpy(s)
     low = values[..., -1] <= tol * values[..., 0]
     if np.any(low):
-        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low))[0]) if low.ndim else ()
-        where = f" (batch element {i})" if i else ""
+        i, where = _first_where(low)
         raise ProjectionError(
             f"the polar factor of the {what} is not unique: its smallest singular value "
             f"{float(values[i][-1]):.3e} is not above {tol:.1e} * sigma_1 = "
@@ -188,24 +194,51 @@ def _check_polar_rank(ops, a, s, what: str) -> None:
 
 
 def _polar_backward(grad, u, s, v):
-    r"""Adjoint of the polar factor's derivative at :math:`A = U\Sigma V^\top` (any order of s)."""
+    r"""Adjoint of the polar factor's derivative at :math:`A = U\Sigma V^\top` (any order of s,
+    signed values too). The diagonal of :math:`K - K^\top` is 0 and is not divided (a zero
+    singular value of a square A leaves it finite); for square A, :math:`I - UU^\top = 0` and
+    the second term is left out."""
+    import torch
+
     vh = v.transpose(-1, -2)
     k = u.transpose(-1, -2) @ grad @ v
-    inner = (k - k.transpose(-1, -2)) / (s[..., :, None] + s[..., None, :])
+    pair = s[..., :, None] + s[..., None, :]
+    diagonal = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
+    inner = (k - k.transpose(-1, -2)) / torch.where(diagonal, torch.ones_like(pair), pair)
+    if u.shape[-2] == u.shape[-1]:
+        return u @ inner @ vh
     rest = grad - u @ (u.transpose(-1, -2) @ grad)
     return u @ inner @ vh + (rest @ (v / s[..., None, :])) @ vh
 
 
+def _signed_svd(a):
+    r""":math:`A = U\Sigma' V^\top` of square matrices with :math:`\det U \det V = 1`: the last
+    singular vector of U and the last singular value change sign where the plain SVD has
+    :math:`\det(UV^\top) = -1` (so :math:`\sigma'_n < 0` exactly where :math:`\det A < 0`)."""
+    if is_torch(a):
+        import torch as lib
+    else:
+        lib = np
+    u, s, vh = lib.linalg.svd(a)
+    ops = ops_for(a)
+    negative = (lib.linalg.det(u) * lib.linalg.det(vh)) < 0
+    ones = lib.ones_like(s)
+    last = ops.where(negative, -ones[..., -1], ones[..., -1])
+    signs = ops.concatenate([ones[..., :-1], last[..., None]], axis=-1)
+    return u * signs[..., None, :], s * signs, vh
+
+
 @cache
-def _torch_polar():
+def _torch_polar(signed: bool = False):
     import torch
 
     class Polar(torch.autograd.Function):
-        """U V^T from the thin SVD, with the polar factor's own derivative as backward."""
+        """U V^T from the thin SVD (the signed SVD for the special polar factor), with the
+        polar factor's own derivative as backward."""
 
         @staticmethod
         def forward(ctx, a):
-            u, s, vh = torch.linalg.svd(a, full_matrices=False)
+            u, s, vh = _signed_svd(a) if signed else torch.linalg.svd(a, full_matrices=False)
             ctx.save_for_backward(u, s, vh)
             ctx.mark_non_differentiable(s)
             return u @ vh, s
@@ -241,6 +274,49 @@ def _torch_polar_eigh():
             return _polar_backward(grad, q @ v, s, v), None, None
 
     return PolarEigh.apply
+
+
+def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") -> Array:
+    r"""The nearest rotation :math:`P_{\mathrm{SO}(n)}(A) = U\,\mathrm{diag}(1, \dots, 1,
+    \det UV^\top)\,V^\top` to square matrices A (SVD :math:`A = U\Sigma V^\top`) in the
+    Frobenius norm, the solution of the special orthogonal Procrustes problem (Umeyama 1991).
+
+    With the signed SVD :math:`A = U\Sigma'V^\top`, :math:`U, V \in \mathrm{SO}(n)`,
+    :math:`\sigma'_1 \ge \dots \ge \sigma'_{n-1} \ge |\sigma'_n|` (:math:`\sigma'_n < 0` iff
+    :math:`\det A < 0`), :math:`\max_{R\in\mathrm{SO}(n)}\mathrm{tr}(R^\top A) = \sum_i
+    \sigma'_i` is attained at :math:`UV^\top`, uniquely iff :math:`\sigma'_{n-1} + \sigma'_n >
+    0`. So the factor is not unique exactly where the rank is at most n - 2, or where
+    :math:`\det A < 0` and the smallest singular value is repeated; a matrix of rank n - 1 has a
+    unique nearest rotation (unlike its nearest orthogonal matrix).
+
+    Raises :class:`~riemfl.errors.ProjectionError` where :math:`\sigma'_{n-1} + \sigma'_n \le
+    r\sigma_1` with ``rtol`` :math:`r` (default :math:`n\varepsilon` of the dtype; the message
+    states both numbers). numpy or torch; in torch the backward pass is the derivative of the
+    factor (that of :func:`polar` with the signed values), :math:`\bar A = U[(K -
+    K^\top)_{ij}/(\sigma'_i + \sigma'_j)]V^\top` with :math:`K = U^\top\bar Q V`: for
+    :math:`dR = U\Omega V^\top`, :math:`R^\top dA - dA^\top R = V(\Omega\Sigma' +
+    \Sigma'\Omega)V^\top`, finite wherever the factor is unique.
+    """
+    if is_torch(a):
+        q, s = _torch_polar(signed=True)(a)
+    else:
+        u, s, vh = _signed_svd(a)
+        q = u @ vh
+    values = to_numpy(s).astype(np.float64)
+    tol = a.shape[-1] * ops_for(a).eps(a) if rtol is None else rtol
+    pair = values[..., -2] + values[..., -1]
+    low = pair <= tol * values[..., 0]
+    if np.any(low):
+        i, where = _first_where(low)
+        raise ProjectionError(
+            f"the nearest rotation to the {what} is not unique: the sum of its two smallest "
+            f"signed singular values (the last one negative where det < 0) is "
+            f"{float(pair[i]):.3e}, not above {tol:.1e} * sigma_1 = "
+            f"{tol * float(values[i][0]):.3e}{where}: its rank is at most n - 2, or its "
+            f"determinant is negative and its smallest singular value repeated. Expected "
+            f"sigma'_(n-1) + sigma'_n > 0"
+        )
+    return q
 
 
 def require_finite(a: Array, what: str) -> None:

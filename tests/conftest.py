@@ -46,19 +46,3 @@ def load_benchmark():
 def load_example():
     """Import a script of ``examples/`` by file name."""
     return lambda name: _load_script("examples", name)
-
-
-@pytest.fixture
-def node_names():
-    """The names of every autograd node behind a tensor (a function)."""
-
-    def names(t):
-        seen, stack = set(), [t.grad_fn]
-        while stack:
-            node = stack.pop()
-            if node is not None and node.name() not in seen:
-                seen.add(node.name())
-                stack.extend(f for f, _ in node.next_functions)
-        return seen
-
-    return names

@@ -65,21 +65,13 @@ FORBIDDEN = {
 #: tuple when those branches are merged (the test fails on an entry that no longer has a hit, so
 #: a stale entry cannot hide a new one).
 PENDING_CLEANUP: tuple[str, ...] = (
-    "docs/floral.md",
-    "riemfl/nn/floral/__init__.py",
-    "riemfl/nn/floral/adaptor.py",
     "riemfl/nn/floral/aggregation.py",
     "riemfl/nn/floral/async_rule.py",
     "riemfl/nn/floral/budget.py",
-    "riemfl/nn/floral/chain.py",
     "riemfl/nn/floral/clusters.py",
-    "riemfl/nn/floral/conv.py",
     "riemfl/nn/floral/ensemble.py",
     "riemfl/nn/floral/layout.py",
-    "riemfl/nn/floral/linear.py",
     "riemfl/nn/floral/metrics.py",
-    "riemfl/nn/floral/model.py",
-    "riemfl/nn/floral/router.py",
     "riemfl/nn/floral/server.py",
     "riemfl/nn/floral/synthetic.py",
     "riemfl/nn/floral/trainer.py",

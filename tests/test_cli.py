@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from riemfl.cli import main
 from riemfl.manifolds.catalogue import examples
 
@@ -31,3 +33,12 @@ def test_python_dash_m_runs():
         [sys.executable, "-m", "riemfl"], capture_output=True, text=True, check=True
     )
     assert "Lorentz(10)" in done.stdout
+
+
+def test_version_prints_the_package_version(capsys):
+    import riemfl
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"riemfl {riemfl.__version__}"

@@ -10,6 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
+from .. import __version__
 from .output import CHECKPOINT_NAME
 from .reproduce import PAPERS
 
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     shared = _shared()
     doc = "The riemfl command: manifolds, federated runs and paper reproductions."
     parser = _Parser(prog="riemfl", description=doc, parents=[shared["table"], shared["seed"]])
+    parser.add_argument("--version", action="version", version=f"riemfl {__version__}")
     sub = parser.add_subparsers(dest="command")
 
     sub.add_parser(

@@ -12,13 +12,17 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .oblique import Oblique
 from .poincare import PoincareBall
+from .positive import Positive
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
 from .spd import SPD
+from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
+from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
 __all__ = [
@@ -38,4 +42,9 @@ __all__ = [
     "ControlPoints",
     "EpsilonTunnel",
     "PlaneRotation",
+    "SpecialOrthogonal",
+    "Oblique",
+    "Symmetric",
+    "SkewSymmetric",
+    "Positive",
 ]

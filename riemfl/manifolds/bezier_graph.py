@@ -41,6 +41,14 @@ class BezierGraph(Manifold):
       s(t(x)) + \langle u, \hat v\rangle))`; ``log(x, y) = (s(t(y)) - s(t(x)))\,\hat v(x)``;
       ``dist`` = :math:`|s(t(y)) - s(t(x))|`; parallel transport carries the coordinate along
       :math:`\hat v` (exact, an isometry); ``retract`` = ``exp``;
+    * ``ehess_to_rhess(x, g, h, u)`` = :math:`\langle h + \langle\kappa, g\rangle u, \hat
+      v\rangle\,\hat v`, the projected Euclidean Hessian plus the Weingarten map
+      :math:`\mathrm{W}_x(u, n) = \langle\kappa, n\rangle u` of a curve, with the curvature
+      vector :math:`\kappa = (c'' - \langle c'', \hat v\rangle\hat v)/\|c'\|^2` (derived
+      here from the arc-length parametrisation :math:`\gamma(s) = c(t(s))`: :math:`\gamma' =
+      \hat v`, :math:`\gamma'' = \kappa`, so :math:`\tfrac{d^2}{ds^2}\bar f(\gamma) =
+      \langle \nabla^2\bar f[\hat v], \hat v\rangle + \langle\nabla\bar f, \kappa\rangle`;
+      only the normal part of g counts, as :math:`\kappa \perp \hat v`);
     * torch: every map is differentiable in its arguments (the parameter of a point and the
       inverse arc length are found in numpy, then one differentiable Newton step at the solution
       gives the exact first derivative by the implicit function theorem).
@@ -165,6 +173,19 @@ class BezierGraph(Manifold):
         curve = self._curve_like(x)
         v_hat = self._unit_velocity(curve, self._param(x))
         return self._expand(ops_for(a).sum(a * v_hat, axis=self._axes)) * v_hat
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        curve = self._curve_like(x)
+        t = self._param(x)
+        v_hat = self._unit_velocity(curve, t)
+        velocity, acceleration = curve.velocity(t), curve.acceleration(t)
+        speed2 = ops.sum(velocity * velocity, axis=self._axes)
+        along = ops.sum(acceleration * v_hat, axis=self._axes)
+        normal = acceleration - self._expand(along) * v_hat  # kappa * |c'|^2
+        bend = ops.sum(normal * g, axis=self._axes) / speed2  # <kappa, g>
+        w = h + self._expand(bend) * u
+        return self._expand(ops.sum(w * v_hat, axis=self._axes)) * v_hat
 
     def _exp(self, x, u):
         curve = self._curve_like(x)

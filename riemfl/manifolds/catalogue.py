@@ -22,12 +22,16 @@ from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
+from .oblique import Oblique
 from .poincare import PoincareBall
+from .positive import Positive
 from .product import Product
 from .simplex import Simplex
 from .spd import SPD
+from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
+from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
 __all__ = ["Family", "FAMILIES", "examples", "markdown_table"]
@@ -174,6 +178,44 @@ FAMILIES: tuple[Family, ...] = (
         "eps-neighbourhood of a curve: membership, exact projection, sampling, SAM point",
         "reach - eps / chord + 2 eps / -",
         (lambda: EpsilonTunnel(_quadratic_curve(), 0.1),),
+    ),
+    Family(
+        SpecialOrthogonal,
+        "SpecialOrthogonal(n)",
+        "exp, log (principal; closed forms for n = 2, 3), dist, parallel transport, `project` "
+        "(polar factor with the determinant fixed), the polar retraction and its inverse",
+        "sqrt(2) / 2 sqrt(2 floor(n/2)) / sqrt(2) pi",
+        (lambda: SpecialOrthogonal(3), lambda: SpecialOrthogonal(6)),
+    ),
+    Family(
+        Oblique,
+        "Oblique(n, m)",
+        "exp, log, dist, parallel transport (the sphere's, column by column), `project` "
+        "(column normalisation)",
+        "1 / 2 sqrt(m) / pi",
+        (lambda: Oblique(10, 4),),
+    ),
+    Family(
+        Symmetric,
+        "Symmetric(n)",
+        "everything (flat; `project` = `sym`)",
+        "inf / inf / inf",
+        (lambda: Symmetric(5),),
+    ),
+    Family(
+        SkewSymmetric,
+        "SkewSymmetric(n)",
+        "everything (flat; `project` = `skew`)",
+        "inf / inf / inf",
+        (lambda: SkewSymmetric(5),),
+    ),
+    Family(
+        Positive,
+        "Positive(*shape)",
+        "log metric `<u, v>_x = sum u v / x^2`: exp `x e^(u/x)`, log, dist, parallel transport "
+        "(flat in `log x`), `project` onto the open orthant",
+        "local only (`local_proximal_smoothness(x) = min x`) / inf / inf",
+        (lambda: Positive(5, 2),),
     ),
 )
 

@@ -26,8 +26,9 @@ class ControlPoints(Manifold):
     The control-point axis is an extra batch axis of the base manifold, so every map is the base
     map applied to all n points at once; ``inner``, ``norm`` and ``dist`` combine over the points
     with the product metric (:math:`\langle u, v\rangle = \sum_i \langle u_i, v_i\rangle_{x_i}`,
-    :math:`d^2 = \sum_i d_i^2`). Unlike :class:`~riemfl.manifolds.Product` there is no flat
-    packing: a point is directly the control-point array of a
+    :math:`d^2 = \sum_i d_i^2`), and the Riemannian Hessian is the base's on each point (the
+    product metric's connection is the factors'). Unlike :class:`~riemfl.manifolds.Product`
+    there is no flat packing: a point is directly the control-point array of a
     :class:`~riemfl.manifolds.bezier.BezierCurve`.
 
     Constants: reach and injectivity radius of M, diameter :math:`\sqrt n\,\mathrm{diam}(M)`.
@@ -103,6 +104,9 @@ class ControlPoints(Manifold):
 
     def _egrad_to_rgrad(self, x, g):
         return self.base._egrad_to_rgrad(x, g)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self.base._ehess_to_rhess(x, g, h, u)
 
     def _inner(self, x, u, v):
         return self._reduce(self.base._inner(x, u, v))

@@ -107,10 +107,16 @@ def angle_over_sine(c: Array, s2: Array) -> Array:
 
     The logarithm of the sphere is :math:`(\theta/\sin\theta)\,w` with :math:`w = y - \langle
     x, y\rangle x`, :math:`c = \langle x, y\rangle = \cos\theta` and :math:`s^2 = \|w\|^2 =
-    \sin^2\theta`. Near :math:`y = x` the series :math:`1 + s^2/6` is used (for
-    :math:`c > 0`), so gradients are finite at :math:`y = x`.
+    \sin^2\theta`. Near :math:`y = x` (:math:`s^2 < 10^{-12}` and :math:`c > 0`) the series
+    :math:`1 + s^2/6` is used, so gradients are finite at :math:`y = x`. Near the antipode
+    (:math:`c < 0`, :math:`\theta \to \pi`) the direct formula is used however small
+    :math:`s^2` is: the value grows like :math:`\pi/s`, and :math:`s = 0` with :math:`c < 0`
+    (the cut locus, which callers refuse) gives ``inf``.
     """
-    ops, s2, small, s = _split(s2, 1e-12)
+    ops = ops_for(c, s2)
+    s2 = ops.maximum(s2, 0.0)
+    small = (s2 < 1e-12) & (c > 0)
+    s = ops.sqrt(ops.where(small, ops.ones_like(s2), s2))
     return ops.where(small, 1.0 + s2 / 6.0, ops.arctan2(s, c) / s)
 
 

@@ -23,8 +23,9 @@ class Euclidean(Manifold):
     r"""Euclidean space :math:`\mathbb{R}^{\text{shape}}` with the Frobenius inner product.
 
     Every map is the flat one: :math:`\mathrm{Exp}_x(u) = R_x(u) = x + u`,
-    :math:`\mathrm{Log}_x(y) = y - x`, transport is the identity. ``P_M`` is the identity, so the
-    proximal smoothness, diameter and injectivity radius are infinite.
+    :math:`\mathrm{Log}_x(y) = y - x`, transport is the identity, and the Riemannian Hessian is
+    the Euclidean one, :math:`\operatorname{Hess} f(x)[u] = \nabla^2 f(x)[u]`. ``P_M`` is the
+    identity, so the proximal smoothness, diameter and injectivity radius are infinite.
 
     Parameters
     ----------
@@ -79,6 +80,9 @@ class Euclidean(Manifold):
         return u + ops_for(u).zeros_like(y)
 
     _parallel_transport = _transport
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._to_tangent(x, h)
 
     def _random_point(self, batch_shape, rng):
         return rng.standard_normal(batch_shape + self.point_shape)

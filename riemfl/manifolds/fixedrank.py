@@ -185,7 +185,21 @@ class FixedRank(Manifold):
       between the column (or row) spaces of X and Y reaches :math:`\pi/2` or when
       :math:`\|N\|_2 \ge \sigma_r(Y)` (then no tangent vector retracts to Y);
     * ``transport``: projection onto :math:`T_Y`; ``exp``, ``log``, ``dist``,
-      ``parallel_transport`` raise (no closed form for the embedded metric).
+      ``parallel_transport`` raise (no closed form for the embedded metric);
+    * ``ehess_to_rhess``: the projected Euclidean Hessian plus the Weingarten map of the normal
+      part :math:`N = (I - P_U)\nabla\bar f(X)(I - P_V)` of the gradient (Vandereycken 2013;
+      Absil, Mahony & Trumpf 2013),
+
+      .. math::
+          \operatorname{Hess} f(X)[\xi] = P_{T_X}\big(\nabla^2\bar f(X)[\xi]\big)
+          + N\xi^\top (X^{+})^\top + (X^{+})^\top\xi^\top N,
+
+      with the pseudo-inverse :math:`X^+ = V S^{-1} U^\top`, computed as :math:`(X^+)^\top =
+      Q_U R^{-\top} Q_V^\top` from orthonormal bases of the column and row spaces and the r x r
+      :math:`R = Q_U^\top X Q_V` (no r x r inverse is formed; :math:`O(mnr)`). The two terms
+      are tangent for every :math:`\xi` (:math:`(I - P_U)\,\cdot\,P_V` and :math:`P_U\,\cdot\,
+      (I - P_V)`), and :math:`\langle \mathrm{W}_X(\xi, N), \xi\rangle = \langle N,
+      \mathrm{II}(\xi, \xi)\rangle` with the second fundamental form of the retraction above.
 
     **Proximal smoothness.** :math:`\mathcal M_r` is not closed (its closure adds the matrices
     of rank < r), and its reach is 0: the local reach shrinks with :math:`\sigma_r(X)`.
@@ -356,6 +370,18 @@ class FixedRank(Manifold):
         mt = ops_for(x, a).mT
         ua = mt(qu) @ a
         return qu @ ua + (a @ qv - qu @ (ua @ qv)) @ mt(qv)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        mt = ops.mT
+        qu, qv = self._frames(x)
+        normal = g - qu @ (mt(qu) @ g)
+        normal = normal - (normal @ qv) @ mt(qv)
+        r = mt(qu) @ x @ qv  # X = Q_U R Q_V^T, so (X^+)^T = Q_U R^{-T} Q_V^T
+        left = normal @ (mt(u) @ qu)  # N xi^T Q_U, m x r
+        right = mt(u @ qv) @ normal  # Q_V^T xi^T N, r x n
+        weingarten = mt(ops.solve(r, mt(left))) @ mt(qv) + qu @ ops.solve(mt(r), right)
+        return self._to_tangent(x, h) + weingarten
 
     def _tangent_violation(self, x, u):
         ops = ops_for(x, u)

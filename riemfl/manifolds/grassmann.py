@@ -50,6 +50,15 @@ class Grassmann(Manifold):
     * parallel transport along the geodesic (Edelman et al. Thm 2.4), written without SVD as
       :math:`\tau V = V - X\,\mathrm{sinc}(\sqrt G)\,U^\top V + U\,h(G)\,U^\top V` with
       :math:`h(\lambda) = (\cos\sqrt\lambda - 1)/\lambda`, then moved to the representative Y;
+    * Riemannian Hessian, horizontally lifted (the Riemannian quotient connection: Absil,
+      Mahony & Sepulchre 2008; Boumal 2023, Ch. 9): :math:`\operatorname{Hess} f(X)[U] =
+      P_X\big(\nabla^2\bar f(X)[U] - U\,\mathrm{sym}(X^\top\nabla\bar f(X))\big)`. For a
+      function of the subspace (:math:`\bar f(XQ) = \bar f(X)` for orthogonal Q),
+      :math:`X^\top\nabla\bar f(X)` is symmetric and this is the textbook
+      :math:`P_X(\nabla^2\bar f(X)[U]) - U X^\top\nabla\bar f(X)`; the symmetric part keeps the
+      map self-adjoint for any :math:`\bar f`, and it is then the second derivative of
+      :math:`\bar f` along the retraction and along exp (:math:`\tfrac{d^2}{dt^2}\bar f(c(t)) =
+      \langle\nabla^2\bar f[U], U\rangle - \langle\nabla\bar f, X U^\top U\rangle` at t = 0);
     * ``project``: the polar factor (an orthonormal basis of span(A), the nearest representative),
       ``retract``: :math:`\mathrm{span}(X + U)` via the polar factor; its exact inverse is
       :math:`Y (X^\top Y)^{-1} - X`.
@@ -97,6 +106,11 @@ class Grassmann(Manifold):
 
     def _retract(self, x, u):
         return polar(x + u, what=f"matrix X + U of {self.name}.retract")
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        xtg = ops.mT(x) @ g
+        return self._to_tangent(x, h - u @ (0.5 * (xtg + ops.mT(xtg))))
 
     def _gram_inverse(self, x, y):
         ops = ops_for(x, y)

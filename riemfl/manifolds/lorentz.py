@@ -36,6 +36,14 @@ class Lorentz(Manifold):
       0\}`; ``to_tangent(x, a)`` is the Minkowski-orthogonal projection
       :math:`a + \langle x, a\rangle_L\, x/\beta`; ``egrad_to_rgrad`` applies it to
       :math:`J g` with :math:`J = \mathrm{diag}(-1, 1, \dots, 1)`;
+    * Riemannian Hessian: :math:`\operatorname{Hess} f(x)[u] = P_x\big(J\nabla^2\bar f(x)[u]
+      + \tfrac1\beta\langle x, \nabla\bar f(x)\rangle\, u\big)`, with
+      :math:`\langle x, \nabla\bar f\rangle` the Euclidean product (Boumal 2023, Sec. 7.6,
+      for :math:`\beta = 1`). Derivation: the ambient Minkowski space is flat, so the
+      Levi-Civita connection of M is the Minkowski-orthogonal projection of the ambient
+      derivative; the gradient field :math:`G(y) = Jg(y) + \langle y, Jg(y)\rangle_L\,y/\beta`
+      has :math:`\mathrm{D}G(x)[u] = Jh + (\dots)\,x + \langle x, Jg\rangle_L\,u/\beta`,
+      :math:`P_x` removes the multiple of x, and :math:`\langle x, Jg\rangle_L = x^\top g`;
     * :math:`\mathrm{Exp}_x(u) = \cosh\theta\, x + \sqrt\beta\sinh\theta\, u/\|u\|_L`;
     * :math:`d(x,y) = \sqrt\beta\,\mathrm{arccosh}(-\langle x,y\rangle_L/\beta)`, evaluated as
       :math:`2\sqrt\beta\,\mathrm{arcsinh}(\|x-y\|_L/(2\sqrt\beta))` for close points (no
@@ -174,6 +182,11 @@ class Lorentz(Manifold):
         ops = ops_for(g)
         flipped = ops.concatenate([-g[..., :1], g[..., 1:]], axis=-1)
         return self._to_tangent(x, flipped)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        flipped = ops.concatenate([-h[..., :1], h[..., 1:]], axis=-1)
+        return self._to_tangent(x, flipped + ops.sum(x * g, axis=-1, keepdims=True) / self.beta * u)
 
     # ----------------------------------------------------------------- exact maps
     def _exp(self, x, u):

@@ -19,7 +19,8 @@ class Product(Manifold):
     A point is one flat vector of length :math:`\sum_i \prod(\text{point\_shape}_i)` (any leading
     batch dimensions), so products go through every solver and check like any other manifold.
     :meth:`split` unpacks it into component arrays and :meth:`pack` packs components back.
-    Every map acts componentwise; inner products and squared distances add.
+    Every map acts componentwise (the Riemannian Hessian too: the product metric's Levi-Civita
+    connection is the factors'); inner products and squared distances add.
 
     Constants: proximal smoothness (reach) and injectivity radius are the minimum over the
     factors; the diameter is :math:`\sqrt{\sum_i \mathrm{diam}(M_i)^2}`.
@@ -114,6 +115,9 @@ class Product(Manifold):
 
     def _egrad_to_rgrad(self, x, g):
         return self._map("_egrad_to_rgrad", x, g)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._map("_ehess_to_rhess", x, g, h, u)
 
     def _inner(self, x, u, v):
         return sum(self._reduce("_inner", x, u, v))

@@ -90,6 +90,22 @@ class Simplex(Manifold):
       all v in T. Try :math:`u = p\odot(g - c\mathbf 1)`: :math:`\langle u, v\rangle_p =
       \sum_i (g_i - c) v_i = \sum_i g_i v_i` for every c since :math:`\sum v = 0`, and
       :math:`u \in T` fixes :math:`c = \sum_i p_i g_i`. (It is :math:`P_p(p\odot g)`.)
+    * ``ehess_to_rhess``: :math:`\operatorname{Hess} f(p)[u] = P_p\big(p\odot h +
+      \tfrac12\,u\odot(g - \langle p, g\rangle)\big)` with :math:`g = \nabla\bar f(p)`,
+      :math:`h = \nabla^2\bar f(p)[u]`, i.e. :math:`p\odot(h - \langle p, h\rangle) +
+      \tfrac12(u\odot(g - \langle p, g\rangle) - \langle u, g\rangle\,p)` for tangent u
+      (derived here). The metric :math:`\mathrm{diag}(1/p)` on the positive orthant has the
+      Christoffel symbols :math:`\Gamma(u, v) = -u\odot v/(2p)` (the only non-zero
+      :math:`\Gamma^k_{kk} = -1/(2p_k)`); the simplex is a Riemannian submanifold of it, so its
+      connection is :math:`\nabla_u V = P_p(\mathrm{D}V[u] + \Gamma(u, V))` with the
+      metric-orthogonal :math:`P_p` above. With :math:`V = \mathrm{grad} f = p\odot(g -
+      \langle p, g\rangle)`, :math:`\mathrm{D}V[u] = u\odot(g - \langle p, g\rangle) +
+      p\odot(h - \langle u, g\rangle - \langle p, h\rangle)` and :math:`\Gamma(u, V) =
+      -\tfrac12 u\odot(g - \langle p, g\rangle)`; :math:`P_p` removes the multiples of p.
+      (The same follows from the sphere map: the sphere's Hessian of :math:`\bar f(x^2/4)` at
+      :math:`x = 2\sqrt p`, pulled back.) Self-adjoint: :math:`\langle \operatorname{Hess}
+      f[u], v\rangle_p = \langle h, v\rangle + \tfrac12\sum_i u_i v_i (g_i - \langle p,
+      g\rangle)/p_i`.
     * ``retract``: the entropic (exponentiated-gradient) step
       :math:`R_p(u) = p\odot e^{u/p} / \sum_i p_i e^{u_i/p_i} = \mathrm{softmax}(\log p +
       u/p)`, the exponential weights of FLoRAL (Almansoori et al. 2024, eqs. (5), (34)) with the
@@ -228,6 +244,10 @@ class Simplex(Manifold):
 
     def _egrad_to_rgrad(self, x, g):
         return x * (g - ops_for(x, g).sum(x * g, axis=-1, keepdims=True))
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        shift = g - ops_for(x, g).sum(x * g, axis=-1, keepdims=True)
+        return self._to_tangent(x, x * h + 0.5 * u * shift)
 
     def _inner(self, x, u, v):
         return ops_for(x, u, v).sum(u * v / x, axis=-1)

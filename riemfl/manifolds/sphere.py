@@ -26,6 +26,10 @@ class Sphere(Manifold):
     * Parallel transport along the minimising geodesic (Absil, Mahony, Sepulchre 2008, eq. 8.1.3
       form): :math:`\Gamma_{x\to y}(v) = v - \frac{\langle y, v\rangle}{1 + \langle x,
       y\rangle}(x + y)`.
+    * Riemannian Hessian (Boumal 2023, Sec. 7.2; Absil, Mahony & Trumpf 2013):
+      :math:`\operatorname{Hess} f(x)[u] = P_x\big(\nabla^2 \bar f(x)[u] - \langle x,
+      \nabla\bar f(x)\rangle\,u\big)` with :math:`P_x(a) = a - \langle x, a\rangle x`: the
+      Weingarten map of the sphere is :math:`\mathrm{W}_x(u, n) = -\langle x, n\rangle u`.
     * The default retraction is the metric projection :math:`R_x(u) = (x+u)/\|x+u\|`; its inverse
       is :math:`R_x^{-1}(y) = y/\langle x, y\rangle - x`, defined for :math:`\langle x, y\rangle >
       0`.
@@ -138,6 +142,9 @@ class Sphere(Manifold):
         if ops_for(c).any(c <= -1 + 1e3 * ops_for(c).eps(c)):
             raise CutLocusError(f"{self.name}: parallel transport between antipodal points")
         return u - self._dot(y, u) / (1.0 + c) * (x + y)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._to_tangent(x, h - self._dot(x, g) * u)
 
     def _random_point(self, batch_shape, rng):
         g = rng.standard_normal(batch_shape + self.point_shape)

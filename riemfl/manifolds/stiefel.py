@@ -20,6 +20,7 @@ from .base import Manifold, result_checked
 __all__ = [
     "Stiefel",
     "stiefel_to_tangent",
+    "stiefel_ehess_to_rhess",
     "stiefel_exp",
     "stiefel_log",
     "inverse_polar_retraction",
@@ -62,6 +63,24 @@ def _chunked(fn, x, a):
     for i in range(0, xs.shape[0], step):
         fn(xs[i : i + step], as_[i : i + step], out=outs[i : i + step])
     return out
+
+
+def stiefel_ehess_to_rhess(x: Array, g: Array, h: Array, u: Array) -> Array:
+    r"""Riemannian Hessian of the embedded metric from the Euclidean gradient and Hessian.
+
+    .. math::
+        \operatorname{Hess} f(X)[U] = P_{T_X}\big(\nabla^2 \bar f(X)[U]
+        - U\,\mathrm{sym}(X^\top \nabla \bar f(X))\big),\qquad
+        \mathrm{sym}(A) = \tfrac12(A + A^\top)
+
+    (Boumal 2023, Sec. 7.3; Absil, Mahony & Trumpf 2013): the projected Euclidean Hessian plus
+    the Weingarten map :math:`\mathrm{W}_X(U, N) = -P_{T_X}(U\,\mathrm{sym}(X^\top N))` of the
+    normal part N of the gradient (the tangent part drops out: :math:`X^\top \xi` is skew for
+    tangent :math:`\xi`). :math:`O(np^2)`.
+    """
+    ops = ops_for(x, g, h, u)
+    xtg = ops.mT(x) @ g
+    return stiefel_to_tangent(x, h - u @ (0.5 * (xtg + ops.mT(xtg))))
 
 
 def stiefel_exp(x: Array, u: Array) -> Array:
@@ -276,6 +295,8 @@ class Stiefel(Manifold):
       (:func:`stiefel_log`); ``dist`` = norm of log.
     * ``transport``: projection onto :math:`T_Y`; exact parallel transport has no closed form for
       this metric (it solves a linear ODE), so ``parallel_transport`` raises.
+    * ``ehess_to_rhess``: :math:`P_{T_X}(\nabla^2\bar f(X)[U] - U\,\mathrm{sym}(X^\top
+      \nabla\bar f(X)))` (:func:`stiefel_ehess_to_rhess`).
 
     Constants: proximal smoothness :math:`\hat\gamma = 1`: if :math:`\|A - X\|_F < 1` for some
     X on St then :math:`\sigma_{\min}(A) > 0`, so the polar factor is unique, and the bound is
@@ -358,6 +379,7 @@ class Stiefel(Manifold):
         return inverse_polar_retraction(x, y)
 
     _exp = staticmethod(stiefel_exp)
+    _ehess_to_rhess = staticmethod(stiefel_ehess_to_rhess)
 
     def _log(self, x, y):
         return stiefel_log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)

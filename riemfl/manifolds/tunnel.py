@@ -40,7 +40,9 @@ class EpsilonTunnel(Manifold):
       :math:`r = a - c(t^*)`. This is the exact nearest point of the tunnel wherever
       :math:`c(t^*)` is unique;
     * the tangent space is the whole ambient space (``to_tangent`` is the identity), the metric
-      the Euclidean one, and ``retract(x, u) = project(x + u)``; there are no geodesic maps
+      the Euclidean one (so the Riemannian Hessian is the Euclidean one, ``ehess_to_rhess(x, g,
+      h, u) = h``: an open subset of :math:`\mathbb{R}^D` in the interior), and
+      ``retract(x, u) = project(x + u)``; there are no geodesic maps
       (``exp``/``log``/``dist``/``inverse_retract``/``parallel_transport`` raise with the
       reason);
     * :meth:`sample`: t uniform in arc length (or in the parameter) and u uniform in the
@@ -164,6 +166,9 @@ class EpsilonTunnel(Manifold):
 
     def _to_tangent(self, x, a):
         return a + 0.0 * x
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._to_tangent(x, h)
 
     def _retract(self, x, u):
         return self._project(x + u)

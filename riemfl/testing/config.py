@@ -78,6 +78,7 @@ METHODS = (
     "dist",
     "transport",
     "parallel_transport",
+    "ehess_to_rhess",
 )
 
 #: float32 accuracy per map, in float32 eps relative to max(1, |result|): a float32 call may
@@ -98,6 +99,7 @@ FLOAT32_EPS_MULTIPLES: dict[str, float] = {
     "dist": 64.0,
     "transport": 32.0,
     "parallel_transport": 32.0,
+    "ehess_to_rhess": 16.0,
 }
 
 

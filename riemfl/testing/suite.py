@@ -26,6 +26,14 @@ Class attributes to tune:
     Multiplies the tolerance table (for manifolds whose maps lose precision).
 ``batch_size``
     Leading batch size of drawn data (default 3).
+
+Method to override:
+
+``hessian_function(rng)``
+    The test function of the ``ehess_to_rhess`` checks (default: a random
+    :func:`~riemfl.testing.checks.quadratic_function` on the ambient space). Manifolds whose
+    points are equivalence classes need a function that is constant on the classes (Grassmann:
+    ``quadratic_function(shape, rng, rotation_invariant=True)``).
 """
 
 from __future__ import annotations
@@ -153,7 +161,14 @@ class ManifoldTests:
             return [x, np.asarray(m.retract(x, u)), v], ["point", "point", "tangent"]
         if method == "parallel_transport":
             return [x, np.asarray(m.exp(x, u)), v], ["point", "point", "tangent"]
+        if method == "ehess_to_rhess":
+            g, h = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
+            return [x, g, h, u], ["point", "ambient", "ambient", "tangent"]
         raise ValueError(method)
+
+    def hessian_function(self, rng: np.random.Generator) -> checks.QuadraticFunction:
+        """The test function of the ``ehess_to_rhess`` checks (see the module docstring)."""
+        return checks.quadratic_function(self.manifold.point_shape, rng)
 
     def _reach(self) -> float:
         gamma = self.require_constant("proximal_smoothness")
@@ -248,6 +263,41 @@ class ManifoldTests:
         x, (v,) = self.draw_frame(data, 1, max_norm=1.0)
         rng = np.random.default_rng(data.draw(rst.seeds()))
         checks.check_egrad_to_rgrad(self.manifold, x[0], v[0], rng)
+
+    # ------------------------------------------------------------------ second order
+    @given(data=st.data())
+    def test_ehess_to_rhess_symmetric(self, config, data):
+        """Self-adjoint in the metric, tangent and linear, in every configuration."""
+        self.require("ehess_to_rhess")
+        x, (u, v) = self.draw_frame(data, 2)
+        fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
+        c = config.convert
+        checks.check_ehess_to_rhess_symmetric(
+            self.manifold,
+            c(x),
+            c(u),
+            c(v),
+            c(fn.egrad(x)),
+            c(fn.ehess(x, u)),
+            c(fn.ehess(x, v)),
+            self.tol(config),
+        )
+
+    @given(data=st.data())
+    def test_ehess_to_rhess_second_order(self, data):
+        """Taylor slope 3 along exp (or the retraction, which must then be second order)."""
+        self.require("ehess_to_rhess")
+        x, (u,) = self.draw_frame(data, 1)
+        fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
+        checks.check_ehess_to_rhess_taylor(self.manifold, x[0], u[0], fn)
+
+    @given(data=st.data())
+    def test_ehess_to_rhess_finite_differences(self, data):
+        """The derivative of the transported Riemannian gradient (central differences)."""
+        self.require("ehess_to_rhess")
+        x, (u,) = self.draw_frame(data, 1, max_norm=1.0)
+        fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
+        checks.check_ehess_to_rhess_gradient(self.manifold, x[0], u[0], fn)
 
     @given(data=st.data(), fraction=st.floats(0.05, 0.8))
     def test_projection_nearest_point(self, data, fraction):

@@ -103,6 +103,22 @@ def test_sphere_matches_geoopt_exact(seed, norm):
     np.testing.assert_allclose(m.dist(x, y), ref.dist(xt, torch.as_tensor(y)).numpy(), atol=1e-8)
 
 
+@pytest.mark.parametrize("gap", [1e-3, 1e-6, 1e-7, 1e-9, 1e-12])
+def test_sphere_log_is_accurate_next_to_the_antipode(gap):
+    """log(x, y) at angle pi - gap has norm pi - gap (the series of theta/sin theta, meant for
+    theta -> 0, once answered 1 + s^2/6 here too: |log| was gap instead of pi - gap)."""
+    m = Sphere(3)
+    x = np.array([1.0, 0.0, 0.0])
+    y = np.array([-np.cos(gap), np.sin(gap), 0.0])
+    u = m.log(x, y)
+    assert np.linalg.norm(u) == pytest.approx(np.pi - gap, rel=1e-14)
+    np.testing.assert_allclose(m.exp(x, u), y, atol=1e-15)
+    grad = torch.autograd.functional.jacobian(
+        lambda t: Sphere(3).log(torch.as_tensor(x), t), torch.as_tensor(y)
+    )
+    assert bool(torch.isfinite(grad).all())
+
+
 @given(seed=rst.seeds(), norm=st.floats(0.01, 3.0))
 def test_lorentz_matches_geoopt(seed, norm):
     m = Lorentz(4)

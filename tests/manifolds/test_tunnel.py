@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from riemfl import NotOnManifoldError, ParameterError
 from riemfl.manifolds.bezier import BezierCurve
 from riemfl.manifolds.tunnel import EpsilonTunnel
-from riemfl.testing import ManifoldTests
+from riemfl.testing import ManifoldTests, checks
 from riemfl.testing import strategies as rst
 
 CURVE = BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 0.2], [2.0, 0.0, 0.4]]))
@@ -17,6 +17,29 @@ TUNNEL = EpsilonTunnel(CURVE, 0.2)
 
 class TestTunnel(ManifoldTests):
     manifold = TUNNEL
+
+    def inside(self, data):
+        """A point and a tangent vector whose steps in the Hessian checks (at most
+        ``10**-1.5 |u|``, the kit's longest Taylor step) stay inside the tunnel: the tunnel is
+        flat there, and its retraction (the projection) clips at the boundary, which no Taylor
+        expansion crosses."""
+        x, (u,) = self.draw_frame(data, 1)
+        x, u = x[0], u[0]
+        room = TUNNEL.eps - float(TUNNEL.distance_to_curve(x))
+        longest = 10**-1.5 * max(float(np.linalg.norm(u)), 1e-300)
+        return x, u * min(1.0, 0.5 * room / longest)
+
+    @given(data=st.data())
+    def test_ehess_to_rhess_second_order(self, data):
+        x, u = self.inside(data)
+        fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
+        checks.check_ehess_to_rhess_taylor(TUNNEL, x, u, fn)
+
+    @given(data=st.data())
+    def test_ehess_to_rhess_finite_differences(self, data):
+        x, u = self.inside(data)
+        fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
+        checks.check_ehess_to_rhess_gradient(TUNNEL, x, u, fn)
 
 
 def brute_force_projection(tunnel, a):

@@ -101,7 +101,7 @@ def test_empty_cluster_keeps_its_previous_adaptor():
         average_clusters(a, p)
 
 
-# ------------------------------------------------------------------------------ B.10
+# --------------------------------------------- manifold-aware product averages (riemfl)
 def _factors(rng, k=4, c=2, m=6, n=5, r=2):
     return rng.standard_normal((k, c, m, r)), rng.standard_normal((k, c, n, r))
 

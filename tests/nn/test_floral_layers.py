@@ -85,7 +85,8 @@ def test_parameter_counts_floral_and_ensemble():
 
 
 def test_nominal_increase_matches_the_paper_example():
-    # B.6: d = 1000, C = 4: FLoRAL(1%) adds 40 against 3000 for the ensemble
+    # Almansoori et al. 2024, Sec. 6: d = 1000, C = 4: FLoRAL(1%) adds 40 against 3000 for the
+    # ensemble
     out = nominal_increase(1000, 4, 0.01)
     assert out["floral"] == pytest.approx(40) and out["ensemble"] == 3000
     assert nominal_increase(1000, 10, 0.01)["ensemble"] == 9000

@@ -1,7 +1,8 @@
-r"""FLoRAL: federated mixtures of low-rank adaptors (Almansoori, Horvath and Takac; seed 003).
+r"""FLoRAL: federated mixtures of low-rank adaptors (Almansoori et al. 2024).
 
-A model parameterisation for the FML objective (digest-002-003 B.1)
-:math:`\min E_k f^k(\sum_c \pi^k_c w_c)` with weight sharing :math:`w_c = (u, a_c)` and
+Almansoori, Horváth & Takáč, "Collaborative and Efficient Personalization with Mixtures of
+Adaptors" (2024). A model parameterisation for the FML objective with weight sharing
+(Sec. 3.1 and 5) :math:`\min E_k f^k(\sum_c \pi^k_c w_c)`, :math:`w_c = (u, a_c)`, with
 low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with its own router
 :math:`\pi^k = \mathrm{softmax}(\theta^k)`. One job per module:
 
@@ -9,11 +10,10 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
   n)\rfloor)`; parameter accounting (:math:`C\rho d` against :math:`(C-1)d`);
 * :mod:`~riemfl.nn.floral.adaptor`, :mod:`~riemfl.nn.floral.linear`,
   :mod:`~riemfl.nn.floral.conv`: the adapted layers (LinearLoRA, ConvLoRA balanced 2-D / in /
-  out layer, bias adaptors), ``merge``, ScaledGD preconditioning (eq. 36);
-* :mod:`~riemfl.nn.floral.fused`: the merged weights of all adapted layers of a model in one
-  autograd node (the training step's cost, ``benchmarks/bench_floral.py``);
-  :mod:`~riemfl.nn.floral.kernels`: the compiled layer (C++), one node per layer;
-  :mod:`~riemfl.nn.floral.chain`: runs of adapted linear layers and activations in one node;
+  out layer, bias adaptors), ``merge``, ScaledGD preconditioning (App. D, eq. (36)); each layer
+  merges all its clusters' adaptors into its weight in one batched product;
+* :mod:`~riemfl.nn.floral.merge`: the merge written as the plain formula, cluster by cluster
+  (the reference the tests check the layers against);
 * :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
 * :mod:`~riemfl.nn.floral.model`: :func:`floralize` (a plain model -> its FLoRAL version) and
   :class:`FloralModel` (``merge`` for inference);

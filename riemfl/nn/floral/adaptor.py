@@ -2,15 +2,17 @@ r"""The mixture-of-adaptors contract shared by every adapted layer type.
 
 An adapted layer keeps its base module ``base`` (weight W, bias b) and, per cluster
 c = 1..C, a low-rank adaptor whose weight change is a rank-r matrix in a fixed reshaping of the
-weight (digest-002-003 B.2):
+weight (Almansoori et al. 2024, Sec. 3.2, eq. (1); App. F.1 for convolutions):
 
 .. math::
 
     L_c = A_c B_c^\top,\qquad A_c \in \mathbb{R}^{m\times r}\ (\text{output side, "U"}),\quad
     B_c \in \mathbb{R}^{n\times r}\ (\text{input side, "V"}),
 
-plus an optional bias adaptor :math:`L_{b,c} \in \mathbb{R}^{d_{out}}` (zero at start). The
-layer mixes the adaptor **outputs** with the client's router (B.9 item 2, eq. (9)/(43)):
+plus an optional bias adaptor :math:`L_{b,c} \in \mathbb{R}^{d_{out}}` (zero at start; Sec. 3.2
+"Bias"). The layer mixes the adaptor **outputs** (equivalently their products, never the factors)
+with the client's router, as the paper's synthetic targets do (Sec. 6, eq. (9); App. G.1,
+eq. (43)):
 
 .. math::
 
@@ -18,8 +20,8 @@ layer mixes the adaptor **outputs** with the client's router (B.9 item 2, eq. (9
 
 which, being linear in the adaptors, equals the layer with the merged weight
 :math:`W + \alpha\sum_c w_c L_c` (:meth:`MixtureAdaptor.delta_weight`; the inference
-``merge``). :math:`\alpha` is ``lora_scale`` (default 1) and :math:`\pi_{min}` the [OUTSIDE]
-code's clamp (default 0: no clamp).
+``merge``). :math:`\alpha` is ``lora_scale`` (default 1; the :math:`\alpha` of eq. (9)) and
+:math:`\pi_{min}` the clamp of the authors' public code, zeligism/FLoRAL (default 0: no clamp).
 
 Parameters of every adapted layer (names used by the federated layout):
 
@@ -36,7 +38,6 @@ the ScaledGD preconditioner work on these matrices.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,16 +45,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...errors import ParameterError
-from .fused import _layer_tensors, merge_layers
+from ...errors import ParameterError, ShapeError
 
 __all__ = ["MatrixView", "MixtureContext", "MixtureAdaptor", "INITS", "PRECONDITIONERS"]
 
-#: factor initialisations: "lora" (input side random, output side zero: the [OUTSIDE] code and
-#: standard LoRA) or "paper" (output side random, input side zero: the paper's text, B.8 item 3)
+#: factor initialisations: "lora" (input side random, output side zero: the authors' public code,
+#: zeligism/FLoRAL, and standard LoRA) or "paper" (output side random, input side zero: the text
+#: of Almansoori et al. 2024, Sec. 3.2)
 INITS = ("lora", "paper")
 
-#: ScaledGD (eq. 36) with the r x r Gram matrices, or the Frobenius-norm scaling of Appendix D
+#: ScaledGD with the r x r Gram matrices (Almansoori et al. 2024, App. D, eq. (36)), or the
+#: Frobenius-norm scaling App. D uses for convolutions
 PRECONDITIONERS = ("scaled_gd", "frobenius")
 
 
@@ -106,12 +108,10 @@ class MatrixView:
 class MixtureContext:
     r"""What every adapted layer of one model reads at forward time: the mixture weights.
 
-    :class:`~riemfl.nn.floral.FloralModel` calls :meth:`set` with the router's pi and its adapted
-    layers once per forward pass: the mixture weights :math:`w = \alpha\,\max(\pi,
-    \pi_{min})` are computed once for all layers (:meth:`weights`), and so are the merged
-    weights and biases of the given layers, in one autograd node
-    (:func:`~riemfl.nn.floral.fused.merge_layers`); each layer reads its own with
-    :meth:`merged`.
+    :class:`~riemfl.nn.floral.FloralModel` calls :meth:`set` with the router's :math:`\pi` before
+    running its model and clears it afterwards; the mixture weights
+    :math:`w = \alpha\max(\pi, \pi_{min})` are computed once per forward pass for all layers
+    (:meth:`weights`).
     """
 
     def __init__(self, n_clusters: int, lora_scale: float = 1.0, min_prob: float = 0.0) -> None:
@@ -123,69 +123,37 @@ class MixtureContext:
         self.lora_scale = float(lora_scale)
         self.min_prob = float(min_prob)
         self._w: torch.Tensor | None = None
-        #: the router's logits of this forward pass when the compiled layer makes w from them
-        self._logits: torch.Tensor | None = None
-        #: whether a layer outside the compiled chains asked for w in a pass that gave logits
-        #: (FloralModel then gives pi: one softmax node for all the layers)
-        self.layers_need_weights = False
-        self._merged: dict = {}
-        #: the compiled layer of this forward pass (:meth:`set_compiled`), or None
-        self._kernel: Any = None
-        #: whether runs of linear layers and activations run as compiled chains in this pass
-        self._chains = False
 
     def mixture_weights(self, pi: torch.Tensor) -> torch.Tensor:
-        r""":math:`\alpha\max(\pi, \pi_{min})` of a given pi."""
+        r""":math:`\alpha\max(\pi, \pi_{min})` of a given :math:`\pi`.
+
+        Raises
+        ------
+        ShapeError
+            When ``pi`` is not a vector of length C.
+        """
+        if pi.shape != (self.n_clusters,):
+            raise ShapeError(
+                f"mixture weights: pi has shape {tuple(pi.shape)}, expected ({self.n_clusters},)"
+            )
         if self.min_prob > 0:
             pi = pi.clamp(min=self.min_prob)
         return pi if self.lora_scale == 1.0 else self.lora_scale * pi
 
-    def set(self, pi: torch.Tensor | None, layers: Sequence[MixtureAdaptor] = ()) -> None:
-        """The pi of the coming forward pass (None: clear), and the layers to merge now.
-
-        The merged weights of ``layers`` are computed here, once, from the parameters as they
-        are now: call :meth:`set` again after changing them. A layer not given here merges its
-        own weights at each call.
-        """
-        self._merged = {}
-        self._kernel = None
-        self._chains = False
-        self._logits = None
+    def set(self, pi: torch.Tensor | None) -> None:
+        r"""The :math:`\pi` of the coming forward pass (None: clear)."""
         self._w = None if pi is None else self.mixture_weights(pi)
-        if self._w is not None and layers:
-            self._merged = merge_layers(layers, self._w)
-
-    def set_compiled(
-        self,
-        kernel: Any,
-        pi: torch.Tensor | None = None,
-        logits: torch.Tensor | None = None,
-        chains: bool = True,
-    ) -> None:
-        r"""The coming forward pass runs the adapted layers in the compiled extension ``kernel``
-        (:mod:`~riemfl.nn.floral.kernels`): nothing is merged here.
-
-        Give the pass's pi, or the router's ``logits`` :math:`\theta` (learned routing): then
-        the compiled chains (:mod:`~riemfl.nn.floral.chain`) make
-        :math:`w = \alpha\max(\operatorname{softmax}(\theta), \pi_{min})` and its gradient
-        themselves, and :meth:`weights` makes w with torch operations only for the layers that
-        ask for it. ``chains=False`` runs every adapted layer in its own node (no chains).
-        """
-        if (pi is None) == (logits is None):
-            raise ParameterError("set_compiled: give exactly one of pi and logits")
-        self._merged = {}
-        self._logits = logits
-        self._w = None if pi is None else self.mixture_weights(pi)
-        self._kernel = kernel
-        self._chains = chains
 
     def weights(self, pi: torch.Tensor | None = None) -> torch.Tensor:
-        """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass."""
+        """The mixture weights of ``pi``, or of the pi :meth:`set` for this forward pass.
+
+        Raises
+        ------
+        ParameterError
+            When no ``pi`` is given and none was set.
+        """
         if pi is not None:
             return self.mixture_weights(pi)
-        if self._w is None and self._logits is not None:
-            self._w = self.mixture_weights(torch.softmax(self._logits, 0))
-            self.layers_need_weights = True
         if self._w is None:
             raise ParameterError(
                 "the adapted layer has no router probabilities: call it through its FloralModel "
@@ -193,76 +161,13 @@ class MixtureContext:
             )
         return self._w
 
-    def __setstate__(self, state: dict) -> None:
-        state.setdefault("_merged", {})  # contexts pickled before the fused merge
-        state.setdefault("_logits", None)  # ... and before the router was folded in
-        state.setdefault("layers_need_weights", False)
-        state["_chains"] = False
-        state["_kernel"] = None  # an extension module does not pickle (see __getstate__)
-        self.__dict__.update(state)
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_kernel"] = None
-        return state
-
-    def merged(self, layer: MixtureAdaptor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        r"""``(merged weight, merged bias)`` of ``layer`` for the pi of this forward pass.
-
-        :math:`W + \sum_c w_c A_c B_c^\top` and :math:`b + \sum_c w_c L_{b,c}`: those computed
-        by :meth:`set` for its layers, or computed now for another layer.
-
-        Raises
-        ------
-        ParameterError
-            When no pi was set.
-        """
-        got = self._merged.get(layer)
-        if got is None:
-            got = merge_layers((layer,), self.weights())[layer]
-        return got
-
-
-#: methods whose meaning the compiled layer (and the factored torch path) reproduces: a
-#: subclass that overrides any of them runs the merge of the torch path
-_COMPILED_CONTRACT = (
-    "_delta",
-    "_prefers_factored",
-    "_factored_forward",
-    "_base_call",
-    "_kernel_spec_values",
-    "_compiled_input",
-    "_fusion_views",
-    "_fused_weight",
-    "_fused_weight_backward",
-)
-_compilable_classes: dict[type, bool] = {}
-
-
-def _compilable(cls: type) -> bool:
-    """Whether layers of class ``cls`` may run in the compiled layer: the class, or the class
-    it inherits from that declares ``_compiled_kind``, defines the whole contract, and ``cls``
-    overrides none of it."""
-    got = _compilable_classes.get(cls)
-    if got is None:
-        owner = next((k for k in cls.__mro__ if "_compiled_kind" in k.__dict__), None)
-        got = bool(
-            owner is not None
-            and owner.__dict__["_compiled_kind"] is not None
-            and all(getattr(cls, name) is getattr(owner, name) for name in _COMPILED_CONTRACT)
-        )
-        _compilable_classes[cls] = got
-    return got
-
 
 class MixtureAdaptor(nn.Module):
-    """Base class of the adapted layers (module docstring); subclasses define the views.
+    """Base class of the adapted layers (module docstring).
 
     Subclasses set ``base``, ``lora_out``, ``lora_in``, ``lora_bias`` (or None), ``rank``,
-    ``out_view``, ``in_view`` and implement ``_base_call``, ``_delta`` and
-    :meth:`factored_output`; for the fused merge of :mod:`~riemfl.nn.floral.fused` also
-    ``_fusion_views``, ``_fused_weight`` and ``_fused_weight_backward`` (a subclass without
-    them is merged with ``_delta`` and ordinary autograd).
+    ``out_view``, ``in_view`` and implement :meth:`_base_call`, :meth:`_merged_weight` (the
+    batched merge), :meth:`weight_from_matrix` and :meth:`factored_output`.
     """
 
     base: nn.Module
@@ -283,7 +188,8 @@ class MixtureAdaptor(nn.Module):
 
     # ------------------------------------------------------------------ construction helpers
     def _init_factors(self, init: str, fan_in_in: int, fan_in_out: int) -> None:
-        """Uniform(+-sqrt(6 / fan_in)) on one side, zeros on the other ([OUTSIDE] code)."""
+        """Uniform(+-sqrt(6 / fan_in)) on one side, zeros on the other (the authors' public
+        code, zeligism/FLoRAL)."""
         if init not in INITS:
             raise ParameterError(f"adaptor init must be one of {INITS}, got {init!r}")
         random, zero = (
@@ -303,38 +209,58 @@ class MixtureAdaptor(nn.Module):
         else:
             self.register_parameter("lora_bias", None)
 
-    # ------------------------------------------------------------------ the contract
+    # ------------------------------------------------------------------ the forward pass
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The base operation with the merged weight and bias of the current mixture.
 
-        Mixing adaptor outputs and merging are the same linear map, so the forward pass folds
-        the mixture into the weight (a few small weight-sized operations, independent of the
-        batch, done for all the layers of a model at once by :meth:`MixtureContext.set`) and
-        runs the base operation once, instead of running every adaptor on the data
-        (:meth:`factored_output`, the reference path the tests compare against), unless running
-        them on the data is cheaper (:meth:`_prefers_factored`: large linear layers on few
-        rows). Inside a :class:`~riemfl.nn.floral.FloralModel` on the CPU the whole layer runs in
-        the compiled layer of :mod:`~riemfl.nn.floral.kernels` where it is available.
+        Mixing adaptor outputs and merging are the same linear map, so the layer folds the
+        mixture into the weight (:meth:`merged_parameters`: a few weight-sized operations,
+        independent of the batch) and runs the base operation once, instead of running every
+        adaptor on the data (:meth:`factored_output`, the reference the tests compare
+        against), unless running them on the data costs fewer multiply-adds
+        (:meth:`_prefers_factored`: large linear layers on few rows).
         """
-        context = self.context
-        kernel = context._kernel
-        if kernel is not None and _compilable(type(self)) and self._compiled_input(x):
-            weight, bias, lora_out, lora_in, lora_bias = _layer_tensors(self)
-            spec = self.__dict__.get("_kernel_spec")
-            if spec is None:
-                spec = self.__dict__["_kernel_spec"] = kernel.Spec(self._kernel_spec_values())
-            w = context.weights()
-            return kernel.floral_op(x, weight, bias, lora_out, lora_in, lora_bias, w, spec)
-        # a large linear layer on few rows runs factored; FloralModel reads the hint at the next
-        # pass and leaves the layer out of the merge (this pass uses a merge already made)
-        factored = _compilable(type(self)) and self._prefers_factored(x)
-        self.__dict__["_factored_hint"] = factored
-        got = context._merged.get(self)
-        if got is None:
-            if factored:
-                return self._factored_forward(x, context.weights())
-            got = context.merged(self)
-        return self._base_call(x, *got)
+        w = self.context.weights()
+        if self._prefers_factored(x):
+            return self._factored_forward(x, w)
+        if _autocast_enabled(x.device.type):
+            # merged in the parameters' dtype, as the base model's own weights are: autocast
+            # casts the base operation that uses them
+            with torch.autocast(x.device.type, enabled=False):
+                merged = self.merged_parameters(w)
+            return self._base_call(x, *merged)
+        return self._base_call(x, *self.merged_parameters(w))
+
+    def merged_parameters(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""``(W', b')`` for mixture weights ``w``: :math:`W + K(\sum_c w_c A_c B_c^\top)` and
+        :math:`b + \sum_c w_c L_{b,c}`.
+
+        The formula of :func:`~riemfl.nn.floral.merge.reference_merge`, with all clusters in
+        one product (:meth:`_merged_weight`); plain differentiable torch operations, no output
+        a view of an input.
+        """
+        base = self.base
+        return self._merged_weight(w, base.weight), self._merged_bias(w, base.bias)
+
+    def _merged_weight(self, w: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        r""":math:`K(\sum_c w_c A_c B_c^\top)` in the base weight's shape, added to ``weight``
+        unless it is None."""
+        raise NotImplementedError
+
+    def _merged_bias(self, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+        r""":math:`b + \sum_c w_c L_{b,c}` (``bias`` b may be None; without bias adaptors:
+        ``bias`` itself)."""
+        lora_bias = self.lora_bias
+        if lora_bias is None:
+            return bias
+        if bias is None:
+            return torch.mv(lora_bias.T, w)
+        return torch.addmv(bias, lora_bias.T, w)
+
+    def _w_repeated(self, w: torch.Tensor) -> torch.Tensor:
+        """:math:`(w_1, ..., w_1, ..., w_C, ..., w_C)`, each weight r times (the columns of
+        the stacked factors)."""
+        return w if self.rank == 1 else w.repeat_interleave(self.rank)
 
     def _prefers_factored(self, x: torch.Tensor) -> bool:
         """Whether running the adaptors on ``x`` (:meth:`_factored_forward`) costs fewer
@@ -345,100 +271,31 @@ class MixtureAdaptor(nn.Module):
         r"""The layer without the merged weight: base, plus the mixture of adaptor outputs."""
         raise NotImplementedError
 
-    #: the compiled layer's kind for this class ("linear", "conv2d"; None: not compiled)
-    _compiled_kind: str | None = None
-
-    def _compiled_input(self, x: torch.Tensor) -> bool:
-        """Whether the compiled layer takes this input (else: the torch path)."""
-        return True
-
-    def _kernel_spec_values(self) -> list[int]:
-        """The layer's description for the compiled layer: kind (0 linear, 1 conv2d), C, r, m,
-        n, c_out, c_in, the out and in kernels' (height, width), stride, padding, dilation
-        (``csrc/floral_ops.cpp``)."""
+    def _base_call(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The base module's operation with the given weight and bias."""
         raise NotImplementedError
 
-    def _base_call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
-        raise NotImplementedError
-
-    def _delta(self, w: torch.Tensor) -> torch.Tensor:
-        r""":math:`\sum_c w_c L_c` in the base weight's shape, for mixture weights w."""
-        raise NotImplementedError
-
-    def _fusion_views(
-        self,
-        lora_out: torch.Tensor,
-        lora_in: torch.Tensor,
-        lora_bias: torch.Tensor | None,
-    ) -> tuple:
-        r"""Reshapings of the factors that :meth:`_fused_weight` uses, last :math:`L_b^\top`.
-
-        Views of the given tensors where possible (then cached across passes by
-        :mod:`~riemfl.nn.floral.fused`), None where a copy would be needed; the last entry is
-        the transposed bias adaptors (d_out, C), or None.
-        """
-        raise NotImplementedError
-
-    def _fused_weight(
-        self,
-        w: torch.Tensor,
-        shared: dict,
-        weight: torch.Tensor,
-        lora_out: torch.Tensor,
-        views: tuple,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""Forward of :class:`~riemfl.nn.floral.fused.MixtureMerge` for this layer.
-
-        Returns :math:`W + \sum_c w_c A_c B_c^\top` in the weight's shape and the scaled
-        factor kept for the backward pass; ``shared`` holds reshapings of w common to all
-        layers (:func:`~riemfl.nn.floral.fused.weight_vector`).
-        """
-        raise NotImplementedError
-
-    _fused_weight.fusion_missing = True  # type: ignore[attr-defined]  # subclasses override
-
-    def _fused_weight_backward(
-        self,
-        g: torch.Tensor,
-        w: torch.Tensor,
-        shared: dict,
-        lora_out: torch.Tensor,
-        views: tuple,
-        scaled: torch.Tensor | None,
-        need_out: bool,
-        need_in: bool,
-        need_w: bool,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        r"""Backward of :meth:`_fused_weight` for the weight gradient ``g``.
-
-        Returns the gradients of ``lora_out`` and ``lora_in`` (None where not needed) and, if
-        ``need_w``, :math:`(\langle G, A_c B_c^\top\rangle)_c`. ``scaled`` is what
-        :meth:`_fused_weight` kept, or None to remake it.
-        """
+    def weight_from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
+        r"""The :math:`m \times n` matrix of a weight change as a tensor of the base weight's
+        shape (rows and columns as in :meth:`factor_matrices`)."""
         raise NotImplementedError
 
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`\alpha\sum_c w_c (L_c x + L_{b,c})` computed factor by factor (no base)."""
         raise NotImplementedError
 
-    def __getstate__(self) -> dict:
-        state = dict(super().__getstate__())
-        state.pop("_fusion_cache", None)  # views of this module's own parameters
-        state.pop("_kernel_spec", None)  # an extension object (remade on first use)
-        return state
-
     def delta_weight(self, pi: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`\alpha\sum_c w_c L_c` in the base weight's shape (for ``merge``)."""
-        return self._delta(self.context.weights(pi))
+        return self._merged_weight(self.context.weights(pi), None)
 
     def delta_bias(self, pi: torch.Tensor | None = None) -> torch.Tensor | None:
         r""":math:`\alpha\sum_c w_c L_{b,c}`, or None without bias adaptors."""
-        if self.lora_bias is None:
-            return None
-        return self.context.weights(pi) @ self.lora_bias
+        return self._merged_bias(self.context.weights(pi), None)
 
     def factor_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """:math:`(A, B)` of shapes (C, m, r) and (C, n, r): :math:`L_c = A_c B_c^\\top`."""
+        r""":math:`(A, B)` of shapes (C, m, r) and (C, n, r): :math:`L_c = A_c B_c^\top`."""
         return self.out_view.to_matrix(self.lora_out), self.in_view.to_matrix(self.lora_in)
 
     def merged_base(self) -> nn.Module:
@@ -465,18 +322,22 @@ class MixtureAdaptor(nn.Module):
         eps: float = 1e-5,
         kind: str = "scaled_gd",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""Preconditioned factor gradients (Appendix D, eq. (36)); returns new tensors.
+        r"""Preconditioned factor gradients (Almansoori et al. 2024, App. D, eq. (36)); returns
+        new tensors.
 
         With :math:`G_A`, :math:`G_B` the gradients of the matrix views of ``lora_out`` and
         ``lora_in`` (per cluster):
 
         * ``"scaled_gd"``: :math:`G_A \leftarrow G_A (B^\top B + \epsilon I)^{-1}`,
-          :math:`G_B \leftarrow G_B (A^\top A + \epsilon I)^{-1}` (ScaledGD, Tong et al. 2021;
-          Riemannian gradient descent on the quotient by GL(r), digest B.10). To first order
-          the product moves by :math:`-\eta(P_A G + G P_B)` (B.4). The paper's
-          :math:`G_V = GU` is read as :math:`G^\top U` (B.8 item 4);
-        * ``"frobenius"``: the paper's conv rule, :math:`G_A / (\|B^\top B\|_F + \epsilon)`
-          and :math:`G_B / (\|A^\top A\|_F + \epsilon)` ([OUTSIDE] code).
+          :math:`G_B \leftarrow G_B (A^\top A + \epsilon I)^{-1}` (the preconditioner App. D
+          takes from low-rank estimation, Tong et al. 2021). As :math:`\epsilon \to 0` the
+          product moves by :math:`-\eta(P_A G + G P_B)` to first order (App. D), whatever the
+          factorisation of :math:`A B^\top`. App. D writes the input-side gradient as
+          :math:`G_V = G U`; with :math:`G = \nabla f(W + U V^\top)` the chain rule gives
+          :math:`G^\top U`, which is what the factor gradients here are;
+        * ``"frobenius"``: App. D's rule for convolutions,
+          :math:`G_A / (\|B^\top B\|_F + \epsilon)` and :math:`G_B / (\|A^\top A\|_F + \epsilon)`
+          (:math:`\epsilon` added to the norm as in the authors' public code, zeligism/FLoRAL).
 
         The r x r inverses of all clusters and both sides come from one batched call.
         """
@@ -498,3 +359,13 @@ class MixtureAdaptor(nn.Module):
             scale = 1.0 / (torch.linalg.matrix_norm(grams) + eps)
             new_ga, new_gb = ga * scale[:c, None, None], gb * scale[c:, None, None]
         return self.out_view.from_matrix(new_ga), self.in_view.from_matrix(new_gb)
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` ("cpu", "cuda", ...)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()

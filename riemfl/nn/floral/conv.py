@@ -1,10 +1,11 @@
-r"""ConvLoRA mixture: a 2-D convolution with one low-rank adaptor per cluster (Appendix F.1).
+r"""ConvLoRA mixture: a 2-D convolution with one low-rank adaptor per cluster.
 
 A convolution adaptor is two convolutions in sequence, :math:`(W + L) * x = W * x + U * (V * x)`
-(digest B.2): ``lora_in`` (:math:`V`, r output channels) then ``lora_out`` (:math:`U`, c_out
-output channels). Each spatial axis of the base kernel :math:`k_1 \times k_2` (height, width) is
-held by exactly one of the two, which also takes the base's stride, padding and dilation on
-that axis; the other is 1 wide there with stride 1 and no padding. The composite is then
+(Almansoori et al. 2024, Sec. 3.2 "Convolution layer"; App. F.1): ``lora_in`` (:math:`V`, r
+output channels) then ``lora_out`` (:math:`U`, c_out output channels). Each spatial axis of the
+base kernel :math:`k_1 \times k_2` (height, width) is held by exactly one of the two, which also
+takes the base's stride, padding and dilation on that axis; the other is 1 wide there with
+stride 1 and no padding. The composite is then
 *exactly* a convolution with the base's geometry and the kernel
 
 .. math::
@@ -15,7 +16,8 @@ so the adaptor merges into the base kernel (:meth:`MixtureConv2d.delta_weight`; 
 runs the base convolution once with the merged kernel, the two convolutions being
 :meth:`MixtureConv2d.factored_output`), and seen as a
 matrix (rows: c_out and the axes held by U; columns: c_in and the axes held by V) it is
-:math:`A B^\top` of rank r. Variants (``variant``; Tables 4 and F.1):
+:math:`A B^\top` of rank r. Variants (``variant``; App. F.1 and the ablation of Table 4,
+App. G.3):
 
 =================  =======================  =======================  ==========================
 variant            V (in)                   U (out)                  parameters per cluster
@@ -25,17 +27,19 @@ variant            V (in)                   U (out)                  parameters 
 ``out_layer``      r x c_in x 1 x 1         c_out x r x k_1 x k_2    (c_in + c_out k_1 k_2) r
 =================  =======================  =======================  ==========================
 
-``balanced_2d`` is the paper's choice (r_f = 1, "channel + filter"); ``in_layer`` and
-``out_layer`` are the ablation's channel-only variants with the kernel kept in the in or out
-convolution. The rank is :math:`\max(1, \lfloor\rho\, m n/(m+n)\rfloor)` with m and n the
-matrix sizes (e.g. :math:`m = c_{out} k_1`, :math:`n = c_{in} k_2` for balanced 2D), the
-[OUTSIDE] code's ``resolve_rank(rho, c_in |k_in|, c_out |k_out|)``.
+``balanced_2d`` is the paper's choice ("channel+filter-wise" with :math:`r_f = 1`, App. F.1);
+``in_layer`` and ``out_layer`` are Table 4's channel-only variants with the kernel kept in the in
+or out convolution. The rank is :math:`\max(1, \lfloor\rho\, m n/(m+n)\rfloor)` with m and n
+the matrix sizes (e.g. :math:`m = c_{out} k_1`, :math:`n = c_{in} k_2` for balanced 2D), as the
+authors' public code (zeligism/FLoRAL) computes it from :math:`c_{in} |k_{in}|` and
+:math:`c_{out} |k_{out}|`.
 
-Choice (B.11 item 8): the [OUTSIDE] code gives the in convolution the kernel
-:math:`(1, k_{min})` or :math:`(1, k_{max})` by comparing c_in and c_out; here the in
-convolution always holds the width axis and the out convolution the height axis, so that the
-adaptor keeps the base kernel's shape and merges exactly. For square kernels (every model of
-the paper) the two rules coincide.
+Choice where the paper is ambiguous: App. F.1 writes V with the kernel :math:`k_1 \times 1` and
+U with :math:`1 \times k_2`, and says the split of the kernel "can be done adaptively"; the
+authors' public code gives the in convolution :math:`(1, k_{min})` or :math:`(1, k_{max})` by
+comparing c_in and c_out. Here the in convolution always holds the width axis and the out
+convolution the height axis, so that the adaptor keeps the base kernel's shape and merges
+exactly. For square kernels (every model of the paper) this and the public code's rule coincide.
 """
 
 from __future__ import annotations
@@ -46,8 +50,7 @@ from torch import nn
 
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
-from .fused import weight_vector
-from .linear import _resolve_rank
+from .linear import resolve_rank
 
 __all__ = ["MixtureConv2d", "CONV_VARIANTS"]
 
@@ -126,7 +129,7 @@ class MixtureConv2d(MixtureAdaptor):
         self._in_geometry = geometry(held_in)
         self._out_geometry = geometry(held_out)
         m, n = c_out * k_out[0] * k_out[1], c_in * k_in[0] * k_in[1]
-        r = _resolve_rank(rho, rank, m, n, "MixtureConv2d")
+        r = resolve_rank(rho, rank, m, n, "MixtureConv2d")
         c = context.n_clusters
         w = base.weight
         self.base = base
@@ -140,111 +143,31 @@ class MixtureConv2d(MixtureAdaptor):
         self.out_view = MatrixView((c_out, r, *k_out), (0, 2, 3, 1))
         self.in_view = MatrixView((r, c_in, *k_in), (1, 2, 3, 0))
         self._dims = (c_out, c_in, *k_out, *k_in, m, n, c * r)
-        self._set_layouts()
         self._init_factors(init, fan_in_in=n, fan_in_out=r * k_out[0] * k_out[1])
         self._make_bias(bias, c_out, w)
-
-    def _set_layouts(self) -> None:
-        """Sizes and strides (of contiguous tensors) of the reshapings the fused merge uses.
-
-        ``_kernel_layout``: the (m, n) product as a kernel; ``_grad_layout``: a kernel (its
-        gradient) as the 6-d (c_out, k_out, c_in, k_in) array whose reshape is the (m, n)
-        matrix; ``_out_layout`` / ``_in_layout``: (m, C r) / (n, C r) matrices seen in the
-        layouts of ``lora_out`` / ``lora_in``.
-        """
-        c_out, c_in, kh_o, kw_o, kh_i, kw_i, m, n, cr = self._dims
-        c = cr // self.rank
-        shape = self.base.weight.shape
-        mat = torch.empty(m, n, device="meta")
-        kernel = mat.view(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
-        self._kernel_layout = (shape, kernel.reshape(shape).stride())
-        g6 = torch.empty(shape, device="meta").view(c_out, c_in, kh_o, kh_i, kw_o, kw_i)
-        g6 = g6.permute(0, 2, 4, 1, 3, 5)
-        self._grad_layout = (g6.shape, g6.stride())
-        d = torch.empty(m, cr, device="meta").view(c_out, kh_o, kw_o, c, -1).permute(3, 0, 4, 1, 2)
-        self._out_layout = (d.shape, d.stride())
-        e = torch.empty(n, cr, device="meta").view(c_in, kh_i, kw_i, c, -1).permute(3, 4, 0, 1, 2)
-        self._in_layout = (e.shape, e.stride())
 
     def _base_call(self, x, weight, bias):
         return self.base._conv_forward(x, weight, bias)
 
-    def _compiled_input(self, x: torch.Tensor) -> bool:
-        return x.dim() == 4  # an unbatched image runs the torch path
-
-    _compiled_kind = "conv2d"
-
-    def _kernel_spec_values(self) -> list[int]:
-        c_out, c_in, kh_o, kw_o, kh_i, kw_i, m, n, cr = self._dims
-        base = self.base
-        padding = (0, 0) if base.padding == "valid" else _pair(base.padding, "padding")
-        return [
-            1, cr // self.rank, self.rank, m, n, c_out, c_in, kh_o, kw_o, kh_i, kw_i,
-            *_pair(base.stride, "stride"), *padding, *_pair(base.dilation, "dilation"),
-        ]  # fmt: skip
-
-    def _delta(self, w: torch.Tensor) -> torch.Tensor:
-        # sum_c w_c A_c B_c^T as one (m, C r) x (C r, n) product, then back to a kernel:
-        # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i)
-        scaled = self._out_matrix(self.lora_out) * w.repeat_interleave(self.rank)
-        return self._kernel(scaled @ self._in_matrix(self.lora_in).T)
+    def _merged_weight(self, w, weight):
+        # K([w_1 A_1 ... w_C A_C][B_1 ... B_C]^T): one (m, C r) x (C r, n) product, whose
+        # right factor is a reshape of lora_in, then the (m, n) matrix seen as a kernel
+        _, n, cr = self._dims[6:]
+        scaled = self._out_matrix(self.lora_out) * self._w_repeated(w)
+        delta = self.weight_from_matrix(scaled @ self.lora_in.reshape(cr, n))
+        return delta if weight is None else weight + delta
 
     def _out_matrix(self, lora_out: torch.Tensor) -> torch.Tensor:
         r""":math:`[A_1 \cdots A_C]`, shape (m, C r), rows (i, a_o, b_o), columns (c, k)."""
         m, _, cr = self._dims[6:]
         return lora_out.permute(1, 3, 4, 0, 2).reshape(m, cr)
 
-    def _in_matrix(self, lora_in: torch.Tensor) -> torch.Tensor:
-        r""":math:`[B_1 \cdots B_C]`, shape (n, C r), rows (j, a_i, b_i), columns (c, k)."""
-        _, n, cr = self._dims[6:]
-        return lora_in.permute(2, 3, 4, 0, 1).reshape(n, cr)
-
-    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        """The (m, n) matrix ``x`` as a kernel of the base weight's shape."""
+    def weight_from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
+        # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i); one of a_o,
+        # a_i and one of b_o, b_i has size 1, so this is a view of the matrix
         c_out, c_in, kh_o, kw_o, kh_i, kw_i = self._dims[:6]
-        kernel = x.reshape(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
-        return kernel.reshape(self._kernel_layout[0])
-
-    def _fusion_views(self, lora_out, lora_in, lora_bias):
-        # [A_1 ... A_C] is a view of lora_out for r = 1 only (None: made per call);
-        # [B_1 ... B_C] always is one of lora_in
-        out_mat = self._out_matrix(lora_out) if self.rank == 1 else None
-        in_mat = self._in_matrix(lora_in)
-        return out_mat, in_mat, None if lora_bias is None else lora_bias.T
-
-    def _fused_weight(self, w, shared, weight, lora_out, views):
-        out_mat, in_mat, _ = views
-        if out_mat is None:
-            out_mat = self._out_matrix(lora_out)
-        aw = out_mat * weight_vector(shared, w, self.rank)  # [w_1 A_1 ... w_C A_C]
-        x = F.linear(aw, in_mat)  # (m, n): rows (i, a_o, b_o), columns (j, a_i, b_i)
-        if not x.is_contiguous():
-            x = x.contiguous()
-        return weight + x.as_strided(*self._kernel_layout), aw
-
-    def _fused_weight_backward(self, g, w, shared, lora_out, views, aw, need_out, need_in, need_w):
-        # the kernel gradient as the (m, n) matrix G: d[A_1 ... A_C] = G [B_1 ... B_C] scaled
-        # by w_c, d[B_1 ... B_C] = G^T [w_1 A_1 ... w_C A_C], dw_c = <(G B)_c, A_c>
-        out_mat, in_mat, _ = views
-        if out_mat is None:
-            out_mat = self._out_matrix(lora_out)
-        r = self.rank
-        m, n = self._dims[6:8]
-        gm = g.contiguous().as_strided(*self._grad_layout).reshape(m, n)
-        d_out = d_in = dw = None
-        if need_out or need_w:
-            d = torch.mm(gm, in_mat)  # (m, C r)
-            if need_out:
-                d_out = (d * weight_vector(shared, w, r)).as_strided(*self._out_layout)
-            if need_w:
-                dw = torch.linalg.vecdot(d, out_mat, dim=0)  # (C r,)
-                if r > 1:
-                    dw = dw.view(-1, r).sum(1)
-        if need_in:
-            if aw is None:
-                aw = out_mat * weight_vector(shared, w, r)
-            d_in = torch.mm(gm.T, aw).as_strided(*self._in_layout)  # (n, C r)
-        return d_out, d_in, dw
+        kernel = matrix.view(c_out, kh_o, kw_o, c_in, kh_i, kw_i).permute(0, 3, 1, 4, 2, 5)
+        return kernel.reshape(self.base.weight.shape)
 
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The two convolutions :math:`U * (V * x)` of every cluster, weighted (no base)."""
@@ -252,7 +175,7 @@ class MixtureConv2d(MixtureAdaptor):
         c, r = self.lora_in.shape[:2]
         v = self.lora_in.reshape(c * r, *self.lora_in.shape[2:])
         h = F.conv2d(x, v, **self._in_geometry)
-        h = h * w.repeat_interleave(r)[:, None, None]
+        h = h * self._w_repeated(w)[:, None, None]
         u = self.lora_out.transpose(0, 1).reshape(
             self.lora_out.shape[1], c * r, *self.lora_out.shape[3:]
         )

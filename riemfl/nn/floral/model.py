@@ -3,18 +3,25 @@ r"""A plain torch model turned into its FLoRAL version, and the merged model for
 :func:`floralize` copies a model and replaces, by layer type, every ``nn.Linear`` by a
 :class:`~riemfl.nn.floral.MixtureLinear` and every ``nn.Conv2d`` by a
 :class:`~riemfl.nn.floral.MixtureConv2d`; all of them read the mixture weights of one shared
-:class:`~riemfl.nn.floral.Router` (one router per client for the whole model, B.11 item 2). The
-result, :class:`FloralModel`, computes the FML objective's model (digest B.1)
+:class:`~riemfl.nn.floral.Router` (one router per client for the whole model, the paper's
+default; per-layer routers are a choice it leaves open). The result, :class:`FloralModel`,
+computes the model of the FML objective (Almansoori et al. 2024, Sec. 5) with weight sharing
+(Sec. 3.1, MFL-WS)
 
 .. math::
 
     f^k\Bigl(\sum_c \pi^k_c w_c\Bigr),\qquad w_c = (u, a_c),
 
 with the mixture taken over adaptor **outputs** (equivalently products), never over the
-factors (B.11 item 1). :meth:`FloralModel.merge` folds the adaptors into the base for a given
-:math:`\pi`: :math:`W_{eff} = W + \alpha\sum_c \pi_c L_c`, :math:`b_{eff} = b + \alpha\sum_c
-\pi_c L_{b,c}` (B.9 item 2), a plain model with the base's architecture and speed whose outputs
-equal the unmerged model's.
+factors (a choice: the FML objective mixes parameter vectors, the paper's synthetic targets,
+Sec. 6 eq. (9), mix products). :meth:`FloralModel.merge` folds the adaptors into the base for a
+given :math:`\pi`: :math:`W_{eff} = W + \alpha\sum_c \pi_c L_c`,
+:math:`b_{eff} = b + \alpha\sum_c \pi_c L_{b,c}`, a plain model with the base's architecture and
+speed whose outputs equal the unmerged model's (Sec. 5: for inference "the weights can be merged
+once").
+
+A FloralModel is plain torch: it runs on any device and dtype the base model runs on, under
+``torch.func`` transforms and autocast, and under ``torch.compile`` (tested against eager).
 """
 
 from __future__ import annotations
@@ -26,21 +33,16 @@ import torch
 from torch import nn
 
 from ...errors import ParameterError
-from . import kernels
 from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
-from .chain import make_fusable, make_plain
 from .conv import MixtureConv2d
-from .fused import _transforms_active, autocast_enabled
 from .linear import MixtureLinear
 from .router import Router
 
-__all__ = ["FloralModel", "floralize", "LAYER_TYPES", "BACKENDS"]
+__all__ = ["FloralModel", "floralize", "LAYER_TYPES"]
 
 #: layer-type names accepted by ``floralize(layer_types=...)``
 LAYER_TYPES = ("linear", "conv2d")
-#: values of :attr:`FloralModel.backend`
-BACKENDS = ("auto", "layers", "torch")
 
 
 class FloralModel(nn.Module):
@@ -59,14 +61,6 @@ class FloralModel(nn.Module):
     context : MixtureContext
     private_adaptors : bool
         True for the "Local Adaptor" baseline: the adaptors stay on the client.
-    backend : {"auto", "layers", "torch"}
-        How the adapted layers run in :meth:`forward`: ``"auto"`` (default) in the compiled
-        FLoRAL layer on the CPU where it is available (:mod:`~riemfl.nn.floral.kernels`), runs
-        of adapted linear layers and activations in one autograd node each
-        (:mod:`~riemfl.nn.floral.chain`), every other adapted layer in one node; ``"layers"``:
-        the same with one node per adapted layer (no chains); else, and always with
-        ``"torch"``, with the merge of :mod:`~riemfl.nn.floral.fused` and the base operations.
-        Same numbers either way.
     """
 
     def __init__(
@@ -81,21 +75,6 @@ class FloralModel(nn.Module):
         self.router = router
         self.context = context
         self.private_adaptors = bool(private_adaptors)
-        self.backend = "auto"
-
-    @property
-    def backend(self) -> str:
-        return self.__dict__["_backend"]
-
-    @backend.setter
-    def backend(self, value: str) -> None:
-        if value not in BACKENDS:
-            raise ParameterError(f"FloralModel.backend must be one of {BACKENDS}, got {value!r}")
-        self.__dict__["_backend"] = value
-
-    def __setstate__(self, state: dict) -> None:
-        state.setdefault("_backend", "auto")  # models pickled before the compiled layer
-        super().__setstate__(state)
 
     @property
     def n_clusters(self) -> int:
@@ -108,39 +87,16 @@ class FloralModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The model's output for the router's current pi.
 
-        On the CPU with the compiled layer (:attr:`backend` ``"auto"``) every adapted layer runs
-        in it, and runs of adapted linear layers and activations in one compiled node each
-        (:mod:`~riemfl.nn.floral.chain`), which take the router's logits and do the softmax
-        themselves. Otherwise the merged weights of all adapted layers are computed first, in
-        one autograd node (:meth:`MixtureContext.set`), then the model runs as the base model
-        does. The adapted layers are listed at the first call; a layer put into the model later
-        still works (it merges its own weights) and :meth:`refresh_layers` lists it again.
+        The mixture weights are computed once (:meth:`MixtureContext.set`); every adapted layer
+        then merges its own weight and bias and runs its base operation
+        (:meth:`MixtureAdaptor.forward`), so the model runs as the base model does.
         """
-        router, context = self._modules["router"], self.__dict__["context"]
-        backend = self.__dict__["_backend"]
-        kernel = None if backend == "torch" else _compiled_layer(router._parameters["logits"])
-        if kernel is not None:
-            chains = backend == "auto"
-            logits = router.pass_logits()
-            if logits is None:
-                context.set_compiled(kernel, pi=router.fixed, chains=chains)
-            elif context.layers_need_weights or not chains:  # one softmax node for all layers
-                context.set_compiled(kernel, pi=torch.softmax(logits, 0), chains=chains)
-            else:  # only chains so far: they take the logits
-                context.set_compiled(kernel, logits=logits)
-        else:  # merged in one node: the layers that ran factored last time do so again
-            layers = self.__dict__.get("_adapted_layers")
-            if layers is None:
-                layers = self.__dict__["_adapted_layers"] = tuple(m for _, m in self.adaptors())
-            context.set(router(), [m for m in layers if not m.__dict__.get("_factored_hint")])
+        context = self.context
+        context.set(self.router())
         try:
-            return self._modules["model"](x)
+            return self.model(x)
         finally:
             context.set(None)
-
-    def refresh_layers(self) -> None:
-        """Forget the list of adapted layers (after replacing modules of ``self.model``)."""
-        self.__dict__.pop("_adapted_layers", None)
 
     def parameter_roles(self) -> dict[str, str]:
         """``name -> "base" | "cluster" | "private" | "router"`` for every parameter."""
@@ -188,22 +144,7 @@ class FloralModel(nn.Module):
                 _set_submodule(merged, name, layer.merged_base())
         finally:
             self.context.set(None)
-        make_plain(merged)
         return merged
-
-
-def _compiled_layer(like: torch.Tensor):
-    """The compiled FLoRAL layer (:mod:`~riemfl.nn.floral.kernels`) for a forward pass of a
-    model whose router logits are ``like``, or None for the torch path (other devices and
-    dtypes, ``torch.func`` transforms, CPU autocast, the extension off or not buildable)."""
-    if (
-        not like.is_cpu
-        or like.dtype not in kernels.DTYPES
-        or _transforms_active()
-        or autocast_enabled("cpu")
-    ):
-        return None
-    return kernels.load()
 
 
 def _adapted_children(model: nn.Module):
@@ -245,7 +186,8 @@ def floralize(
     n_clusters : int
         C, adaptors per adapted layer.
     rho : float, default 0.01
-        Relative parameter budget per adaptor (digest B.2); ignored where ``rank`` is given.
+        Relative parameter budget per adaptor (Almansoori et al. 2024, Sec. 3.2); ignored where
+        ``rank`` is given.
     rank : int, optional
         One explicit rank for every adapted layer (the synthetic tasks' r).
     layer_types : sequence of {"linear", "conv2d"}
@@ -255,17 +197,20 @@ def floralize(
     conv_variant : {"balanced_2d", "in_layer", "out_layer"}
         The ConvLoRA factorisation (:mod:`riemfl.nn.floral.conv`).
     bias : bool, default True
-        Bias adaptors (the paper calls them "crucial", Section G.3).
+        Bias adaptors (Almansoori et al. 2024, Sec. 3.2, "can be crucial"; App. G.3).
     lora_scale : float, default 1
-        :math:`\\alpha`, the adaptor output scale (the [OUTSIDE] code's ``alpha``).
+        :math:`\\alpha`, the adaptor output scale (eq. (9)'s :math:`\\alpha`; the authors' public
+        code, zeligism/FLoRAL, calls it ``alpha``).
     min_prob : float, default 0
-        Clamp of the mixture weights from below without renormalising ([OUTSIDE] code: 0.01).
+        Clamp of the mixture weights from below without renormalising (not in the paper; the
+        authors' public code clamps at 0.01).
     init : {"lora", "paper"}
-        Which factor starts random (B.8 item 3).
+        Which factor starts random (:data:`~riemfl.nn.floral.adaptor.INITS`: the paper's text,
+        Sec. 3.2, and the authors' public code differ).
     routing : {"learned", "fixed"}
         Router mode (:mod:`riemfl.nn.floral.router`); "fixed" for the oracle :math:`\\pi^*`.
     router_noise : float, default 0
-        Training noise on the router logits ([OUTSIDE] ``noise_std``).
+        Training noise on the router logits (the public code's ``noise_std``; not in the paper).
     private_adaptors : bool, default False
         Keep the adaptors on the client (the "Local Adaptor" baseline, with C = 1).
     seed : int, optional
@@ -314,6 +259,5 @@ def floralize(
             extra = {"variant": conv_variant} if wrapper is MixtureConv2d else {}
             layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
             _set_submodule(copied, name, layer)
-    make_fusable(copied)
     router = Router(n_clusters, routing, router_noise)
     return FloralModel(copied, router, context, private_adaptors)

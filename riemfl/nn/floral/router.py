@@ -3,24 +3,26 @@ r"""The client's router: mixture weights :math:`\pi^k \in \Delta^{C-1}` over the
 .. math::
 
     \pi^k = \operatorname{softmax}(\theta^k),\qquad
-    \pi^k_c = \frac{\exp\theta^k_c}{\sum_{c'}\exp\theta^k_{c'}}      \qquad\text{(digest B.3)}
+    \pi^k_c = \frac{\exp\theta^k_c}{\sum_{c'}\exp\theta^k_{c'}}
 
-The logits :math:`\theta^k \in \mathbb{R}^C` are **personal**: the trainer keeps one row per
-client and they are never uploaded or aggregated (digest B.2 table). Initialisation
-:math:`\theta = 0`, i.e. :math:`\pi = 1/C` (the theory's uniform start). One router is shared by
-all adapted layers of a model (B.11 item 2, the paper's default).
+(Almansoori et al. 2024, Sec. 5 "Learning the mixture weights"; Alg. 1, line 6). The logits
+:math:`\theta^k \in \mathbb{R}^C` are **personal**: "a local parameter and not aggregated"
+(Sec. 5); the trainer keeps one row per client and never uploads them. Initialisation
+:math:`\theta = 0`, i.e. :math:`\pi = 1/C`, the uniform start of the paper's analysis
+(Theorem 4.5). One router is shared by all adapted layers of a model (a choice: the paper does
+not say whether routers are per model or per layer).
 
 Modes
 -----
 ``"learned"``
-    :math:`\theta` is a trainable parameter (softmax-GD of Algorithm 1, with its own learning
-    rate in :class:`~riemfl.nn.floral.FloralTrainer`). Optional exploration noise
-    ``noise_std * U[0, 1)`` added to the logits in training mode only ([OUTSIDE] code; 0 by
-    default, the paper has none).
+    :math:`\theta` is a trainable parameter (the softmax-parameterised gradient step of Alg. 1,
+    line 7, with its own learning rate in :class:`~riemfl.nn.floral.FloralTrainer`). Optional
+    exploration noise ``noise_std * U[0, 1)`` added to the logits in training mode only (the
+    authors' public code, zeligism/FLoRAL; 0 by default, the paper has none).
 ``"fixed"``
     :math:`\pi` is a given point of the simplex, not trained; the oracle :math:`\pi^*` of the
     synthetic and clustered tasks is the one-hot vector of the client's true cluster
-    (:meth:`Router.set_fixed`). The [OUTSIDE] code emulates it with logits -100 and router
+    (:meth:`Router.set_fixed`). The authors' public code emulates it with logits -100 and router
     learning rate 0; an exact one-hot is used here so that other clusters get weight exactly 0.
 """
 
@@ -74,19 +76,14 @@ class Router(nn.Module):
 
     def forward(self) -> torch.Tensor:
         """:math:`\\pi` of shape (C,), differentiable in the logits in "learned" mode."""
-        theta = self.pass_logits()
-        return self.fixed if theta is None else torch.softmax(theta, dim=0)
-
-    def pass_logits(self) -> torch.Tensor | None:
-        """The logits of a forward pass, :math:`\\theta` (plus the training noise), whose
-        softmax is :math:`\\pi`; None in "fixed" mode."""
         if self.mode == "fixed":
-            return None
-        theta = self._parameters["logits"]
+            return self.fixed
+        theta = self.logits
         if self.training and self.noise_std > 0:
+            # drawn on the CPU from the (CPU) generator, then moved: the same noise on any device
             noise = torch.rand(theta.shape, generator=self.generator, dtype=theta.dtype)
-            theta = theta + self.noise_std * noise
-        return theta
+            theta = theta + self.noise_std * noise.to(theta.device)
+        return torch.softmax(theta, dim=0)
 
     def probabilities(self) -> torch.Tensor:
         """:math:`\\pi` without noise and without gradient (what aggregation weights use)."""

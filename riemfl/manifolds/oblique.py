@@ -1,0 +1,149 @@
+r"""The oblique manifold :math:`\mathrm{OB}(n, m) = \{X \in \mathbb{R}^{n\times m} :
+\|X_{:,j}\| = 1,\ j = 1, \dots, m\}`, the product of m unit spheres :math:`S^{n-1}` (the
+columns), with the embedded metric.
+
+Every map is the sphere's (:class:`~riemfl.manifolds.sphere.Sphere`) applied to the columns:
+the columns are moved to the last axis (a transposed view, no copy), the sphere's map runs with
+the columns as a batch, and the result is moved back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import ops_for, to_numpy
+from ..errors import CutLocusError, ParameterError, ProjectionError
+from .base import Manifold
+from .sphere import Sphere
+
+__all__ = ["Oblique"]
+
+
+def _by_column(method: str):
+    """The map of :class:`Oblique` that is the sphere's ``_<method>`` on every column."""
+
+    def apply(self, *arrays):
+        return self._columns(method, *arrays)
+
+    apply.__name__ = apply.__qualname__ = "_" + method
+    return apply
+
+
+class Oblique(Manifold):
+    r"""Oblique manifold :math:`\mathrm{OB}(n, m) = (S^{n-1})^m`: n x m matrices whose m
+    columns have unit norm, with the Frobenius metric :math:`\langle U, V\rangle_X =
+    \mathrm{tr}(U^\top V)` (the product metric of the spheres).
+
+    With :math:`x_j, u_j, y_j` the columns of X, U, Y (Absil, Mahony & Sepulchre 2008; Absil
+    and Gallivan 2006 for the name and its use in ICA):
+
+    * ``to_tangent``: :math:`u_j = a_j - \langle x_j, a_j\rangle x_j` (also
+      ``egrad_to_rgrad``); ``inner``: Frobenius;
+    * ``exp``: :math:`\cos\|u_j\|\,x_j + \sin\|u_j\|\,u_j/\|u_j\|` per column;
+    * ``log``: the sphere's per column, :math:`\theta_j\,w_j/\|w_j\|` with :math:`w_j = y_j -
+      \langle x_j, y_j\rangle x_j`, :math:`\theta_j = \mathrm{atan2}(\|w_j\|, \langle x_j,
+      y_j\rangle)`; ``CutLocusError`` where a column of Y is antipodal to that of X;
+    * ``dist``: :math:`\sqrt{\sum_j\theta_j^2}` (the product distance);
+    * ``parallel_transport``: per column along the minimising geodesic, :math:`v_j -
+      \frac{\langle y_j, v_j\rangle}{1 + \langle x_j, y_j\rangle}(x_j + y_j)`: the geodesic of a
+      product is the product of the geodesics, and so is its parallel transport;
+    * ``retract``: column normalisation of :math:`X + U` (the metric projection, second order);
+      ``inverse_retract``: :math:`y_j/\langle x_j, y_j\rangle - x_j` (needs :math:`\langle x_j,
+      y_j\rangle > 0`);
+    * ``project``: column normalisation :math:`a_j/\|a_j\|`, the nearest point (the squared
+      distance is a sum over columns); ``ProjectionError`` at a zero column, where every unit
+      vector is nearest;
+    * ``ehess_to_rhess``: :math:`P_X(H) - U\,\mathrm{diag}(\langle x_j, g_j\rangle)`, the
+      sphere's Hessian per column (Absil, Mahony & Trumpf 2013).
+
+    Constants: ``proximal_smoothness`` 1 (:math:`d(A, \mathrm{OB})^2 = \sum_j d(a_j, S)^2`, so
+    within 1 of OB no column is 0; a zeroed column of a point is at distance 1); ``diameter``
+    :math:`2\sqrt m` (X and -X); ``injectivity_radius`` :math:`\pi` (one column moving to its
+    antipode).
+
+    Parameters
+    ----------
+    n : int
+        Length of the columns, ``n >= 2``.
+    m : int
+        Number of columns, ``m >= 1``.
+    """
+
+    def __init__(self, n: int, m: int) -> None:
+        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, m))
+        if not ints or n < 2 or m < 1:
+            raise ParameterError(
+                f"Oblique(n, m) needs integers n >= 2, m >= 1, got n={n!r}, m={m!r}"
+            )
+        self.n, self.m = int(n), int(m)
+        self.point_shape = (self.n, self.m)
+        self.name = f"Oblique({self.n}, {self.m})"
+        self._sphere = Sphere(self.n)
+
+    @property
+    def dim(self) -> int:
+        return (self.n - 1) * self.m
+
+    proximal_smoothness = 1.0
+    injectivity_radius = math.pi
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * math.sqrt(self.m)
+
+    # the sphere's table holds column by column (see Manifold._result_checked)
+    _result_checked = Sphere._result_checked
+
+    def _columns(self, method: str, *arrays):
+        """The sphere's ``_<method>`` on the columns (moved to the last axis), moved back."""
+        ops = ops_for(*arrays)
+        try:
+            out = getattr(self._sphere, "_" + method)(*(ops.mT(a) for a in arrays))
+        except CutLocusError as exc:
+            raise CutLocusError(f"{self.name}, a column: {exc}") from exc
+        return ops.mT(out)
+
+    def _project(self, a):
+        try:
+            return self._columns("project", a)
+        except ProjectionError as exc:
+            ops = ops_for(a)
+            norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
+            index = tuple(int(i) for i in np.argwhere(norms == norms.min())[0])
+            where = f" of batch element {index[:-1]}" if len(index) > 1 else ""
+            raise ProjectionError(
+                f"{self.name}: column {index[-1]}{where} of the ambient matrix has norm "
+                f"{float(norms.min()):.3e} (zero to rounding), so every unit vector is nearest to "
+                f"it and P_M is not unique; expected nonzero columns"
+            ) from exc
+
+    _to_tangent = _by_column("to_tangent")
+    _retract = _by_column("retract")
+    _inverse_retract = _by_column("inverse_retract")
+    _exp = _by_column("exp")
+    _log = _by_column("log")
+    _parallel_transport = _by_column("parallel_transport")
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        return self._to_tangent(x, h) - u * ops.sum(x * g, axis=-2, keepdims=True)
+
+    def _dist(self, x, y):
+        ops = ops_for(x, y)
+        d = self._sphere._dist(ops.mT(x), ops.mT(y))  # the column angles, (..., m)
+        return ops.sqrt(ops.sum(d * d, axis=-1))
+
+    def _random_point(self, batch_shape, rng):
+        """Independent uniform columns (normalised Gaussian vectors)."""
+        return np.swapaxes(self._sphere._random_point(batch_shape + (self.m,), rng), -1, -2)
+
+    def _point_violation(self, x):
+        _, violation = self._sphere._point_violation(ops_for(x).mT(x))
+        return "|x_j| = 1 for every column x_j", violation
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        _, violation = self._sphere._tangent_violation(ops.mT(x), ops.mT(u))
+        return "<x_j, u_j> = 0 for every column", violation

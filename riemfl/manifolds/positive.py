@@ -1,0 +1,169 @@
+r"""The positive orthant :math:`\mathbb{R}^{\text{shape}}_{>0}` with the log (Fisher-type)
+metric :math:`\langle u, v\rangle_x = \sum_i u_i v_i / x_i^2`, as pymanopt's ``Positive`` (the
+affine-invariant metric of positive-definite matrices, entry by entry).
+
+The entrywise logarithm :math:`x \mapsto \log x` is an isometry onto the Euclidean space
+:math:`\mathbb{R}^{\text{shape}}` (:math:`d(\log x) = dx/x`), so the manifold is flat and
+complete and every map is the Euclidean one in log coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import Array, is_torch, ops_for, to_numpy
+from ..errors import NotOnManifoldError, ParameterError, ProjectionError
+from .base import Manifold
+
+__all__ = ["Positive"]
+
+
+def _lib(*arrays: Array):
+    """numpy, or torch if any argument is a tensor (for log and exp)."""
+    if any(is_torch(a) for a in arrays):
+        import torch
+
+        return torch
+    return np
+
+
+class Positive(Manifold):
+    r"""Arrays with strictly positive entries, :math:`\{x \in \mathbb{R}^{\text{shape}} : x_i >
+    0\}`, with the metric :math:`\langle u, v\rangle_x = \sum_i u_iv_i/x_i^2`.
+
+    In log coordinates :math:`z = \log x` the metric is Euclidean, so (elementwise products and
+    quotients):
+
+    * ``to_tangent``: the identity (an open set: :math:`T_x = \mathbb{R}^{\text{shape}}`);
+      ``egrad_to_rgrad``: :math:`x^2 g` (the metric is :math:`\mathrm{diag}(1/x^2)`);
+    * ``exp`` = ``retract``: :math:`x\,e^{u/x}` (the straight line :math:`\log x + tu/x`),
+      defined for every u; ``log`` = ``inverse_retract``: :math:`x\log(y/x)`;
+      ``dist``: :math:`\|\log(y/x)\|`;
+    * ``parallel_transport``: :math:`(y/x)\,u` (constant in log coordinates); ``transport`` is
+      the same map (the default projection would be the identity, which is not an isometry);
+    * ``ehess_to_rhess``: :math:`x^2 h + x\,u\,g`. The Christoffel symbols of
+      :math:`\mathrm{diag}(1/x^2)` are :math:`\Gamma^i_{ii} = -1/x_i`, so
+      :math:`\nabla_u\,\mathrm{grad}f = D(x^2 g)[u] + \Gamma(u, x^2 g) = x^2 h + 2xug - xug`;
+    * ``project``: the Euclidean nearest point of the open orthant exists only for
+      :math:`a > 0` (then it is a itself); for an entry :math:`\le 0` the nearest point of the
+      closed orthant has a zero there, which the open orthant does not contain, and ``project``
+      raises ``ProjectionError`` naming the entries (as :class:`~riemfl.manifolds.Simplex`
+      does: no clipping to a floor, which would not be a nearest point).
+
+    The kit's second-order check of ``exp`` assumes a metric induced by the ambient space; here
+    the geodesics accelerate, :math:`x'' = x'^2/x` (tested directly instead).
+
+    Constants. ``injectivity_radius`` is infinite (complete and flat: exp is a global
+    diffeomorphism); ``diameter`` is infinite (Euclidean and geodesic). ``proximal_smoothness``
+    raises: the open orthant is not closed and its local radius :meth:`local_proximal_smoothness`
+    :math:`= \min_i x_i`, the Euclidean distance to the boundary, tends to 0 there.
+
+    Parameters
+    ----------
+    *shape : int
+        Shape of one point, e.g. ``Positive(3)`` for vectors, ``Positive(4, 2)`` for matrices.
+    """
+
+    unsupported = {
+        "proximal_smoothness": (
+            "the open positive orthant is not closed: a point x has a nearest point in it only "
+            "within min(x) of x (beyond, the nearest point of the closure is on the boundary), "
+            "which tends to 0 at the boundary, so the uniform constant is 0; use "
+            "local_proximal_smoothness(x)"
+        ),
+    }
+
+    def __init__(self, *shape: int) -> None:
+        if not shape or any(
+            not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 1 for s in shape
+        ):
+            raise ParameterError(f"Positive(*shape) needs positive integer dimensions, got {shape}")
+        self.point_shape = tuple(int(s) for s in shape)
+        self.name = f"Positive{self.point_shape if len(shape) > 1 else '(' + str(shape[0]) + ')'}"
+
+    @property
+    def dim(self) -> int:
+        return math.prod(self.point_shape)
+
+    diameter = math.inf
+    injectivity_radius = math.inf
+
+    def local_proximal_smoothness(self, x: Array) -> Array:
+        r""":math:`\min_i x_i`, the Euclidean distance from x to the boundary: every ambient a
+        with :math:`\|a - x\| <` this is positive, so ``project(a) = a`` (one value per point, in
+        x's type); a step of that length towards the smallest entry reaches the boundary."""
+        self._shape(x, "point x")
+        return -ops_for(x).amax(-x, axis=self._axes)
+
+    # ------------------------------------------------------------------ maps
+    def _project(self, a):
+        values = to_numpy(a)
+        low = values.min(axis=self._axes)
+        if np.any(low <= 0):
+            i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
+            entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
+            where = f" (batch element {i})" if i else ""
+            raise ProjectionError(
+                f"{self.name}: a has no nearest point in the open positive orthant{where}: its "
+                f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
+                f"point of the closed orthant has zeros there, on the boundary, which the open "
+                f"orthant does not contain. Expected a > 0"
+            )
+        return a
+
+    def _to_tangent(self, x, a):
+        return a
+
+    def _egrad_to_rgrad(self, x, g):
+        return x * x * g
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return x * (x * h + u * g)
+
+    def _inner(self, x, u, v):
+        return ops_for(x, u, v).sum(u * v / (x * x), axis=self._axes)
+
+    def _exp(self, x, u):
+        return x * _lib(x, u).exp(u / x)
+
+    def _log(self, x, y):
+        return x * _lib(x, y).log(y / x)
+
+    _retract = _exp
+    _inverse_retract = _log
+
+    def _dist(self, x, y):
+        ops = ops_for(x, y)
+        z = _lib(x, y).log(y / x)
+        return ops.sqrt(ops.sum(z * z, axis=self._axes))
+
+    def _parallel_transport(self, x, y, u):
+        return (y / x) * u
+
+    _transport = _parallel_transport
+
+    # ------------------------------------------------------------------ sampling and checks
+    def _random_point(self, batch_shape, rng):
+        """Log-normal entries, :math:`e^{N(0, 1)}`."""
+        return np.exp(rng.standard_normal(batch_shape + self.point_shape))
+
+    def _point_violation(self, x):
+        """The largest magnitude of a negative entry (``check_point`` refuses zeros too)."""
+        return "x > 0 (every entry)", max(0.0, ops_for(x).to_float(-x))
+
+    def _tangent_violation(self, x, u):
+        return "u finite", 0.0
+
+    def _check_point(self, x: Array, tol: float) -> None:
+        """Positivity is strict, without tolerance: an entry 0 is on the boundary, where
+        :math:`1/x^2` and :math:`\\log x` are infinite."""
+        values = to_numpy(x)
+        if np.any(values <= 0):
+            entry = tuple(int(k) for k in np.argwhere(values <= 0)[0])
+            raise NotOnManifoldError(
+                f"{self.name}: point is not in the open positive orthant: constraint x > 0 is "
+                f"violated by the entry {entry} = {float(values[entry]):.3e} (the index includes "
+                f"the batch dimensions)"
+            )
