@@ -11,6 +11,7 @@ from .errors import (
     ShapeError,
 )
 from .manifolds import (
+    SPD,
     BezierCurve,
     BezierGraph,
     ControlPoints,
@@ -22,6 +23,7 @@ from .manifolds import (
     Manifold,
     Oblique,
     PlaneRotation,
+    PoincareBall,
     Positive,
     Product,
     Simplex,
@@ -50,9 +52,11 @@ __all__ = [
     "Stiefel",
     "Grassmann",
     "Lorentz",
+    "PoincareBall",
     "Product",
     "FixedRank",
     "Simplex",
+    "SPD",
     "BezierCurve",
     "BezierGraph",
     "ControlPoints",

@@ -49,6 +49,8 @@ __all__ = [
     "to_numpy",
     "as_generator",
     "to_like",
+    "widen",
+    "cast_like",
     "NUMPY",
 ]
 
@@ -148,6 +150,11 @@ class _NumpyOps:
     arctan = staticmethod(np.arctan)
     arcsinh = staticmethod(np.arcsinh)
     arctan2 = staticmethod(np.arctan2)
+    exp = staticmethod(np.exp)
+    log = staticmethod(np.log)
+    log1p = staticmethod(np.log1p)
+    tanh = staticmethod(np.tanh)
+    arctanh = staticmethod(np.arctanh)
     abs = staticmethod(np.abs)
     where = staticmethod(np.where)
     maximum = staticmethod(np.maximum)
@@ -283,6 +290,11 @@ class _TorchOps:
         self.arctan = t.atan
         self.arcsinh = t.asinh
         self.arctan2 = t.atan2
+        self.exp = t.exp
+        self.log = t.log
+        self.log1p = t.log1p
+        self.tanh = t.tanh
+        self.arctanh = t.atanh
         self.abs = t.abs
         self.einsum = t.einsum
         self.zeros_like = t.zeros_like
@@ -416,3 +428,22 @@ def ops_for(*arrays: Array):
 def to_like(a: Array, like: Array) -> Array:
     """Convert ``a`` (numpy or python data) to the type, dtype and device of ``like``."""
     return ops_for(like).from_numpy(a, like) if is_torch(like) else np.asarray(a, dtype=like.dtype)
+
+
+def widen(a: Array) -> Array:
+    """``a`` in float64 if it is float32 (an exact conversion), else ``a`` itself.
+
+    For maps that compute a float32 result in double precision and round it once (with
+    :func:`cast_like`), as ``expm`` does; differentiable in torch.
+    """
+    if is_torch(a):
+        torch = sys.modules["torch"]
+        return a.to(torch.float64) if a.dtype == torch.float32 else a
+    return a.astype(np.float64) if a.dtype == np.float32 else a
+
+
+def cast_like(a: Array, like: Array) -> Array:
+    """``a`` in the dtype of ``like`` (same backend; differentiable in torch)."""
+    if is_torch(a):
+        return a if a.dtype == like.dtype else a.to(like.dtype)
+    return a.astype(like.dtype, copy=False)

@@ -13,10 +13,12 @@ from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .oblique import Oblique
+from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
 from .rotation import PlaneRotation
 from .simplex import Simplex
+from .spd import SPD
 from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
@@ -30,9 +32,11 @@ __all__ = [
     "Stiefel",
     "Grassmann",
     "Lorentz",
+    "PoincareBall",
     "Product",
     "FixedRank",
     "Simplex",
+    "SPD",
     "BezierCurve",
     "BezierGraph",
     "ControlPoints",

@@ -23,9 +23,11 @@ from .fixedrank import FixedRank
 from .grassmann import Grassmann
 from .lorentz import Lorentz
 from .oblique import Oblique
+from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
 from .simplex import Simplex
+from .spd import SPD
 from .special_orthogonal import SpecialOrthogonal
 from .sphere import Sphere
 from .stiefel import Stiefel
@@ -109,6 +111,15 @@ FAMILIES: tuple[Family, ...] = (
         (lambda: Lorentz(10),),
     ),
     Family(
+        PoincareBall,
+        "PoincareBall(n, c=1)",
+        "exp, log, dist, parallel transport (gyrovector formulas, stable up to the boundary in "
+        "float32), Mobius addition, scalar multiplication and gyration, isometries "
+        "`to_lorentz`/`from_lorentz` with `Lorentz(n, 1/c)`",
+        "local only (`1/sqrt(c) - \\|x\\|`) / 2/sqrt(c) / inf",
+        (lambda: PoincareBall(10), lambda: PoincareBall(5, c=0.5)),
+    ),
+    Family(
         Product,
         "Product(*manifolds)",
         "componentwise, flat packing with `split`/`pack`",
@@ -132,6 +143,20 @@ FAMILIES: tuple[Family, ...] = (
         "local only (the distance to the boundary) / sqrt(2) / local only",
         # points away from the boundary, so that the exp/log round trip (|u|_p = 0.5) stays inside
         (lambda: Simplex(5, concentration=50),),
+    ),
+    Family(
+        SPD,
+        'SPD(n, metric="affine-invariant"\\|"log-euclidean"\\|"bures-wasserstein")',
+        "affine-invariant and log-Euclidean: exp, log, dist, parallel transport (affine-invariant: "
+        "second-order retraction and its inverse); Bures-Wasserstein: exp (on its domain), log, "
+        "dist; `project` onto the open cone",
+        "local only (`local_proximal_smoothness(X) = lambda_min(X)`) / inf / inf "
+        "(Bures-Wasserstein: local only, `sqrt(lambda_min(X))`)",
+        (
+            lambda: SPD(5),
+            lambda: SPD(5, metric="log-euclidean"),
+            lambda: SPD(5, metric="bures-wasserstein"),
+        ),
     ),
     Family(
         BezierGraph,

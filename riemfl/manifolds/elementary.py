@@ -25,6 +25,9 @@ __all__ = [
     "atan_sqrt_over",
     "acosh1p_over_sinh",
     "angle_over_sine",
+    "tanh_sqrt_over",
+    "artanh_sqrt_over",
+    "asinh_sqrt_over",
     "d_cos_sqrt",
     "d_sinc_sqrt",
     "d_cosm1_over",
@@ -115,6 +118,30 @@ def angle_over_sine(c: Array, s2: Array) -> Array:
     small = (s2 < 1e-12) & (c > 0)
     s = ops.sqrt(ops.where(small, ops.ones_like(s2), s2))
     return ops.where(small, 1.0 + s2 / 6.0, ops.arctan2(s, c) / s)
+
+
+def tanh_sqrt_over(lam: Array) -> Array:
+    r""":math:`\tanh(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's exponential map)."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, -1 / 3, 2 / 15)), ops.tanh(s) / s)
+
+
+def artanh_sqrt_over(lam: Array) -> Array:
+    r""":math:`\operatorname{artanh}(\sqrt\lambda)/\sqrt\lambda` for :math:`0 \le \lambda < 1`.
+
+    Direct for :math:`\lambda` away from 1 only: near 1 the argument :math:`\sqrt\lambda` has
+    lost the digits of :math:`1 - \sqrt\lambda` (the Poincare ball computes
+    :math:`\operatorname{artanh}` from :math:`1 - c\|x\|^2` instead).
+    """
+    ops, lam, small, _ = _split(lam, _VALUE_SMALL)
+    s = ops.sqrt(ops.where(small, 0.25 + 0.0 * lam, lam))  # artanh(1) is infinite: not 1 here
+    return ops.where(small, _series(lam, (1.0, 1 / 3, 1 / 5)), ops.arctanh(s) / s)
+
+
+def asinh_sqrt_over(lam: Array) -> Array:
+    r""":math:`\operatorname{arsinh}(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's logarithm)."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL)
+    return ops.where(small, _series(lam, (1.0, -1 / 6, 3 / 40)), ops.arcsinh(s) / s)
 
 
 def d_cos_sqrt(lam: Array) -> Array:

@@ -1,0 +1,742 @@
+r"""Symmetric positive-definite matrices :math:`\mathcal S^n_{++} = \{X \in \mathbb{R}^{n\times n} :
+X = X^\top,\ X \succ 0\}` with three Riemannian metrics.
+
+The cone is an open subset of the symmetric matrices, so every tangent space is
+:math:`\mathrm{Sym}(n)` and the metrics differ only in how they measure a symmetric U at X:
+
+* **affine-invariant** (Pennec, Fillard & Ayache 2006; Bhatia 2007):
+  :math:`\langle U, V\rangle_X = \operatorname{tr}(X^{-1} U X^{-1} V)`; complete, of
+  non-positive curvature, every map closed form;
+* **log-Euclidean** (Arsigny et al. 2007): the pullback of the Frobenius metric by the matrix
+  logarithm, :math:`\langle U, V\rangle_X = \langle \mathrm{D}\log(X)[U], \mathrm{D}\log(X)[V]
+  \rangle_F`; flat and complete, every map closed form through :math:`\log` and :math:`\exp`;
+* **Bures-Wasserstein** (Bhatia, Jain & Lim 2019): :math:`\langle U, V\rangle_X = \tfrac12
+  \operatorname{tr}(\mathcal L_X[U]\,V)` with the Lyapunov operator :math:`X\mathcal L_X[U] +
+  \mathcal L_X[U] X = U`; the distance is the 2-Wasserstein distance of centred Gaussians; not
+  complete (geodesics reach singular matrices in finite time).
+
+Matrix functions are eigendecomposition based: :func:`riemfl.linalg.sym_function` for
+:math:`\log`, :math:`\exp` and :math:`\sqrt{\cdot}`, and :func:`riemfl.linalg.daleckii_krein`
+for their derivatives and the Lyapunov operator, whose torch backward passes are finite at
+repeated eigenvalues (at X = I, say). The affine-invariant maps whiten by the Cholesky factor
+:math:`X = R^\top R` (the congruence :math:`W = R^{-\top} U R^{-1}` maps X to I), which is
+cheaper and better conditioned than :math:`X^{\pm 1/2}`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
+from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
+from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
+from .base import Manifold
+from .elementary import artanh_sqrt_over, sinhc_sqrt
+
+__all__ = [
+    "SPD",
+    "METRICS",
+    "logm",
+    "expm",
+    "sqrtm",
+    "dlogm",
+    "dexpm",
+    "lyapunov",
+    "exp_divided_difference",
+    "log_divided_difference",
+    "exp_second_divided_differences",
+    "log_second_divided_differences",
+]
+
+#: the metrics of :class:`SPD`
+METRICS = ("affine-invariant", "log-euclidean", "bures-wasserstein")
+
+
+# --------------------------------------------------------------------------- scalar functions
+def _exp(lam):
+    return ops_for(lam).exp(lam)
+
+
+def _log(lam):
+    return ops_for(lam).log(lam)
+
+
+def _sqrt(lam):
+    ops = ops_for(lam)
+    return ops.sqrt(ops.maximum(lam, 0.0))
+
+
+def exp_divided_difference(a: Array, b: Array) -> Array:
+    r""":math:`\exp^{[1]}(a, b) = (e^a - e^b)/(a - b) = e^{(a+b)/2}\,\sinh(d)/d`,
+    :math:`d = (a - b)/2`: accurate for close arguments (elementwise, broadcasting)."""
+    d = 0.5 * (a - b)
+    return ops_for(a, b).exp(0.5 * (a + b)) * sinhc_sqrt(d * d)
+
+
+def log_divided_difference(a: Array, b: Array) -> Array:
+    r""":math:`\log^{[1]}(a, b) = (\log a - \log b)/(a - b)` for a, b > 0 (elementwise).
+
+    For :math:`|z| < 1/2`, :math:`z = (a - b)/(a + b)`: :math:`2\operatorname{artanh}(z)/(z(a +
+    b))` (accurate for close arguments, :math:`1/a` at a = b); otherwise the quotient itself,
+    which does not cancel there.
+    """
+    ops = ops_for(a, b)
+    total = a + b
+    z = (a - b) / total
+    close = ops.abs(z) < 0.5
+    z2 = ops.where(close, z * z, 0.0 * z)
+    direct = (ops.log(a) - ops.log(b)) / ops.where(close, ops.ones_like(z), a - b)
+    return ops.where(close, 2.0 / total * artanh_sqrt_over(z2), direct)
+
+
+def _grid(first, lam):
+    return first(lam[..., :, None], lam[..., None, :])
+
+
+def _exp_dd(lam, _f_lam):
+    return _grid(exp_divided_difference, lam)
+
+
+def _log_dd(lam, _f_lam):
+    return _grid(log_divided_difference, lam)
+
+
+def _sqrt_dd(_lam, f_lam):
+    return 1.0 / (f_lam[..., :, None] + f_lam[..., None, :])
+
+
+def _exp_near(mean, q):
+    return ops_for(mean).exp(mean) * (0.5 + q / 48.0)
+
+
+def _log_near(mean, q):
+    m2 = mean * mean
+    return -(1.0 + q / (4.0 * m2)) / (2.0 * m2)
+
+
+def _exp_weights(lam):
+    return _grid(exp_divided_difference, lam)
+
+
+def exp_second_divided_differences(lam: Array) -> Array:
+    r"""The grid :math:`\exp^{[2]}(\lambda_a, \lambda_b, \lambda_j)` (shape ``(..., n, n, n)``)
+    of the torch backward of :func:`dexpm` (:func:`riemfl.linalg.second_divided_differences`)."""
+    return second_divided_differences(lam, exp_divided_difference, _exp_near, relative=False)
+
+
+def _log_weights(lam):
+    return _grid(log_divided_difference, lam)
+
+
+def log_second_divided_differences(lam: Array) -> Array:
+    r"""The grid :math:`\log^{[2]}(\lambda_a, \lambda_b, \lambda_j)` (shape ``(..., n, n, n)``)
+    of the torch backward of :func:`dlogm`, for positive :math:`\lambda`."""
+    return second_divided_differences(lam, log_divided_difference, _log_near, relative=True)
+
+
+def _lyapunov_weights(lam):
+    return 1.0 / (lam[..., :, None] + lam[..., None, :])
+
+
+def _lyapunov_differences(lam):
+    # w(a, b) = 1/(a + b): (w(a, j) - w(b, j))/(a - b) = -1/((a + j)(b + j)), no division by a - b
+    return -1.0 / (
+        (lam[..., :, None, None] + lam[..., None, None, :])
+        * (lam[..., None, :, None] + lam[..., None, None, :])
+    )
+
+
+# --------------------------------------------------------------------------- matrix functions
+def logm(x: Array) -> Array:
+    r"""Matrix logarithm :math:`\log X = V \log(\Lambda) V^\top` of (the symmetric part of)
+    SPD matrices."""
+    return cast_like(sym_function(sym(widen(x)), _log, None, divided_differences=_log_dd), x)
+
+
+def expm(s: Array) -> Array:
+    r"""Matrix exponential :math:`\exp S = V e^{\Lambda} V^\top` of (the symmetric part of)
+    symmetric matrices."""
+    return cast_like(sym_function(sym(widen(s)), _exp, None, divided_differences=_exp_dd), s)
+
+
+def sqrtm(x: Array) -> Array:
+    r"""Principal square root :math:`X^{1/2} = V \Lambda^{1/2} V^\top` of (the symmetric part
+    of) SPD matrices."""
+    return cast_like(sym_function(sym(widen(x)), _sqrt, None, divided_differences=_sqrt_dd), x)
+
+
+def dlogm(x: Array, u: Array) -> Array:
+    r"""Derivative :math:`\mathrm{D}\log(X)[U] = V (\log^{[1]}(\lambda_i, \lambda_j) \circ V^\top
+    U V) V^\top` (Daleckii-Krein; :func:`riemfl.linalg.daleckii_krein`)."""
+    return cast_like(
+        daleckii_krein(widen(x), widen(u), _log_weights, log_second_divided_differences), u
+    )
+
+
+def dexpm(s: Array, v: Array) -> Array:
+    r"""Derivative :math:`\mathrm{D}\exp(S)[V] = Q (\exp^{[1]}(\mu_i, \mu_j) \circ Q^\top V Q)
+    Q^\top`, :math:`S = Q\,\mathrm{diag}(\mu) Q^\top`; the inverse of :func:`dlogm` at
+    :math:`X = \exp S`."""
+    return cast_like(
+        daleckii_krein(widen(s), widen(v), _exp_weights, exp_second_divided_differences), v
+    )
+
+
+def lyapunov(x: Array, u: Array) -> Array:
+    r"""The Lyapunov operator :math:`\mathcal L_X[U]`: the symmetric L with :math:`XL + LX = U`,
+    :math:`L = V (U_{ij}' / (\lambda_i + \lambda_j)) V^\top`, :math:`U' = V^\top U V`."""
+    return cast_like(
+        daleckii_krein(widen(x), widen(u), _lyapunov_weights, _lyapunov_differences), u
+    )
+
+
+def _expm_second_derivative(s, v, g):
+    r""":math:`\mathrm{D}^2\exp(S)[V, G]` from the (1, 3) block B of :math:`\exp` of the block
+    upper-triangular :math:`[[S, V, 0], [0, S, G], [0, 0, S]]`: :math:`B + B^\top` (the block
+    carries the terms of the second derivative in which V comes before G; Higham, *Functions of
+    Matrices*, 2008, ch. 3). V and G are scaled to unit norm first (the block is bilinear), so
+    the accuracy does not depend on their size. Differentiable (``ops.expm``)."""
+    ops = ops_for(s, v, g)
+    n = s.shape[-1]
+    zero = 0.0 * (s + v + g)
+    nv = ops.sqrt(ops.sum(v * v, axis=(-2, -1), keepdims=True))
+    ng = ops.sqrt(ops.sum(g * g, axis=(-2, -1), keepdims=True))
+    nv = ops.where(nv > 0, nv, ops.ones_like(nv))
+    ng = ops.where(ng > 0, ng, ops.ones_like(ng))
+    rows = (
+        ops.concatenate([s + zero, v / nv + zero, zero], axis=-1),
+        ops.concatenate([zero, s + zero, g / ng + zero], axis=-1),
+        ops.concatenate([zero, zero, s + zero], axis=-1),
+    )
+    block = ops.expm(ops.concatenate(rows, axis=-2))[..., :n, 2 * n :]
+    return (nv * ng) * (block + ops.mT(block))
+
+
+def _eigvalsh(a: Array) -> np.ndarray:
+    """Eigenvalues (ascending) of symmetric matrices, as numpy float64, outside autograd."""
+    return np.linalg.eigvalsh(to_numpy(a, np.float64))
+
+
+def _refuse(
+    bad: np.ndarray, error: type[Exception], message: Callable[[tuple[int, ...], str], str]
+) -> None:
+    """Raise ``error(message(i, at))`` for the first batch index i where the mask ``bad`` holds
+    (``at``: " (batch element i)", or "" for a single point)."""
+    if np.any(bad):
+        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(bad))[0]) if bad.ndim else ()
+        raise error(message(i, f" (batch element {i})" if i else ""))
+
+
+def _linalg_errors() -> tuple[type[BaseException], ...]:
+    torch = sys.modules.get("torch")
+    return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
+
+
+def _cholesky_frame(x, name: str):
+    """``(R, R^{-1})`` with :math:`X = R^\top R` (R upper triangular); differentiable in torch."""
+    ops = ops_for(x)
+    try:
+        lower = ops.cholesky(x)
+    except _linalg_errors() as exc:
+        raise NotOnManifoldError(
+            f"{name}: the Cholesky factorisation of the point x failed: x is not (numerically) "
+            f"positive definite; check_point(x) names the violation"
+        ) from exc
+    r = ops.mT(lower)
+    eye = ops.broadcast_to(ops.eye(r.shape[-1], r), tuple(r.shape))
+    return r, ops.solve_triangular_upper(r, eye, left=True)
+
+
+# --------------------------------------------------------------------------- the three metrics
+class _AffineInvariant:
+    r"""Affine-invariant maps in the whitened coordinates :math:`W = R^{-\top} U R^{-1}`,
+    :math:`X = R^\top R` (Cholesky): the congruence by :math:`R^{-\top}` is an isometry taking
+    X to I, where :math:`\langle U, V\rangle_I = \langle U, V\rangle_F` and
+    :math:`\mathrm{Exp}_I = \exp`."""
+
+    unsupported: dict[str, str] = {}
+    injectivity_radius = math.inf
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def _whiten(rinv, u):
+        return ops_for(rinv, u).mT(rinv) @ u @ rinv
+
+    @staticmethod
+    def _unwhiten(r, w):
+        return sym(ops_for(r, w).mT(r) @ w @ r)
+
+    def inner(self, x, u, v):
+        _, rinv = _cholesky_frame(x, self.name)
+        return ops_for(u, v).sum(self._whiten(rinv, u) * self._whiten(rinv, v), axis=(-2, -1))
+
+    def norm(self, x, u):
+        _, rinv = _cholesky_frame(x, self.name)
+        w = self._whiten(rinv, u)
+        ops = ops_for(w)
+        return ops.sqrt(ops.sum(w * w, axis=(-2, -1)))
+
+    def egrad_to_rgrad(self, x, g):
+        return sym(x @ sym(g) @ x)
+
+    def ehess_to_rhess(self, x, g, h, u):
+        return sym(x @ sym(h) @ x) + sym(u @ sym(g) @ x)
+
+    def exp(self, x, u):
+        r, rinv = _cholesky_frame(x, self.name)
+        return self._unwhiten(r, expm(self._whiten(rinv, u)))
+
+    def retract(self, x, u):
+        _, rinv = _cholesky_frame(x, self.name)
+        p = u @ rinv  # U X^{-1} U = P P^T
+        return sym(x + u + 0.5 * (p @ ops_for(p).mT(p)))
+
+    def inverse_retract(self, x, y):
+        r, rinv = _cholesky_frame(x, self.name)
+        m = self._whiten(rinv, y)
+        ops = ops_for(m)
+        eye = ops.eye(m.shape[-1], m)
+        root, lam = sym_function(
+            sym(2.0 * m) - eye, _sqrt, None, divided_differences=_sqrt_dd, eigenvalues=True
+        )
+        low = to_numpy(lam, np.float64)[..., 0]
+        _refuse(
+            low <= 0,
+            CutLocusError,
+            lambda i, at: (
+                f"{self.name}: Y is not R_X(U) for any U with I + W positive definite "
+                f"(W = R^-T U R^-1, X = R^T R): 2 R^-T Y R^-1 - I has the eigenvalue "
+                f"{float(low[i]):.3e} <= 0{at}; the inverse retraction needs Y > X/2 in the "
+                f"Loewner order"
+            ),
+        )
+        return self._unwhiten(r, root - eye)
+
+    def log(self, x, y):
+        r, rinv = _cholesky_frame(x, self.name)
+        return self._unwhiten(r, logm(self._whiten(rinv, y)))
+
+    def dist(self, x, y):
+        _, rinv = _cholesky_frame(x, self.name)
+        w = logm(self._whiten(rinv, y))
+        ops = ops_for(w)
+        return ops.sqrt(ops.sum(w * w, axis=(-2, -1)))
+
+    def transport(self, x, y, u):
+        return sym(u)
+
+    def parallel_transport(self, x, y, u):
+        r, rinv = _cholesky_frame(x, self.name)
+        root = sqrtm(self._whiten(rinv, y))
+        return self._unwhiten(r, root @ self._whiten(rinv, u) @ root)
+
+
+class _LogEuclidean:
+    r"""Log-Euclidean maps: :math:`\log` is an isometry onto the flat :math:`\mathrm{Sym}(n)`,
+    with differential :func:`dlogm` and inverse differential :func:`dexpm`."""
+
+    unsupported: dict[str, str] = {}
+    injectivity_radius = math.inf
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def inner(self, x, u, v):
+        return ops_for(u, v).sum(dlogm(x, u) * dlogm(x, v), axis=(-2, -1))
+
+    def norm(self, x, u):
+        w = dlogm(x, u)
+        ops = ops_for(w)
+        return ops.sqrt(ops.sum(w * w, axis=(-2, -1)))
+
+    def egrad_to_rgrad(self, x, g):
+        s = logm(x)
+        return sym(dexpm(s, dexpm(s, sym(g))))
+
+    def ehess_to_rhess(self, x, g, h, u):
+        s = logm(x)
+        v = dlogm(x, u)
+        inner = _expm_second_derivative(s, v, sym(g)) + dexpm(s, sym(h))
+        return sym(dexpm(s, inner))
+
+    def exp(self, x, u):
+        return expm(logm(x) + dlogm(x, u))
+
+    retract = exp
+
+    def log(self, x, y):
+        s = logm(x)
+        return sym(dexpm(s, logm(y) - s))
+
+    inverse_retract = log
+
+    def dist(self, x, y):
+        d = logm(y) - logm(x)
+        ops = ops_for(d)
+        return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
+
+    def transport(self, x, y, u):
+        return sym(u)
+
+    def parallel_transport(self, x, y, u):
+        return sym(dexpm(logm(y), dlogm(x, u)))
+
+
+_BW_NO_TRANSPORT = (
+    "riemfl has no closed form of the parallel transport of the Bures-Wasserstein metric (it "
+    "solves a linear ODE along the geodesic); use transport, the parallel transport to first "
+    "order, V + Gamma_Y(X - Y, V)"
+)
+
+
+class _BuresWasserstein:
+    r"""Bures-Wasserstein maps, written with :math:`\mathcal L_X` (:func:`lyapunov`) and, for log
+    and dist, the Cholesky factor :math:`X = R^\top R`."""
+
+    unsupported = {
+        "parallel_transport": _BW_NO_TRANSPORT,
+        "injectivity_radius": (
+            "the Bures-Wasserstein metric is not complete: exp_X is defined on the tangent ball "
+            "of radius sqrt(lambda_min(X)) (and on all U with I + L_X[U] positive definite), "
+            "which tends to 0 at the boundary of the cone; use local_injectivity_radius(X)"
+        ),
+    }
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def inner(self, x, u, v):
+        return 0.5 * ops_for(u, v).sum(lyapunov(x, u) * v, axis=(-2, -1))
+
+    def norm(self, x, u):
+        ops = ops_for(x, u)
+        return ops.sqrt(ops.maximum(self.inner(x, u, u), 0.0))
+
+    def egrad_to_rgrad(self, x, g):
+        return 4.0 * sym(sym(g) @ x)
+
+    def ehess_to_rhess(self, x, g, h, u):
+        return 4.0 * sym(sym(h) @ x) + 4.0 * sym(sym(g) @ lyapunov(x, u) @ x)
+
+    def exp(self, x, u):
+        ell = lyapunov(x, u)
+        low = _eigvalsh(ell)[..., 0]
+        _refuse(
+            low <= -1.0,
+            CutLocusError,
+            lambda i, at: (
+                f"{self.name}: exp leaves the cone: the geodesic (I + t L) X (I + t L), L = "
+                f"L_X[U], is singular at t = {-1.0 / float(low[i]):.4g} <= 1 (lambda_min(L) = "
+                f"{float(low[i]):.4g} <= -1){at}; expected I + L_X[U] positive definite (every "
+                f"U with |U|_X < local_injectivity_radius(X) = sqrt(lambda_min(X)))"
+            ),
+        )
+        return sym(x + u + ell @ x @ ell)
+
+    retract = exp
+
+    def _transport_map_minus_identity(self, x, y):
+        r"""(R, T - I) with :math:`T = X^{-1} \# Y = R^{-1} (R Y R^\top)^{1/2} R^{-\top}` (the
+        optimal transport map, :math:`TXT = Y`), X = R^T R."""
+        r, rinv = _cholesky_frame(x, self.name)
+        ops = ops_for(r, y)
+        root = sqrtm(r @ y @ ops.mT(r))
+        eye = ops.eye(r.shape[-1], r)
+        return r, sym(rinv @ root @ ops.mT(rinv)) - eye
+
+    def log(self, x, y):
+        _, a = self._transport_map_minus_identity(x, y)
+        return 2.0 * sym(a @ x)
+
+    inverse_retract = log
+
+    def dist(self, x, y):
+        r, a = self._transport_map_minus_identity(x, y)
+        ra = r @ a
+        ops = ops_for(ra)
+        return ops.sqrt(ops.sum(ra * ra, axis=(-2, -1)))
+
+    def christoffel(self, x, u, v):
+        r""":math:`\Gamma_X(U, V) = -(\mathcal L_X[U] X \mathcal L_X[V] + \mathcal L_X[V] X
+        \mathcal L_X[U])` (:math:`\nabla_U V = \mathrm{D}V[U] + \Gamma_X(U, V)`)."""
+        cross = lyapunov(x, u) @ x @ lyapunov(x, v)
+        return -(cross + ops_for(cross).mT(cross))
+
+    def transport(self, x, y, u):
+        return sym(u + self.christoffel(y, x - y, u))
+
+    def parallel_transport(self, x, y, u):
+        raise NotImplementedError(_BW_NO_TRANSPORT)
+
+
+_GEOMETRIES = {
+    "affine-invariant": _AffineInvariant,
+    "log-euclidean": _LogEuclidean,
+    "bures-wasserstein": _BuresWasserstein,
+}
+
+
+# --------------------------------------------------------------------------- the manifold
+def _metric_map(method: str):
+    """The private map ``_<method>`` of :class:`SPD`: the metric's own, through ``SPD._wide``."""
+
+    def run(self, *args):
+        return self._wide(method, *args)
+
+    run.__name__ = run.__qualname__ = "_" + method
+    return run
+
+
+class SPD(Manifold):
+    r"""Symmetric positive-definite n x n matrices with the affine-invariant, log-Euclidean or
+    Bures-Wasserstein metric.
+
+    Points are symmetric positive-definite n x n arrays; tangent vectors are symmetric n x n
+    arrays (:math:`T_X = \mathrm{Sym}(n)` for every X; dimension :math:`n(n+1)/2`).
+    ``to_tangent(x, a) = sym(a)`` (orthogonal for all three metrics: each pairs a skew matrix
+    with a symmetric one to 0).
+
+    **affine-invariant** (the default). :math:`\langle U, V\rangle_X = \operatorname{tr}(X^{-1}U
+    X^{-1}V)`. With :math:`X = R^\top R` and :math:`M = R^{-\top} Y R^{-1}`:
+
+    * :math:`\mathrm{Exp}_X(U) = X^{1/2}\exp(X^{-1/2}UX^{-1/2})X^{1/2} = R^\top \exp(R^{-\top} U
+      R^{-1}) R`, :math:`\mathrm{Log}_X(Y) = R^\top \log(M) R`, :math:`d(X, Y) = \|\log(X^{-1/2}
+      Y X^{-1/2})\|_F = \|\log M\|_F` (Pennec, Fillard & Ayache 2006);
+    * parallel transport :math:`E U E^\top`, :math:`E = (YX^{-1})^{1/2} = R^\top M^{1/2}
+      R^{-\top}`;
+    * ``egrad_to_rgrad`` :math:`X \operatorname{sym}(G) X`; ``ehess_to_rhess`` :math:`X
+      \operatorname{sym}(H) X + \operatorname{sym}(U \operatorname{sym}(G) X)` (the connection
+      is :math:`\nabla_U V = \mathrm{D}V[U] - \operatorname{sym}(U X^{-1} V)`);
+    * ``retract``: the second-order retraction :math:`X + U + \tfrac12 U X^{-1} U = R^\top(I + W
+      + \tfrac12 W^2)R`, :math:`W = R^{-\top}UR^{-1}` (it agrees with :math:`\mathrm{Exp}_X(tU)`
+      to :math:`O(t^3)`; it is :math:`R^\top(\tfrac12(I + W)^2 + \tfrac12 I)R`, positive
+      definite for every U); ``inverse_retract`` :math:`R^\top((2M - I)^{1/2} - I)R`, the
+      preimage with :math:`I + W \succ 0`, defined for :math:`Y \succ X/2`
+      (``CutLocusError`` otherwise); ``transport``: the identity of :math:`\mathrm{Sym}(n)`
+      (also for log-Euclidean).
+    * complete (a Hadamard manifold): injectivity radius :math:`\infty`.
+
+    **log-Euclidean**. :math:`\log` is an isometry onto :math:`(\mathrm{Sym}(n), \langle\cdot,
+    \cdot\rangle_F)` (Arsigny et al. 2007). With :math:`S = \log X`, :math:`\mathrm{D}\log(X)`
+    (:func:`dlogm`) and its inverse :math:`\mathrm{D}\exp(S)` (:func:`dexpm`), both
+    Daleckii-Krein maps with the divided differences :math:`\log^{[1]}` and :math:`\exp^{[1]}`:
+
+    * :math:`\langle U, V\rangle_X = \langle \mathrm{D}\log(X)[U], \mathrm{D}\log(X)[V]\rangle_F`;
+    * :math:`\mathrm{Exp}_X(U) = \exp(S + \mathrm{D}\log(X)[U])` (also ``retract``),
+      :math:`\mathrm{Log}_X(Y) = \mathrm{D}\exp(S)[\log Y - S]` (also ``inverse_retract``),
+      :math:`d(X, Y) = \|\log Y - \log X\|_F`;
+    * parallel transport :math:`\mathrm{D}\exp(\log Y)[\mathrm{D}\log(X)[U]]` (path independent:
+      the metric is flat);
+    * ``egrad_to_rgrad`` :math:`\mathrm{D}\exp(S)[\mathrm{D}\exp(S)[\operatorname{sym} G]]`
+      (:math:`\mathrm{D}\log(X)` is self-adjoint for the Frobenius product);
+      ``ehess_to_rhess`` :math:`\mathrm{D}\exp(S)[\mathrm{D}^2\exp(S)[V,
+      \operatorname{sym}G] + \mathrm{D}\exp(S)[\operatorname{sym} H]]`, :math:`V =
+      \mathrm{D}\log(X)[U]` (the Euclidean Hessian of :math:`f \circ \exp` at S, carried back);
+    * complete and flat: injectivity radius :math:`\infty`.
+
+    **Bures-Wasserstein**. :math:`\langle U, V\rangle_X = \tfrac12\operatorname{tr}(\mathcal
+    L_X[U] V)`, :math:`X \mathcal L_X[U] + \mathcal L_X[U] X = U` (:func:`lyapunov`); the
+    Riemannian quotient of :math:`(GL(n), \langle\cdot,\cdot\rangle_F)` by :math:`A \mapsto
+    AA^\top` (Bhatia, Jain & Lim 2019):
+
+    * :math:`\mathrm{Exp}_X(U) = X + U + \mathcal L_X[U] X \mathcal L_X[U] = (I + L) X (I + L)`,
+      :math:`L = \mathcal L_X[U]`. **Domain**: the geodesic :math:`t \mapsto (I + tL)X(I + tL)`
+      stays in the cone up to t = 1 iff :math:`I + L \succ 0`; ``exp`` (and ``retract``, which
+      is exp) raise ``CutLocusError`` otherwise. The domain holds the tangent ball of radius
+      :math:`\sqrt{\lambda_{\min}(X)}` (:math:`\|L\|_2^2\lambda_{\min}(X) \le \operatorname{tr}
+      (L^2 X) = \|U\|_X^2`), and :math:`U = -2\lambda_{\min} e e^\top` on its boundary leaves
+      the cone, so :meth:`local_injectivity_radius` is :math:`\sqrt{\lambda_{\min}(X)}` exactly
+      (on the domain exp is injective: Log inverts it);
+    * :math:`\mathrm{Log}_X(Y) = (XY)^{1/2} + (YX)^{1/2} - 2X = (T - I)X + X(T - I)`, with the
+      optimal transport map :math:`T = X^{-1}\#Y = R^{-1}(RYR^\top)^{1/2}R^{-\top}`
+      (:math:`TXT = Y`), defined everywhere (also ``inverse_retract``);
+    * :math:`d(X, Y)^2 = \operatorname{tr}X + \operatorname{tr}Y - 2\operatorname{tr}(X^{1/2} Y
+      X^{1/2})^{1/2}`, evaluated as :math:`\|R(T - I)\|_F = \|\mathrm{Log}_X(Y)\|_X` (no
+      cancellation for close points);
+    * ``egrad_to_rgrad`` :math:`2(GX + XG)`, :math:`G = \operatorname{sym}(\nabla f)`;
+      ``ehess_to_rhess`` :math:`2(HX + XH) + 2(GLX + XLG)`, :math:`L = \mathcal L_X[U]` (the
+      horizontal lift of :math:`\nabla^2 (f(AA^\top))` pushed down, Boumal 2023, ch. 9);
+    * the Christoffel map :math:`\Gamma_X(U, V) = -(\mathcal L_X[U] X \mathcal L_X[V] +
+      \mathcal L_X[V] X \mathcal L_X[U])` (:math:`\nabla_U V = \mathrm{D}V[U] + \Gamma_X(U,
+      V)`; the geodesic equation :math:`\gamma'' = 2\mathcal L\,X\mathcal L` at t = 0);
+      ``parallel_transport`` is not provided (no closed form in riemfl); ``transport(X, Y, V) =
+      V + \Gamma_Y(X - Y, V)`` is the parallel transport to first order in :math:`X - Y` (its
+      derivative along a curve is the connection, so the derivative of the transported
+      gradient is the Hessian).
+
+    **The open cone: projection and proximal smoothness.** ``project(a)`` is the Frobenius
+    nearest point in the open cone. The closed cone is convex and its nearest point to a is
+    :math:`\operatorname{sym}(a)` with negative eigenvalues set to 0 (Higham 1988); it lies in
+    the open cone iff :math:`\lambda_{\min}(\operatorname{sym} a) > 0`, and then
+    ``project(a) = sym(a)``. Otherwise the nearest point of the closure is singular, the open
+    cone has none, and ``project`` raises ``ProjectionError`` naming the eigenvalue (it does not
+    clip to a floor, which is no nearest point). For an open set the tube
+    :math:`\{a : d(a, M) < \gamma\}` of the reach contains, for every :math:`\gamma > 0`, points
+    outside the cone without a nearest point, so the uniform proximal smoothness is 0:
+    ``proximal_smoothness`` raises ``NotImplementedError`` with this reason (the kit skips its
+    tube tests). The local value, :meth:`local_proximal_smoothness`, is
+    :math:`\lambda_{\min}(X)`: every a with :math:`\|a - X\|_F < \lambda_{\min}(X)` has
+    :math:`\operatorname{sym}(a)` positive definite (Weyl), and :math:`X - \lambda_{\min} e
+    e^\top` at that distance is singular. The metric does not enter (the projection is
+    Euclidean). ``diameter`` is :math:`\infty` (a cone).
+
+    ``check_point`` requires :math:`\|X - X^\top\|_F \le` ``atol`` :math:`\|X\|_F` and
+    :math:`\lambda_{\min}(\operatorname{sym}X) > 0` strictly (no tolerance: a singular matrix is
+    on the boundary); ``random_point`` draws :math:`Q\,\mathrm{diag}(\lambda)Q^\top` with a
+    Haar-distributed Q and :math:`\lambda_i = 2^{s_i}`, :math:`s_i \sim U[-1, 1]` (condition
+    number at most 4).
+
+    Parameters
+    ----------
+    n : int
+        Matrix size, ``n >= 1``.
+    metric : {"affine-invariant", "log-euclidean", "bures-wasserstein"}
+        The Riemannian metric.
+    """
+
+    def __init__(self, n: int, metric: str = "affine-invariant") -> None:
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise ParameterError(f"SPD(n) needs an integer n >= 1, got {n!r}")
+        if metric not in METRICS:
+            raise ParameterError(
+                f"SPD metric must be one of {', '.join(repr(m) for m in METRICS)}, got {metric!r}"
+            )
+        self.n = int(n)
+        self.metric = metric
+        self.point_shape = (self.n, self.n)
+        suffix = "" if metric == "affine-invariant" else f', metric="{metric}"'
+        self.name = f"SPD({self.n}{suffix})"
+        self._geometry = _GEOMETRIES[metric](self.name)
+        self.unsupported = {**_OPEN_CONE, **self._geometry.unsupported}
+
+    @property
+    def dim(self) -> int:
+        return self.n * (self.n + 1) // 2
+
+    diameter = math.inf
+
+    @property
+    def injectivity_radius(self) -> float:
+        if "injectivity_radius" in self.unsupported:
+            return self._not_implemented("injectivity_radius")
+        return self._geometry.injectivity_radius
+
+    _euclidean_norm_ok = False
+
+    # ------------------------------------------------------------------ local constants
+    def local_proximal_smoothness(self, x: Array) -> Array:
+        r""":math:`\lambda_{\min}(X)`: every ambient a with :math:`\|a - X\|_F <` this has a
+        (unique) nearest point in the open cone, and a singular matrix is that far from X.
+
+        One value per point, in x's type; differentiable in torch (where the smallest
+        eigenvalue is simple).
+        """
+        self._shape(x, "point x")
+        if is_torch(x):
+            import torch
+
+            return torch.linalg.eigvalsh(sym(x))[..., 0]
+        return np.linalg.eigvalsh(sym(x))[..., 0]
+
+    def local_injectivity_radius(self, x: Array) -> Array:
+        r"""The radius of the tangent ball at X on which ``exp`` is defined and injective:
+        :math:`\sqrt{\lambda_{\min}(X)}` for Bures-Wasserstein, :math:`\infty` for the complete
+        affine-invariant and log-Euclidean metrics (one value per point, in x's type)."""
+        low = self.local_proximal_smoothness(x)
+        if self.metric != "bures-wasserstein":
+            return low * 0.0 + math.inf
+        return ops_for(low).sqrt(low)
+
+    # ------------------------------------------------------------------ the open cone
+    def _project(self, a):
+        p = sym(a)
+        low = _eigvalsh(p)[..., 0]
+        _refuse(
+            low <= 0,
+            ProjectionError,
+            lambda i, at: (
+                f"{self.name}: a has no nearest point in the open cone of positive-definite "
+                f"matrices{at}: sym(a) has the eigenvalue {float(low[i]):.3e} <= 0, so the "
+                f"nearest point of the closed cone (eigenvalues clipped at 0) is singular, which "
+                f"the open cone does not contain. Expected lambda_min(sym(a)) > 0"
+            ),
+        )
+        return p
+
+    def _to_tangent(self, x, a):
+        return sym(a)
+
+    def _random_point(self, batch_shape, rng):
+        q = qr_positive(rng.standard_normal(batch_shape + (self.n, self.n)))
+        lam = 2.0 ** rng.uniform(-1.0, 1.0, size=batch_shape + (self.n,))
+        return sym((q * lam[..., None, :]) @ np.swapaxes(q, -1, -2))
+
+    @staticmethod
+    def _asymmetry(a):
+        ops = ops_for(a)
+        d = a - ops.mT(a)
+        num = ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
+        den = ops.sqrt(ops.sum(a * a, axis=(-2, -1)))
+        return ops.to_float(num / ops.where(den > 0, den, ops.ones_like(den)))
+
+    def _point_violation(self, x):
+        if np.any(_eigvalsh(sym(x))[..., 0] <= 0):
+            return "X positive definite (lambda_min(X) > 0)", math.inf
+        return "X = X^T (|X - X^T|_F / |X|_F)", self._asymmetry(x)
+
+    def _check_point(self, x: Array, tol: float) -> None:
+        r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x is symmetric (relative
+        to :math:`\|X\|_F`, within ``atol``) and positive definite (strictly)."""
+        asymmetry = self._asymmetry(x)
+        if asymmetry > tol:
+            raise NotOnManifoldError(
+                f"{self.name}: point is not on the manifold: constraint X = X^T is violated by "
+                f"|X - X^T|_F / |X|_F = {asymmetry:.3e} > atol {tol:.1e}"
+            )
+        low = _eigvalsh(sym(x))[..., 0]
+        _refuse(
+            low <= 0,
+            NotOnManifoldError,
+            lambda i, at: (
+                f"{self.name}: point is not on the manifold: constraint X positive definite is "
+                f"violated: lambda_min(sym X) = {float(low[i]):.3e} <= 0{at}"
+            ),
+        )
+
+    def _tangent_violation(self, x, u):
+        return "U = U^T (|U - U^T|_F / |U|_F)", self._asymmetry(u)
+
+    # ------------------------------------------------------------------ the metric's maps
+    def _wide(self, method: str, *args):
+        """The geometry's map on float64 copies of float32 arguments, rounded once to the
+        dtype of the first argument (chains of eigendecompositions in float32 lose up to 20
+        float32 eps in torch's float32 eigh; in float64 they are exact to the final rounding)."""
+        return cast_like(getattr(self._geometry, method)(*(widen(a) for a in args)), args[0])
+
+    _inner = _metric_map("inner")
+    _norm = _metric_map("norm")
+    _egrad_to_rgrad = _metric_map("egrad_to_rgrad")
+    _ehess_to_rhess = _metric_map("ehess_to_rhess")
+    _retract = _metric_map("retract")
+    _inverse_retract = _metric_map("inverse_retract")
+    _exp = _metric_map("exp")
+    _log = _metric_map("log")
+    _dist = _metric_map("dist")
+    _transport = _metric_map("transport")
+    _parallel_transport = _metric_map("parallel_transport")
+
+
+_OPEN_CONE = {
+    "proximal_smoothness": (
+        "the cone of positive-definite matrices is open: a matrix with a non-positive "
+        "eigenvalue in its symmetric part has no nearest point in it, and such matrices lie "
+        "within lambda_min(X) of X, which tends to 0 at the boundary, so the uniform constant "
+        "is 0; use local_proximal_smoothness(X) = lambda_min(X)"
+    ),
+}
