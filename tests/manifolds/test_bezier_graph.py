@@ -19,6 +19,7 @@ class TestQuadraticGraph(ManifoldTests):
 
 
 class TestCubicGraph(ManifoldTests):
+    pytestmark = pytest.mark.slow  # the quadratic graph is the quick tier's representative
     manifold = CUBIC
     max_tangent_norm = 0.5
 

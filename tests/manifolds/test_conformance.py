@@ -18,6 +18,10 @@ from riemfl.manifolds import (
 from riemfl.testing import Config, ManifoldTests, checks
 from riemfl.testing import strategies as rst
 
+#: a further variant of a family: the full run checks it, the quick tier (-m 'not slow') keeps
+#: one class per family
+VARIANT = pytest.mark.slow
+
 
 class TestEuclidean(ManifoldTests):
     manifold = Euclidean(4, 2)
@@ -36,6 +40,7 @@ class TestStiefelQR(ManifoldTests):
 
 
 class TestStiefelColumn(ManifoldTests):
+    pytestmark = VARIANT
     manifold = Stiefel(4, 1)
 
 
@@ -52,6 +57,7 @@ class TestLorentz(ManifoldTests):
 
 
 class TestLorentzCurved(ManifoldTests):
+    pytestmark = VARIANT
     manifold = Lorentz(2, beta=2.5)
 
 
@@ -60,6 +66,7 @@ class TestProduct(ManifoldTests):
 
 
 class TestProductEveryFactor(ManifoldTests):
+    pytestmark = VARIANT
     """Every kind of factor in one product (flat, curved, quotient, fixed rank, Fisher-Rao), so
     that the kit's broadcasting checks (a batch of points against single arguments) run through
     each factor's maps. Simplex's exp domain bounds the tangent norms (see TestSimplex)."""
@@ -106,11 +113,13 @@ class TestFixedRank(LocalReach, ManifoldTests):
 
 
 class TestFixedRankWideRankOne(LocalReach, ManifoldTests):
+    pytestmark = VARIANT
     manifold = FixedRank(3, 6, 1)
     configs = (Config("numpy", "float64"), Config("torch", "float32"))
 
 
 class TestFixedRankFullRank(LocalReach, ManifoldTests):
+    pytestmark = VARIANT
     manifold = FixedRank(4, 3, 3)  # r = min(m, n): the open set of full-rank matrices
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
 
@@ -135,6 +144,7 @@ class TestSimplex(LocalReach, ManifoldTests):
 
 
 class TestSimplexThree(TestSimplex):
+    pytestmark = VARIANT
     manifold = Simplex(3, concentration=30)
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
 
@@ -150,11 +160,13 @@ class TestSpecialOrthogonal3(ManifoldTests):
 
 
 class TestSpecialOrthogonal4(ManifoldTests):
+    pytestmark = VARIANT
     manifold = SpecialOrthogonal(4)
     configs = (Config("numpy", "float64"), Config("torch", "float32"))
 
 
 class TestSpecialOrthogonal5(ManifoldTests):
+    pytestmark = VARIANT
     manifold = SpecialOrthogonal(5)
 
 
@@ -163,6 +175,7 @@ class TestOblique(ManifoldTests):
 
 
 class TestObliqueOneColumn(ManifoldTests):
+    pytestmark = VARIANT
     manifold = Oblique(3, 1)
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
 
@@ -187,6 +200,7 @@ class TestPositive(LocalReach, ManifoldTests):
 
 
 class TestPositiveVector(TestPositive):
+    pytestmark = VARIANT
     manifold = Positive(3)
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
 
@@ -224,4 +238,5 @@ class TestPoincareBall(NotAmbientGeodesics, LocalReach, ManifoldTests):
 
 
 class TestPoincareBallCurved(NotAmbientGeodesics, LocalReach, ManifoldTests):
+    pytestmark = VARIANT
     manifold = PoincareBall(2, c=0.7)
