@@ -454,6 +454,20 @@ class Manifold(ABC):
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
 
 
+def delegated_map(method: str, via: str) -> Any:
+    """A private map ``_<method>`` that calls ``self.<via>(method, *arrays)``.
+
+    For a manifold whose maps all go through one dispatcher (a column loop, a metric object):
+    ``_exp = delegated_map("exp", "_columns")``. ``supports`` sees an override of the hook.
+    """
+
+    def run(self, *arrays):
+        return getattr(self, via)(method, *arrays)
+
+    run.__name__ = run.__qualname__ = "_" + method
+    return run
+
+
 def result_checked(*maps: str, **first: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
     """A ``Manifold._result_checked`` table.
 

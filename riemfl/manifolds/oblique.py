@@ -15,20 +15,10 @@ import numpy as np
 
 from ..backend import ops_for, to_numpy
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, delegated_map
 from .sphere import Sphere
 
 __all__ = ["Oblique"]
-
-
-def _by_column(method: str):
-    """The map of :class:`Oblique` that is the sphere's ``_<method>`` on every column."""
-
-    def apply(self, *arrays):
-        return self._columns(method, *arrays)
-
-    apply.__name__ = apply.__qualname__ = "_" + method
-    return apply
 
 
 class Oblique(Manifold):
@@ -119,12 +109,12 @@ class Oblique(Manifold):
                 f"it and P_M is not unique; expected nonzero columns"
             ) from exc
 
-    _to_tangent = _by_column("to_tangent")
-    _retract = _by_column("retract")
-    _inverse_retract = _by_column("inverse_retract")
-    _exp = _by_column("exp")
-    _log = _by_column("log")
-    _parallel_transport = _by_column("parallel_transport")
+    _to_tangent = delegated_map("to_tangent", "_columns")
+    _retract = delegated_map("retract", "_columns")
+    _inverse_retract = delegated_map("inverse_retract", "_columns")
+    _exp = delegated_map("exp", "_columns")
+    _log = delegated_map("log", "_columns")
+    _parallel_transport = delegated_map("parallel_transport", "_columns")
 
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)

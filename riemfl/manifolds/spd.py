@@ -34,7 +34,7 @@ import numpy as np
 from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
-from .base import Manifold
+from .base import Manifold, delegated_map
 from .elementary import artanh_sqrt_over, sinhc_sqrt
 
 __all__ = [
@@ -483,14 +483,6 @@ _GEOMETRIES = {
 
 
 # --------------------------------------------------------------------------- the manifold
-def _metric_map(method: str):
-    """The private map ``_<method>`` of :class:`SPD`: the metric's own, through ``SPD._wide``."""
-
-    def run(self, *args):
-        return self._wide(method, *args)
-
-    run.__name__ = run.__qualname__ = "_" + method
-    return run
 
 
 class SPD(Manifold):
@@ -719,17 +711,17 @@ class SPD(Manifold):
         float32 eps in torch's float32 eigh; in float64 they are exact to the final rounding)."""
         return cast_like(getattr(self._geometry, method)(*(widen(a) for a in args)), args[0])
 
-    _inner = _metric_map("inner")
-    _norm = _metric_map("norm")
-    _egrad_to_rgrad = _metric_map("egrad_to_rgrad")
-    _ehess_to_rhess = _metric_map("ehess_to_rhess")
-    _retract = _metric_map("retract")
-    _inverse_retract = _metric_map("inverse_retract")
-    _exp = _metric_map("exp")
-    _log = _metric_map("log")
-    _dist = _metric_map("dist")
-    _transport = _metric_map("transport")
-    _parallel_transport = _metric_map("parallel_transport")
+    _inner = delegated_map("inner", "_wide")
+    _norm = delegated_map("norm", "_wide")
+    _egrad_to_rgrad = delegated_map("egrad_to_rgrad", "_wide")
+    _ehess_to_rhess = delegated_map("ehess_to_rhess", "_wide")
+    _retract = delegated_map("retract", "_wide")
+    _inverse_retract = delegated_map("inverse_retract", "_wide")
+    _exp = delegated_map("exp", "_wide")
+    _log = delegated_map("log", "_wide")
+    _dist = delegated_map("dist", "_wide")
+    _transport = delegated_map("transport", "_wide")
+    _parallel_transport = delegated_map("parallel_transport", "_wide")
 
 
 _OPEN_CONE = {
