@@ -137,9 +137,14 @@ class FloralClients:
             tr.load_client_state(state)
         total = float(sum(self._sizes[int(j)] for j in kept))
         for j in kept:
-            self.history.log_update(client=int(active[j]), staleness=0,
-                                    weight=self._sizes[int(j)] / total, time=float(self._round),
-                                    version=self._round, applied=True)  # fmt: skip
+            self.history.log_update(
+                client=int(active[j]),
+                staleness=0,
+                weight=self._sizes[int(j)] / total,
+                time=float(self._round),
+                version=self._round,
+                applied=True,
+            )
 
     def finish(self, message: State, survivors: np.ndarray) -> None:
         """FLoRAL clients keep their personal state between rounds; nothing to deliver."""
@@ -228,10 +233,16 @@ def run_floral(
     shapes = upload_shapes(trainer)
     server = FloralServer(aggregator, trainer.layout.n_clusters is not None)
     steps = RoundSteps(
-        server, FloralClients(trainer, rng, history), trainer, {"x": x, "info": {}},
-        lambda phase: shapes, rng, FaultRecorder(history),
-        clients_per_round=clients_per_round, dtype=np.float64,
-    )  # fmt: skip
+        server,
+        FloralClients(trainer, rng, history),
+        trainer,
+        {"x": x, "info": {}},
+        lambda phase: shapes,
+        rng,
+        FaultRecorder(history),
+        clients_per_round=clients_per_round,
+        dtype=np.float64,
+    )
 
     def evaluate(point: np.ndarray) -> dict[str, float]:
         return {**trainer.evaluate(point), **steps.server["info"]}
