@@ -134,7 +134,7 @@ def test_a_cost_function_with_autodiff_gets_the_exact_hessian(backend):
 
 
 def gradient_norms(**kwargs):
-    """Trust regions on kPCA with pymanopt's per-iteration printout; the gradient norms of the
+    """Trust regions with pymanopt's per-iteration printout; the gradient norms of the
     iterates (pymanopt 2.2's TrustRegions logs none, so they are read from its printout)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -461,3 +461,37 @@ class TestFromPymanoptSphere(ManifoldTests):
         x = torch.as_tensor(self.manifold.random_point(rng=0))
         with torch.no_grad():
             assert torch.equal(self.manifold.exp(x, torch.zeros_like(x)), x)
+
+
+def test_trust_regions_converge_quadratically_on_spd_with_the_exact_hessian():
+    """The Gaussian log-likelihood f(X) = tr(A X) - log det X on SPD(5) (affine-invariant
+    metric; minimiser A^-1, f* = n + log det A): with the Euclidean Hessian X^-1 U X^-1 through
+    SPD.ehess_to_rhess the local phase is quadratic, g_{k+1} <= C g_k^2; the finite-difference
+    Hessian needs more iterations and ends with a linear step."""
+    from riemfl.manifolds import SPD
+
+    n = 5
+    b = np.random.default_rng(0).standard_normal((n, n))
+    a = b @ b.T / n + 0.5 * np.eye(n)
+
+    def cost(x):
+        return float(np.trace(a @ x) - np.linalg.slogdet(x)[1])
+
+    def egrad(x):
+        return a - np.linalg.inv(x)
+
+    def ehess(x, u):
+        xi = np.linalg.inv(x)
+        return xi @ u @ xi
+
+    common = {"manifold": SPD(n), "cost": cost, "egrad": egrad, "x0": np.eye(n)}
+    exact, exact_norms = gradient_norms(ehess=ehess, min_gradient_norm=1e-13, **common)
+    fd, fd_norms = gradient_norms(min_gradient_norm=1e-13, **common)
+    assert (exact.hessian, fd.hessian) == ("exact", "finite_difference")
+    optimum = n + np.linalg.slogdet(a)[1]
+    for result in (exact, fd):
+        assert result.cost == pytest.approx(optimum, abs=1e-12)
+    quadratic = local_ratios(exact_norms)
+    assert len(quadratic) >= 2 and max(quadratic) < 5.0
+    assert max(local_ratios(fd_norms)) > 100.0
+    assert fd.iterations > exact.iterations
