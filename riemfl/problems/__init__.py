@@ -3,6 +3,7 @@
 * :class:`FederatedProblem` (the interface the algorithms use) and :func:`sample_batches`;
 * :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
   across clients;
+* :class:`RotationAveragingProblem`: chordal L2 rotation averaging on SO(n);
 * :class:`SoftmaxRegressionProblem`: multinomial logistic regression, a Euclidean problem (the
   curve rules' clients need flat space);
 * :class:`FunctionProblem`: any manifold with per-client callables (numpy, autograd or torch);
@@ -15,12 +16,14 @@ from .functional import FunctionProblem
 from .kpca import KPCAProblem
 from .logreg import SoftmaxRegressionProblem
 from .lrmc import LRMCProblem
+from .rotation_averaging import RotationAveragingProblem
 
 __all__ = [
     "FederatedProblem",
     "sample_batches",
     "KPCAProblem",
     "LRMCProblem",
+    "RotationAveragingProblem",
     "SoftmaxRegressionProblem",
     "FunctionProblem",
     "label_sorted_indices",
