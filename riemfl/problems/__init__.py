@@ -3,6 +3,7 @@
 * :class:`FederatedProblem` (the interface the algorithms use) and :func:`sample_batches`;
 * :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
   across clients;
+* :class:`SPDMeanProblem`: the Karcher mean of SPD matrices held by clients;
 * :class:`RotationAveragingProblem`: chordal L2 rotation averaging on SO(n);
 * :class:`SoftmaxRegressionProblem`: multinomial logistic regression, a Euclidean problem (the
   curve rules' clients need flat space);
@@ -17,6 +18,7 @@ from .kpca import KPCAProblem
 from .logreg import SoftmaxRegressionProblem
 from .lrmc import LRMCProblem
 from .rotation_averaging import RotationAveragingProblem
+from .spd_mean import SPDMeanProblem
 
 __all__ = [
     "FederatedProblem",
@@ -24,6 +26,7 @@ __all__ = [
     "KPCAProblem",
     "LRMCProblem",
     "RotationAveragingProblem",
+    "SPDMeanProblem",
     "SoftmaxRegressionProblem",
     "FunctionProblem",
     "label_sorted_indices",
