@@ -4,6 +4,7 @@
 * :class:`KPCAProblem`, :class:`LRMCProblem`: the problems of Zhang et al. (2024), vectorised
   across clients;
 * :class:`SPDMeanProblem`: the Karcher mean of SPD matrices held by clients;
+* :class:`HyperbolicEmbeddingProblem`: Nickel-Kiela embedding of a tree on the Poincare ball;
 * :class:`RotationAveragingProblem`: chordal L2 rotation averaging on SO(n);
 * :class:`SoftmaxRegressionProblem`: multinomial logistic regression, a Euclidean problem (the
   curve rules' clients need flat space);
@@ -14,6 +15,7 @@
 from .base import FederatedProblem, sample_batches
 from .data import NPZ_KEYS, label_sorted_indices, label_sorted_split, load_digits, load_mnist
 from .functional import FunctionProblem
+from .hyperbolic import HyperbolicEmbeddingProblem, balanced_tree
 from .kpca import KPCAProblem
 from .logreg import SoftmaxRegressionProblem
 from .lrmc import LRMCProblem
@@ -26,6 +28,8 @@ __all__ = [
     "KPCAProblem",
     "LRMCProblem",
     "RotationAveragingProblem",
+    "HyperbolicEmbeddingProblem",
+    "balanced_tree",
     "SPDMeanProblem",
     "SoftmaxRegressionProblem",
     "FunctionProblem",
