@@ -79,6 +79,11 @@ def _no_k(name: str, k: int | None) -> dict[str, Any]:
     return {}
 
 
+def _seeded(name: str, build: Callable[..., FederatedProblem]) -> Callable[..., FederatedProblem]:
+    """The builder of a generated problem without components: ``build(n_clients=, seed=)``."""
+    return lambda n, k, seed, data: build(n_clients=n, seed=seed, **_no_k(name, k))
+
+
 PROBLEMS: dict[str, ProblemEntry] = {
     "kpca-synthetic": ProblemEntry(
         lambda n, k, seed, data: KPCAProblem.synthetic(n_clients=n, k=k or 5, seed=seed),
@@ -124,27 +129,21 @@ PROBLEMS: dict[str, ProblemEntry] = {
         summary="softmax regression on the user's MNIST file (--data), Dirichlet(0.5) clients",
     ),
     "spd-mean": ProblemEntry(
-        lambda n, k, seed, data: SPDMeanProblem.synthetic(
-            n_clients=n, seed=seed, **_no_k("spd-mean", k)
-        ),
+        _seeded("spd-mean", SPDMeanProblem.synthetic),
         lambda p: 0.05,
         10,
         summary="Karcher mean of 20 SPD(3) matrices per client around per-client centres "
         "(affine-invariant metric; f* by the Karcher iteration)",
     ),
     "rotation-averaging": ProblemEntry(
-        lambda n, k, seed, data: RotationAveragingProblem.synthetic(
-            n_clients=n, seed=seed, **_no_k("rotation-averaging", k)
-        ),
+        _seeded("rotation-averaging", RotationAveragingProblem.synthetic),
         lambda p: 0.1,
         10,
         summary="chordal L2 mean of 20 noisy rotations per client on SO(3), biased per client "
         "(f* closed form)",
     ),
     "hyperbolic-tree": ProblemEntry(
-        lambda n, k, seed, data: HyperbolicEmbeddingProblem.tree(
-            n_clients=n, seed=seed, **_no_k("hyperbolic-tree", k)
-        ),
+        _seeded("hyperbolic-tree", HyperbolicEmbeddingProblem.tree),
         lambda p: 0.3,
         4,
         summary="Nickel-Kiela embedding of a balanced binary tree of depth 3 on "

@@ -60,7 +60,14 @@ from ..errors import NotOnManifoldError, ParameterError, ShapeError
 from ..manifolds.poincare import PoincareBall
 from ..manifolds.product import Product
 from .base import FederatedProblem
-from .checks import batch_array, client_index, data_rng, int_in_range, point_stack
+from .checks import (
+    batch_array,
+    client_index,
+    data_rng,
+    int_in_range,
+    nonnegative_float,
+    point_stack,
+)
 
 __all__ = ["HyperbolicEmbeddingProblem", "balanced_tree"]
 
@@ -162,19 +169,8 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         where = "HyperbolicEmbeddingProblem"
         self.n_nodes = int_in_range(n_nodes, 2, math.inf, where, "n_nodes")
         self.dim = int_in_range(dim, 1, math.inf, where, "dim")
-        if (
-            isinstance(c, bool)
-            or not isinstance(c, (int, float))
-            or not (math.isfinite(c) and c > 0)
-        ):
-            raise ParameterError(f"{where}: c must be a finite number > 0, got {c!r}")
-        if (
-            isinstance(mu, bool)
-            or not isinstance(mu, (int, float))
-            or not (math.isfinite(mu) and mu >= 0)
-        ):
-            raise ParameterError(f"{where}: mu must be a finite number >= 0, got {mu!r}")
-        self.c, self.mu = float(c), float(mu)
+        self.c = nonnegative_float(c, where, "c", positive=True)
+        self.mu = nonnegative_float(mu, where, "mu")
         rel = self._ints(relations, "relations", 2)
         neg = self._ints(negatives, "negatives", 2)
         own = self._ints(owners, "owners", 1)

@@ -30,22 +30,21 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, ParameterError, ProjectionError, ShapeError
+from ..errors import DataError, ProjectionError
 from ..linalg import skew, special_polar
 from ..manifolds.special_orthogonal import SpecialOrthogonal
 from .base import FederatedProblem
-from .checks import batch_array, client_index, data_rng, int_in_range, point_stack
+from .checks import (
+    batch_array,
+    client_index,
+    data_rng,
+    int_in_range,
+    matrix_blocks,
+    nonnegative_float,
+    point_stack,
+)
 
 __all__ = ["RotationAveragingProblem"]
-
-
-def _nonnegative(value: Any, name: str, what: str) -> float:
-    """``value`` as a float after checking it is finite and >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ParameterError(f"{name}: {what} must be a finite number >= 0, got {value!r}")
-    if not (math.isfinite(float(value)) and value >= 0):
-        raise ParameterError(f"{name}: {what} must be a finite number >= 0, got {value!r}")
-    return float(value)
 
 
 class RotationAveragingProblem(FederatedProblem):
@@ -85,40 +84,10 @@ class RotationAveragingProblem(FederatedProblem):
     def __init__(
         self, rotations: Sequence[Any], *, name: str = "rotation-averaging", atol: float = 1e-8
     ) -> None:
-        if isinstance(rotations, np.ndarray) and rotations.ndim == 4:
-            rotations = list(rotations)
-        if not isinstance(rotations, Sequence) or len(rotations) == 0:
-            raise ParameterError(
-                "RotationAveragingProblem: rotations must be a non-empty sequence of "
-                f"(m_i, n, n) arrays, got {type(rotations).__name__}"
-            )
-        blocks = []
-        for i, r in enumerate(rotations):
-            try:
-                b = np.asarray(r, dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise ParameterError(
-                    f"RotationAveragingProblem: client {i}'s rotations are not real numbers ({exc})"
-                ) from None
-            if b.ndim != 3 or b.shape[0] < 1 or b.shape[1] != b.shape[2] or b.shape[1] < 2:
-                raise ShapeError(
-                    f"RotationAveragingProblem: client {i}'s rotations have shape {b.shape}; "
-                    "expected (m_i, n, n) with m_i >= 1 and n >= 2"
-                )
-            blocks.append(b)
+        blocks = matrix_blocks(rotations, "RotationAveragingProblem", "rotations", min_n=2)
         n = blocks[0].shape[1]
-        for i, b in enumerate(blocks):
-            if b.shape[1] != n:
-                raise ShapeError(
-                    f"RotationAveragingProblem: client {i} holds {b.shape[1]}x{b.shape[1]} "
-                    f"matrices, client 0 holds {n}x{n}; every rotation must be in the same SO(n)"
-                )
         self.manifold = SpecialOrthogonal(n)
-        for i, b in enumerate(blocks):
-            if not np.isfinite(b).all():
-                raise ParameterError(
-                    f"RotationAveragingProblem: client {i}'s rotations contain NaN or inf"
-                )
+        for b in blocks:
             self.manifold.check_point(b, atol=atol)
         self.n = n
         self.name = name
@@ -174,8 +143,8 @@ class RotationAveragingProblem(FederatedProblem):
         n_clients = int_in_range(n_clients, 1, math.inf, where, "n_clients")
         per_client = int_in_range(per_client, 1, math.inf, where, "per_client")
         n = int_in_range(n, 2, math.inf, where, "n")
-        noise = _nonnegative(noise, where, "noise")
-        heterogeneity = _nonnegative(heterogeneity, where, "heterogeneity")
+        noise = nonnegative_float(noise, where, "noise")
+        heterogeneity = nonnegative_float(heterogeneity, where, "heterogeneity")
         rng = data_rng(seed, "rotavg")
         so = SpecialOrthogonal(n)
         eye = np.eye(n)

@@ -47,11 +47,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from ..errors import NotOnManifoldError, ParameterError
 from ..linalg import sym
 from ..manifolds.spd import SPD, dlogm, expm, logm
 from .base import FederatedProblem
-from .checks import batch_array, client_index, data_rng, int_in_range, point_stack
+from .checks import (
+    batch_array,
+    client_index,
+    data_rng,
+    int_in_range,
+    matrix_blocks,
+    nonnegative_float,
+    point_stack,
+)
 
 __all__ = ["SPDMeanProblem", "SPD_MEAN_METRICS"]
 
@@ -104,34 +112,7 @@ class SPDMeanProblem(FederatedProblem):
             raise ParameterError(
                 f"SPDMeanProblem: metric must be one of {SPD_MEAN_METRICS}, got {metric!r}"
             )
-        if isinstance(matrices, np.ndarray) and matrices.ndim == 4:
-            matrices = list(matrices)
-        if not isinstance(matrices, Sequence) or len(matrices) == 0:
-            raise ParameterError(
-                "SPDMeanProblem: matrices must be a non-empty sequence of (m_i, n, n) arrays, "
-                f"got {type(matrices).__name__}"
-            )
-        blocks = []
-        for i, a in enumerate(matrices):
-            try:
-                b = np.asarray(a, dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise ParameterError(
-                    f"SPDMeanProblem: client {i}'s matrices are not real numbers ({exc})"
-                ) from None
-            if b.ndim != 3 or b.shape[0] < 1 or b.shape[1] != b.shape[2] or b.shape[1] < 1:
-                raise ShapeError(
-                    f"SPDMeanProblem: client {i}'s matrices have shape {b.shape}; expected "
-                    "(m_i, n, n) with m_i >= 1"
-                )
-            if blocks and b.shape[1] != blocks[0].shape[1]:
-                raise ShapeError(
-                    f"SPDMeanProblem: client {i} holds {b.shape[1]}x{b.shape[1]} matrices, "
-                    f"client 0 holds {blocks[0].shape[1]}x{blocks[0].shape[1]}"
-                )
-            if not np.isfinite(b).all():
-                raise ParameterError(f"SPDMeanProblem: client {i}'s matrices contain NaN or inf")
-            blocks.append(b)
+        blocks = matrix_blocks(matrices, "SPDMeanProblem", "matrices")
         n = blocks[0].shape[1]
         self.manifold = SPD(n, metric)
         for b in blocks:
@@ -188,13 +169,8 @@ class SPDMeanProblem(FederatedProblem):
         n_clients = int_in_range(n_clients, 1, math.inf, where, "n_clients")
         n = int_in_range(n, 1, math.inf, where, "n")
         per_client = int_in_range(per_client, 1, math.inf, where, "per_client")
-        for what, v in (("heterogeneity", heterogeneity), ("spread", spread)):
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not (math.isfinite(v) and v >= 0)
-            ):
-                raise ParameterError(f"{where}: {what} must be a finite number >= 0, got {v!r}")
+        heterogeneity = nonnegative_float(heterogeneity, where, "heterogeneity")
+        spread = nonnegative_float(spread, where, "spread")
         rng = data_rng(seed, "spdmean")
         centres = expm(sym(rng.standard_normal((n_clients, n, n))) * (0.5 * heterogeneity))
         roots = expm(0.5 * logm(centres))

@@ -76,7 +76,7 @@ def test_the_generator_is_deterministic_by_seed():
         (
             lambda: RotationAveragingProblem([np.eye(3)[None], np.eye(2)[None]]),
             ShapeError,
-            "same SO",
+            "same size",
         ),
         (
             lambda: RotationAveragingProblem([2 * np.eye(3)[None]]),
