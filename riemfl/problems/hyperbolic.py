@@ -4,11 +4,14 @@ The N nodes of a graph are embedded as points :math:`x_1, \dots, x_N` of the Poi
 :math:`\mathbb B^k_c`; the whole embedding is one point of the product manifold
 :math:`(\mathbb B^k_c)^N` (:class:`~riemfl.manifolds.Product` of N
 :class:`~riemfl.manifolds.PoincareBall` factors, packed as a flat vector of length Nk, node by
-node). The relations (u, v) (both orientations of every edge) are split among the clients;
-client i holds :math:`m_i` of them, each with K negative nodes :math:`\mathcal N_{uv}` drawn once
-at generation among the nodes that are neither u nor one of u's neighbours. With the distance
-:math:`d(x, y) = \tfrac1{\sqrt c}\operatorname{arcosh}\big(1 + \tfrac{2c\|x - y\|^2}{(1 -
-c\|x\|^2)(1 - c\|y\|^2)}\big)`, Nickel & Kiela's (2017, eq. (6)) softmax loss of a relation is
+node), or, with ``model="lorentz"``, of a product of N :class:`~riemfl.manifolds.Lorentz`
+(k, 1/c) hyperboloids (k + 1 coordinates a node; the same loss through the isometry onto the
+ball). The relations (u, v) (both orientations of every edge) are split among the clients;
+client i holds :math:`m_i` of them, each with K negative nodes :math:`\mathcal N_{uv}` drawn
+once at generation among the nodes that are neither u nor one of u's neighbours. With the
+distance :math:`d(x, y) = \tfrac1{\sqrt c}\operatorname{arcosh}\big(1 + \tfrac{2c\|x -
+y\|^2}{(1 - c\|x\|^2)(1 - c\|y\|^2)}\big)`, Nickel & Kiela's (2017) softmax loss of a
+relation is
 
 .. math::
 
@@ -35,8 +38,8 @@ Riemannian gradient norm does not go to 0 (the oracle returns the one-sided valu
 direction of :math:`x - y` set to 0 at coincidence), so runs are compared by their loss
 against ``reference_loss``, not by the gradient norm.
 
-Gradients (Nickel & Kiela 2017, eq. (4), written with :math:`\sigma_x = 1 - c\|x\|^2`,
-:math:`q = 2c\|x - y\|^2/(\sigma_x\sigma_y)`):
+Gradients (as in Nickel & Kiela 2017, written here for curvature -c with :math:`\sigma_x = 1 -
+c\|x\|^2` and :math:`q = 2c\|x - y\|^2/(\sigma_x\sigma_y)`):
 
 .. math::
 
@@ -73,6 +76,9 @@ __all__ = ["HyperbolicEmbeddingProblem", "balanced_tree"]
 
 #: how :meth:`HyperbolicEmbeddingProblem.tree` splits the relations among the clients
 SPLITS = ("random", "subtree")
+
+#: the models of hyperbolic space a node can live in
+MODELS = ("poincare", "lorentz")
 
 
 def balanced_tree(branching: int, depth: int) -> np.ndarray:
@@ -134,6 +140,12 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         Curvature magnitude of the ball.
     mu : float
         :math:`\mu \ge 0`, the weight of the radial penalty.
+    model : {"poincare", "lorentz"}
+        Where the nodes live: the ball :math:`\mathbb B^k_c` (k coordinates a node), or the
+        hyperboloid :class:`~riemfl.manifolds.Lorentz` (k, 1/c) (k + 1 coordinates a node). The
+        loss is the same function of the embedded tree: on the hyperboloid it is evaluated
+        through the isometry :math:`y \mapsto \bar y/(1 + \sqrt c y_0)` onto the ball, and
+        its gradient pulled back by the transpose of that map's differential.
     name : str
         Used in histories and messages.
     reference_iterations : int
@@ -163,6 +175,7 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         dim: int = 2,
         c: float = 1.0,
         mu: float = 0.01,
+        model: str = "poincare",
         name: str = "hyperbolic-embedding",
         reference_iterations: int = 3000,
     ) -> None:
@@ -202,8 +215,13 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         self._sizes = sizes.astype(np.intp)
         self._starts = (np.cumsum(sizes) - sizes).astype(np.intp)
         self.n_samples = tuple(int(s) for s in sizes)
+        if model not in MODELS:
+            raise ParameterError(f"{where}: model must be one of {MODELS}, got {model!r}")
+        self.model = model
         self.ball = PoincareBall(self.dim, self.c)
-        self.manifold = Product(*([self.ball] * self.n_nodes))
+        factor = self.ball if model == "poincare" else self.ball.lorentz
+        self.width = self.dim + (model == "lorentz")
+        self.manifold = Product(*([factor] * self.n_nodes))
         self.name = name
         self.smoothness = None
         self.reference_iterations = int_in_range(
@@ -249,6 +267,7 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         dim: int = 2,
         c: float = 1.0,
         mu: float = 0.01,
+        model: str = "poincare",
         reference_iterations: int = 3000,
     ) -> HyperbolicEmbeddingProblem:
         r"""The balanced tree of :func:`balanced_tree`, its relations split among the clients.
@@ -271,7 +290,7 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         seed : int, numpy.random.Generator or None
             Source of the negatives and of the split (an int is mixed with a fixed tag).
         split : {"random", "subtree"}
-        dim, c, mu, reference_iterations
+        dim, c, mu, model, reference_iterations
             As in the class.
         """
         where = "HyperbolicEmbeddingProblem.tree"
@@ -310,6 +329,7 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
             dim=dim,
             c=c,
             mu=mu,
+            model=model,
             name=f"hyperbolic-tree-b{branching}-h{depth}",
             reference_iterations=reference_iterations,
         )
@@ -359,17 +379,39 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         rel = (self._starts[ids][:, None] + batches).reshape(-1)
         return rows, rel, np.full(rows.size, 1.0 / b)
 
-    def _nodes(self, clients: Sequence[int], xs: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _nodes(self, clients: Sequence[int], xs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, x, p)``: the nodes as given (m, N, width) and in ball coordinates (m, N, k)."""
         _, ids = client_index(clients, self.n_clients, self.name)
         xs = point_stack(xs, ids.size, self.manifold.point_shape, self.name)
-        x = xs.reshape(ids.size, self.n_nodes, self.dim)
+        x = xs.reshape(ids.size, self.n_nodes, self.width)
+        if self.model == "lorentz":
+            den = 1.0 + math.sqrt(self.c) * x[..., :1]
+            if (den[..., 0] <= 1.0).any():
+                j, node = (int(a) for a in np.argwhere(den[..., 0] <= 1.0)[0])
+                raise NotOnManifoldError(
+                    f"{self.name}: node {node} of point {j} is not on the upper sheet of the "
+                    "hyperboloid (x_0 <= 0)"
+                )
+            return ids, x, x[..., 1:] / den
         outside = self.c * np.sum(x * x, axis=-1) >= 1.0
         if outside.any():
             j, node = (int(a) for a in np.argwhere(outside)[0])
             raise NotOnManifoldError(
                 f"{self.name}: node {node} of point {j} is not in the open ball (c|x|^2 >= 1)"
             )
-        return ids, x
+        return ids, x, x
+
+    def _pull_back(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        r"""The gradient in the model's coordinates from the gradient g in ball coordinates:
+        the identity on the ball; on the hyperboloid the transpose of the differential of
+        :math:`p = \bar x/(1 + \sqrt c x_0)`: :math:`(-\sqrt c\langle \bar x, g\rangle/(1 +
+        \sqrt c x_0)^2,\ g/(1 + \sqrt c x_0))`."""
+        if self.model != "lorentz":
+            return g
+        root = math.sqrt(self.c)
+        den = 1.0 + root * x[..., :1]
+        g0 = -root * np.sum(x[..., 1:] * g, axis=-1, keepdims=True) / (den * den)
+        return np.concatenate([g0, g / den], axis=-1)
 
     # ------------------------------------------------------------------ oracle
     def client_egrads(
@@ -378,18 +420,18 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         r"""Stacked :math:`\nabla f_i(x_j)` for ``i = clients[j]`` (``batches``: relation
         indices, the mean of :math:`\ell` over the batch), float64 of shape ``(len(clients),
         N k)``."""
-        ids, x = self._nodes(clients, xs)
+        ids, x, p = self._nodes(clients, xs)
         if batches is not None:
             batches = batch_array(batches, ids, self._sizes, self.name)
         rows, rel, weight = self._pairs(ids, batches)
-        _, g = self._terms(x, rows, rel, weight, grad=True)
-        return g.reshape(ids.size, -1)
+        _, g = self._terms(p, rows, rel, weight, grad=True)
+        return self._pull_back(x, g).reshape(ids.size, -1)
 
     def client_losses(self, clients: Sequence[int], xs: Any) -> np.ndarray:
         """Stacked :math:`f_i(x_j)`, float64."""
-        ids, x = self._nodes(clients, xs)
+        ids, _, p = self._nodes(clients, xs)
         rows, rel, weight = self._pairs(ids, None)
-        return self._terms(x, rows, rel, weight, grad=False)[0]
+        return self._terms(p, rows, rel, weight, grad=False)[0]
 
     def _global(self, x: np.ndarray, *, grad: bool) -> tuple[float, np.ndarray | None]:
         """f and its Euclidean gradient at nodes x (N, k) in one pass over all relations."""
@@ -416,6 +458,8 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
                 break
             x, loss, g = y, new, g_new
             step = min(2.0 * step, 0.5)
+        if self.model == "lorentz":
+            x = self.ball.to_lorentz(x)
         return x.reshape(-1)
 
     def reference_gap(self, x: Any) -> float:
@@ -431,6 +475,7 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
             dim=self.dim,
             c=self.c,
             mu=self.mu,
+            model=self.model,
             n_negatives=int(self.negatives.shape[1]),
             reference_loss=self.reference_loss,
             reference_method=self.reference_method,
