@@ -86,6 +86,26 @@ def test_run_lrmc_and_stochastic_options(tmp_path):
     assert h.optimality_gap[-1] == pytest.approx(h.loss[-1])  # f* = 0
 
 
+@pytest.mark.parametrize(
+    "problem, algorithm, gap",
+    [
+        ("spd-mean", "rfedsvrg", 1e-10),
+        ("rotation-averaging", "rfedproj", 1e-10),
+        ("hyperbolic-tree", "rfedavg", None),
+    ],
+)
+def test_run_the_problems_on_spd_so3_and_the_poincare_ball(tmp_path, problem, algorithm, gap):
+    """The issue-19 problems at their default step and the command line's 10 local steps."""
+    assert _run(tmp_path, problem, "--algorithm", algorithm, "--rounds", "30") == 0
+    h = History.from_json(tmp_path / "history.json")
+    assert h.config["problem"]["name"].startswith(problem.split("-")[0])
+    if gap is None:  # f* unknown: the loss decreases, the reference is recorded
+        assert np.isnan(h.optimality_gap[-1]) and h.loss[-1] < h.loss[0] - 0.5
+        assert h.config["problem"]["reference_loss"] > 0
+    else:
+        assert h.optimality_gap[-1] <= gap
+
+
 def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
     assert _run(tmp_path, "kpca-mnist", "--algorithm", "rfedproj") == 2
     assert "needs --data" in capsys.readouterr().err

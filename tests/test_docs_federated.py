@@ -23,6 +23,7 @@ PAGES = (
     "rfedsvrg.md",
     "engine.md",
     "custom-manifold-tutorial.md",
+    "problems.md",
 )
 
 
@@ -62,6 +63,13 @@ def test_index_quick_start(capsys):
     ns = run_page("index.md")
     assert ns["proj"].grad_norm[-1] < 1e-2 * ns["proj"].grad_norm[0]
     assert "rfedproj" in capsys.readouterr().out
+
+
+def test_problems_page(capsys):
+    ns = run_page("problems.md")
+    assert ns["spd"].manifold.name == "SPD(3)" and ns["rot"].manifold.name == "SpecialOrthogonal(3)"
+    assert ns["tree"].optimum is None and ns["tree"].reference_loss > 0
+    assert "reference loss" in capsys.readouterr().out
 
 
 def test_rfedproj_page():

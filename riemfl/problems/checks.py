@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,8 @@ __all__ = [
     "data_rng",
     "int_in_range",
     "is_int",
+    "nonnegative_float",
+    "matrix_blocks",
 ]
 
 
@@ -141,3 +144,55 @@ def data_rng(seed: Any, tag: str) -> np.random.Generator:
         word = int.from_bytes(tag.encode()[:8].ljust(8, b"\0"), "little")
         return np.random.default_rng(None if seed is None else [int(seed), word])
     raise ParameterError(f"seed must be None, an int or a numpy.random.Generator, got {seed!r}")
+
+
+def nonnegative_float(value: Any, name: str, what: str, *, positive: bool = False) -> float:
+    """``value`` as a float after checking it is a finite real number >= 0 (> 0 with
+    ``positive``); else a ParameterError."""
+    bound = "> 0" if positive else ">= 0"
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+    if ok:
+        v = float(value)
+        ok = math.isfinite(v) and (v > 0 if positive else v >= 0)
+    if not ok:
+        raise ParameterError(f"{name}: {what} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def matrix_blocks(blocks: Any, name: str, what: str, *, min_n: int = 1) -> list[np.ndarray]:
+    """Per-client stacks of square matrices: finite float64 arrays of shapes (m_i, n, n).
+
+    ``blocks`` is a non-empty sequence (or a 4-D array) of ``(m_i, n, n)`` array-likes with
+    ``m_i >= 1`` and one n >= ``min_n`` for every client. ``what`` names the matrices in messages
+    ("rotations").
+    """
+    if isinstance(blocks, np.ndarray) and blocks.ndim == 4:
+        blocks = list(blocks)
+    if not isinstance(blocks, Sequence) or len(blocks) == 0:
+        raise ParameterError(
+            f"{name}: {what} must be a non-empty sequence of (m_i, n, n) arrays, got "
+            f"{type(blocks).__name__}"
+        )
+    out: list[np.ndarray] = []
+    for i, a in enumerate(blocks):
+        try:
+            b = np.asarray(a, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ParameterError(
+                f"{name}: client {i}'s {what} are not real numbers ({exc})"
+            ) from None
+        if b.ndim != 3 or b.shape[0] < 1 or b.shape[1] != b.shape[2] or b.shape[1] < min_n:
+            raise ShapeError(
+                f"{name}: client {i}'s {what} have shape {b.shape}; expected (m_i, n, n) with "
+                f"m_i >= 1 and n >= {min_n}"
+            )
+        if out and b.shape[1] != out[0].shape[1]:
+            n = out[0].shape[1]
+            raise ShapeError(
+                f"{name}: client {i} holds {b.shape[1]}x{b.shape[1]} {what}, client 0 holds "
+                f"{n}x{n}; every client's matrices must have the same size"
+            )
+        if not np.isfinite(b).all():
+            raise ParameterError(f"{name}: client {i}'s {what} contain NaN or inf")
+        out.append(b)
+    return out
