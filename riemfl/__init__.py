@@ -15,6 +15,7 @@ from .manifolds import (
     BezierCurve,
     BezierGraph,
     ControlPoints,
+    Elliptope,
     EpsilonTunnel,
     Euclidean,
     FixedRank,
@@ -67,4 +68,5 @@ __all__ = [
     "Symmetric",
     "SkewSymmetric",
     "Positive",
+    "Elliptope",
 ]

@@ -8,6 +8,7 @@ from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
 from .control_points import ControlPoints
+from .elliptope import Elliptope
 from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
@@ -47,4 +48,5 @@ __all__ = [
     "Symmetric",
     "SkewSymmetric",
     "Positive",
+    "Elliptope",
 ]

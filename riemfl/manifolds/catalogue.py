@@ -18,6 +18,7 @@ from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
 from .control_points import ControlPoints
+from .elliptope import Elliptope
 from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
@@ -216,6 +217,15 @@ FAMILIES: tuple[Family, ...] = (
         "(flat in `log x`), `project` onto the open orthant",
         "local only (`local_proximal_smoothness(x) = min x`) / inf / inf",
         (lambda: Positive(5, 2),),
+    ),
+    Family(
+        Elliptope,
+        "Elliptope(n, k)",
+        "quotient of unit-row n x k factors by O(k): horizontal projection (Lyapunov solve), "
+        "row-normalisation retraction (second order), Hessian, `project` (row normalisation); "
+        "no exp/log",
+        "1 / sqrt(2) n (bound) / no exp",
+        (lambda: Elliptope(6, 3),),
     ),
 )
 
