@@ -27,6 +27,7 @@ from .manifolds import (
     PoincareBall,
     Positive,
     Product,
+    PSDFixedRank,
     Simplex,
     SkewSymmetric,
     SpecialOrthogonal,
@@ -69,4 +70,5 @@ __all__ = [
     "SkewSymmetric",
     "Positive",
     "Elliptope",
+    "PSDFixedRank",
 ]

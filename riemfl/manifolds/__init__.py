@@ -17,6 +17,7 @@ from .oblique import Oblique
 from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
+from .psd_fixed_rank import PSDFixedRank
 from .rotation import PlaneRotation
 from .simplex import Simplex
 from .spd import SPD
@@ -49,4 +50,5 @@ __all__ = [
     "SkewSymmetric",
     "Positive",
     "Elliptope",
+    "PSDFixedRank",
 ]

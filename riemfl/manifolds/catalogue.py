@@ -27,6 +27,7 @@ from .oblique import Oblique
 from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
+from .psd_fixed_rank import PSDFixedRank
 from .simplex import Simplex
 from .spd import SPD
 from .special_orthogonal import SpecialOrthogonal
@@ -226,6 +227,15 @@ FAMILIES: tuple[Family, ...] = (
         "no exp/log",
         "1 / sqrt(2) n (bound) / no exp",
         (lambda: Elliptope(6, 3),),
+    ),
+    Family(
+        PSDFixedRank,
+        "PSDFixedRank(n, k)",
+        "quotient of full-rank n x k factors by O(k): horizontal projection, exp = retract "
+        "`Y + U` (on `Y^T (Y + U) > 0`), log = inverse retract (Procrustes), dist, Hessian; "
+        "no parallel transport",
+        "local only (`local_proximal_smoothness(x) = sigma_k`) / inf / local",
+        (lambda: PSDFixedRank(6, 2),),
     ),
 )
 

@@ -15,27 +15,15 @@ import math
 
 import numpy as np
 
-from ..backend import Array, ops_for
-from ..errors import ParameterError, ProjectionError
-from ..linalg import solve_lyapunov
-from .base import Manifold
+from ..backend import ops_for
+from ..errors import ProjectionError
+from .factor_quotient import FactorQuotient, horizontal_projection
 from .sphere import Sphere
 
-__all__ = ["Elliptope", "factor_sizes"]
+__all__ = ["Elliptope"]
 
 
-def factor_sizes(family: str, n: object, k: object, minimum_k: int) -> tuple[int, int]:
-    """The sizes (n, k) of an n x k factor Y of a quotient by O(k), checked: integers with
-    ``n >= k >= minimum_k`` (else :class:`~riemfl.errors.ParameterError`)."""
-    ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, k))
-    if not ints or k < minimum_k or n < k:
-        raise ParameterError(
-            f"{family}(n, k) needs integers n >= k >= {minimum_k}, got n={n!r}, k={k!r}"
-        )
-    return int(n), int(k)
-
-
-class Elliptope(Manifold):
+class Elliptope(FactorQuotient):
     r"""Elliptope :math:`\mathcal E(n, k)`: n x n correlation matrices :math:`C = YY^\top` of
     rank k, represented by n x k factors Y with unit-norm rows, modulo :math:`Y \sim YQ`,
     :math:`Q \in O(k)`.
@@ -107,10 +95,10 @@ class Elliptope(Manifold):
         ),
     }
 
+    minimum_k = 2
+
     def __init__(self, n: int, k: int) -> None:
-        self.n, self.k = factor_sizes("Elliptope", n, k, minimum_k=2)
-        self.point_shape = (self.n, self.k)
-        self.name = f"Elliptope({self.n}, {self.k})"
+        super().__init__(n, k)
         self._sphere = Sphere(self.k)
 
     @property
@@ -128,18 +116,9 @@ class Elliptope(Manifold):
         """Row-wise tangent projection :math:`a_i - \\langle y_i, a_i\\rangle y_i`."""
         return a - x * ops_for(x, a).sum(x * a, axis=-1, keepdims=True)
 
-    def _horizontal(self, x, b):
-        """Remove the vertical part :math:`Y\\Omega` of a total-space tangent vector b."""
-        ops = ops_for(x, b)
-        xt = ops.mT(x)
-        xtb = xt @ b
-        rhs = xtb - ops.mT(xtb)
-        omega = solve_lyapunov(ops.broadcast_to(xt @ x, tuple(rhs.shape)), rhs)
-        return b - x @ omega
-
     # ------------------------------------------------------------------ maps
     def _to_tangent(self, x, a):
-        return self._horizontal(x, self._rows_tangent(x, a))
+        return horizontal_projection(x, self._rows_tangent(x, a))
 
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)
@@ -161,9 +140,6 @@ class Elliptope(Manifold):
     def _retract(self, x, u):
         return self._normalise_rows(x + u, "matrix Y + U of retract")
 
-    def _transport(self, x, y, u):
-        return self._to_tangent(y, u)
-
     def _random_point(self, batch_shape, rng):
         """Independent uniform rows (normalised Gaussian vectors); full rank almost surely."""
         y = rng.standard_normal(batch_shape + self.point_shape)
@@ -177,13 +153,5 @@ class Elliptope(Manifold):
     def _tangent_violation(self, x, u):
         ops = ops_for(x, u)
         rows = ops.to_float(ops.amax(ops.abs(ops.sum(x * u, axis=-1))))
-        xtu = ops.mT(x) @ u
-        d = xtu - ops.mT(xtu)
-        skew = ops.to_float(ops.amax(ops.sqrt(ops.sum(d * d, axis=(-2, -1)))))
+        skew = self._skew_violation(x, u)
         return "<y_i, u_i> = 0 for every row and Y^T U symmetric (horizontal)", max(rows, skew)
-
-    def _point_gap(self, x: Array, y: Array) -> Array:
-        r""":math:`\|XX^\top - YY^\top\|_F` (independent of the representatives)."""
-        ops = ops_for(x, y)
-        d = x @ ops.mT(x) - y @ ops.mT(y)
-        return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
