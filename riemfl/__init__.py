@@ -14,6 +14,7 @@ from .manifolds import (
     SPD,
     BezierCurve,
     BezierGraph,
+    BirkhoffPolytope,
     ControlPoints,
     Elliptope,
     EpsilonTunnel,
@@ -71,4 +72,5 @@ __all__ = [
     "Positive",
     "Elliptope",
     "PSDFixedRank",
+    "BirkhoffPolytope",
 ]

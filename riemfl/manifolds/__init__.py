@@ -7,6 +7,7 @@ The families are listed once, in :mod:`riemfl.manifolds.catalogue`; these export
 from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
+from .birkhoff import BirkhoffPolytope
 from .control_points import ControlPoints
 from .elliptope import Elliptope
 from .euclidean import Euclidean
@@ -51,4 +52,5 @@ __all__ = [
     "Positive",
     "Elliptope",
     "PSDFixedRank",
+    "BirkhoffPolytope",
 ]

@@ -17,6 +17,7 @@ import numpy as np
 from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
+from .birkhoff import BirkhoffPolytope
 from .control_points import ControlPoints
 from .elliptope import Elliptope
 from .euclidean import Euclidean
@@ -236,6 +237,15 @@ FAMILIES: tuple[Family, ...] = (
         "no parallel transport",
         "local only (`local_proximal_smoothness(x) = sigma_k`) / inf / local",
         (lambda: PSDFixedRank(6, 2),),
+    ),
+    Family(
+        BirkhoffPolytope,
+        "BirkhoffPolytope(n)",
+        "Fisher metric `<u, v>_x = sum u v / x`: tangent projection (pseudo-inverse solve), "
+        "Riemannian gradient and Hessian, retraction `Sinkhorn(X e^(U/X))`, `project` = "
+        "Sinkhorn (KL, not metric); no exp/log",
+        "none (`project` is not metric) / sqrt(2n) / none (not complete)",
+        (lambda: BirkhoffPolytope(5),),
     ),
 )
 

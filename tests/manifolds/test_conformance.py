@@ -6,6 +6,7 @@ import pytest
 from riemfl import Euclidean, Grassmann, Lorentz, Product, Sphere, Stiefel
 from riemfl.manifolds import (
     SPD,
+    BirkhoffPolytope,
     Elliptope,
     FixedRank,
     Oblique,
@@ -278,4 +279,23 @@ class TestPSDFixedRank(LocalReach, ManifoldTests):
             "the total space (full-rank n x k factors) is open: every direction orthogonal to "
             "the horizontal space is vertical and stays on it; test_psd_fixed_rank.py checks "
             "rank-deficient and NaN points and vertical vectors instead"
+        )
+
+
+class TestBirkhoffPolytope(ManifoldTests):
+    manifold = BirkhoffPolytope(4)
+
+    def method_args(self, method, seed):
+        """project is Sinkhorn scaling of a positive matrix: draw X * exp(Z / 4), Z Gaussian."""
+        if method != "project":
+            return super().method_args(method, seed)
+        rng = np.random.default_rng(seed)
+        x = self.manifold.random_point(self.batch_size, rng=rng)
+        return [x * np.exp(0.25 * rng.standard_normal(x.shape))], ["ambient"]
+
+    def test_ehess_to_rhess_second_order(self):
+        pytest.skip(
+            "no exp, and the retraction Sinkhorn(X exp(U / X)) is first order for the Fisher "
+            "metric (covariant acceleration P_X(U^2 / 2X)); test_birkhoff.py checks the Taylor "
+            "slope along the second-order curve Sinkhorn((sqrt X + tU / (2 sqrt X))^2)"
         )
