@@ -226,7 +226,7 @@ FAMILIES: tuple[Family, ...] = (
         "quotient of unit-row n x k factors by O(k): horizontal projection (Lyapunov solve), "
         "row-normalisation retraction (second order), Hessian, `project` (row normalisation); "
         "no exp/log",
-        "1 / sqrt(2) n (bound) / no exp",
+        "1 (the total space) / sqrt(2) n (a bound on `\\|C1 - C2\\|_F`) / none (no exp)",
         (lambda: Elliptope(6, 3),),
     ),
     Family(
@@ -235,7 +235,7 @@ FAMILIES: tuple[Family, ...] = (
         "quotient of full-rank n x k factors by O(k): horizontal projection, exp = retract "
         "`Y + U` (on `Y^T (Y + U) > 0`), log = inverse retract (Procrustes), dist, Hessian; "
         "no parallel transport",
-        "local only (`local_proximal_smoothness(x) = sigma_k`) / inf / local",
+        "local only (`local_proximal_smoothness(Y) = sigma_k(Y)`) / inf / none (not complete)",
         (lambda: PSDFixedRank(6, 2),),
     ),
     Family(
