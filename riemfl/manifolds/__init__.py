@@ -7,7 +7,9 @@ The families are listed once, in :mod:`riemfl.manifolds.catalogue`; these export
 from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
+from .birkhoff import BirkhoffPolytope
 from .control_points import ControlPoints
+from .elliptope import Elliptope
 from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
@@ -16,6 +18,7 @@ from .oblique import Oblique
 from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
+from .psd_fixed_rank import PSDFixedRank
 from .rotation import PlaneRotation
 from .simplex import Simplex
 from .spd import SPD
@@ -47,4 +50,7 @@ __all__ = [
     "Symmetric",
     "SkewSymmetric",
     "Positive",
+    "Elliptope",
+    "PSDFixedRank",
+    "BirkhoffPolytope",
 ]

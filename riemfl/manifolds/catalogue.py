@@ -17,7 +17,9 @@ import numpy as np
 from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_graph import BezierGraph
+from .birkhoff import BirkhoffPolytope
 from .control_points import ControlPoints
+from .elliptope import Elliptope
 from .euclidean import Euclidean
 from .fixedrank import FixedRank
 from .grassmann import Grassmann
@@ -26,6 +28,7 @@ from .oblique import Oblique
 from .poincare import PoincareBall
 from .positive import Positive
 from .product import Product
+from .psd_fixed_rank import PSDFixedRank
 from .simplex import Simplex
 from .spd import SPD
 from .special_orthogonal import SpecialOrthogonal
@@ -216,6 +219,33 @@ FAMILIES: tuple[Family, ...] = (
         "(flat in `log x`), `project` onto the open orthant",
         "local only (`local_proximal_smoothness(x) = min x`) / inf / inf",
         (lambda: Positive(5, 2),),
+    ),
+    Family(
+        Elliptope,
+        "Elliptope(n, k)",
+        "quotient of unit-row n x k factors by O(k): horizontal projection (Lyapunov solve), "
+        "row-normalisation retraction (second order), Hessian, `project` (row normalisation); "
+        "no exp/log",
+        "1 (the total space) / sqrt(2) n (a bound on `\\|C1 - C2\\|_F`) / none (no exp)",
+        (lambda: Elliptope(6, 3),),
+    ),
+    Family(
+        PSDFixedRank,
+        "PSDFixedRank(n, k)",
+        "quotient of full-rank n x k factors by O(k): horizontal projection, exp = retract "
+        "`Y + U` (on `Y^T (Y + U) > 0`), log = inverse retract (Procrustes), dist, Hessian; "
+        "no parallel transport",
+        "local only (`local_proximal_smoothness(Y) = sigma_k(Y)`) / inf / none (not complete)",
+        (lambda: PSDFixedRank(6, 2),),
+    ),
+    Family(
+        BirkhoffPolytope,
+        "BirkhoffPolytope(n)",
+        "Fisher metric `<u, v>_x = sum u v / x`: tangent projection (pseudo-inverse solve), "
+        "Riemannian gradient and Hessian, retraction `Sinkhorn(X e^(U/X))`, `project` = "
+        "Sinkhorn (KL, not metric); no exp/log",
+        "none (`project` is not metric) / sqrt(2n) / none (not complete)",
+        (lambda: BirkhoffPolytope(5),),
     ),
 )
 

@@ -1,0 +1,231 @@
+r"""The Birkhoff polytope's interior, the doubly stochastic n x n matrices with positive
+entries, :math:`\mathcal{DP}_n = \{X \in \mathbb{R}^{n\times n} : X > 0,\ X\mathbf 1 = \mathbf
+1,\ X^\top\mathbf 1 = \mathbf 1\}`, with the Fisher information metric, as in Douik & Hassibi
+(2019) and Manopt's ``multinomialdoublystochasticfactory``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import Array, ops_for, to_like
+from ..errors import ConvergenceError, ParameterError, ProjectionError
+from .base import Manifold
+
+__all__ = ["BirkhoffPolytope", "sinkhorn"]
+
+
+def sinkhorn(a: Array, tol: float, max_iter: int, what: str = "matrix") -> Array:
+    r"""Sinkhorn-Knopp scaling :math:`D_1 A D_2` of positive matrices to doubly stochastic ones.
+
+    Alternately divides the rows and the columns by their sums (batched; torch autograd
+    differentiates through the iterations) until every row sum is within ``tol`` of 1 (the
+    column sums are then exact to rounding). :math:`D_1AD_2` is the unique doubly stochastic
+    matrix of this form (Sinkhorn 1964) and the minimiser of the Kullback-Leibler divergence
+    :math:`\sum_{ij} x_{ij}\log(x_{ij}/a_{ij}) - x_{ij} + a_{ij}` over the doubly stochastic
+    matrices: a KL (Bregman) projection, not the Euclidean one.
+
+    Raises
+    ------
+    ConvergenceError
+        After ``max_iter`` sweeps with a row-sum residual above ``tol``; the message names the
+        residual, the tolerance and the iteration limit.
+    """
+    ops = ops_for(a)
+    x = a
+    residual = math.inf
+    for _ in range(max_iter):
+        x = x / ops.sum(x, axis=-1, keepdims=True)
+        x = x / ops.sum(x, axis=-2, keepdims=True)
+        residual = ops.to_float(ops.amax(ops.abs(ops.sum(x, axis=-1) - 1.0)))
+        if residual <= tol:
+            return x
+    raise ConvergenceError(
+        f"Sinkhorn scaling of the {what} did not converge: the largest row-sum residual "
+        f"|X 1 - 1| is {residual:.3e} > tol {tol:.1e} after max_iter = {max_iter} sweeps; "
+        f"expected entries of moderate dynamic range (or raise max_iter)"
+    )
+
+
+class BirkhoffPolytope(Manifold):
+    r"""Doubly stochastic n x n matrices with positive entries and the Fisher information
+    metric :math:`\langle U, V\rangle_X = \sum_{ij} u_{ij}v_{ij}/x_{ij}` (Douik & Hassibi 2019).
+
+    Tangent space :math:`T_X = \{U : U\mathbf 1 = 0,\ U^\top\mathbf 1 = 0\}`, dimension
+    :math:`(n-1)^2`. With :math:`\odot`, :math:`\oslash` entrywise:
+
+    * ``to_tangent``: the Fisher-orthogonal projection :math:`\Pi_X(Z) = Z - (\alpha\mathbf
+      1^\top + \mathbf 1\beta^\top)\odot X`, where :math:`(\alpha, \beta)` solve
+      :math:`\alpha + X\beta = Z\mathbf 1`, :math:`X^\top\alpha + \beta = Z^\top\mathbf 1`. The
+      system matrix :math:`A = \begin{pmatrix} I & X\\ X^\top & I\end{pmatrix}` is singular
+      (:math:`w = (\mathbf 1, -\mathbf 1)/\sqrt{2n}` spans its kernel for positive X, which
+      changes nothing in :math:`\alpha\mathbf 1^\top + \mathbf 1\beta^\top`); riemfl solves
+      :math:`(A + ww^\top)s = b`, whose solution is the pseudo-inverse (least-squares,
+      minimum-norm) solution :math:`A^+b` because :math:`b \perp w`: one dense solve of size
+      2n, the same in numpy and torch;
+    * ``egrad_to_rgrad``: :math:`\Pi_X(G \odot X)`;
+    * ``ehess_to_rhess`` (Douik & Hassibi 2019): with :math:`\gamma = G\odot X`,
+      :math:`\dot\gamma = H\odot X + G\odot U`, :math:`(\alpha, \beta)` for :math:`\gamma` and
+      :math:`(\dot\alpha, \dot\beta)` for :math:`\dot\gamma\mathbf 1 - U\beta`,
+      :math:`\dot\gamma^\top\mathbf 1 - U^\top\alpha`, :math:`S = \alpha\mathbf 1^\top +
+      \mathbf 1\beta^\top`: :math:`\delta = \gamma - S\odot X` (the gradient), :math:`\dot\delta
+      = \dot\gamma - (\dot\alpha\mathbf 1^\top + \mathbf 1\dot\beta^\top)\odot X - S\odot U`
+      (its derivative along U), and :math:`\operatorname{Hess} f(X)[U] = \Pi_X(\dot\delta -
+      \tfrac12\,\delta\odot U\oslash X)` (the Levi-Civita connection of the Fisher metric,
+      whose Christoffel term on the positive orthant is :math:`-uv/(2x)`);
+    * ``retract``: :math:`\mathrm{Sinkhorn}(X\odot\exp(U\oslash X))` (Douik & Hassibi 2019),
+      first order, not second order (its covariant acceleration is :math:`\Pi_X(U\odot U
+      \oslash (2X))`);
+    * ``transport``: :math:`\Pi_Y(U\odot\sqrt{Y\oslash X})`, the Fisher parallel transport of
+      the positive orthant (flat in :math:`2\sqrt x`) followed by the projection, so that its
+      derivative at Y = X is the Levi-Civita connection;
+    * ``project``: Sinkhorn scaling of a positive matrix, the KL projection (see
+      :func:`sinkhorn`), not the metric projection; ``ProjectionError`` on an entry <= 0;
+    * exp, log, dist, parallel transport and ``inverse_retract``: unsupported (no closed form).
+
+    Sinkhorn runs to the row-sum residual ``tol`` (default :math:`100\,n\,\varepsilon` of the
+    dtype) within ``max_iter`` sweeps, else :class:`~riemfl.errors.ConvergenceError`.
+
+    Constants: ``diameter`` :math:`\sqrt{2n}` (the ambient supremum, approached at two
+    permutation matrices with no common entry); ``proximal_smoothness`` and
+    ``injectivity_radius``: unsupported (see ``unsupported``).
+
+    Parameters
+    ----------
+    n : int
+        Size, ``n >= 2``.
+    tol : float, optional
+        Row-sum residual at which Sinkhorn stops; default :math:`100\,n\,\varepsilon`.
+    max_iter : int
+        Sinkhorn sweeps before ``ConvergenceError`` (default 1000).
+    """
+
+    unsupported = {
+        "exp": "the Fisher geodesics of the Birkhoff polytope have no closed form",
+        "log": "the Fisher geodesics of the Birkhoff polytope have no closed form, so no log",
+        "dist": "the Fisher distance on the Birkhoff polytope has no closed form",
+        "parallel_transport": (
+            "the Fisher geodesics of the Birkhoff polytope have no closed form, so no parallel "
+            "transport; transport follows the connection to first order"
+        ),
+        "inverse_retract": (
+            "inverting Sinkhorn(X exp(U / X)) means finding the tangent U and the scalings "
+            "D1, D2 with X exp(U / X) = D1 Y D2, a nonlinear problem with no closed form"
+        ),
+        "proximal_smoothness": (
+            "project is the Sinkhorn (KL) projection, not the metric projection, and the open "
+            "polytope comes arbitrarily close to its boundary (entries 0), where no metric "
+            "projection onto the open set exists, so there is no positive reach"
+        ),
+        "injectivity_radius": (
+            "the open Birkhoff polytope is not complete (the boundary, where entries vanish, is "
+            "at finite Fisher distance), so its injectivity radius has no positive lower bound; "
+            "exp is not provided either"
+        ),
+    }
+
+    def __init__(self, n: int, *, tol: float | None = None, max_iter: int = 1000) -> None:
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 2:
+            raise ParameterError(f"BirkhoffPolytope(n) needs an integer n >= 2, got n={n!r}")
+        if tol is not None and not (math.isfinite(tol) and 0 < tol < 1):
+            raise ParameterError(f"BirkhoffPolytope tol must be in (0, 1), got {tol!r}")
+        if not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+            raise ParameterError(f"BirkhoffPolytope max_iter must be >= 1, got {max_iter!r}")
+        self.n, self.tol, self.max_iter = int(n), tol, int(max_iter)
+        self.point_shape = (self.n, self.n)
+        self.name = f"BirkhoffPolytope({self.n})"
+
+    @property
+    def dim(self) -> int:
+        return (self.n - 1) ** 2
+
+    @property
+    def diameter(self) -> float:
+        return math.sqrt(2.0 * self.n)
+
+    # ------------------------------------------------------------------ helpers
+    def _sinkhorn(self, a, what: str):
+        tol = self.tol if self.tol is not None else 100.0 * self.n * ops_for(a).eps(a)
+        return sinkhorn(a, tol, self.max_iter, f"{what} of {self.name}")
+
+    def _multipliers(self, x, rows, cols):
+        r"""The pseudo-inverse solution :math:`(\alpha, \beta)` of :math:`\alpha + X\beta =`
+        rows, :math:`X^\top\alpha + \beta =` cols (see the class docstring)."""
+        ops = ops_for(x, rows, cols)
+        n = self.n
+        eye = ops.broadcast_to(ops.eye(n, x), tuple(x.shape))
+        top = ops.concatenate([eye, x], axis=-1)
+        bottom = ops.concatenate([ops.mT(x), eye], axis=-1)
+        w = to_like(np.concatenate([np.ones(n), -np.ones(n)]) / math.sqrt(2.0 * n), x)
+        system = ops.concatenate([top, bottom], axis=-2) + w[:, None] * w[None, :]
+        rhs = ops.concatenate([rows, cols], axis=-1)
+        batch = np.broadcast_shapes(tuple(system.shape[:-2]), tuple(rhs.shape[:-1]))
+        system = ops.broadcast_to(system, batch + (2 * n, 2 * n))
+        rhs = ops.broadcast_to(rhs, batch + (2 * n,))
+        s = ops.solve(system, rhs[..., None])[..., 0]
+        return s[..., :n], s[..., n:]
+
+    def _normal_part(self, x, alpha, beta):
+        return (alpha[..., :, None] + beta[..., None, :]) * x
+
+    def _to_tangent(self, x, a):
+        ops = ops_for(x, a)
+        alpha, beta = self._multipliers(x, ops.sum(a, axis=-1), ops.sum(a, axis=-2))
+        return a - self._normal_part(x, alpha, beta)
+
+    # ------------------------------------------------------------------ maps
+    def _egrad_to_rgrad(self, x, g):
+        return self._to_tangent(x, g * x)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        ops = ops_for(x, g, h, u)
+        gamma = g * x
+        gamma_dot = h * x + g * u
+        alpha, beta = self._multipliers(x, ops.sum(gamma, axis=-1), ops.sum(gamma, axis=-2))
+        rows = ops.sum(gamma_dot, axis=-1) - (u @ beta[..., None])[..., 0]
+        cols = ops.sum(gamma_dot, axis=-2) - (ops.mT(u) @ alpha[..., None])[..., 0]
+        alpha_dot, beta_dot = self._multipliers(x, rows, cols)
+        s = alpha[..., :, None] + beta[..., None, :]
+        delta = gamma - s * x
+        delta_dot = gamma_dot - self._normal_part(x, alpha_dot, beta_dot) - s * u
+        return self._to_tangent(x, delta_dot - 0.5 * delta * u / x)
+
+    def _inner(self, x, u, v):
+        return ops_for(x, u, v).sum(u * v / x, axis=(-2, -1))
+
+    def _retract(self, x, u):
+        return self._sinkhorn(x * ops_for(x, u).exp(u / x), "X exp(U / X) in retract")
+
+    def _transport(self, x, y, u):
+        return self._to_tangent(y, u * ops_for(x, y, u).sqrt(y / x))
+
+    def _project(self, a):
+        ops = ops_for(a)
+        low = ops.to_float(ops.amax(-a))
+        if low >= 0.0:
+            raise ProjectionError(
+                f"{self.name}: project is Sinkhorn scaling, which needs positive entries; the "
+                f"ambient matrix has an entry {-low:.3e} <= 0. Expected a positive matrix"
+            )
+        return self._sinkhorn(a, "ambient matrix given to project")
+
+    # ------------------------------------------------------------------ sampling and checks
+    def _random_point(self, batch_shape, rng):
+        """Sinkhorn scaling of :math:`\\exp(Z/2)`, Z Gaussian (entries of moderate range)."""
+        a = np.exp(0.5 * rng.standard_normal(batch_shape + self.point_shape))
+        return sinkhorn(a, 100.0 * self.n * np.finfo(np.float64).eps, 10_000, "random matrix")
+
+    def _point_violation(self, x):
+        ops = ops_for(x)
+        rows = ops.amax(ops.abs(ops.sum(x, axis=-1) - 1.0))
+        cols = ops.amax(ops.abs(ops.sum(x, axis=-2) - 1.0))
+        sums = max(ops.to_float(rows), ops.to_float(cols))
+        return "X 1 = 1, X^T 1 = 1 and X > 0", max(sums, max(0.0, ops.to_float(ops.amax(-x))))
+
+    def _tangent_violation(self, x, u):
+        ops = ops_for(x, u)
+        rows = ops.to_float(ops.amax(ops.abs(ops.sum(u, axis=-1))))
+        cols = ops.to_float(ops.amax(ops.abs(ops.sum(u, axis=-2))))
+        return "U 1 = 0 and U^T 1 = 0", max(rows, cols)

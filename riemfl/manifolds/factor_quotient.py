@@ -1,0 +1,70 @@
+r"""Quotients of n x k factors by the orthogonal group: points :math:`Y \sim YQ`,
+:math:`Q \in O(k)`, standing for :math:`C = YY^\top`
+(:class:`~riemfl.manifolds.elliptope.Elliptope`,
+:class:`~riemfl.manifolds.psd_fixed_rank.PSDFixedRank`).
+
+The vertical space at Y is :math:`\{Y\Omega : \Omega^\top = -\Omega\}`; with a total-space
+metric that is Frobenius, the horizontal vectors are those with :math:`Y^\top U` symmetric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import Array, ops_for
+from ..errors import ParameterError
+from ..linalg import solve_lyapunov
+from .base import Manifold
+
+__all__ = ["FactorQuotient", "horizontal_projection"]
+
+
+def horizontal_projection(y: Array, b: Array) -> Array:
+    r"""Remove the vertical part :math:`Y\Omega` (:math:`\Omega` skew) of b at the factor Y.
+
+    Returns :math:`B - Y\Omega`, with :math:`\Omega` the solution of the Lyapunov equation
+    :math:`Y^\top Y\,\Omega + \Omega\,Y^\top Y = Y^\top B - B^\top Y` (skew, and unique
+    since :math:`Y^\top Y \succ 0` for Y of full column rank), so that :math:`Y^\top(B -
+    Y\Omega)` is symmetric: the Frobenius-orthogonal projection onto the complement of the
+    vertical space :math:`\{Y\Omega\}` of a quotient by O(k). One dense solve of size
+    :math:`k^2` (:func:`riemfl.linalg.solve_lyapunov`); batched, b's batch may be larger
+    than y's.
+    """
+    ops = ops_for(y, b)
+    yt = ops.mT(y)
+    ytb = yt @ b
+    rhs = ytb - ops.mT(ytb)
+    return b - y @ solve_lyapunov(ops.broadcast_to(yt @ y, tuple(rhs.shape)), rhs)
+
+
+class FactorQuotient(Manifold):
+    """What the quotients of n x k factors by O(k) share: the sizes (integers ``n >= k >=
+    minimum_k``, else :class:`~riemfl.errors.ParameterError`), the name, the
+    representative-free :meth:`point_gap` and the horizontality measure of tangent vectors.
+    ``transport`` is the base class's: ``to_tangent`` at the new representative."""
+
+    minimum_k = 1
+
+    def __init__(self, n: int, k: int) -> None:
+        family = type(self).__name__
+        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, k))
+        if not ints or k < self.minimum_k or n < k:
+            raise ParameterError(
+                f"{family}(n, k) needs integers n >= k >= {self.minimum_k}, got n={n!r}, k={k!r}"
+            )
+        self.n, self.k = int(n), int(k)
+        self.point_shape = (self.n, self.k)
+        self.name = f"{family}({self.n}, {self.k})"
+
+    def _skew_violation(self, x, u) -> float:
+        r"""Largest :math:`\|Y^\top U - U^\top Y\|_F` over the batch (0 for horizontal U)."""
+        ops = ops_for(x, u)
+        xtu = ops.mT(x) @ u
+        d = xtu - ops.mT(xtu)
+        return ops.to_float(ops.amax(ops.sqrt(ops.sum(d * d, axis=(-2, -1)))))
+
+    def _point_gap(self, x: Array, y: Array) -> Array:
+        r""":math:`\|XX^\top - YY^\top\|_F` (independent of the representatives)."""
+        ops = ops_for(x, y)
+        d = x @ ops.mT(x) - y @ ops.mT(y)
+        return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))

@@ -1,0 +1,125 @@
+"""PSDFixedRank beyond the kit: pymanopt's maps, the horizontal space, exp on its domain and log
+as the Procrustes alignment, the class invariance of the maps, and the typed errors."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from riemfl import (
+    CutLocusError,
+    NotOnManifoldError,
+    ParameterError,
+    ProjectionError,
+    PSDFixedRank,
+)
+from riemfl.testing import strategies as rst
+
+
+def _orthogonal(rng, k):
+    q, r = np.linalg.qr(rng.standard_normal((k, k)))
+    return q * np.sign(np.diag(r))
+
+
+@given(seed=rst.seeds())
+def test_matches_pymanopt(seed):
+    pymanopt = pytest.importorskip("pymanopt")
+    ref = pymanopt.manifolds.PSDFixedRank(5, 2)
+    m = PSDFixedRank(5, 2)
+    rng = np.random.default_rng(seed)
+    y = m.random_point(rng=rng)
+    a, h = rng.standard_normal(y.shape), rng.standard_normal(y.shape)
+    u = m.random_tangent(y, rng=rng)
+    np.testing.assert_allclose(m.to_tangent(y, a), ref.projection(y, a), atol=1e-12)
+    np.testing.assert_allclose(
+        m.ehess_to_rhess(y, a, h, u), ref.euclidean_to_riemannian_hessian(y, a, h, u), atol=1e-12
+    )
+    np.testing.assert_allclose(m.retract(y, u), ref.retraction(y, u), atol=1e-15)
+    assert m.dim == ref.dim
+
+
+@given(seed=rst.seeds())
+def test_horizontal_space(seed):
+    """P^h kills the vertical Y Omega, returns Y^T U symmetric, and A - P^h(A) is vertical."""
+    m = PSDFixedRank(6, 3)
+    rng = np.random.default_rng(seed)
+    y = m.random_point(rng=rng)
+    w = rng.standard_normal((3, 3))
+    np.testing.assert_allclose(m.to_tangent(y, y @ (w - w.T)), 0.0, atol=1e-12)
+    a = rng.standard_normal(y.shape)
+    p = m.to_tangent(y, a)
+    np.testing.assert_allclose(y.T @ p, p.T @ y, atol=1e-12)
+    omega = np.linalg.lstsq(y, a - p, rcond=None)[0]
+    np.testing.assert_allclose(y @ omega, a - p, atol=1e-12)
+    np.testing.assert_allclose(omega, -omega.T, atol=1e-12)
+    with pytest.raises(NotOnManifoldError, match="horizontal"):
+        m.check_tangent(y, y @ (w - w.T))
+
+
+@given(seed=rst.seeds(), t=st.floats(0.0, 1.0))
+def test_the_horizontal_segment_is_minimising(seed, t):
+    """dist(Y, Y + tU) = t |U| and dist = min_Q |ZQ - Y|_F =
+    sqrt(|Y|^2 + |Z|^2 - 2 |Z^T Y|_*) (Procrustes) for U in the domain of exp."""
+    m = PSDFixedRank(5, 2)
+    rng = np.random.default_rng(seed)
+    y = m.random_point(rng=rng)
+    u = rst.scaled_tangent(m, y, 0.9, rng)
+    z = m.exp(y, t * u)
+    assert float(m.dist(y, z)) == pytest.approx(t * 0.9, abs=1e-12)
+    zq = z @ _orthogonal(rng, 2)
+    nuclear = np.linalg.svd(zq.T @ y, compute_uv=False).sum()
+    procrustes = np.sqrt(max(np.sum(y * y) + np.sum(zq * zq) - 2 * nuclear, 0.0))
+    assert float(m.dist(y, zq)) == pytest.approx(procrustes, abs=1e-10)
+    assert float(m.dist(zq, y)) == pytest.approx(procrustes, abs=1e-10)
+
+
+@given(seed=rst.seeds())
+def test_maps_respect_the_classes(seed):
+    """Y' = YQ, Z' = ZR: lifts move by Q, log(YQ, ZR) = log(Y, Z) Q, point_gap(Y, YQ) = 0."""
+    m = PSDFixedRank(5, 3)
+    rng = np.random.default_rng(seed)
+    y, z = m.random_point(rng=rng), m.random_point(rng=rng)
+    q, r = _orthogonal(rng, 3), _orthogonal(rng, 3)
+    u = m.random_tangent(y, rng=rng)
+    a = rng.standard_normal(y.shape)
+    np.testing.assert_allclose(m.to_tangent(y @ q, a @ q), m.to_tangent(y, a) @ q, atol=1e-12)
+    np.testing.assert_allclose(m.log(y @ q, z @ r), m.log(y, z) @ q, atol=1e-11)
+    s = rng.standard_normal((5, 5))
+    s = s + s.T
+    hess = m.ehess_to_rhess(y, s @ y, s @ u, u)
+    np.testing.assert_allclose(m.ehess_to_rhess(y @ q, s @ y @ q, s @ u @ q, u @ q), hess @ q)
+    assert float(m.point_gap(y, y @ q)) < 1e-13
+
+
+def test_domains_and_typed_errors():
+    m = PSDFixedRank(4, 2)
+    y = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    # exp leaves its domain: Y^T (Y + U) = diag(-1, 1) with U = diag(-2, 0) horizontal
+    u = np.array([[-2.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(CutLocusError, match="positive definite"):
+        m.exp(y, u)
+    with pytest.raises(NotOnManifoldError, match="rank below 2"):
+        m.retract(y, np.array([[-1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
+    # log: Z^T Y singular (a column of Z orthogonal to span Y)
+    z = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(CutLocusError, match="singular"):
+        m.log(y, z)
+    deficient = np.array([[1.0, 2.0], [2.0, 4.0], [0.0, 0.0], [3.0, 6.0]])
+    with pytest.raises(ProjectionError, match="rank below 2"):
+        m.project(deficient)
+    with pytest.raises(NotOnManifoldError, match="rank Y = 2"):
+        m.check_point(deficient)
+    nan = y.copy()
+    nan[0, 0] = np.nan
+    with pytest.raises(NotOnManifoldError, match="NaN"):
+        m.check_point(nan)
+    np.testing.assert_array_equal(m.project(y), y)
+    assert float(m.local_proximal_smoothness(y)) == pytest.approx(1.0)
+    with pytest.raises(ParameterError, match="n >= k >= 1"):
+        PSDFixedRank(2, 3)
+    ok, why = m.supports("parallel_transport")
+    assert not ok and "O'Neill" in why
+    with pytest.raises(NotImplementedError, match="not complete"):
+        m.injectivity_radius  # noqa: B018
+    with pytest.raises(NotImplementedError, match="local_proximal_smoothness"):
+        m.proximal_smoothness  # noqa: B018
