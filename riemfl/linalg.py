@@ -630,3 +630,21 @@ def second_divided_differences(
     far = (first(mid, high) - first(low, mid)) / safe
     q = (a - mean) ** 2 + (b - mean) ** 2 + (c - mean) ** 2
     return ops.where(close, near(mean, q), far)
+
+
+def singular_values(a: Array) -> np.ndarray:
+    """Singular values of (a batch of) matrices ``a``, descending, shape
+    ``batch + (min(m, n),)``, as numpy float64 (no gradient flows through them).
+
+    Raises
+    ------
+    NonFiniteError
+        When ``a`` has a NaN or infinite entry.
+    """
+    require_finite(a, "matrix whose singular values are taken")
+    if is_torch(a):
+        import torch
+
+        with torch.no_grad():
+            return torch.linalg.svdvals(a.detach()).cpu().numpy().astype(np.float64)
+    return np.linalg.svd(a, compute_uv=False).astype(np.float64)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
-from ..linalg import qr_positive, require_finite
+from ..linalg import qr_positive, require_finite, singular_values
 from .base import Manifold
 
 __all__ = ["FixedRank", "truncated_svd_derivative"]
@@ -45,17 +45,6 @@ def _svd(a: Array):
         with torch.no_grad():
             return torch.linalg.svd(a.detach(), full_matrices=False)
     return np.linalg.svd(a, full_matrices=False)
-
-
-def _singular_values(a: Array) -> np.ndarray:
-    """Singular values (descending, shape ``batch + (min(m, n),)``) as numpy float64."""
-    require_finite(a, "matrix whose singular values FixedRank takes")
-    if is_torch(a):
-        import torch
-
-        with torch.no_grad():
-            return torch.linalg.svdvals(a.detach()).cpu().numpy().astype(np.float64)
-    return np.linalg.svd(a, compute_uv=False).astype(np.float64)
 
 
 def _needs_grad(a: Array) -> bool:
@@ -441,7 +430,7 @@ class FixedRank(Manifold):
         ux, vx = self._frames(x)
         uy, vy = self._frames(y)
         p, q = ops.mT(uy) @ ux, ops.mT(vx) @ vy
-        cosines = min(float(_singular_values(p).min()), float(_singular_values(q).min()))
+        cosines = min(float(singular_values(p).min()), float(singular_values(q).min()))
         if cosines <= math.sqrt(ops.eps(x)):
             raise CutLocusError(
                 f"{self.name}: the inverse retraction is not defined: the column or row spaces "
@@ -453,8 +442,8 @@ class FixedRank(Manifold):
         a = ops.solve(p, ops.mT(uy) @ d)  # (U_Y^T U_X)^{-1} U_Y^T D
         a = a - ops.mT(ops.solve(qt, ops.mT(a @ vy))) @ ops.mT(vx)  # ... Pi
         xi = ux @ a + ops.mT(ops.solve(qt, ops.mT(d @ vy))) @ ops.mT(vx)
-        normal = _singular_values(xi - d)[..., 0]  # X + xi = Y + N, |N|_2
-        reach = _singular_values(y)[..., self.r - 1]
+        normal = singular_values(xi - d)[..., 0]  # X + xi = Y + N, |N|_2
+        reach = singular_values(y)[..., self.r - 1]
         far = normal >= reach * (1 - self._tol(x))
         if np.any(far):
             i = _first(far)
@@ -478,7 +467,7 @@ class FixedRank(Manifold):
         return (u * s[..., None, :]) @ np.swapaxes(v, -1, -2)
 
     def _point_violation(self, x):
-        s = _singular_values(x)
+        s = singular_values(x)
         constraint = f"rank X <= {self.r} (sigma_{self.r + 1}(X)/sigma_1(X) = 0)"
         if self.r == s.shape[-1]:
             return constraint, 0.0
@@ -493,7 +482,7 @@ class FixedRank(Manifold):
         ``atol``, rank <= r needs :math:`\sigma_{r+1}/\sigma_1 \le` ``atol``. The message
         names the constraint, the measured ratio and the batch element.
         """
-        s = _singular_values(x)
+        s = singular_values(x)
         top = np.where(s[..., 0] > 0, s[..., 0], 1.0)
         low = s[..., self.r - 1] / top
         if np.any(low <= tol):

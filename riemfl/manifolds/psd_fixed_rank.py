@@ -12,9 +12,8 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ProjectionError
-from ..linalg import polar, qr_positive
+from ..linalg import polar, qr_positive, singular_values
 from .factor_quotient import FactorQuotient, horizontal_projection
-from .fixedrank import _singular_values
 
 __all__ = ["PSDFixedRank"]
 
@@ -109,7 +108,7 @@ class PSDFixedRank(FactorQuotient):
 
     def _low_rank(self, a) -> tuple[np.ndarray, np.ndarray]:
         """Mask of the factors of numerical rank below k, and sigma_k/sigma_1."""
-        s = _singular_values(a)
+        s = singular_values(a)
         ratio = s[..., self.k - 1] / np.where(s[..., 0] > 0, s[..., 0], 1.0)
         return ratio <= self._rtol(a), ratio
 
