@@ -39,6 +39,7 @@ class TestStiefelPolar(ManifoldTests):
 
 
 class TestStiefelQR(ManifoldTests):
+    pytestmark = VARIANT
     manifold = Stiefel(5, 2, retraction="qr")
 
 
@@ -155,6 +156,7 @@ class TestSimplexThree(TestSimplex):
 # SO(2) and SO(3) take the closed forms (Rodrigues, the angle), SO(4) and SO(5) the matrix
 # exponential and the logarithm through the square root (both parities of n)
 class TestSpecialOrthogonal2(ManifoldTests):
+    pytestmark = VARIANT
     manifold = SpecialOrthogonal(2)
 
 
@@ -226,12 +228,14 @@ class TestSPDAffine(NotAmbientGeodesics, LocalReach, ManifoldTests):
 
 
 class TestSPDLogEuclidean(NotAmbientGeodesics, LocalReach, ManifoldTests):
+    pytestmark = VARIANT
     manifold = SPD(3, metric="log-euclidean")
 
 
 # exp is defined on the tangent ball of radius sqrt(lambda_min(X)) >= sqrt(1/2) for the kit's
 # points (eigenvalues in [1/2, 2])
 class TestSPDBuresWasserstein(NotAmbientGeodesics, LocalReach, ManifoldTests):
+    pytestmark = VARIANT
     manifold = SPD(3, metric="bures-wasserstein")
     max_tangent_norm = 0.5
 

@@ -16,10 +16,12 @@ class TestControlPointsSphere(ManifoldTests):
 
 
 class TestControlPointsEuclidean(ManifoldTests):
+    pytestmark = pytest.mark.slow  # a variant: the sphere base is the quick tier's
     manifold = ControlPoints(Euclidean(5), 3)
 
 
 class TestControlPointsStiefel(ManifoldTests):
+    pytestmark = pytest.mark.slow  # a variant: the sphere base is the quick tier's
     manifold = ControlPoints(Stiefel(4, 2), 2)
 
 

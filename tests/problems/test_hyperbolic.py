@@ -173,6 +173,7 @@ ALGORITHMS = [
 ]
 
 
+@pytest.mark.slow  # 10 federated runs of 100 rounds
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("model", ["poincare", "lorentz"])
 def test_every_synchronous_algorithm_reaches_the_reference(model, algorithm):
