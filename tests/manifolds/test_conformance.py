@@ -24,6 +24,8 @@ from riemfl.testing import strategies as rst
 #: a further variant of a family: the full run checks it, the quick tier (-m 'not slow') keeps
 #: one class per family
 VARIANT = pytest.mark.slow
+#: the backends and dtypes of a variant (its family's main class runs all four)
+VARIANT_CONFIGS = (Config("numpy", "float64"), Config("torch", "float32"))
 
 
 class TestEuclidean(ManifoldTests):
@@ -40,11 +42,13 @@ class TestStiefelPolar(ManifoldTests):
 
 class TestStiefelQR(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = Stiefel(5, 2, retraction="qr")
 
 
 class TestStiefelColumn(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = Stiefel(4, 1)
 
 
@@ -62,6 +66,7 @@ class TestLorentz(ManifoldTests):
 
 class TestLorentzCurved(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = Lorentz(2, beta=2.5)
 
 
@@ -71,6 +76,7 @@ class TestProduct(ManifoldTests):
 
 class TestProductEveryFactor(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     """Every kind of factor in one product (flat, curved, quotient, fixed rank, Fisher-Rao), so
     that the kit's broadcasting checks (a batch of points against single arguments) run through
     each factor's maps. Simplex's exp domain bounds the tangent norms (see TestSimplex)."""
@@ -157,6 +163,7 @@ class TestSimplexThree(TestSimplex):
 # exponential and the logarithm through the square root (both parities of n)
 class TestSpecialOrthogonal2(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = SpecialOrthogonal(2)
 
 
@@ -172,6 +179,7 @@ class TestSpecialOrthogonal4(ManifoldTests):
 
 class TestSpecialOrthogonal5(ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = SpecialOrthogonal(5)
 
 
@@ -229,6 +237,7 @@ class TestSPDAffine(NotAmbientGeodesics, LocalReach, ManifoldTests):
 
 class TestSPDLogEuclidean(NotAmbientGeodesics, LocalReach, ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = SPD(3, metric="log-euclidean")
 
 
@@ -236,6 +245,7 @@ class TestSPDLogEuclidean(NotAmbientGeodesics, LocalReach, ManifoldTests):
 # points (eigenvalues in [1/2, 2])
 class TestSPDBuresWasserstein(NotAmbientGeodesics, LocalReach, ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = SPD(3, metric="bures-wasserstein")
     max_tangent_norm = 0.5
 
@@ -246,6 +256,7 @@ class TestPoincareBall(NotAmbientGeodesics, LocalReach, ManifoldTests):
 
 class TestPoincareBallCurved(NotAmbientGeodesics, LocalReach, ManifoldTests):
     pytestmark = VARIANT
+    configs = VARIANT_CONFIGS
     manifold = PoincareBall(2, c=0.7)
 
 
