@@ -22,7 +22,7 @@ Three parts; the goal of each is 100% survived, 0 runs lost and 0 silent wrong r
    the file, XOR with a non-zero byte) of a real checkpoint written by ``run_sync`` (and of one
    by ``run_async``); each flipped file is resumed, which must raise
    :class:`riemfl.errors.CheckpointError`. Counted: refused, resumed silently, other exception,
-   by region of the file (magic line, digest, header length, JSON header, array bytes). The
+   by region of the file (magic line, hash, header length, JSON header, array bytes). The
    unflipped checkpoint is resumed too, as a control: it must end where an uninterrupted run
    ends.
 3. **Injected faults.** Each kind (``raise``: the client's computation raises; ``nan``,
@@ -133,7 +133,7 @@ class Settings:
         every subprocess).
     flips : dict
         ``sync`` and ``async``: the number of byte flips of each engine's checkpoint, of which
-        ``per_region`` land in each region of the file (magic line, digest, header length, JSON
+        ``per_region`` land in each region of the file (magic line, hash, header length, JSON
         header, arrays) and the rest in equal slices of the whole file; ``rounds``: the run's
         length (the checkpoint is written half-way).
     faults : dict
@@ -425,12 +425,12 @@ def _flip_runner(engine: str, every: int) -> Callable[..., History]:
 
 
 def _regions(data: bytes) -> list[tuple[str, int]]:
-    """(region, end offset) of a checkpoint: magic line, digest, header length, header, arrays."""
+    """(region, end offset) of a checkpoint: magic line, hash, header length, header, arrays."""
     magic = data.index(b"\n") + 1
     length = int.from_bytes(data[magic + 32 : magic + 40], "little")
     return [
         ("magic", magic),
-        ("digest", magic + 32),
+        ("hash", magic + 32),
         ("header_length", magic + 40),
         ("header", magic + 40 + length),
         ("arrays", len(data)),

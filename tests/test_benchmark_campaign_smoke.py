@@ -91,7 +91,7 @@ def test_corrupt_changes_only_what_its_kind_says(campaign, kind):
 def test_flip_positions_cover_every_region(campaign):
     regions = [
         ("magic", 21),
-        ("digest", 53),
+        ("hash", 53),
         ("header_length", 61),
         ("header", 400),
         ("arrays", 5000),

@@ -125,7 +125,7 @@ def _weights(trainer: Any, kind: str) -> np.ndarray:
 
 
 def _describe(obj: Any) -> dict[str, Any]:
-    """A timing model's kind, scalar settings and a digest of its arrays (e.g. traces)."""
+    """A timing model's kind, scalar settings and a hash of its arrays (e.g. traces)."""
     scalars = {k: v for k, v in vars(obj).items() if isinstance(v, int | float | str | bool)}
     return {"kind": type(obj).__name__, **scalars, "arrays": data_digest(obj)}
 

@@ -1,9 +1,9 @@
-"""Checkpoint files for long federated runs: no pickle, a SHA-256 digest, atomic writes.
+"""Checkpoint files for long federated runs: no pickle, a SHA-256 hash, atomic writes.
 
 File layout (format 2; all integers little-endian)::
 
     b"RIEMFL-CHECKPOINT 2\\n"  magic and format line (20 bytes)
-    digest                    32 bytes: SHA-256 of every byte after it, to the end of the file
+    hash                      32 bytes: SHA-256 of every byte after it, to the end of the file
     n                         8 bytes: unsigned length of the header
     header                    n bytes of ASCII JSON: {"arrays": [[dtype, shape], ...],
                               "payload": tree}
@@ -26,7 +26,7 @@ The file ends right after the last array. ``dtype`` is numpy's ``dtype.str`` (``
                                      torch dtype (``"bfloat16"``), its device, ``requires_grad``
 ===================================  ===========================================================
 
-Loading checks the magic line, then the digest over the whole rest of the file, and only then
+Loading checks the magic line, then the hash over the whole rest of the file, and only then
 parses the JSON header and builds arrays with :func:`numpy.frombuffer`: no code from the file is
 ever run, and any truncation or changed byte raises :class:`~riemfl.errors.CheckpointError`.
 
@@ -135,7 +135,7 @@ def require_layout(saved: Any, fresh: Mapping[str, Any], where: str) -> dict[str
     for each array the same shape and dtype (numpy arrays or torch tensors alike).
 
     Engines call it on a restored server or client state against the state of the fresh run,
-    so that a checkpoint whose digest is valid but whose content does not fit the run (written
+    so that a checkpoint whose hash is valid but whose content does not fit the run (written
     by hand, or by another version) is refused here rather than failing later.
 
     Raises
@@ -199,9 +199,9 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     table = [[a.dtype.str, list(a.shape)] for a in arrays]
     header = json.dumps({"arrays": table, "payload": tree}, separators=(",", ":"), allow_nan=False)
     body = [_LENGTH.pack(len(header)), header.encode("ascii"), *map(_as_bytes, arrays)]
-    digest = hashlib.sha256()
+    hasher = hashlib.sha256()
     for part in body:
-        digest.update(part)
+        hasher.update(part)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
@@ -210,7 +210,7 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(_MAGIC)
-            fh.write(digest.digest())
+            fh.write(hasher.digest())
             for part in body:
                 fh.write(part)
             fh.flush()
@@ -277,12 +277,12 @@ def _read(fh: Any, size: int) -> Any:
         raise ValueError(_not_a_checkpoint(magic))
     expected = fh.read(_DIGEST_SIZE)
     start = fh.tell()
-    digest, buffer = hashlib.sha256(), bytearray(_CHUNK)
+    hasher, buffer = hashlib.sha256(), bytearray(_CHUNK)
     view = memoryview(buffer)
     while n := fh.readinto(buffer):
-        digest.update(view[:n])
-    if digest.digest() != expected:
-        raise ValueError("its content does not match its SHA-256 digest (truncated or corrupt)")
+        hasher.update(view[:n])
+    if hasher.digest() != expected:
+        raise ValueError("its content does not match its SHA-256 hash (truncated or corrupt)")
     fh.seek(start)
     (length,) = _LENGTH.unpack(_read_exact(fh, _LENGTH.size))
     if length > size - fh.tell():

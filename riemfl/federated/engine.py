@@ -307,5 +307,5 @@ def run_sync(
         stop=None if grad_tol is None else (lambda row: row["grad_norm"] <= grad_tol),
         on_step=on_round,
     )
-    digest = {**fingerprint, "data": data_digest(problem), "x0": data_digest(x0)}
-    return run_steps(steps, lambda x: problem_metrics(problem, x), history, digest, options)
+    matched = {**fingerprint, "data": data_digest(problem), "x0": data_digest(x0)}
+    return run_steps(steps, lambda x: problem_metrics(problem, x), history, matched, options)

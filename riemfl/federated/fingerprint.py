@@ -1,10 +1,10 @@
-"""A digest of the data behind a run, for the fingerprints that checkpoints are matched against.
+"""A hash of the data behind a run, for the fingerprints that checkpoints are matched against.
 
 :func:`data_digest` hashes, with SHA-256, every numpy array and torch tensor reachable from an
 object (a problem, a trainer, a starting point): each one's bytes in C order, with its path from
 the object (``.blocks[3]``, ``._data[0]['x_train']``), dtype and shape. Two clients' data
-swapped, one entry changed, or a reshape all change the digest; the same data gives the same
-digest in any process (nothing depends on addresses or ``id``).
+swapped, one entry changed, or a reshape all change the hash; the same data gives the same
+hash in any process (nothing depends on addresses or ``id``).
 
 Which objects are searched: the object itself (its ``vars()``, whatever its class), dicts, lists
 and tuples, and objects of classes from riemfl (``riemfl.*`` modules, their subclasses
@@ -14,7 +14,7 @@ callables, sets, scalars (a problem's ``describe()`` covers those), and the attr
 keys named in ``exclude``. Each object is searched once, so cycles end.
 
 Only the data should be reachable: state that changes during a run (e.g. a trainer's per-client
-router logits, or a cache of the last evaluation) would make the digest of the same trainer
+router logits, or a cache of the last evaluation) would make the hash of the same trainer
 differ before and after training. A class names such attributes in its class attribute
 ``run_state_attributes`` (a tuple of names; e.g. :class:`~riemfl.nn.floral.FloralTrainer`'s
 personal client state), and a caller can name more in ``exclude``.
@@ -23,7 +23,7 @@ Speed: an array that lies inside another reachable one (a view: e.g. the per-cli
 padded stack, or ``torch.from_numpy`` of an array) is recorded as the container's path, its byte
 offset and strides instead of being hashed again, so the data are read once; SHA-256 runs on the
 arrays' memory without copying contiguous ones (about 2 GB/s on a core with SHA extensions). So
-the digest also tells which reachable arrays share memory, which is the same whenever the object
+the hash also tells which reachable arrays share memory, which is the same whenever the object
 is built the same way from the same data.
 """
 
@@ -81,17 +81,17 @@ def data_digest(obj: Any, *, exclude: Collection[str] = ()) -> str:
     """
     leaves = _leaves(obj, frozenset(exclude))
     containers = _containers(leaves)
-    digest = hashlib.sha256(_VERSION)
+    hasher = hashlib.sha256(_VERSION)
     for i, leaf in enumerate(leaves):
         a = leaf.array
         record: list[Any] = [leaf.path, leaf.dtype, list(a.shape), a.nbytes]
         j = containers.get(i)
         if j is not None:  # a view into leaf j, hashed in full: where it lies is enough
             record += [leaves[j].path, _address(a) - _address(leaves[j].array), list(a.strides)]
-        digest.update(json.dumps(record).encode() + b"\n")
+        hasher.update(json.dumps(record).encode() + b"\n")
         if j is None:
-            _hash_c_order(digest, a)
-    return digest.hexdigest()
+            _hash_c_order(hasher, a)
+    return hasher.hexdigest()
 
 
 def _leaves(obj: Any, exclude: frozenset[str] = frozenset()) -> list[_Leaf]:
@@ -202,13 +202,13 @@ def _containers(leaves: list[_Leaf]) -> dict[int, int]:
     return out
 
 
-def _hash_c_order(digest: Any, a: np.ndarray) -> None:
-    """Feed the bytes of ``a`` in C order to ``digest`` (slab by slab when not contiguous)."""
+def _hash_c_order(hasher: Any, a: np.ndarray) -> None:
+    """Feed the bytes of ``a`` in C order to ``hasher`` (slab by slab when not contiguous)."""
     if a.size == 0:
         return
     if a.flags.c_contiguous:
-        digest.update(a.reshape(-1).view(np.uint8))
+        hasher.update(a.reshape(-1).view(np.uint8))
         return
     rows = max(1, _SLAB // a[0].nbytes)
     for start in range(0, a.shape[0], rows):
-        digest.update(np.ascontiguousarray(a[start : start + rows]).reshape(-1).view(np.uint8))
+        hasher.update(np.ascontiguousarray(a[start : start + rows]).reshape(-1).view(np.uint8))

@@ -10,7 +10,7 @@ output point, or personalised per-client metrics). :func:`run_steps` owns everyt
 * the progress bar;
 * checkpoints: every ``checkpoint_every`` steps, at the end, at an early stop and at an
   interruption, the steps' full state (:meth:`Steps.state_dict`) with the history and a
-  fingerprint of the run (its configuration and a digest of the clients' data) in the verified
+  fingerprint of the run (its configuration and a hash of the clients' data) in the verified
   format of :mod:`riemfl.federated.checkpoint`; a run given an existing checkpoint resumes from
   it and ends exactly (bit for bit) where the uninterrupted run ends;
 * interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
@@ -323,7 +323,7 @@ def run_steps(
     history : History
         The run's history, with its ``config`` set (filled in place).
     fingerprint : dict
-        What a checkpoint must match to be resumed: settings and a digest of the data.
+        What a checkpoint must match to be resumed: settings and a hash of the data.
     options : RunOptions
 
     Raises
