@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from .errors import ParameterError
 
@@ -212,6 +211,8 @@ class _NumpyOps:
 
     @staticmethod
     def expm(a):
+        import scipy.linalg  # on first use: scipy adds ~30 MB to every process that imports it
+
         if a.dtype == np.float32:  # in float64, rounded once (see _TorchOps.expm)
             return scipy.linalg.expm(a.astype(np.float64)).astype(np.float32)
         return scipy.linalg.expm(a)

@@ -59,8 +59,9 @@ def test_quick_benchmark_structure(tmp_path, bench):
 
     sc = result["scale"]
     cfg = sc["config"]
-    assert sc["data_bytes"] == 8 * cfg["n"] * cfg["p"] * cfg["d"]
+    assert sc["row_bytes"] == 8 * cfg["n"] * cfg["p"] * cfg["d"]
     assert sc["covariance_bytes"] == 8 * cfg["n"] * cfg["d"] ** 2
+    assert sc["data_bytes"] == sc["row_bytes"] + sc["covariance_bytes"]
     assert sc["timing"]["same_final_point"]
     assert sc["time_met"] == (sc["timing"]["ratio"] <= goals["scale_time"])
     assert sc["memory_ratio"] == pytest.approx(sc["peak_engine"] / sc["data_bytes"])

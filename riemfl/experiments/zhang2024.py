@@ -346,8 +346,8 @@ def _structural_claims(problems: _Problems) -> list[Claim]:
         new = alg.server_step(M, server, 0, message, uploads)
         compact = server["px"] - eta * clients["grad_sum"].mean(0)
         form_err = max(form_err, float(np.max(np.abs(new["x"] - compact))))
-        clients = alg.client_finish(alg.broadcast(new, 0), clients)
         scale = float(np.max(np.abs(clients["grad_sum"]))) / tau
+        clients = alg.client_finish(alg.broadcast(new, 0), clients)
         mean_c = max(mean_c, float(np.max(np.abs(clients["correction"].mean(0)))) / scale)
         server = new
     c2 = Claim(

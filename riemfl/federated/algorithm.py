@@ -135,10 +135,12 @@ class ClientContext:
         return self.problem.manifold
 
     def __post_init__(self) -> None:
-        n = self.problem.n_clients
-        full = len(self.clients) == n and bool(np.all(self.clients == np.arange(n)))
-        # every client, in order: problems recognise range(n) without checking each index
-        self._oracle_clients = range(n) if full else self.clients
+        c = np.asarray(self.clients)
+        first = int(c[0]) if c.size else 0
+        consecutive = c.ndim == 1 and bool(np.all(c == np.arange(first, first + c.size)))
+        # consecutive clients (all of them in order, or a block of them): problems recognise a
+        # range and use views of their per-client arrays instead of gathering copies
+        self._oracle_clients = range(first, first + c.size) if consecutive else self.clients
 
     def egrads(self, xs: Array, step: int | None) -> Array:
         """Stacked Euclidean gradients at ``xs``: on the batch of local step ``step``.

@@ -34,7 +34,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from .. import tuning
 from ..backend import Array, is_torch
@@ -207,6 +206,8 @@ def _first_crossing(fn, target: float, *, grow: float = 2.0, r_max: float = 2.0*
     values = [fn(float(r)) - target for r in grid]
     for a, b, fa, fb in zip(grid, grid[1:], values, values[1:], strict=False):
         if fa <= 0.0 <= fb:
+            from scipy.optimize import brentq  # on first use (scipy.optimize is ~20 MB)
+
             return float(brentq(lambda r: fn(r) - target, a, b, xtol=1e-14, rtol=1e-13))
     return float(hi)  # pragma: no cover - the loop above always brackets a root
 

@@ -9,9 +9,10 @@ evaluator (loss, optimality gap and Riemannian gradient norm at the algorithm's 
 excluded from the CPU time).
 
 :class:`StackedClients` runs the client rule of a phase on the *stack* of participating clients
-(one batched call) and holds the client state. When the stacked call raises or returns uploads
-of the wrong keys or shapes, it reruns the clients one at a time with exactly their batches, so
-that only the failing ones are dropped; a dropped client keeps its previous state.
+(one batched call per block of consecutive clients, :mod:`~riemfl.federated.client_blocks`) and
+holds the client state. When a block's call raises or returns uploads of the wrong keys or
+shapes, it reruns that block's clients one at a time with exactly their batches, so that only the
+failing ones are dropped; a dropped client keeps its previous state.
 
 Reproducibility: all randomness (initial point, client sampling, mini-batches) comes from one
 seed through :class:`numpy.random.SeedSequence`; a checkpoint stores the generator's state, so a
@@ -31,6 +32,7 @@ from ..errors import ParameterError
 from ..problems.base import FederatedProblem
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import require_layout
+from .client_blocks import BlockAssembler, StackOutcome, block_ranges, clients_per_block
 from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_problem
 from .fingerprint import data_digest
 from .history import METRICS, History
@@ -143,18 +145,41 @@ class StackedClients:
     ) -> PhaseReply:
         ctx = ClientContext(self.problem, active, batches)
         rows = self._gather(active)
+        size = clients_per_block(self.algorithm.upload_shapes(self.problem, phase), self._itemsize)
+        if size >= len(active):
+            outcome = self._run_stack(ctx, phase, message, rows)
+        else:
+            assembler = BlockAssembler(len(active), rows)
+            for block in block_ranges(len(active), size):
+                inputs = {k: v[block.start : block.stop] for k, v in rows.items()}
+                outcome = self._run_stack(ctx.subset(block), phase, message, inputs)
+                assembler.add(block, inputs, outcome)
+            outcome = assembler.result()
+        self._new_rows, self._served = outcome.rows, outcome.served
+        return PhaseReply(outcome.uploads, outcome.served, outcome.reasons)
+
+    @property
+    def _itemsize(self) -> int:
+        """Bytes of one entry of the model's dtype (8 when the dtype is not known)."""
+        if self.dtype is None:
+            return 8
+        itemsize = getattr(self.dtype, "itemsize", None)  # a torch dtype has one
+        return int(itemsize) if itemsize is not None else np.dtype(self.dtype).itemsize
+
+    def _run_stack(
+        self, ctx: ClientContext, phase: int, message: State, rows: State
+    ) -> StackOutcome:
+        """The client rule on one stack; on failure, each client of it alone."""
         out = self._call(ctx, phase, message, rows)
         if not isinstance(out, str):
-            self._new_rows, self._served = out[1], np.arange(len(active))
-            return PhaseReply(out[0], self._served)
-        if len(active) == 1:
-            self._new_rows, self._served = {}, np.zeros(0, dtype=np.intp)
-            return PhaseReply({}, self._served, {0: out})
+            return StackOutcome(out[0], out[1], np.arange(len(ctx.clients)))
+        if len(ctx.clients) == 1:
+            return StackOutcome({}, {}, np.zeros(0, dtype=np.intp), {0: out})
         return self._one_by_one(ctx, phase, message, rows)
 
     def _one_by_one(
         self, ctx: ClientContext, phase: int, message: State, rows: State
-    ) -> PhaseReply:
+    ) -> StackOutcome:
         """Rerun each client of the stack alone (same batches) to isolate the failing ones."""
         good: list[tuple[int, State, State]] = []
         reasons: dict[int, str] = {}
@@ -166,13 +191,12 @@ class StackedClients:
                 reasons[j] = out
             else:
                 good.append((j, *out))
-        self._served = np.array([j for j, _, _ in good], dtype=np.intp)
+        served = np.array([j for j, _, _ in good], dtype=np.intp)
         if not good:
-            self._new_rows = {}
-            return PhaseReply({}, self._served, reasons)
+            return StackOutcome({}, {}, served, reasons)
         uploads = {k: _concat([u[k] for _, u, _ in good]) for k in good[0][1]}
-        self._new_rows = {k: _concat([nr[k] for _, _, nr in good]) for k in good[0][2]}
-        return PhaseReply(uploads, self._served, reasons)
+        new_rows = {k: _concat([nr[k] for _, _, nr in good]) for k in good[0][2]}
+        return StackOutcome(uploads, new_rows, served, reasons)
 
     def accept(self, phase: int, active: np.ndarray, kept: np.ndarray) -> None:
         if not self._new_rows:

@@ -91,8 +91,7 @@ class RFedProj(SyncAlgorithm):
         M = problem.manifold
         px = M.project(x0)
         zeros = ops_for(x0).broadcast_to(0 * px, (problem.n_clients, *px.shape))
-        clients = {"correction": zeros, "grad_sum": zeros, "base": zeros}
-        return {"x": x0, "px": px}, clients
+        return {"x": x0, "px": px, "start": px}, {"correction": zeros, "grad_sum": zeros}
 
     # ------------------------------------------------------------------ rules
     def client_step(
@@ -113,27 +112,31 @@ class RFedProj(SyncAlgorithm):
             z_hat = z_hat - eta * (g + correction)  # line 8
             if t + 1 < self.local_steps:  # z_{i,tau} is never used
                 z = M.project(z_hat)  # line 9
-        base = ops.broadcast_to(px, z.shape)
-        rows = {"correction": correction, "grad_sum": grad_sum, "base": base}
-        return {"x": z_hat}, rows
+        return {"x": z_hat}, {"correction": correction, "grad_sum": grad_sum}
 
     def server_step(
         self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
     ) -> State:
         px = server["px"]
         x_new = px + self.global_step_size * (uploads["x"].mean(0) - px)  # line 13
-        return {"x": x_new, "px": manifold.project(x_new)}
+        return {"x": x_new, "px": manifold.project(x_new), "start": px}
 
     def broadcast(self, server: State, phase: int) -> State:
-        """x^r, and P_M(x^r): a function of x^r that every client would compute identically, so
-        the simulation computes it once (the uplink accounting is unaffected)."""
-        return {"x": server["x"], "px": server["px"]}
+        """x^r, P_M(x^r) and the previous round's P_M(x^{r-1}): functions of the models every
+        client has received, which every client would compute identically, so the simulation
+        computes them once (the uplink accounting is unaffected)."""
+        return {"x": server["x"], "px": server["px"], "start": server["start"]}
 
     def client_finish(self, message: State, clients: State) -> State:
+        """Line 17 from the round's start point ``message["start"]`` = :math:`P_M(x^r)` and the
+        new model :math:`x^{r+1}`; the gradient sum is spent, so its rows become zeros (a
+        broadcast view: no memory between rounds)."""
         scale = self.global_step_size * self.step_size * self.local_steps
-        drift = (clients["base"] - message["x"]) / scale
-        correction = drift - clients["grad_sum"] / self.local_steps
-        return {**clients, "correction": correction}  # line 17
+        drift = (message["start"] - message["x"]) / scale  # one point, the same for all clients
+        correction = clients["grad_sum"] / -self.local_steps
+        correction += drift  # = drift - grad_sum / tau, bit for bit, without a second stack
+        spent = ops_for(drift).broadcast_to(0 * drift, correction.shape)
+        return {"correction": correction, "grad_sum": spent}  # line 17
 
     def output(self, server: State) -> Any:
         return server["px"]

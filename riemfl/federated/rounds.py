@@ -251,6 +251,7 @@ class RoundSteps:
                 nbytes += v.shape[0] * _row_nbytes(v)
             active = active[kept]
             batches = None if batches is None else batches[kept]
+            reply = uploads = v = None  # the uploads are spent: their memory is free for finish
         self.executor.finish(rule.broadcast(self.server, 0), active)
         self.totals[self.unit] += matrices / n
         self.totals["uplink_bytes"] += nbytes / n

@@ -30,12 +30,14 @@ def client_index(
 ) -> tuple[np.ndarray | slice, np.ndarray]:
     """Validate client indices.
 
-    Returns ``(index, ids)``: ``index`` is ``slice(None)`` when ``clients`` is exactly
-    ``0..n_clients-1`` in order (so stacked per-client arrays are used as views, without a gather
-    copy) and the intp array ``ids`` otherwise; ``ids`` is always the intp array.
+    Returns ``(index, ids)``: ``index`` is a slice when ``clients`` is a ``range`` of step 1
+    inside ``0..n_clients-1`` (the engine passes its blocks of consecutive clients that way) or
+    exactly ``0..n_clients-1`` in order, so stacked per-client arrays are used as views, without
+    a gather copy; otherwise it is the intp array ``ids``. ``ids`` is always the intp array.
     """
-    if isinstance(clients, range) and clients == range(n_clients):
-        return slice(None), np.arange(n_clients)
+    if isinstance(clients, range) and clients.step == 1 and 0 <= clients.start:
+        if clients.stop <= n_clients or not len(clients):
+            return slice(clients.start, clients.stop), np.arange(clients.start, clients.stop)
     ids = np.asarray(clients)
     if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
         raise ParameterError(

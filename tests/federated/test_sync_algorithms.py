@@ -22,7 +22,8 @@ from riemfl.manifolds.base import Manifold
 
 
 def _rounds_by_hand(problem, algorithm, x0, rounds):
-    """Run the algorithm's rules directly (no engine): yields (server, uploads, client rows)."""
+    """Run the algorithm's rules directly (no engine): yields (previous server, server, uploads,
+    client rows after the round's client step, client rows after client_finish)."""
     M = problem.manifold
     server, clients = algorithm.init(problem, x0)
     ctx = ClientContext(problem, np.arange(problem.n_clients))
@@ -32,8 +33,9 @@ def _rounds_by_hand(problem, algorithm, x0, rounds):
             uploads, clients = algorithm.client_step(ctx, phase, message, clients)
             old = server
             server = algorithm.server_step(M, server, phase, message, uploads)
+        stepped = clients
         clients = algorithm.client_finish(algorithm.broadcast(server, 0), clients)
-        yield old, server, uploads, clients
+        yield old, server, uploads, stepped, clients
 
 
 # ----------------------------------------------------------------------------- RFedProj (Alg. 1)
@@ -42,7 +44,7 @@ def test_rfedproj_iterates_stay_on_the_manifold(stiefel_problem):
     M = P.manifold
     alg = RFedProj(step_size=0.02, local_steps=5)
     x0 = initial_point(P, 0)
-    for _, server, uploads, _ in _rounds_by_hand(P, alg, x0, 4):
+    for _, server, uploads, _, _ in _rounds_by_hand(P, alg, x0, 4):
         M.check_point(server["px"], atol=1e-13)
         # the broadcast x^{r+1} and the uploads are not on M (Alg. 1 line 13): the projection is
         assert np.linalg.norm(server["x"] - server["px"]) > 1e-8
@@ -54,8 +56,9 @@ def test_rfedproj_equals_its_compact_form_and_corrections_average_to_zero(stiefe
     P = stiefel_problem
     eta, tau, eta_g = 0.02, 4, 1.7
     alg = RFedProj(step_size=eta, local_steps=tau, global_step_size=eta_g)
-    for old, server, _, clients in _rounds_by_hand(P, alg, initial_point(P, 3), 5):
-        grad_sums = clients["grad_sum"]
+    for old, server, _, stepped, clients in _rounds_by_hand(P, alg, initial_point(P, 3), 5):
+        grad_sums = stepped["grad_sum"]
+        np.testing.assert_array_equal(clients["grad_sum"], 0.0)  # spent by client_finish
         compact = old["px"] - eta_g * eta * grad_sums.mean(0)
         np.testing.assert_allclose(server["x"], compact, atol=1e-13)
         c = clients["correction"]
