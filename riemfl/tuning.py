@@ -5,7 +5,9 @@ The best block depends on the machine (its cache sizes and memory bandwidth), no
 the defaults below were the fastest on a 2-core x86-64 server (AMD EPYC, 512 KiB L2 per core,
 ``benchmarks/bench_manifolds.py`` and ``benchmarks/bench_asyncbezier.py``), and are a sound
 choice on any CPU with an L2 cache of 512 KiB or more. Results do not depend on them (blocks
-change the order of no floating-point sum, only which rows are processed together).
+change the order of no floating-point sum, only which rows are processed together), except that
+BLAS may pick another kernel for another stack size under ``CLIENT_BLOCK_BYTES``, which can move
+the last bit.
 
 Change one by assignment, before or between calls::
 
@@ -35,6 +37,6 @@ EVAL_BATCH_ROWS: int = 4096
 #: Bytes of uploads per block when the in-process synchronous engine runs a phase's client rule
 #: (:mod:`riemfl.federated.client_blocks`): a stack of clients whose uploads exceed this runs in
 #: blocks of consecutive clients, so the rule's temporaries are a block's, not the stack's (at
-#: 10^4 kPCA clients of d = 100, k = 5: 262 clients per block, 40 blocks per round, about 1% of
-#: the round's time).
-CLIENT_BLOCK_BYTES: int = 2**20
+#: 10^4 kPCA clients of d = 100, k = 5: 65 clients per block, 154 blocks per round; a round is
+#: faster than in one stack, as a block's arrays stay in the cache).
+CLIENT_BLOCK_BYTES: int = 2**18
