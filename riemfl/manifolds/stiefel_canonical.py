@@ -24,6 +24,7 @@ import numpy as np
 
 from ..backend import Array, cast_like, ops_for, widen
 from ..errors import ConvergenceError, CutLocusError
+from ..linalg import sym
 
 __all__ = [
     "canonical_inner",
@@ -110,21 +111,13 @@ def canonical_exp(x: Array, u: Array) -> Array:
     p = x.shape[-1]
     a = ops.mT(x) @ u
     k = u - x @ a
-    s = ops.mT(k) @ k
-    a, s = _broadcast_pair(ops, a, s)
+    s = ops.mT(k) @ k  # k has the batch of x and u, and so have a and s
     c = ops.maximum(ops.sqrt(ops.detach(ops.sum(ops.diagonal(s), axis=-1))), 1.0)[..., None, None]
     eye = ops.broadcast_to(ops.eye(p, a), a.shape)
     top = ops.concatenate([a, -s / c], axis=-1)
     bottom = ops.concatenate([c * eye, 0.0 * a], axis=-1)
     e = ops.expm(ops.concatenate([top, bottom], axis=-2))
     return x @ e[..., :p, :p] + k @ (e[..., p:, :p] / c)
-
-
-def _broadcast_pair(ops, a, b):
-    if a.shape == b.shape:
-        return a, b
-    shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))
-    return ops.broadcast_to(a, shape), ops.broadcast_to(b, shape)
 
 
 def cayley_retraction(x: Array, u: Array) -> Array:
@@ -150,8 +143,7 @@ def cayley_retraction(x: Array, u: Array) -> Array:
     p = x.shape[-1]
     a = ops.mT(x) @ u
     uhat = u - 0.5 * (x @ a)
-    s = ops.mT(uhat) @ uhat
-    a, s = _broadcast_pair(ops, a, s)
+    s = ops.mT(uhat) @ uhat  # the batch of x and u, as a's
     eye = ops.broadcast_to(ops.eye(p, a), a.shape)
     system = ops.concatenate(
         [
@@ -204,11 +196,12 @@ def canonical_log(x: Array, y: Array, *, tol: float | None = None, max_iter: int
 
     until :math:`\|C_k\|_F \le` ``tol``; then :math:`\mathrm{Log}_X(Y) = XA_k + QB_k`
     (:math:`[X, Q]\exp\begin{pmatrix} A & -B^\top \\ B & 0\end{pmatrix}` has first block column
-    :math:`[X, Q]V_k[:, :p] = Y`). The completion is the Procrustes-aligned one (its lower block
-    nearest to I, with the determinant fixed to +1: the Procrustes preprocessing of Zimmermann
-    and Hüper 2022), which starts the iteration near the answer. The iteration converges
-    linearly, the faster the closer the points (Zimmermann 2017). The matrix logarithm of the rotations is
-    :class:`~riemfl.manifolds.special_orthogonal.SpecialOrthogonal`'s.
+    :math:`[X, Q]V_k[:, :p] = Y`). The completion is the Procrustes-aligned one, its lower block
+    nearest to I (following the Procrustes preprocessing of Zimmermann and Hüper 2022), among
+    those of determinant +1 (so that :math:`V_0` has a real logarithm): it starts the iteration
+    near the answer. The iteration converges
+    linearly, the faster the closer the points (Zimmermann 2017). The matrix logarithm of the
+    rotations is :class:`~riemfl.manifolds.special_orthogonal.SpecialOrthogonal`'s.
 
     The iteration runs in float64 (float32 input is converted and the result rounded once) and
     is verified at the end: :math:`\|\mathrm{Exp}_X(\xi) - Y\|_F` must be small.
@@ -349,8 +342,7 @@ def _implicit_log(x, y, tol, max_iter):
 
     def fixed_point(xa, ya, xi):  # xi = P_X(xi + Y - Exp_X(xi)) at the solution
         d = xi + ya - canonical_exp(xa, xi)
-        xtd = xa.mT @ d
-        return d - xa @ (0.5 * (xtd + xtd.mT))
+        return d - xa @ sym(xa.mT @ d)
 
     class _Log(torch.autograd.Function):
         @staticmethod
