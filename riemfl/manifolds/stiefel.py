@@ -303,7 +303,7 @@ _NO_PARALLEL_TRANSPORT = {
     ),
     "canonical": (
         "Stiefel with the canonical metric has no closed-form parallel transport (along a "
-        "geodesic it solves a linear ODE, Edelman et al. 1998, Sec. 2.4.3); use transport() "
+        "geodesic it solves a linear ODE, Edelman et al. 1998); use transport() "
         "(projection) instead"
     ),
 }
