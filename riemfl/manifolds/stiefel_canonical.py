@@ -18,6 +18,7 @@ formed.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -322,16 +323,21 @@ def _aligned_completion(ops, top):
     return ops.concatenate([top, v[..., :, p:] @ rot], axis=-1)
 
 
-def _rotation_log(v):
-    """The principal logarithm of rotations (skew), as ConvergenceError where it is undefined."""
+@functools.lru_cache(maxsize=16)
+def _rotations(size: int):
     from .special_orthogonal import SpecialOrthogonal  # imports stiefel: not at module level
 
+    return SpecialOrthogonal(size)
+
+
+def _rotation_log(v):
+    """The principal logarithm of rotations (skew), as ConvergenceError where it is undefined."""
     size = v.shape[-1]
     if size == 1:  # St(1, 1) = {1, -1}: V = [[1]] after the completion
         return 0.0 * v
     ops = ops_for(v)
     try:
-        return SpecialOrthogonal(size).log(ops.eye(size, v), v)
+        return _rotations(size).log(ops.eye(size, v), v)
     except CutLocusError as exc:
         raise _far_apart(f"a rotation of the iteration has an angle pi ({exc})") from exc
 

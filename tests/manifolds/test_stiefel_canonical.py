@@ -2,6 +2,7 @@
 conformance kit runs in test_conformance.py, the Hessian checks in test_hessians.py)."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -110,6 +111,32 @@ def test_exp_log_within_the_injectivity_radius(shape, length):
     assert float(m.dist(x, y)) == pytest.approx(length, rel=1e-9)
 
 
+@pytest.mark.parametrize("length", [0.0, 0.5, 2.0])
+def test_torch_gradient_of_log_is_that_of_the_implicit_function(length):
+    """d/ds <W, Log_{X(s)}(Y(s))> by autograd (implicit differentiation, GMRES) against central
+    differences along retraction curves of both points; at distance 2 the fixed point's Jacobian
+    has a spectral radius near 1, where a Neumann series would not do."""
+    torch = pytest.importorskip("torch")
+    m = Stiefel(6, 2, metric="canonical")
+    x, u = frame(m, 5, 1.0)
+    y = m.exp(x, length * u)
+    rng = np.random.default_rng(6)
+    w, dx, dy = (
+        rng.standard_normal(x.shape),
+        m.random_tangent(x, rng=rng),
+        m.random_tangent(y, rng=rng),
+    )
+    xt, yt = (torch.tensor(a, requires_grad=True) for a in (x, y))
+    (torch.as_tensor(w) * m.log(xt, yt)).sum().backward()
+    auto = float(np.sum(xt.grad.numpy() * dx) + np.sum(yt.grad.numpy() * dy))
+
+    def value(h):
+        return float(np.sum(w * m.log(m.retract(x, h * dx), m.retract(y, h * dy))))
+
+    h = 1e-6
+    assert auto == pytest.approx((value(h) - value(-h)) / (2 * h), rel=1e-6, abs=1e-7)
+
+
 def test_log_raises_where_it_cannot_converge():
     m = Stiefel(6, 2, metric="canonical", log_max_iter=5)
     x, u = frame(m, 0, 2.5)
@@ -190,3 +217,14 @@ def test_names_parameters_and_constants():
         assert getattr(m, attr) == getattr(Stiefel(20, 5), attr)
     ok, why = m.supports("parallel_transport")
     assert not ok and "canonical metric" in why
+
+
+def test_the_metric_survives_pickling_and_names_the_manifold():
+    """Problems and checkpoints identify a manifold by its name (fingerprints): the metric is
+    part of it, and a pickled manifold keeps its metric and maps."""
+    m = Stiefel(6, 2, metric="canonical")
+    back = pickle.loads(pickle.dumps(m))
+    assert (back.name, back.metric, back.retraction) == (m.name, "canonical", "cayley")
+    assert back.name != Stiefel(6, 2).name
+    x, u = frame(m, 0, 1.0)
+    np.testing.assert_array_equal(back.exp(x, u), m.exp(x, u))
