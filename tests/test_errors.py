@@ -42,7 +42,8 @@ def test_every_error_is_a_riemfl_error():
     "factory",
     [
         lambda: Stiefel(3, 5),
-        lambda: Stiefel(5, 2, retraction="cayley"),
+        lambda: Stiefel(5, 2, retraction="exp"),
+        lambda: Stiefel(5, 2, metric="euclidean"),
         lambda: Stiefel(5.0, 2),
         lambda: Sphere(1),
         lambda: Grassmann(3, 3),

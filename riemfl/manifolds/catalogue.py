@@ -93,11 +93,16 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         Stiefel,
-        'Stiefel(n, p, retraction="polar"\\|"qr")',
-        "polar projection, exp (closed form), inverse polar and inverse QR retractions, log "
-        "(iterative, with tolerance)",
-        "1 / 2 sqrt(p) / pi",
-        (lambda: Stiefel(20, 5), lambda: Stiefel(20, 5, retraction="qr")),
+        'Stiefel(n, p, retraction="polar"\\|"qr"\\|"cayley", metric="embedded"\\|"canonical")',
+        "polar projection, exp (closed form), inverse polar, QR and Cayley retractions, log "
+        "(iterative, with tolerance); canonical metric: exp (closed form), log (Zimmermann's "
+        "algorithm, with tolerance), Cayley retraction (second order)",
+        "1 / 2 sqrt(p) / pi (canonical: sqrt(4/5) pi, a lower bound)",
+        (
+            lambda: Stiefel(20, 5),
+            lambda: Stiefel(20, 5, retraction="qr"),
+            lambda: Stiefel(20, 5, metric="canonical"),
+        ),
     ),
     Family(
         Grassmann,

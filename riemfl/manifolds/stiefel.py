@@ -1,8 +1,9 @@
 r"""The Stiefel manifold :math:`\mathrm{St}(n, p) = \{X \in \mathbb{R}^{n\times p} : X^\top X =
-I_p\}` with the embedded (Euclidean) metric.
+I_p\}` with the embedded (Euclidean) metric or the canonical one.
 
-Pure maps (functions of arrays) come first; :class:`Stiefel` is a thin class over them.
-Every map costs :math:`O(np^2 + p^3)`; nothing forms an n x n matrix (no Cayley transform).
+Pure maps (functions of arrays) of the embedded metric come first; those of the canonical metric
+and the Cayley retraction are in :mod:`riemfl.manifolds.stiefel_canonical`. :class:`Stiefel` is
+a thin class over them. Every map costs :math:`O(np^2 + p^3)`; nothing forms an n x n matrix.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from ..backend import Array, is_torch, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
 from .base import Manifold, result_checked
+from .stiefel_canonical import (
+    canonical_egrad_to_rgrad,
+    canonical_ehess_to_rhess,
+    canonical_exp,
+    canonical_inner,
+    canonical_log,
+    cayley_retraction,
+    inverse_cayley_retraction,
+)
 
 __all__ = [
     "Stiefel",
@@ -281,66 +291,119 @@ def inverse_qr_retraction(x: Array, y: Array) -> Array:
     return y @ r - x
 
 
+#: the metrics of :class:`Stiefel`, with their default retractions
+METRICS = {"embedded": "polar", "canonical": "cayley"}
+#: the retractions of :class:`Stiefel` (each with its closed-form inverse)
+RETRACTIONS = ("polar", "qr", "cayley")
+
+_NO_PARALLEL_TRANSPORT = {
+    "embedded": (
+        "Stiefel with the embedded metric has no closed-form parallel transport (it solves a "
+        "linear ODE, Edelman et al. 1998); use transport() (projection) instead"
+    ),
+    "canonical": (
+        "Stiefel with the canonical metric has no closed-form parallel transport (along a "
+        "geodesic it solves a linear ODE, Edelman et al. 1998); use transport() "
+        "(projection) instead"
+    ),
+}
+
+
 class Stiefel(Manifold):
     r"""Stiefel manifold :math:`\mathrm{St}(n, p)` of n x p matrices with orthonormal columns.
 
-    Embedded (Euclidean) metric :math:`\langle U, V\rangle_X = \mathrm{tr}(U^\top V)`.
+    Two metrics (``metric=``) on the same tangent spaces :math:`T_X = \{U : X^\top U + U^\top X
+    = 0\}`:
+
+    * ``"embedded"`` (default): :math:`\langle U, V\rangle_X = \mathrm{tr}(U^\top V)`;
+    * ``"canonical"``: :math:`\langle U, V\rangle_X = \mathrm{tr}(U^\top(I - \tfrac12 XX^\top)V)`
+      (Edelman et al. 1998, Sec. 2.4), the maps of :mod:`riemfl.manifolds.stiefel_canonical`.
+
+    Shared by both metrics (properties of the embedded set):
 
     * ``project``: polar factor :math:`P_M(A) = A(A^\top A)^{-1/2} = UV^\top` (thin SVD
       :math:`A = U\Sigma V^\top`); unique iff rank A = p, else ``ProjectionError``.
-    * ``retract``: ``"polar"`` (default; equals :math:`P_M(X + \xi)`, second order) or ``"qr"``
-      (:math:`\mathrm{qf}(X+\xi)`, first order); ``inverse_retract`` inverts whichever is chosen
-      (:func:`inverse_polar_retraction`, :func:`inverse_qr_retraction`).
-    * ``exp``: exact closed form (:func:`stiefel_exp`); ``log``: iterative
-      (:func:`stiefel_log`); ``dist`` = norm of log.
-    * ``transport``: projection onto :math:`T_Y`; exact parallel transport has no closed form for
-      this metric (it solves a linear ODE), so ``parallel_transport`` raises.
-    * ``ehess_to_rhess``: :math:`P_{T_X}(\nabla^2\bar f(X)[U] - U\,\mathrm{sym}(X^\top
-      \nabla\bar f(X)))` (:func:`stiefel_ehess_to_rhess`).
+    * ``to_tangent``: :math:`A - X\,\mathrm{sym}(X^\top A)`, the orthogonal projection in the
+      Frobenius inner product and also in :math:`\mathrm{tr}(A^\top(I - \tfrac12 XX^\top)B)`,
+      the canonical metric extended to the ambient space: both make the normal space
+      :math:`\{XS : S = S^\top\}`.
+    * ``retract``: ``"polar"`` (:math:`P_M(X + \xi)`), ``"qr"`` (:math:`\mathrm{qf}(X+\xi)`) or
+      ``"cayley"`` (:func:`~riemfl.manifolds.stiefel_canonical.cayley_retraction`), the default
+      being the metric's second-order one: polar for the embedded metric, Cayley for the
+      canonical. QR is first order for both, polar first order for the canonical metric and
+      Cayley first order for the embedded one. ``inverse_retract`` inverts whichever is chosen
+      (:func:`inverse_polar_retraction`, :func:`inverse_qr_retraction`,
+      :func:`~riemfl.manifolds.stiefel_canonical.inverse_cayley_retraction`).
+    * ``transport``: projection onto :math:`T_Y` (a vector transport for both metrics); exact
+      parallel transport has no closed form for either metric (it solves a linear ODE), so
+      ``parallel_transport`` raises.
 
-    Constants: proximal smoothness :math:`\hat\gamma = 1`: if :math:`\|A - X\|_F < 1` for some
-    X on St then :math:`\sigma_{\min}(A) > 0`, so the polar factor is unique, and the bound is
-    attained by zeroing a column of X (Zhang et al. 2024 write :math:`2\gamma = 1`). Ambient
-    diameter :math:`2\sqrt p` (attained at X and -X). Injectivity radius :math:`\pi`
-    (Zimmermann and Stoye 2024 for the Euclidean metric; p = 1 is the sphere).
+    Per metric: ``inner``/``norm``; ``egrad_to_rgrad`` (embedded: ``to_tangent``; canonical
+    :math:`G - XG^\top X`); ``exp``, exact (:func:`stiefel_exp`,
+    :func:`~riemfl.manifolds.stiefel_canonical.canonical_exp`); ``log``, iterative
+    (:func:`stiefel_log`; Zimmermann's algorithm,
+    :func:`~riemfl.manifolds.stiefel_canonical.canonical_log`); ``dist`` = norm of log;
+    ``ehess_to_rhess`` (:func:`stiefel_ehess_to_rhess`,
+    :func:`~riemfl.manifolds.stiefel_canonical.canonical_ehess_to_rhess`).
+
+    Constants: proximal smoothness :math:`\hat\gamma = 1` (of the set, for both metrics): if
+    :math:`\|A - X\|_F < 1` for some X on St then :math:`\sigma_{\min}(A) > 0`, so the polar
+    factor is unique, and the bound is attained by zeroing a column of X (Zhang et al. 2024
+    write :math:`2\gamma = 1`). Ambient diameter :math:`2\sqrt p` (attained at X and -X; the
+    library's ``diameter`` is the ambient one for every metric). Injectivity radius: embedded
+    :math:`\pi` (Zimmermann and Stoye 2024; p = 1 is the sphere); canonical
+    :math:`\sqrt{4/5}\,\pi \approx 0.894\pi`, a lower bound (Rentmeesters 2013: Klingenberg's
+    estimate with the sectional curvature bound 5/4; the exact value is conjectured to be about
+    :math:`0.914\pi`, Absil and Mataigne 2024), and :math:`\pi` where the canonical metric is
+    the sphere's (p = 1) or half the embedded one of O(p) (n = p).
 
     Parameters
     ----------
     n, p : int
         Matrix shape, ``n >= p >= 1``.
-    retraction : {"polar", "qr"}
-        The default retraction.
+    retraction : {"polar", "qr", "cayley"}, optional
+        The default retraction (default: the metric's second-order one, ``"polar"`` for the
+        embedded metric and ``"cayley"`` for the canonical one).
+    metric : {"embedded", "canonical"}
+        The Riemannian metric.
     log_tol, log_max_iter
         Tolerance and iteration limit of the logarithm's solver.
     """
-
-    unsupported = {
-        "parallel_transport": (
-            "Stiefel with the embedded metric has no closed-form parallel transport (it solves a "
-            "linear ODE, Edelman et al. 1998); use transport() (projection) instead"
-        )
-    }
 
     def __init__(
         self,
         n: int,
         p: int,
-        retraction: str = "polar",
+        retraction: str | None = None,
         *,
+        metric: str = "embedded",
         log_tol: float | None = None,
         log_max_iter: int = 200,
     ) -> None:
         ints = all(isinstance(v, (int, np.integer)) for v in (n, p))
         if not ints or not n >= p >= 1:
             raise ParameterError(f"Stiefel(n, p) needs integers n >= p >= 1, got n={n!r}, p={p!r}")
-        if retraction not in ("polar", "qr"):
-            raise ParameterError(f"Stiefel retraction must be 'polar' or 'qr', got {retraction!r}")
+        if metric not in METRICS:
+            raise ParameterError(
+                f"Stiefel metric must be one of {', '.join(repr(m) for m in METRICS)}, "
+                f"got {metric!r}"
+            )
+        default = METRICS[metric]
+        retraction = default if retraction is None else retraction
+        if retraction not in RETRACTIONS:
+            raise ParameterError(
+                f"Stiefel retraction must be one of {', '.join(repr(r) for r in RETRACTIONS)}, "
+                f"got {retraction!r}"
+            )
         self.n, self.p = int(n), int(p)
+        self.metric = metric
         self.retraction = retraction
         self.log_tol = log_tol
         self.log_max_iter = int(log_max_iter)
         self.point_shape = (self.n, self.p)
-        suffix = "" if retraction == "polar" else ", retraction='qr'"
+        self.unsupported = {"parallel_transport": _NO_PARALLEL_TRANSPORT[metric]}
+        suffix = "" if metric == "embedded" else f", metric='{metric}'"
+        suffix += "" if retraction == default else f", retraction='{retraction}'"
         self.name = f"Stiefel({self.n}, {self.p}{suffix})"
 
     @property
@@ -348,13 +411,20 @@ class Stiefel(Manifold):
         return self.n * self.p - self.p * (self.p + 1) // 2
 
     proximal_smoothness = 1.0
-    injectivity_radius = math.pi
 
-    # the cheap maps (see Manifold._result_checked): to_tangent is a polynomial in X and A; both
-    # retractions reach a guarded polar factor, a Cholesky factor whose failure falls back on
-    # Householder QR, or a triangular solve, each of which returns NaN or raises on non-finite
-    # input; x is not read by the metric nor by transport. exp, log and inverse_retract (matrix
-    # exponentials, iterations, dense solves) check their arguments first
+    @property
+    def injectivity_radius(self) -> float:
+        if self.metric == "embedded" or self.p == 1 or self.n == self.p:
+            return math.pi
+        return math.sqrt(0.8) * math.pi
+
+    # the cheap maps (see Manifold._result_checked): to_tangent and the canonical gradient are
+    # polynomials in X and A; the retractions reach a guarded polar factor, a Cholesky factor
+    # whose failure falls back on Householder QR, a triangular solve or (Cayley) a dense solve,
+    # each of which returns NaN or raises on non-finite input; x is not read by the embedded
+    # metric nor by transport (the canonical metric reads it, and is checked first all the
+    # same). exp, log and inverse_retract (matrix exponentials, iterations, dense solves) check
+    # their arguments first
     _result_checked = result_checked(
         "to_tangent", "egrad_to_rgrad", "retract", inner=(0,), norm=(0,), transport=(0,)
     )
@@ -368,20 +438,43 @@ class Stiefel(Manifold):
 
     _to_tangent = staticmethod(stiefel_to_tangent)
 
+    def _egrad_to_rgrad(self, x, g):
+        if self.metric == "canonical":
+            return canonical_egrad_to_rgrad(x, g)
+        return stiefel_to_tangent(x, g)
+
+    def _inner(self, x, u, v):
+        if self.metric == "canonical":
+            return canonical_inner(x, u, v)
+        return ops_for(u, v).sum(u * v, axis=(-2, -1))
+
     def _retract(self, x, u):
         if self.retraction == "qr":
             return qr_retraction(x, u)
+        if self.retraction == "cayley":
+            return cayley_retraction(x, u)
         return polar(x + u, what=f"matrix X + U of {self.name}.retract")
 
     def _inverse_retract(self, x, y):
         if self.retraction == "qr":
             return inverse_qr_retraction(x, y)
+        if self.retraction == "cayley":
+            return inverse_cayley_retraction(x, y)
         return inverse_polar_retraction(x, y)
 
-    _exp = staticmethod(stiefel_exp)
-    _ehess_to_rhess = staticmethod(stiefel_ehess_to_rhess)
+    def _exp(self, x, u):
+        if self.metric == "canonical":
+            return canonical_exp(x, u)
+        return stiefel_exp(x, u)
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        if self.metric == "canonical":
+            return canonical_ehess_to_rhess(x, g, h, u)
+        return stiefel_ehess_to_rhess(x, g, h, u)
 
     def _log(self, x, y):
+        if self.metric == "canonical":
+            return canonical_log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)
         return stiefel_log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)
 
     def _random_point(self, batch_shape, rng):

@@ -67,6 +67,39 @@ def test_the_formulas_of_pymanopts_own_manifolds(name):
         )
 
 
+def canonical_covariant_derivative(m, x, u, fn, h=1e-5):
+    """nabla_u grad f = d/dt grad f(Exp_x(tu)) at t = 0 + Gamma_c(u, grad f(x)), the connection
+    of the canonical metric from its Christoffel function (Edelman et al. 1998, eq. 2.49)."""
+
+    def grad(t):
+        y = m.exp(x, t * u)
+        return m.egrad_to_rgrad(y, fn.egrad(y))
+
+    g = grad(0.0)
+    qu, qg = u - x @ (x.T @ u), g - x @ (x.T @ g)
+    christoffel = 0.5 * ((u @ g.T + g @ u.T) @ x + x @ (u.T @ qg + g.T @ qu))
+    return (grad(h) - grad(-h)) / (2 * h) + christoffel
+
+
+@pytest.mark.parametrize("shape", [(6, 2), (4, 3), (5, 1), (3, 3)])
+@pytest.mark.parametrize("seed", range(3))
+def test_canonical_stiefel_hessian_is_the_covariant_derivative_of_the_gradient(shape, seed):
+    """The canonical metric is not induced by the ambient space, so the kit's finite-difference
+    check (the gradient transported back by projection) does not apply to it (see
+    test_conformance.py): the Hessian is checked against the canonical Levi-Civita connection,
+    and the kit's other checks pass. The Riesz map of h alone (no connection term) fails."""
+    m = Stiefel(*shape, metric="canonical")
+    x, u, v, fn = frame(m, seed)
+    exact = m.ehess_to_rhess(x, fn.egrad(x), fn.ehess(x, u), u)
+    reference = canonical_covariant_derivative(m, x, u, fn)
+    np.testing.assert_allclose(exact, reference, atol=1e-7)
+    wrong = StiefelCanonicalNoChristoffel(*shape, metric="canonical")
+    off = wrong.ehess_to_rhess(x, fn.egrad(x), fn.ehess(x, u), u) - reference
+    assert np.max(np.abs(off)) > 1e-3
+    run("symmetric", m, seed)
+    run("taylor", m, seed)
+
+
 # ------------------------------------------------------------- the checks can fail
 class SphereWithoutCurvature(Sphere):
     """The projected Euclidean Hessian alone: self-adjoint, but the Weingarten term is missing."""
@@ -97,6 +130,20 @@ class GrassmannTextbook(Grassmann):
         return self._to_tangent(x, h) - u @ (x.T @ g)
 
 
+class StiefelCanonicalNoChristoffel(Stiefel):
+    """The canonical gradient map of h alone, h - X h^T X: self-adjoint, no connection term."""
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return self._egrad_to_rgrad(x, h)
+
+
+class StiefelCanonicalEmbeddedHessian(Stiefel):
+    """The embedded metric's Hessian with the canonical metric: wrong, and not self-adjoint."""
+
+    def _ehess_to_rhess(self, x, g, h, u):
+        return Stiefel(*self.point_shape).ehess_to_rhess(x, g, h, u)
+
+
 def run(check, manifold, seed, *, rotation_invariant=False):
     x, u, v, fn = frame(manifold, seed, rotation_invariant=rotation_invariant)
     if check == "symmetric":
@@ -114,8 +161,26 @@ def run(check, manifold, seed, *, rotation_invariant=False):
         (SphereWithoutCurvature(5), Sphere(5), ["taylor", "gradient"], ["symmetric"]),
         (SphereNotSelfAdjoint(5), Sphere(5), ["symmetric", "gradient"], []),
         (SimplexEmbedded(5, 30), Simplex(5, 30), ["taylor", "gradient"], ["symmetric"]),
+        (
+            StiefelCanonicalNoChristoffel(6, 2, metric="canonical"),
+            Stiefel(6, 2, metric="canonical"),
+            ["taylor"],
+            ["symmetric"],
+        ),
+        (
+            StiefelCanonicalEmbeddedHessian(6, 2, metric="canonical"),
+            Stiefel(6, 2, metric="canonical"),
+            ["symmetric", "taylor"],
+            [],
+        ),
     ],
-    ids=["sphere-no-curvature", "sphere-not-self-adjoint", "simplex-no-christoffel"],
+    ids=[
+        "sphere-no-curvature",
+        "sphere-not-self-adjoint",
+        "simplex-no-christoffel",
+        "stiefel-canonical-no-christoffel",
+        "stiefel-canonical-embedded-hessian",
+    ],
 )
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_kits_checks_fail_on_a_wrong_hessian(wrong, right, failing, passing, seed):

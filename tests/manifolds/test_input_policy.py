@@ -256,6 +256,8 @@ RESULT_CHECKED = {
     "Sphere": Sphere(4),
     "StiefelPolar": Stiefel(5, 2),
     "StiefelQR": Stiefel(5, 2, retraction="qr"),
+    "StiefelCanonical": Stiefel(5, 2, metric="canonical"),  # the Cayley retraction
+    "StiefelCanonicalPolar": Stiefel(5, 2, "polar", metric="canonical"),
     "Grassmann": Grassmann(5, 2),
     "Lorentz": Lorentz(3, beta=2.5),
     "Product": Product(Sphere(3), Stiefel(4, 2), Lorentz(2)),
