@@ -81,6 +81,7 @@ def _shared() -> dict[str, argparse.ArgumentParser]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``riemfl`` command."""
     from ..experiments.registry import ALGORITHM_NAMES, ASYNC_RULE_NAMES, PROBLEMS
+    from ..federated.tangent import UPLOADS
 
     shared = _shared()
     doc = "The riemfl command: manifolds, federated runs and paper reproductions."
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--global-step", type=_positive, default=None, help="eta_g (RFedProj; 1)")
     r.add_argument("--mu", type=_nonnegative, default=None, help="proximal weight (RFedProx; 1)")
     r.add_argument("--operators", choices=("approximate", "exact"), default="approximate")
+    r.add_argument(
+        "--upload",
+        choices=UPLOADS,
+        default=None,
+        help="what RFedAvg/RFedProx/RFedSVRG clients upload: their points (default) or the "
+        "tangent vectors at x^r, whose sum alone the server then needs",
+    )
     r.add_argument(
         "--clients",
         type=_int_at_least(1),

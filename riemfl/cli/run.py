@@ -39,6 +39,7 @@ SYNC_ONLY: dict[str, tuple[str, ...] | None] = {
     "grad_tol": None,
     "global_step": ("rfedproj",),
     "mu": ("rfedprox",),
+    "upload": ("rfedavg", "rfedprox", "rfedsvrg"),
 }
 
 
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         global_step_size=1.0 if args.global_step is None else args.global_step,
         mu=1.0 if args.mu is None else args.mu,
         operators=args.operators,
+        upload=args.upload or "point",
     )
     if args.clients_per_round is not None and args.clients_per_round > problem.n_clients:
         raise ParameterError(

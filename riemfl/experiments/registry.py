@@ -162,14 +162,15 @@ class SyncSettings:
     global_step_size: float = 1.0
     mu: float = 1.0
     operators: str = "approximate"
+    upload: str = "point"
 
 
 #: the synchronous algorithms, by name (``riemfl run ... --algorithm NAME``)
 ALGORITHMS: dict[str, Callable[[SyncSettings], SyncAlgorithm]] = {
     "rfedproj": lambda s: RFedProj(s.step_size, s.local_steps, s.global_step_size),
-    "rfedavg": lambda s: RFedAvg(s.step_size, s.local_steps, s.operators),
-    "rfedprox": lambda s: RFedProx(s.step_size, s.local_steps, s.mu, s.operators),
-    "rfedsvrg": lambda s: RFedSVRG(s.step_size, s.local_steps, s.operators),
+    "rfedavg": lambda s: RFedAvg(s.step_size, s.local_steps, s.operators, s.upload),
+    "rfedprox": lambda s: RFedProx(s.step_size, s.local_steps, s.mu, s.operators, s.upload),
+    "rfedsvrg": lambda s: RFedSVRG(s.step_size, s.local_steps, s.operators, s.upload),
 }
 ALGORITHM_NAMES = tuple(ALGORITHMS)
 
@@ -295,11 +296,12 @@ def build_algorithm(
     global_step_size: float = 1.0,
     mu: float = 1.0,
     operators: str = "approximate",
+    upload: str = "point",
 ) -> SyncAlgorithm:
     """The algorithm called ``name`` (a key of :data:`ALGORITHMS`) with its parameters."""
     if name not in ALGORITHMS:
         raise ParameterError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
-    settings = SyncSettings(step_size, local_steps, global_step_size, mu, operators)
+    settings = SyncSettings(step_size, local_steps, global_step_size, mu, operators, upload)
     return ALGORITHMS[name](settings)
 
 

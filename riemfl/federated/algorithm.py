@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
+from .aggregation import PlainSum
 from .serialise import describe_parameters
 
 Array = Any
@@ -197,11 +198,43 @@ class SyncAlgorithm(abc.ABC):
         (shape, finite values) and drops failing clients before the server step.
         """
 
-    @abc.abstractmethod
     def server_step(
         self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
     ) -> State:
-        """Aggregate the uploads of the surviving clients; return the new server state."""
+        """Aggregate the uploads of the surviving clients; return the new server state.
+
+        The default serves sum-only phases: :meth:`server_step_from_sum` of the stack's sum.
+        A rule with a phase that needs each upload overrides it.
+        """
+        if not self.sum_only(phase):
+            raise NotImplementedError(f"{self.name}: no server step for phase {phase}")
+        total, count = PlainSum().aggregate(uploads, phase)
+        return self.server_step_from_sum(manifold, server, phase, message, total, count)
+
+    def sum_only(self, phase: int) -> bool:
+        """Whether the server step of ``phase`` needs only the sum of the uploads and their
+        number (default: False).
+
+        The engines then call :meth:`server_step_from_sum` with what an aggregator hands them
+        (:mod:`riemfl.federated.aggregation`), never the individual uploads, so such a phase can
+        run under secure aggregation or with noise added to the sum.
+        """
+        return False
+
+    def server_step_from_sum(
+        self,
+        manifold: Manifold,
+        server: State,
+        phase: int,
+        message: State,
+        total: State,
+        count: int,
+    ) -> State:
+        r"""The server step of a sum-only phase from :math:`\sum_j u_j` (per upload key) over
+        the ``count`` accepted uploads."""
+        raise NotImplementedError(
+            f"{self.name}: the server step of phase {phase} needs each upload, not only their sum"
+        )
 
     def client_finish(self, message: State, clients: State) -> State:
         """Rows of the round's survivors after the new global model arrives (default: same)."""

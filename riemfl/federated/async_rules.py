@@ -126,6 +126,9 @@ class AsyncRule(Checkpointable, abc.ABC):
     """
 
     name: str = "rule"
+    #: whether the server step reads only the sum of the updates received, never one update
+    #: (then it can run under secure aggregation: :mod:`riemfl.federated.aggregation`)
+    sum_only: bool = False
 
     def __init__(
         self, server_lr: float = 1.0, operators: str = "approximate", staleness: Any = "constant"
@@ -638,6 +641,12 @@ class FedBuff(AsyncRule):
         self.outside_reach = outside_reach
         self.buffer = SumBuffer()
         self._point_shape: tuple[int, ...] | None = None  # the run's, checked when loading
+
+    @property
+    def sum_only(self) -> bool:  # type: ignore[override]
+        """True unless ``staleness_scaling``: the staleness weight of each update is known to
+        the server only, so it would have to see the updates one by one."""
+        return not self.staleness_scaling
 
     def validate(self, manifold):
         ok, why = manifold.supports("project")

@@ -30,6 +30,7 @@ import numpy as np
 from ..backend import is_torch
 from ..errors import ParameterError
 from ..problems.base import FederatedProblem
+from .aggregation import Aggregator
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import require_layout
 from .client_blocks import BlockAssembler, StackOutcome, block_ranges, clients_per_block
@@ -236,6 +237,7 @@ def run_sync(
     desc: str | None = None,
     grad_tol: float | None = None,
     on_round: Callable[[int, History], None] | None = None,
+    aggregator: Aggregator | None = None,
 ) -> History:
     """Run ``rounds`` synchronous rounds of ``algorithm`` on ``problem``.
 
@@ -269,6 +271,10 @@ def run_sync(
         Stop after the first round whose Riemannian gradient norm is at most ``grad_tol``.
     on_round : callable, optional
         Called as ``on_round(r, history)`` after every round (e.g. an outer progress bar).
+    aggregator : Aggregator, optional
+        What the server step of a sum-only phase receives: ``aggregate(uploads, phase)`` ->
+        (sum per key, count) (default :class:`~riemfl.federated.aggregation.PlainSum`; see
+        :mod:`riemfl.federated.aggregation`). Phases that need each upload ignore it.
 
     Returns
     -------
@@ -318,6 +324,7 @@ def run_sync(
         clients_per_round=clients_per_round,
         batch_size=batch_size,
         dtype=dtype,
+        aggregator=aggregator,
     )
     options = RunOptions(
         rounds,

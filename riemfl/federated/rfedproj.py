@@ -114,11 +114,21 @@ class RFedProj(SyncAlgorithm):
                 z = M.project(z_hat)  # line 9
         return {"x": z_hat}, {"correction": correction, "grad_sum": grad_sum}
 
-    def server_step(
-        self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
+    def sum_only(self, phase: int) -> bool:
+        """Line 13 reads only the sum of the uploads: RFedProj runs under secure aggregation."""
+        return True
+
+    def server_step_from_sum(
+        self,
+        manifold: Manifold,
+        server: State,
+        phase: int,
+        message: State,
+        total: State,
+        count: int,
     ) -> State:
         px = server["px"]
-        x_new = px + self.global_step_size * (uploads["x"].mean(0) - px)  # line 13
+        x_new = px + self.global_step_size * (total["x"] / count - px)  # line 13
         return {"x": x_new, "px": manifold.project(x_new), "start": px}
 
     def broadcast(self, server: State, phase: int) -> State:

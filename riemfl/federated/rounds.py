@@ -33,6 +33,7 @@ import numpy as np
 from ..backend import is_torch
 from ..errors import ClientFailureError
 from ..problems.base import sample_batches
+from .aggregation import Aggregator, PlainSum, server_update
 from .checkpoint import require_layout
 from .faults import FaultRecorder, row_problems, stack_problem
 from .run_core import Stateful
@@ -121,6 +122,12 @@ class ServerRule(Protocol):
         self, manifold: Any, server: State, phase: int, message: State, uploads: State
     ) -> State: ...
 
+    def sum_only(self, phase: int) -> bool: ...
+
+    def server_step_from_sum(
+        self, manifold: Any, server: State, phase: int, message: State, total: State, count: int
+    ) -> State: ...
+
     def output(self, server: State) -> Any: ...
 
 
@@ -189,6 +196,9 @@ class RoundSteps:
         Partial participation and mini-batches (:func:`sample_round`).
     dtype : dtype, optional
         The model's floating dtype: uploads of another dtype are refused.
+    aggregator : Aggregator, optional
+        What a sum-only phase's server step sees of the accepted uploads (default
+        :class:`~riemfl.federated.aggregation.PlainSum`; :mod:`riemfl.federated.aggregation`).
     clock : callable
         The CPU clock of the server's share (default :func:`time.process_time`).
     """
@@ -206,6 +216,7 @@ class RoundSteps:
         clients_per_round: int | None = None,
         batch_size: int | None = None,
         dtype: Any = None,
+        aggregator: Aggregator | None = None,
         clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.rule, self.executor, self.problem = rule, executor, problem
@@ -215,6 +226,7 @@ class RoundSteps:
         self.rng, self.faults = rng, faults
         self.clients_per_round, self.batch_size = clients_per_round, batch_size
         self.dtype, self.clock = dtype, clock
+        self.aggregator = PlainSum() if aggregator is None else aggregator
         # uplink in points of the manifold, or in floats for flat vectors (no manifold)
         self.point_size = math.prod(getattr(self.manifold, "point_shape", (1,)))
         self.unit = "uplink_matrices" if self.manifold is not None else "uplink_floats"
@@ -243,7 +255,9 @@ class RoundSteps:
             t1 = self.clock()
             kept, uploads = self._judge(step, phase, active, reply)
             self.executor.accept(phase, active, kept)
-            self.server = rule.server_step(self.manifold, self.server, phase, message, uploads)
+            self.server = server_update(
+                rule, self.manifold, self.server, phase, message, uploads, self.aggregator
+            )
             clients_cpu = t1 - t0 if reply.cpu_time is None else reply.cpu_time
             cpu += clients_cpu + self.clock() - t1
             for v in uploads.values():

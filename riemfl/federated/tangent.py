@@ -10,6 +10,13 @@ and with ``operators="approximate"`` (the default, as in Li & Ma's code) the man
 retraction and its inverse. Transport :math:`\Gamma` is parallel transport (exact, where the
 manifold has it) or the manifold's vector transport.
 
+What clients upload (``upload=``): ``"point"`` (the default, as in Li & Ma 2022) sends
+:math:`x_{i,\tau}` and the server computes each :math:`R_{x^r}^{-1}(x_{i,\tau})`, so it needs
+every upload; ``"tangent"`` sends :math:`u_i = R_{x^r}^{-1}(x_{i,\tau})` (the client knows
+:math:`x^r`) and the server takes :math:`R_{x^r}(\frac1m\sum_i u_i)` from the sum alone: the same
+step computed on the other side of the link, so the phase can run under secure aggregation
+(:mod:`riemfl.federated.aggregation`).
+
 On Euclidean space every map is the flat one, so RFedAvg is FedAvg, RFedProx is FedProx and
 RFedSVRG is the FedSVRG/SCAFFOLD-like method with an anchor gradient.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import ops_for
+from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
 from .algorithm import (
@@ -33,13 +41,25 @@ from .algorithm import (
 __all__ = ["RFedAvg", "RFedProx", "RFedSVRG"]
 
 
+#: what a client of a tangent-space-mean rule may upload
+UPLOADS = ("point", "tangent")
+
+
 class _TangentMean(SyncAlgorithm):
     """Shared parameters, state and the tangent-space-mean server step."""
 
-    def __init__(self, step_size: float, local_steps: int, operators: str) -> None:
+    #: the phase whose uploads are the local models
+    model_phase = 0
+
+    def __init__(self, step_size: float, local_steps: int, operators: str, upload: str) -> None:
         self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_local_steps(local_steps)
         self.operators = Operators(operators)
+        if upload not in UPLOADS:
+            raise ParameterError(
+                f"{self.name}: upload must be one of {list(UPLOADS)}, got {upload!r}"
+            )
+        self.upload = upload
 
     def validate(self, problem: FederatedProblem) -> None:
         self.operators.require(problem.manifold)
@@ -51,17 +71,45 @@ class _TangentMean(SyncAlgorithm):
     def output(self, server: State) -> Any:
         return server["x"]
 
-    def _aggregate(self, manifold: Manifold, x: Any, locals_: Any) -> Any:
-        """:math:`R_x(\\frac1m \\sum_j R_x^{-1}(x_j))` over the stack ``locals_``."""
-        ops = ops_for(x, locals_)
-        anchors = ops.broadcast_to(x, locals_.shape)
-        mean = self.operators.inverse_step(manifold, anchors, locals_).mean(0)
-        return self.operators.step(manifold, x, mean)
+    def _local_result(self, manifold: Manifold, x: Any, z: Any) -> State:
+        """The upload of the stack of local models ``z`` started from ``x``: the points, or
+        their inverse retractions at x (``upload``)."""
+        if self.upload == "point":
+            return {"x": z}
+        anchors = ops_for(x, z).broadcast_to(x, z.shape)
+        return {"u": self.operators.inverse_step(manifold, anchors, z)}
 
     def server_step(
         self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
     ) -> State:
-        return {"x": self._aggregate(manifold, server["x"], uploads["x"])}
+        if not self.sum_only(phase):  # points: the server takes each inverse retraction
+            x, locals_ = server["x"], uploads["x"]
+            anchors = ops_for(x, locals_).broadcast_to(x, locals_.shape)
+            mean = self.operators.inverse_step(manifold, anchors, locals_).mean(0)
+            return {"x": self.operators.step(manifold, x, mean)}
+        return super().server_step(manifold, server, phase, message, uploads)
+
+    def sum_only(self, phase: int) -> bool:
+        """Sum-only unless the phase's uploads are points (``upload="point"``)."""
+        return self.upload == "tangent" or phase != self.model_phase
+
+    def server_step_from_sum(
+        self,
+        manifold: Manifold,
+        server: State,
+        phase: int,
+        message: State,
+        total: State,
+        count: int,
+    ) -> State:
+        """:math:`R_{x^r}(\\frac1m\\sum_i u_i)` from the sum of the tangent uploads."""
+        if not self.sum_only(phase):
+            return super().server_step_from_sum(manifold, server, phase, message, total, count)
+        return {"x": self.operators.step(manifold, server["x"], total["u"] / count)}
+
+    def upload_shapes(self, problem: FederatedProblem, phase: int) -> dict[str, tuple[int, ...]]:
+        key = "x" if self.upload == "point" else "u"
+        return {key: tuple(problem.manifold.point_shape)}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "operators": self.operators.kind}
@@ -91,6 +139,9 @@ class RFedProx(_TangentMean):
         ``mu=0`` is RFedAvg.
     operators : {"approximate", "exact"}
         Retraction / inverse retraction / vector transport, or Exp / Log / parallel transport.
+    upload : {"point", "tangent"}
+        What clients upload: their local models, or the inverse retractions of them at
+        :math:`x^r` (sum-only, module docstring).
     """
 
     name = "rfedprox"
@@ -101,8 +152,9 @@ class RFedProx(_TangentMean):
         local_steps: int = 10,
         mu: float = 1.0,
         operators: str = "approximate",
+        upload: str = "point",
     ) -> None:
-        super().__init__(step_size, local_steps, operators)
+        super().__init__(step_size, local_steps, operators, upload)
         self.mu = check_step_size("mu", mu, allow_zero=True)
 
     def client_step(
@@ -118,20 +170,24 @@ class RFedProx(_TangentMean):
                 pull = M.to_tangent(z, op.inverse_step(M, z, anchors))
                 direction = direction - self.mu * pull
             z = op.step(M, z, -self.step_size * direction)
-        return {"x": z}, clients
+        return self._local_result(M, x, z), clients
 
 
 class RFedAvg(RFedProx):
     r"""RFedAvg: FedAvg on a manifold, :math:`x_{i,t+1} = R_{x_{i,t}}(-\eta\,\operatorname{grad}
     f_i(x_{i,t}))` from :math:`x_{i,0} = x^r`, then the tangent-space mean (RFedProx with
-    :math:`\mu = 0`)."""
+    :math:`\mu = 0`; parameters as RFedProx's)."""
 
     name = "rfedavg"
 
     def __init__(
-        self, step_size: float, local_steps: int = 10, operators: str = "approximate"
+        self,
+        step_size: float,
+        local_steps: int = 10,
+        operators: str = "approximate",
+        upload: str = "point",
     ) -> None:
-        super().__init__(step_size, local_steps, mu=0.0, operators=operators)
+        super().__init__(step_size, local_steps, mu=0.0, operators=operators, upload=upload)
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -152,7 +208,8 @@ class RFedSVRG(_TangentMean):
                   - \Gamma_{x^r \to x_{i,t}}\big(\operatorname{grad} f_i(x^r)
                   - \operatorname{grad} f(x^r)\big)\big]\Big),
 
-       upload :math:`x_{i,\tau}`; the server takes the tangent-space mean.
+       upload :math:`x_{i,\tau}` (or, with ``upload="tangent"``, its inverse retraction at
+       :math:`x^r`); the server takes the tangent-space mean.
 
     The anchor gradient of the server is the mean over the clients whose phase-0 upload arrived
     (all n under full participation, as in the paper), so the correction terms of those clients
@@ -162,11 +219,16 @@ class RFedSVRG(_TangentMean):
 
     name = "rfedsvrg"
     n_phases = 2
+    model_phase = 1
 
     def __init__(
-        self, step_size: float, local_steps: int = 10, operators: str = "approximate"
+        self,
+        step_size: float,
+        local_steps: int = 10,
+        operators: str = "approximate",
+        upload: str = "point",
     ) -> None:
-        super().__init__(step_size, local_steps, operators)
+        super().__init__(step_size, local_steps, operators, upload)
 
     def init(self, problem: FederatedProblem, x0: Any) -> tuple[State, State]:
         server, _ = super().init(problem, x0)
@@ -192,15 +254,24 @@ class RFedSVRG(_TangentMean):
         for t in range(self.local_steps):
             correction = op.transport(M, anchors, z, drift) if t else drift
             z = op.step(M, z, -self.step_size * (ctx.rgrads(z, t) - correction))
-        return {"x": z}, clients
+        return self._local_result(M, x, z), clients
 
-    def server_step(
-        self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
+    def server_step_from_sum(
+        self,
+        manifold: Manifold,
+        server: State,
+        phase: int,
+        message: State,
+        total: State,
+        count: int,
     ) -> State:
+        """Phase 0: the anchor gradient :math:`\\frac1m\\sum_i \\operatorname{grad} f_i(x^r)`;
+        phase 1: the tangent-space mean."""
         if phase == 0:
-            return {**server, "grad": uploads["grad"].mean(0)}
-        return {"x": self._aggregate(manifold, server["x"], uploads["x"])}
+            return {**server, "grad": total["grad"] / count}
+        return super().server_step_from_sum(manifold, server, phase, message, total, count)
 
     def upload_shapes(self, problem: FederatedProblem, phase: int) -> dict[str, tuple[int, ...]]:
-        key = "grad" if phase == 0 else "x"
-        return {key: tuple(problem.manifold.point_shape)}
+        if phase == 0:
+            return {"grad": tuple(problem.manifold.point_shape)}
+        return super().upload_shapes(problem, phase)

@@ -60,6 +60,15 @@ class FloralServer:
         x, info = self.aggregator.aggregate(server["x"], uploads["x"], uploads["n"], pi)
         return {"x": x, "info": {k: float(v) for k, v in info.items()}}
 
+    def sum_only(self, phase: int) -> bool:
+        """No: each client's adaptors are weighed by its own router probabilities."""
+        return False
+
+    def server_step_from_sum(
+        self, manifold: Any, server: State, phase: int, message: State, total: State, count: int
+    ) -> State:
+        raise NotImplementedError("FLoRAL's aggregation needs each client's upload")
+
     def output(self, server: State) -> np.ndarray:
         return server["x"]
 

@@ -1,0 +1,68 @@
+r"""What the server sees of the uploads: the whole stack, or only their sum.
+
+A synchronous rule declares, per phase, whether its server step needs only
+:math:`\sum_j u_j` and the number of uploads
+(:meth:`~riemfl.federated.algorithm.SyncAlgorithm.sum_only`). For such a phase the round
+(:class:`~riemfl.federated.rounds.RoundSteps`) hands the uploads to an :class:`Aggregator` and
+calls :meth:`~riemfl.federated.algorithm.SyncAlgorithm.server_step_from_sum` with its answer
+alone: the server rule never receives an individual upload, which is what secure aggregation
+(the server learns only the sum) and central differential privacy (noise added to the sum)
+require.
+
+Which rules are sum-only:
+
+* **RFedProj** (Zhang et al. 2024, Alg. 1 line 13): :math:`x^{r+1} = P(x^r) + \eta_g(\frac1m
+  \sum_i \hat z_{i,\tau} - P(x^r))` reads the sum of the unprojected uploads.
+* **RFedAvg / RFedProx / RFedSVRG** with ``upload="tangent"``: clients upload
+  :math:`R_{x^r}^{-1}(x_{i,\tau})` (they know :math:`x^r`, it was broadcast) and the server takes
+  :math:`R_{x^r}(\frac1m\sum_i u_i)`, the same tangent-space mean. With the default
+  ``upload="point"`` the server computes the inverse retraction of each uploaded point at
+  :math:`x^r` itself, which needs each point. RFedSVRG's first phase (the anchor gradients) is
+  sum-only either way.
+* FedBuff (asynchronous): its server reads only :class:`~riemfl.federated.async_rules.SumBuffer`.
+  The other asynchronous rules apply each update on its own (with its staleness weight), so the
+  server sees single updates; FLoRAL's aggregation weighs each client's adaptors by its router
+  probabilities and needs each upload.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+State = dict[str, Any]
+
+__all__ = ["Aggregator", "PlainSum", "server_update"]
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """Turns the accepted uploads of a sum-only phase into their sum and number."""
+
+    def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
+        """``({key: sum over the stack}, number of uploads)`` of the stacked ``uploads``."""
+        ...
+
+
+class PlainSum:
+    """The sum computed in the server's process, in the clear (the default)."""
+
+    def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
+        count = int(next(iter(uploads.values())).shape[0]) if uploads else 0
+        return {k: v.sum(0) for k, v in uploads.items()}, count
+
+
+def server_update(
+    rule: Any,
+    manifold: Any,
+    server: State,
+    phase: int,
+    message: State,
+    uploads: State,
+    aggregator: Aggregator,
+) -> State:
+    """The new server state of ``phase``: from the aggregator's sum where the rule is sum-only
+    for that phase, else from the stack of uploads."""
+    if rule.sum_only(phase):
+        total, count = aggregator.aggregate(uploads, phase)
+        return rule.server_step_from_sum(manifold, server, phase, message, total, count)
+    return rule.server_step(manifold, server, phase, message, uploads)
