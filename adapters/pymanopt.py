@@ -53,7 +53,6 @@ Differences between the libraries (measured in ``tests/adapters``)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +61,9 @@ import numpy as np
 
 from ..backend import Array, RandomState, as_generator, is_torch, to_numpy
 from ..errors import ParameterError
+from ..manifolds import PoincareBall, Product
 from ..manifolds.base import Manifold
+from . import _pymanopt_peer as _peer
 from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
 
 # PymanoptManifold is built on first use (module __getattr__ below)
@@ -72,6 +73,8 @@ __all__ = [  # noqa: F822
     "solve",
     "SolveResult",
     "PymanoptManifold",
+    "PymanoptPoincareBall",
+    "PymanoptProduct",
     "FromPymanopt",
     "finite_difference_hessian",
     "OPTIMIZERS",
@@ -144,18 +147,7 @@ def _build_pymanopt_manifold() -> type:
 
         @property
         def typical_dist(self) -> float:
-            m = self.riemfl_manifold
-            for what in ("injectivity_radius", "diameter"):
-                try:
-                    value = float(getattr(m, what))
-                except NotImplementedError:
-                    continue
-                if math.isfinite(value):
-                    return value
-            raise NotImplementedError(
-                f"{m.name} has neither a finite injectivity radius nor a finite diameter "
-                "(pymanopt then uses sqrt(dim))"
-            )
+            return _peer.typical_dist(self.riemfl_manifold)
 
         def inner_product(self, point, tangent_vector_a, tangent_vector_b) -> float:
             return _float(self.riemfl_manifold.inner(point, tangent_vector_a, tangent_vector_b))
@@ -210,16 +202,62 @@ def _build_pymanopt_manifold() -> type:
         def zero_vector(self, point):
             return self.riemfl_manifold.zero_tangent(point)
 
+        def pair_mean(self, point_a, point_b):
+            return _peer.pair_mean(self.riemfl_manifold, point_a, point_b)
+
+        def embedding(self, point, tangent_vector):
+            # riemfl's tangent vectors are ambient already (pymanopt's base: the identity too)
+            return tangent_vector
+
+        def weingarten(self, point, tangent_vector, normal_vector):
+            return _peer.weingarten(self.riemfl_manifold, point, tangent_vector, normal_vector)
+
     return PymanoptManifold
 
 
+def _build_pymanopt_poincare_ball() -> type:
+    class PymanoptPoincareBall(_PYMANOPT_MANIFOLD.get()):
+        r"""A riemfl :class:`~riemfl.manifolds.PoincareBall` behind pymanopt's ``PoincareBall``
+        API: :class:`PymanoptManifold` plus ``conformal_factor`` and ``mobius_addition``, with
+        the ball's curvature :math:`-c` (pymanopt's ball has c = 1)."""
+
+        def conformal_factor(self, point):
+            r""":math:`\lambda_x = 2/(1 - c\|x\|^2)`, shaped like pymanopt's (a trailing
+            axis of length 1)."""
+            c = self.riemfl_manifold.c
+            return 2 / (1 - c * np.sum(point * point, axis=-1, keepdims=True))
+
+        def mobius_addition(self, point_a, point_b):
+            return self.riemfl_manifold.mobius_add(point_a, point_b)
+
+    return PymanoptPoincareBall
+
+
+def _build_pymanopt_product() -> type:
+    class PymanoptProduct(_PYMANOPT_MANIFOLD.get()):
+        """A riemfl :class:`~riemfl.manifolds.Product` behind pymanopt's ``Product`` API:
+        :class:`PymanoptManifold` plus ``manifolds``, the factors as adapters. Points stay
+        riemfl's flat vectors (``point_layout`` 1), not pymanopt's lists of arrays."""
+
+        @property
+        def manifolds(self) -> list[Any]:
+            return [to_pymanopt(f, rng=self.rng) for f in self.riemfl_manifold.manifolds]
+
+    return PymanoptProduct
+
+
 _PYMANOPT_MANIFOLD = LazyClass(__name__, "PymanoptManifold", _build_pymanopt_manifold)
+_PYMANOPT_POINCARE_BALL = LazyClass(__name__, "PymanoptPoincareBall", _build_pymanopt_poincare_ball)
+_PYMANOPT_PRODUCT = LazyClass(__name__, "PymanoptProduct", _build_pymanopt_product)
+_LAZY = {c.name: c for c in (_PYMANOPT_MANIFOLD, _PYMANOPT_POINCARE_BALL, _PYMANOPT_PRODUCT)}
+#: riemfl family -> the adapter class with that pymanopt class's extra public names
+_SPECIFIC = ((PoincareBall, _PYMANOPT_POINCARE_BALL), (Product, _PYMANOPT_PRODUCT))
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the pymanopt subclass exists once pymanopt is importable; pickle finds it here
-    if name == "PymanoptManifold":
-        return _PYMANOPT_MANIFOLD.get()
+    # PEP 562: the pymanopt subclasses exist once pymanopt is importable; pickle finds them here
+    if name in _LAZY:
+        return _LAZY[name].get()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -254,6 +292,9 @@ def to_pymanopt(manifold: Manifold, *, rng: RandomState = None) -> Any:
             f"to_pymanopt needs a riemfl Manifold, got {type(manifold).__name__} "
             "(for a pymanopt manifold, use it directly or wrap it with from_pymanopt)"
         )
+    for family, specific in _SPECIFIC:
+        if isinstance(manifold, family):
+            cls = specific.get()
     return cls(manifold, rng)
 
 
