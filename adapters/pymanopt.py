@@ -64,7 +64,8 @@ from ..errors import ParameterError
 from ..manifolds import PoincareBall, Product
 from ..manifolds.base import Manifold
 from . import _pymanopt_peer as _peer
-from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
+from ._lazy import ForeignManifold, LazyClass, require
+from ._pymanopt_known import known_for
 
 # PymanoptManifold is built on first use (module __getattr__ below)
 __all__ = [  # noqa: F822
@@ -93,27 +94,23 @@ BACKENDS = {"numpy": "numpy", "autograd": "autograd", "torch": "pytorch"}
 #: how :func:`solve` gives trust regions Hessian-vector products
 HESSIANS = ("auto", "exact", "finite_difference")
 
-_PROJECTION_TRANSPORT = "pymanopt's transport is the projection onto T_y M, not parallel transport"
-#: what riemfl knows of pymanopt's own classes, per map: "" where it is exact, else why not
-_KNOWN: dict[str, dict[str, str]] = {
-    "Euclidean": {m: "" for m in EXACT_MAPS if m != "project"},
-    "Sphere": {
-        "exp": "",
-        "log": "pymanopt's Sphere.log scales by dist, which inherits its error",
-        "dist": "pymanopt's Sphere.dist is arccos(<x, y>), which loses half the digits for close "
-        "points (errors near 1e-8)",
-        "parallel_transport": _PROJECTION_TRANSPORT,
-        "inverse_retract": "pymanopt's Sphere has no inverse of its retraction",
-    },
-    "Stiefel": {
-        "exp": "",
-        "log": "pymanopt's Stiefel has no log",
-        "dist": "pymanopt's Stiefel has no dist",
-        "parallel_transport": _PROJECTION_TRANSPORT,
-        "inverse_retract": "pymanopt's Stiefel has no inverse of its retraction",
-    },
-}
 _NO_PROJECTION = "pymanopt manifolds have no metric projection onto M"
+#: pymanopt's classes whose tangent vectors are Lie-algebra elements Omega (U = X Omega)
+_LIE_GROUPS = ("SpecialOrthogonalGroup", "UnitaryGroup")
+#: riemfl map -> (positions of tangent-vector arguments, position of the point whose tangent
+#: space holds the result, or None for a point or a number), for the Lie-algebra translation
+_LIE_ARGUMENTS: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "to_tangent": ((), 0),
+    "egrad_to_rgrad": ((), 0),
+    "inner": ((1, 2), None),
+    "retract": ((1,), None),
+    "exp": ((1,), None),
+    "log": ((), 0),
+    "inverse_retract": ((), 0),
+    "dist": ((), None),
+    "transport": ((2,), 1),
+    "parallel_transport": ((2,), 1),
+}
 
 
 def _pymanopt(feature: str):
@@ -359,7 +356,10 @@ class FromPymanopt(ForeignManifold):
         self.point_shape = tuple(int(s) for s in point_shape)
         self.name = f"from_pymanopt({type(manifold).__name__}, {self.point_shape})"
         self._dim = int(manifold.dim)
-        self._wrap(manifold, PymanoptBase, _KNOWN, exact, constants)
+        self._wrap(manifold, PymanoptBase, known_for(manifold), exact, constants)
+        # pymanopt's SO(n) (and O(n), U(n)) tangent vectors are Lie-algebra elements Omega,
+        # U = X Omega; riemfl's are ambient U: the wrapper translates
+        self._lie = any(c.__name__ in _LIE_GROUPS for c in type(manifold).__mro__)
         self.unsupported["project"] = f"{self.name}: project: {_NO_PROJECTION}"
 
     @property
@@ -402,6 +402,20 @@ class FromPymanopt(ForeignManifold):
         import torch
 
         return torch.as_tensor(out, dtype=ref.dtype, device=ref.device)
+
+    def _apply(self, what: str, *arrays: Array, scalar: bool = False) -> Array:
+        if not self._lie or what not in self._available:
+            return super()._apply(what, *arrays, scalar=scalar)
+        fn = getattr(self.wrapped, self.methods[what])
+        tangents, at = _LIE_ARGUMENTS[what]
+
+        def translated(*args):
+            # U = X Omega <-> Omega = X^T U, with X the first point (the tangent's base)
+            args = [a if i not in tangents else args[0].T @ a for i, a in enumerate(args)]
+            out = fn(*args)
+            return out if at is None else args[at] @ out
+
+        return self._call(translated, *arrays, scalar=scalar)
 
     def _random_point(self, batch_shape, rng):
         out = np.empty(tuple(batch_shape) + self.point_shape)
