@@ -377,3 +377,15 @@ def test_quotient_hessians_and_gradients_agree_for_invariant_costs():
             np.testing.assert_allclose(
                 getattr(adapter, method)(*args), getattr(theirs, method)(*args), atol=1e-12
             )
+
+
+def test_the_class_specific_adapters_pickle_and_keep_their_extra_names():
+    """PymanoptPoincareBall and PymanoptProduct are built on first use, like PymanoptManifold,
+    and found again by pickle under riemfl.adapters.pymanopt."""
+    import pickle
+
+    for manifold, extra in ((rm.PoincareBall(3), "mobius_addition"), (_product(), "manifolds")):
+        adapter = pickle.loads(pickle.dumps(to_pymanopt(manifold, rng=0)))
+        assert type(adapter).__module__ == "riemfl.adapters.pymanopt"
+        assert hasattr(adapter, extra) and adapter.riemfl_manifold.name == manifold.name
+    assert not hasattr(to_pymanopt(rm.Sphere(3)), "mobius_addition")
