@@ -120,7 +120,9 @@ def is_riemannian_submanifold(manifold: Manifold) -> bool:
     """Whether the metric is the one induced by the embedding (for products: every factor's)."""
     if isinstance(manifold, Product):
         return all(is_riemannian_submanifold(f) for f in manifold.manifolds)
-    return isinstance(manifold, _SUBMANIFOLDS)
+    # a family that offers other metrics names its metric; only the embedded one qualifies
+    metric = getattr(manifold, "metric", "euclidean")
+    return isinstance(manifold, _SUBMANIFOLDS) and metric in ("euclidean", "embedded")
 
 
 def weingarten(manifold: Manifold, x: Array, u: Array, n: Array) -> Array:
