@@ -16,20 +16,58 @@ pymanopt works on single numpy float64 points; riemfl's batch dimensions are loo
 
 Name map (pymanopt -> riemfl)
 -----------------------------
-========================================  ===================================================
-pymanopt                                  riemfl
-========================================  ===================================================
-``inner_product(x, u, v)``, ``norm``      ``inner(x, u, v)``, ``norm(x, u)`` (as Python floats)
-``projection(x, a)``, ``to_tangent_space``  ``to_tangent(x, a)``
-``euclidean_to_riemannian_gradient``      ``egrad_to_rgrad``
-``euclidean_to_riemannian_hessian``       ``ehess_to_rhess``
-``retraction``, ``exp``, ``log``, ``dist``  ``retract``, ``exp``, ``log``, ``dist``
-``transport(x, y, u)``                    ``transport(x, y, u)``
-``random_point()``                        ``random_point(rng=...)`` (the adapter's generator)
-``random_tangent_vector(x)``              ``random_tangent(x)`` scaled to unit norm
-``zero_vector(x)``                        ``zero_tangent(x)``
-``typical_dist``                          ``injectivity_radius``, else ``diameter``, if finite
-========================================  ===================================================
+:func:`to_pymanopt` has pymanopt 2.2.1's whole public manifold API, with pymanopt's parameter
+names and defaults (``tests/adapters/test_pymanopt_peer_api.py`` compares names, signatures and
+values with 15 pymanopt classes), so a riemfl manifold can replace pymanopt's class in pymanopt
+code unchanged.
+
+============================================  ===============================================
+pymanopt                                      riemfl
+============================================  ===============================================
+``inner_product(x, u, v)``, ``norm``          ``inner(x, u, v)``, ``norm(x, u)`` (Python floats)
+``projection(x, a)``, ``to_tangent_space``    ``to_tangent(x, a)``
+``euclidean_to_riemannian_gradient``          ``egrad_to_rgrad``
+``euclidean_to_riemannian_hessian``           ``ehess_to_rhess``
+``weingarten(x, u, n)``                       ``ehess_to_rhess(x, n, 0, u)`` for metrics induced
+                                              by the embedding, else ``NotImplementedError``
+``retraction``, ``exp``, ``log``, ``dist``    ``retract``, ``exp``, ``log``, ``dist``
+``transport(x, y, u)``                        ``transport(x, y, u)``
+``pair_mean(x, y)``                           ``exp(x, log(x, y) / 2)``, the geodesic midpoint;
+                                              without exp/log ``retract(x,
+                                              inverse_retract(x, y) / 2)``
+``embedding(x, u)``                           the identity (riemfl's tangents are ambient)
+``random_point()``                            ``random_point(rng=...)`` (the adapter's generator)
+``random_tangent_vector(x)``                  ``random_tangent(x)`` scaled to unit norm
+``zero_vector(x)``                            ``zero_tangent(x)``
+``typical_dist``                              pymanopt's value for the matching class
+                                              (:data:`~riemfl.adapters._pymanopt_peer.TYPICAL_DIST`:
+                                              Euclidean, Symmetric, SkewSymmetric, Positive, SPD
+                                              sqrt(dim); Sphere pi; Oblique pi sqrt(m); Stiefel,
+                                              Grassmann sqrt(p); SO(n) pi sqrt(n); PSDFixedRank
+                                              10 + k; Elliptope 10 k; PoincareBall dim / 8;
+                                              FixedRank dim; Product the root sum of squares);
+                                              other families: ``injectivity_radius``, else
+                                              ``diameter``, if finite
+``dim``, ``point_layout``, ``num_values``     ``dim``; 1, 1 (one array a point)
+``PoincareBall.conformal_factor``,            :math:`2/(1 - c\|x\|^2)`, ``mobius_add``
+``mobius_addition``                           (:class:`PymanoptPoincareBall`)
+``Product.manifolds``                         the factors, as adapters (:class:`PymanoptProduct`)
+============================================  ===============================================
+
+Deliberate exceptions to the peer API (pinned in ``test_pymanopt_peer_api.py``):
+
+* riemfl's ``Product`` point is one flat vector (``point_layout`` 1), pymanopt's a list of the
+  factors' arrays (``point_layout`` a tuple): cost functions get one argument, which
+  ``Product.split`` unpacks;
+* riemfl's ``FixedRank`` points and tangent vectors are ambient m x n matrices, pymanopt's
+  ``FixedRankEmbedded`` uses (U, S, V^T) and (Up, M, Vp) triples: the values are not compared;
+* riemfl's ``SpecialOrthogonal`` tangent vectors are ambient, :math:`U = X\Omega`; pymanopt's
+  ``SpecialOrthogonalGroup`` uses :math:`\Omega` itself (``embedding`` then maps to
+  :math:`X\Omega`). :func:`from_pymanopt` translates; :func:`to_pymanopt` keeps riemfl's.
+* ``typical_dist`` is pymanopt's scale (it sets trust regions' maximal radius), not a geometric
+  constant: Stiefel's :math:`\sqrt p` is neither its diameter :math:`2\sqrt p` nor its
+  injectivity radius :math:`\pi`. riemfl's SPD gets :math:`\sqrt{n(n+1)/2}` for each of its
+  three metrics, the PoincareBall dim / 8 for every curvature.
 
 Differences between the libraries (measured in ``tests/adapters``)
 -------------------------------------------------------------------
@@ -45,15 +83,38 @@ Differences between the libraries (measured in ``tests/adapters``)
   globally convergent"). pymanopt 2.2.1's ``TrustRegions`` mentions such an approximation in a
   comment but does not implement it: a problem without a Hessian fails there.
 * pymanopt's ``Stiefel`` uses the QR retraction by default, riemfl's the polar retraction
-  (second order: ``check_retraction`` measures slope 3 instead of 2); pymanopt's ``Sphere.dist``
-  is ``arccos`` of the clipped inner product (accurate to about :math:`10^{-8}` for close
-  points; riemfl's ``atan2`` form to rounding). pymanopt's ``Stiefel`` has no ``log``/``dist``;
-  riemfl's has (iterative).
+  (second order: ``check_retraction`` measures slope 3 instead of 2); pymanopt's ``Stiefel``
+  has no ``log``/``dist``; riemfl's has (iterative).
+* ``arccos`` of a number near 1 loses half the digits: pymanopt's ``Sphere.dist``/``log``,
+  ``Oblique.dist``/``log``, ``Grassmann.dist`` (principal angles) and ``PoincareBall.dist``
+  (``arccosh``) are off by about 1 % at distance :math:`10^{-7}` (riemfl's ``atan2`` and
+  ``arcsinh`` forms are accurate to rounding).
+* Retractions: pymanopt's ``Positive`` retracts by the second-order :math:`X + U +
+  U^2/(2X)`, riemfl's by exp, :math:`Xe^{U/X}`. (Both SPDs use :math:`X + U + \tfrac12
+  UX^{-1}U`.) Where pymanopt's retraction is not its exp (SPD, Positive, Stiefel, SO(n), ...),
+  its ``log`` is no inverse retraction.
+* Transports: pymanopt's SPD transports by the identity (riemfl's SPD ``transport`` too; its
+  ``parallel_transport`` is another map), its SO(n) keeps :math:`\Omega` (a left translation,
+  :math:`X\Omega \mapsto Y\Omega`) where riemfl's projects onto :math:`T_Y`, its ``Positive``
+  uses the identity unless built with ``use_parallel_transport=True`` (then riemfl's parallel
+  transport). pymanopt's ``PoincareBall`` has no transport.
+* Quotients: pymanopt's ``Grassmann`` Hessian uses :math:`X^\top G`, riemfl's its symmetric
+  part; pymanopt's ``PSDFixedRank.euclidean_to_riemannian_gradient`` returns G as is, riemfl
+  projects it horizontally. The two agree for costs with :math:`f(XQ) = f(X)` (tested), where
+  :math:`X^\top G` is symmetric and G horizontal.
+* pymanopt 2.2.1's ``Elliptope.projection`` is not the horizontal projection: after it
+  :math:`Y^\top U` is not symmetric, and applying it twice changes the result (its gradient,
+  Hessian and transport go through it); riemfl's ``Elliptope.to_tangent`` is both. pymanopt's
+  ``Elliptope.exp`` is its retraction; riemfl's Elliptope has no exp.
+* pymanopt's ``Symmetric.to_tangent_space`` and ``SkewSymmetric.to_tangent_space`` are the
+  identity (its Euclidean base class's alias, made before they overrode ``projection``);
+  riemfl's project.
+* ``pair_mean``: pymanopt's ``Stiefel``, ``Grassmann``, ``SymmetricPositiveDefinite``,
+  ``Positive`` and ``PSDFixedRank`` have none; riemfl's is the geodesic midpoint there.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +123,13 @@ import numpy as np
 
 from ..backend import Array, RandomState, as_generator, is_torch, to_numpy
 from ..errors import ParameterError
+from ..manifolds import PoincareBall, Product
 from ..manifolds.base import Manifold
-from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
+from ._lazy import ForeignManifold, LazyClass, require
+from ._pymanopt_known import known_for
+from ._pymanopt_peer import pair_mean as midpoint
+from ._pymanopt_peer import typical_dist as pymanopt_typical_dist
+from ._pymanopt_peer import weingarten as weingarten_map
 
 # PymanoptManifold is built on first use (module __getattr__ below)
 __all__ = [  # noqa: F822
@@ -72,6 +138,8 @@ __all__ = [  # noqa: F822
     "solve",
     "SolveResult",
     "PymanoptManifold",
+    "PymanoptPoincareBall",
+    "PymanoptProduct",
     "FromPymanopt",
     "finite_difference_hessian",
     "OPTIMIZERS",
@@ -90,27 +158,23 @@ BACKENDS = {"numpy": "numpy", "autograd": "autograd", "torch": "pytorch"}
 #: how :func:`solve` gives trust regions Hessian-vector products
 HESSIANS = ("auto", "exact", "finite_difference")
 
-_PROJECTION_TRANSPORT = "pymanopt's transport is the projection onto T_y M, not parallel transport"
-#: what riemfl knows of pymanopt's own classes, per map: "" where it is exact, else why not
-_KNOWN: dict[str, dict[str, str]] = {
-    "Euclidean": {m: "" for m in EXACT_MAPS if m != "project"},
-    "Sphere": {
-        "exp": "",
-        "log": "pymanopt's Sphere.log scales by dist, which inherits its error",
-        "dist": "pymanopt's Sphere.dist is arccos(<x, y>), which loses half the digits for close "
-        "points (errors near 1e-8)",
-        "parallel_transport": _PROJECTION_TRANSPORT,
-        "inverse_retract": "pymanopt's Sphere has no inverse of its retraction",
-    },
-    "Stiefel": {
-        "exp": "",
-        "log": "pymanopt's Stiefel has no log",
-        "dist": "pymanopt's Stiefel has no dist",
-        "parallel_transport": _PROJECTION_TRANSPORT,
-        "inverse_retract": "pymanopt's Stiefel has no inverse of its retraction",
-    },
-}
 _NO_PROJECTION = "pymanopt manifolds have no metric projection onto M"
+#: pymanopt's classes whose tangent vectors are Lie-algebra elements Omega (U = X Omega)
+_LIE_GROUPS = ("SpecialOrthogonalGroup", "UnitaryGroup")
+#: riemfl map -> (positions of tangent-vector arguments, position of the point whose tangent
+#: space holds the result, or None for a point or a number), for the Lie-algebra translation
+_LIE_ARGUMENTS: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "to_tangent": ((), 0),
+    "egrad_to_rgrad": ((), 0),
+    "inner": ((1, 2), None),
+    "retract": ((1,), None),
+    "exp": ((1,), None),
+    "log": ((), 0),
+    "inverse_retract": ((), 0),
+    "dist": ((), None),
+    "transport": ((2,), 1),
+    "parallel_transport": ((2,), 1),
+}
 
 
 def _pymanopt(feature: str):
@@ -144,18 +208,7 @@ def _build_pymanopt_manifold() -> type:
 
         @property
         def typical_dist(self) -> float:
-            m = self.riemfl_manifold
-            for what in ("injectivity_radius", "diameter"):
-                try:
-                    value = float(getattr(m, what))
-                except NotImplementedError:
-                    continue
-                if math.isfinite(value):
-                    return value
-            raise NotImplementedError(
-                f"{m.name} has neither a finite injectivity radius nor a finite diameter "
-                "(pymanopt then uses sqrt(dim))"
-            )
+            return pymanopt_typical_dist(self.riemfl_manifold)
 
         def inner_product(self, point, tangent_vector_a, tangent_vector_b) -> float:
             return _float(self.riemfl_manifold.inner(point, tangent_vector_a, tangent_vector_b))
@@ -210,16 +263,62 @@ def _build_pymanopt_manifold() -> type:
         def zero_vector(self, point):
             return self.riemfl_manifold.zero_tangent(point)
 
+        def pair_mean(self, point_a, point_b):
+            return midpoint(self.riemfl_manifold, point_a, point_b)
+
+        def embedding(self, point, tangent_vector):
+            # riemfl's tangent vectors are ambient already (pymanopt's base: the identity too)
+            return tangent_vector
+
+        def weingarten(self, point, tangent_vector, normal_vector):
+            return weingarten_map(self.riemfl_manifold, point, tangent_vector, normal_vector)
+
     return PymanoptManifold
 
 
+def _build_pymanopt_poincare_ball() -> type:
+    class PymanoptPoincareBall(_PYMANOPT_MANIFOLD.get()):
+        r"""A riemfl :class:`~riemfl.manifolds.PoincareBall` behind pymanopt's ``PoincareBall``
+        API: :class:`PymanoptManifold` plus ``conformal_factor`` and ``mobius_addition``, with
+        the ball's curvature :math:`-c` (pymanopt's ball has c = 1)."""
+
+        def conformal_factor(self, point):
+            r""":math:`\lambda_x = 2/(1 - c\|x\|^2)`, shaped like pymanopt's (a trailing
+            axis of length 1)."""
+            c = self.riemfl_manifold.c
+            return 2 / (1 - c * np.sum(point * point, axis=-1, keepdims=True))
+
+        def mobius_addition(self, point_a, point_b):
+            return self.riemfl_manifold.mobius_add(point_a, point_b)
+
+    return PymanoptPoincareBall
+
+
+def _build_pymanopt_product() -> type:
+    class PymanoptProduct(_PYMANOPT_MANIFOLD.get()):
+        """A riemfl :class:`~riemfl.manifolds.Product` behind pymanopt's ``Product`` API:
+        :class:`PymanoptManifold` plus ``manifolds``, the factors as adapters. Points stay
+        riemfl's flat vectors (``point_layout`` 1), not pymanopt's lists of arrays."""
+
+        @property
+        def manifolds(self) -> list[Any]:
+            return [to_pymanopt(f, rng=self.rng) for f in self.riemfl_manifold.manifolds]
+
+    return PymanoptProduct
+
+
 _PYMANOPT_MANIFOLD = LazyClass(__name__, "PymanoptManifold", _build_pymanopt_manifold)
+_PYMANOPT_POINCARE_BALL = LazyClass(__name__, "PymanoptPoincareBall", _build_pymanopt_poincare_ball)
+_PYMANOPT_PRODUCT = LazyClass(__name__, "PymanoptProduct", _build_pymanopt_product)
+_LAZY = {c.name: c for c in (_PYMANOPT_MANIFOLD, _PYMANOPT_POINCARE_BALL, _PYMANOPT_PRODUCT)}
+#: riemfl family -> the adapter class with that pymanopt class's extra public names
+_SPECIFIC = ((PoincareBall, _PYMANOPT_POINCARE_BALL), (Product, _PYMANOPT_PRODUCT))
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the pymanopt subclass exists once pymanopt is importable; pickle finds it here
-    if name == "PymanoptManifold":
-        return _PYMANOPT_MANIFOLD.get()
+    # PEP 562: the pymanopt subclasses exist once pymanopt is importable; pickle finds them here
+    if name in _LAZY:
+        return _LAZY[name].get()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -254,6 +353,9 @@ def to_pymanopt(manifold: Manifold, *, rng: RandomState = None) -> Any:
             f"to_pymanopt needs a riemfl Manifold, got {type(manifold).__name__} "
             "(for a pymanopt manifold, use it directly or wrap it with from_pymanopt)"
         )
+    for family, specific in _SPECIFIC:
+        if isinstance(manifold, family):
+            cls = specific.get()
     return cls(manifold, rng)
 
 
@@ -272,6 +374,10 @@ class FromPymanopt(ForeignManifold):
     ``log``, ``dist``, ``parallel_transport`` (``transport``) and ``inverse_retract``
     (``log``, where the retraction is ``exp``) only where they are exact (see
     :func:`from_pymanopt`); ``project`` never (pymanopt has no metric projection).
+
+    pymanopt's ``SpecialOrthogonalGroup`` represents a tangent vector by its Lie-algebra element
+    :math:`\Omega = X^\top U`; the wrapper translates, so riemfl sees ambient :math:`U =
+    X\Omega` as for its own :class:`~riemfl.manifolds.SpecialOrthogonal`.
 
     ``check_point`` measures :math:`\|R_x(0) - x\|` with pymanopt's retraction (which maps its
     input onto M: a QR or polar factor, a normalisation); ``random_point`` seeds numpy's global
@@ -318,7 +424,10 @@ class FromPymanopt(ForeignManifold):
         self.point_shape = tuple(int(s) for s in point_shape)
         self.name = f"from_pymanopt({type(manifold).__name__}, {self.point_shape})"
         self._dim = int(manifold.dim)
-        self._wrap(manifold, PymanoptBase, _KNOWN, exact, constants)
+        self._wrap(manifold, PymanoptBase, known_for(manifold), exact, constants)
+        # pymanopt's SO(n) (and O(n), U(n)) tangent vectors are Lie-algebra elements Omega,
+        # U = X Omega; riemfl's are ambient U: the wrapper translates
+        self._lie = any(c.__name__ in _LIE_GROUPS for c in type(manifold).__mro__)
         self.unsupported["project"] = f"{self.name}: project: {_NO_PROJECTION}"
 
     @property
@@ -362,6 +471,20 @@ class FromPymanopt(ForeignManifold):
 
         return torch.as_tensor(out, dtype=ref.dtype, device=ref.device)
 
+    def _apply(self, what: str, *arrays: Array, scalar: bool = False) -> Array:
+        if not self._lie or what not in self._available:
+            return super()._apply(what, *arrays, scalar=scalar)
+        fn = getattr(self.wrapped, self.methods[what])
+        tangents, at = _LIE_ARGUMENTS[what]
+
+        def translated(*args):
+            # U = X Omega <-> Omega = X^T U, with X the first point (the tangent's base)
+            args = [a if i not in tangents else args[0].T @ a for i, a in enumerate(args)]
+            out = fn(*args)
+            return out if at is None else args[at] @ out
+
+        return self._call(translated, *arrays, scalar=scalar)
+
     def _random_point(self, batch_shape, rng):
         out = np.empty(tuple(batch_shape) + self.point_shape)
         for idx in np.ndindex(*batch_shape):
@@ -400,7 +523,10 @@ def from_pymanopt(
     exact : iterable of str, optional
         The maps among :data:`~riemfl.adapters._lazy.EXACT_MAPS` (except ``"project"``) that
         pymanopt computes exactly in riemfl's sense. Default: riemfl's table of pymanopt's
-        classes (Euclidean: all but project; Sphere and Stiefel: exp), nothing for others.
+        classes, :data:`~riemfl.adapters._pymanopt_known.KNOWN` (measured against riemfl's
+        maps: e.g. Euclidean, Symmetric, SkewSymmetric all but project; SPD, SO(n), Positive,
+        PSDFixedRank exp, log and dist; Sphere, Stiefel, Oblique exp; Elliptope nothing),
+        nothing for other classes.
     proximal_smoothness, diameter, injectivity_radius : float, optional
         riemfl's constants (unsupported when not given).
 
