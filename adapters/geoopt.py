@@ -205,6 +205,10 @@ def _build_geoopt_manifold() -> type:
 
         # -------------------------------------------------------------- sampling
         def random(self, *size, dtype=None, device=None, **kwargs):
+            return self._sample(size, dtype, device)
+
+        def _sample(self, size, dtype, device):
+            """riemfl's sampler, seeded from torch's global generator, as a ManifoldTensor."""
             shape = size2shape(*size)
             ok, reason = self._check_shape(shape, "x")
             if not ok:
@@ -231,11 +235,52 @@ def _explain(check, *args, atol: float):
 
 _GEOOPT_MANIFOLD = LazyClass(__name__, "GeooptManifold", _build_geoopt_manifold)
 
+#: riemfl manifold with a geoopt counterpart -> (adapter class, its API mixin in geoopt_api,
+#: the geoopt class whose public API it carries)
+_PEERS: dict[str, tuple[str, str, str]] = {
+    "Euclidean": ("GeooptEuclidean", "EuclideanAPI", "Euclidean"),
+    "Sphere": ("GeooptSphere", "SphereAPI", "Sphere"),
+    "Stiefel": ("GeooptEuclideanStiefel", "StiefelAPI", "EuclideanStiefel"),
+    "Lorentz": ("GeooptLorentz", "LorentzAPI", "Lorentz"),
+    "PoincareBall": ("GeooptPoincareBall", "PoincareBallAPI", "PoincareBall"),
+    "SPD": ("GeooptSymmetricPositiveDefinite", "SPDAPI", "SymmetricPositiveDefinite"),
+    "BirkhoffPolytope": ("GeooptBirkhoffPolytope", "BirkhoffPolytopeAPI", "BirkhoffPolytope"),
+}
+
+
+def _build_peer(mixin: str) -> Any:
+    def build() -> type:
+        from . import geoopt_api
+
+        return type(mixin, (getattr(geoopt_api, mixin), _GEOOPT_MANIFOLD.get()), {})
+
+    return build
+
+
+_PEER_CLASSES = {
+    name: LazyClass(__name__, name, _build_peer(mixin)) for name, mixin, _ in _PEERS.values()
+}
+
+
+def _peer(manifold: Manifold) -> str | None:
+    """The adapter class name for a riemfl manifold with a geoopt counterpart, else None."""
+    from ..manifolds import SPD, BirkhoffPolytope, Euclidean, Lorentz, PoincareBall, Sphere, Stiefel
+
+    kinds = (Euclidean, Sphere, Stiefel, Lorentz, PoincareBall, SPD, BirkhoffPolytope)
+    for kind in kinds:
+        if type(manifold) is kind:
+            if kind is SPD and manifold.metric != "affine-invariant":
+                return None  # geoopt implements only the affine-invariant metric ("AIM")
+            return _PEERS[kind.__name__][0]
+    return None
+
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the geoopt subclass exists once geoopt is importable; pickle finds it here
+    # PEP 562: the geoopt subclasses exist once geoopt is importable; pickle finds them here
     if name == "GeooptManifold":
         return _GEOOPT_MANIFOLD.get()
+    if name in _PEER_CLASSES:
+        return _PEER_CLASSES[name].get()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -277,7 +322,8 @@ def to_geoopt(manifold: Manifold) -> Any:
             f"to_geoopt needs a riemfl Manifold, got {type(manifold).__name__} "
             "(for a geoopt manifold, use it directly or wrap it with from_geoopt)"
         )
-    return cls(manifold)
+    peer = _peer(manifold)
+    return cls(manifold) if peer is None else _PEER_CLASSES[peer].get()(manifold)
 
 
 # -------------------------------------------------------------------------------- from_geoopt
