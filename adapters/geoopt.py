@@ -113,6 +113,48 @@ _KNOWN: dict[str, dict[str, str]] = {
         "inverse_retract": _CLAMP.format("logmap"),
     },
 }
+_BALL_CANCELS = (
+    "geoopt.PoincareBall.{} takes artanh(sqrt(c)|-x (+) y|), which cancels near the boundary: "
+    "relative error 0.15 at radius 1 - 1e-4 (float64 and float32), 4e-3 at 1 - 1e-3 (float32)"
+)
+_KNOWN["PoincareBall"] = {
+    "project": "geoopt.PoincareBall.projx clamps onto the radius (1 - 1e-5)/sqrt(c) in float64, "
+    "(1 - 4e-3)/sqrt(c) in float32, moving points of the ball; the open ball has no nearest point "
+    "outside it",
+    "exp": "geoopt.PoincareBall.expmap clamps its result onto that radius: points beyond "
+    "hyperbolic distance 6.2/sqrt(c) from the origin (float32; 12.2/sqrt(c) in float64) come "
+    "back at that distance",
+    "log": _BALL_CANCELS.format("logmap"),
+    "dist": _BALL_CANCELS.format("dist"),
+    "parallel_transport": "",
+    "inverse_retract": "geoopt.PoincareBall.retr is x + u (clamped), which logmap does not invert",
+}
+_KNOWN["PoincareBallExact"] = {
+    **_KNOWN["PoincareBall"],
+    "inverse_retract": _BALL_CANCELS.format("logmap") + " (its retr is expmap)",
+}
+_KNOWN["SymmetricPositiveDefinite"] = {
+    "project": "geoopt.SymmetricPositiveDefinite.projx replaces the eigenvalues of sym(a) by "
+    "their absolute values, which is not the nearest point for an indefinite sym(a) (the open "
+    "cone has none)",
+    "exp": "",
+    "log": "",
+    "dist": "",
+    "parallel_transport": "",
+    "inverse_retract": "geoopt.SymmetricPositiveDefinite.retr is X + U + U X^-1 U / 2, which "
+    "its logmap does not invert",
+}
+_KNOWN["BirkhoffPolytope"] = {
+    "project": "geoopt.BirkhoffPolytope.projx stops Sinkhorn at tol (default 1e-5: column sums "
+    "off by 4e-6) and adds eps (1e-12) to its denominators; built with tol=1e-13, eps=0 it is "
+    "riemfl's Sinkhorn (KL) projection to rounding: pass exact=['project']",
+    "exp": "geoopt.BirkhoffPolytope.expmap is its retraction (the Fisher geodesics have no "
+    "closed form)",
+    "log": "geoopt.BirkhoffPolytope has no logmap",
+    "dist": "geoopt.BirkhoffPolytope has no dist",
+    "parallel_transport": "geoopt.BirkhoffPolytope.transp is Pi_Y(v * y), not parallel transport",
+    "inverse_retract": "geoopt.BirkhoffPolytope has no inverse of its retraction",
+}
 _KNOWN["SphereExact"] = _KNOWN["Sphere"]
 _KNOWN["EuclideanStiefelExact"] = _KNOWN["EuclideanStiefel"]
 
@@ -430,6 +472,17 @@ class FromGeoopt(ForeignManifold):
         out = fn(*(torch.tensor(a) for a in arrays))
         return out.detach().cpu().numpy()
 
+    def _inner(self, x, u, v):
+        # keepdim=True, then drop the point's axes: geoopt's Stereographic.inner with
+        # keepdim=False multiplies (B, 1) by (B,) and returns a B x B matrix for B points
+        inner, ndim = self.wrapped.inner, len(self.point_shape)
+
+        def kept(x, u, v):
+            out = inner(x, u, v, keepdim=True)
+            return out.reshape(out.shape[: out.dim() - ndim])
+
+        return self._call(kept, x, u, v, scalar=True)
+
     def _egrad_to_rgrad(self, x, g):
         # geoopt's Lorentz.egrad2rgrad writes into its argument: hand it a copy
         egrad2rgrad = self.wrapped.egrad2rgrad
@@ -515,4 +568,42 @@ def from_geoopt(
         "diameter": diameter,
         "injectivity_radius": injectivity_radius,
     }
-    return FromGeoopt(manifold, point_shape, dim, exact, constants)
+    kind = _FromGeooptBirkhoff if type(manifold).__name__ == "BirkhoffPolytope" else FromGeoopt
+    return kind(manifold, point_shape, dim, exact, constants)
+
+
+class _FromGeooptBirkhoff(FromGeoopt):
+    r"""``geoopt.BirkhoffPolytope`` in riemfl's conventions (the Fisher metric of Douik &
+    Hassibi 2019, which geoopt's ``egrad2rgrad`` and riemfl use).
+
+    geoopt's ``proju(x, u)`` is :math:`\Pi_X(u \odot X)` (its ``egrad2rgrad``), not a
+    projection: ``to_tangent(x, a)`` is ``proju(x, a / x)`` = :math:`\Pi_X(a)`. geoopt's
+    ``inner`` is the Fisher metric divided by n: ``inner`` multiplies it by n, so that
+    ``egrad_to_rgrad`` is the gradient of that metric. geoopt's ``transp`` is
+    :math:`\Pi_Y(v \odot Y)`, which does not fix tangent vectors at Y = X: ``transport`` is the
+    projection :math:`\Pi_Y(v)`.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._available.discard("transport")
+
+    def _solved(self, fn, *arrays):
+        """``_call`` of a geoopt map that solves geoopt's (singular at x <= 0) linear system."""
+        try:
+            return self._call(fn, *arrays)
+        except RuntimeError as exc:  # torch.linalg.solve inside geoopt's TorchScript
+            raise NotOnManifoldError(
+                f"{self.name}: geoopt's tangent projection failed at x ({exc}); expected a point "
+                "with positive entries (doubly stochastic)"
+            ) from exc
+
+    def _to_tangent(self, x, a):
+        proju = self.wrapped.proju
+        return self._solved(lambda x, a: proju(x, a / x), x, a)
+
+    def _egrad_to_rgrad(self, x, g):
+        return self._solved(self.wrapped.egrad2rgrad, x, g)
+
+    def _inner(self, x, u, v):
+        return self.point_shape[-1] * super()._inner(x, u, v)
