@@ -6,6 +6,59 @@ r"""geoopt <-> riemfl: riemfl manifolds in geoopt's optimisers, geoopt manifolds
 * :func:`from_geoopt` wraps a ``geoopt.Manifold`` as a riemfl manifold (a :class:`FromGeoopt`),
   for riemfl's solvers and conformance kit.
 
+Stand-ins for geoopt's classes
+------------------------------
+A riemfl manifold with a geoopt counterpart is wrapped in a class that also carries that geoopt
+class's whole public API (every public method and property, with geoopt's parameter names,
+keyword-only markers and defaults; the methods live in :mod:`riemfl.adapters.geoopt_api`), so
+code written against geoopt's class runs unchanged:
+
+=================================  ====================================
+riemfl                             geoopt
+=================================  ====================================
+``Euclidean(*shape)``              ``Euclidean(ndim)``
+``Sphere(n)``                      ``Sphere()``
+``Stiefel(n, p)``                  ``EuclideanStiefel()``
+``Lorentz(n, beta=k)``             ``Lorentz(k)``
+``PoincareBall(n, c)``             ``PoincareBall(c)``
+``SPD(n)`` (affine-invariant)      ``SymmetricPositiveDefinite()``
+``BirkhoffPolytope(n)``            ``BirkhoffPolytope()``
+=================================  ====================================
+
+The adapter class is ``Geoopt`` + geoopt's class name (``GeooptPoincareBall``, ...), a module
+attribute, so parameters on it pickle. The API includes ``expmap0``, ``logmap0``, ``transp0``,
+``inner0``, ``dist0``, ``random_normal`` and ``k`` for the Lorentz model, the gyrovector
+operations (``mobius_add`` ... ``weighted_midpoint``), ``dist2plane``, ``lambda_x``, ``c``, ``k``
+and ``radius`` for the ball. Every value is computed by riemfl (its maps and gyrovector
+functions, or formulas over them), never by geoopt; the classes
+are ``geoopt.Manifold`` subclasses, not subclasses of geoopt's classes, so ``isinstance(m,
+geoopt.PoincareBall)`` is False. Other riemfl manifolds (SPD with another metric included) get the
+generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
+
+* ``projx`` is riemfl's metric projection: it raises :class:`~riemfl.errors.ProjectionError`
+  where the nearest point does not exist (outside the Poincare ball, an indefinite matrix for
+  SPD) instead of clamping (the ball) or taking absolute eigenvalues (SPD);
+* ``project=`` and ``norm_tan=`` are accepted and change nothing: geoopt uses them to clamp
+  results onto a smaller ball or re-lift them onto the hyperboloid; riemfl's maps return points
+  of the manifold to rounding and clamp nothing (``dim=`` is honoured);
+* the ball's ``retr`` is riemfl's retraction, the exponential map (geoopt's
+  ``PoincareBallExact``; ``geoopt.PoincareBall.retr`` is :math:`x + u`, clamped); ``inner`` with
+  ``keepdim=False`` returns one value a point (geoopt's returns a B x B matrix for B points);
+* the Lorentz ``norm(u)`` is :math:`\sqrt{\max(\langle u, u\rangle_L, 0)}` (geoopt clamps at
+  :math:`10^{-4}`); ``random`` is riemfl's sampler (geoopt's Lorentz has none) and
+  ``random_normal`` draws :math:`\mathrm{Exp}_o((0, \bar v))`, :math:`\bar v \sim
+  N(\text{mean}, \text{std}^2)` (geoopt first scales its draw to unit length);
+  ``geodesic_unit`` normalises u (geoopt assumes :math:`\|u\| = 1`);
+* SPD's ``transp`` is the parallel transport (as geoopt's), not riemfl's ``transport`` (the
+  identity); Birkhoff's ``expmap`` is the retraction, as geoopt's;
+* Birkhoff keeps riemfl's Fisher conventions: ``proju`` is the Fisher-orthogonal projection
+  (geoopt's is :math:`\Pi_X(u \odot X)`, its ``egrad2rgrad``), ``inner`` is
+  :math:`\sum_{ij} u_{ij}v_{ij}/x_{ij}` (geoopt's is that divided by n), ``transp`` is
+  :math:`\Pi_Y(v \odot \sqrt{Y \oslash X})` (geoopt's is :math:`\Pi_Y(v \odot Y)`), Sinkhorn
+  runs to riemfl's tolerance (``tol``, ``max_iter`` are riemfl's; ``eps`` is 0);
+* samplers other than the Euclidean and Poincare normals (where geoopt's recipe is reused, so
+  the same torch seed gives the same points) are riemfl's, seeded from torch's generator.
+
 Both directions translate names and conventions only; every map is computed by the wrapped
 library. Torch tensors keep their dtype and device and autograd flows through (geoopt computes
 in torch; riemfl's maps are torch-native). geoopt is imported on first use; without it the
@@ -46,6 +99,36 @@ Differences between the two libraries' maps (measured in ``tests/adapters``)
   distances below :math:`\arccos(1 - \epsilon)` come back as that floor (``4.5e-4`` in float64,
   ``1.4e-2`` in float32) and ``logmap`` inherits it; riemfl's ``atan2`` form is accurate at
   every distance.
+* ``geoopt.PoincareBall`` (and ``PoincareBallExact``) clamps: ``projx`` and the results of
+  ``expmap``, ``mobius_add``, ... are moved onto the radius :math:`(1 - 10^{-5})/\sqrt c`
+  (float64) or :math:`(1 - 4\cdot10^{-3})/\sqrt c` (float32), so ``expmap`` reaches no point
+  beyond hyperbolic distance :math:`12.2/\sqrt c` (float64) or :math:`6.2/\sqrt c` (float32)
+  from the origin; ``dist`` and ``logmap``, :math:`\operatorname{artanh}(\sqrt c\|{-x}\oplus
+  y\|)`, cancel near the boundary (relative error 0.15 at radius :math:`1 - 10^{-4}` in both
+  dtypes, :math:`4\cdot10^{-3}` at :math:`1 - 10^{-3}` in float32; riemfl's are exact to
+  rounding there). Within radius 0.999 the maps agree with riemfl's to rounding; ``transp`` is
+  the parallel transport. ``PoincareBall.retr`` is :math:`x + u` (clamped), which ``logmap``
+  does not invert; ``inner(x, u, v)`` of a batch of B points returns a B x B matrix unless
+  ``keepdim=True`` (``from_geoopt`` asks for ``keepdim=True``).
+* ``geoopt.SymmetricPositiveDefinite`` (its default metric, "AIM", is riemfl's
+  affine-invariant one) has riemfl's ``exp``, ``log``, ``dist``, parallel transport (its
+  ``transp``) and second-order retraction :math:`X + U + \tfrac12 UX^{-1}U` to rounding in
+  float64; its ``logmap`` inverts ``expmap``, not ``retr``; its ``projx`` maps the eigenvalues of
+  :math:`\operatorname{sym}(a)` to their absolute values, no nearest point for an indefinite
+  matrix (riemfl raises). In float32, ``dist`` of points :math:`10^{-3}` apart is off by up to
+  :math:`5\cdot10^{-4}` relative (riemfl: :math:`2\cdot10^{-5}`).
+* ``geoopt.BirkhoffPolytope``: ``proju(x, u)`` is :math:`\Pi_X(u \odot X)`, equal to its
+  ``egrad2rgrad`` and not a projection; ``inner`` is the Fisher metric of Douik & Hassibi 2019
+  divided by n (so its ``egrad2rgrad`` is not the gradient for its own ``inner``); ``transp`` is
+  :math:`\Pi_Y(v \odot Y)`; ``expmap`` is ``retr``. ``from_geoopt`` translates them to riemfl's
+  conventions (``to_tangent(x, a) = proju(x, a / x)``, ``inner`` times n, ``transport`` the
+  projection :math:`\Pi_Y`). Sinkhorn stops at a row/column residual ``tol`` (default
+  :math:`10^{-5}`: column sums off by :math:`4\cdot10^{-6}`, ``retr`` off riemfl's by
+  :math:`5\cdot10^{-6}`) and adds ``eps`` to its denominators; built with ``tol=1e-13, eps=0``
+  it is riemfl's Sinkhorn to rounding (and ``from_geoopt`` needs ``dim=`` with the default
+  ``tol``: geoopt's tangent projection fixes a multiplier, which leaves an offset of the size
+  of the residual). Its sampler scales :math:`|N(0, 1)|` entries, so entries near
+  :math:`10^{-7}` occur.
 * ``geoopt.EuclideanStiefel.retr`` is the QR retraction (riemfl's ``Stiefel(n, p,
   retraction="qr")``); riemfl's default is the polar retraction. Projections, ``expmap`` and
   the projection transport are the same maps. ``geoopt.Stiefel()`` defaults to the canonical
@@ -66,7 +149,20 @@ from ..manifolds.base import Manifold
 from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
 
 # GeooptManifold is built on first use (module __getattr__ below)
-__all__ = ["to_geoopt", "from_geoopt", "GeooptManifold", "FromGeoopt", "EXACT_MAPS"]  # noqa: F822
+__all__ = [  # noqa: F822
+    "to_geoopt",
+    "from_geoopt",
+    "GeooptManifold",
+    "GeooptEuclidean",
+    "GeooptSphere",
+    "GeooptEuclideanStiefel",
+    "GeooptLorentz",
+    "GeooptPoincareBall",
+    "GeooptSymmetricPositiveDefinite",
+    "GeooptBirkhoffPolytope",
+    "FromGeoopt",
+    "EXACT_MAPS",
+]
 
 _FLOOR = (
     "geoopt.Sphere.dist clamps <x, y> to 1 - eps, so distances below arccos(1 - eps) (4.5e-4 "
@@ -528,7 +624,9 @@ def from_geoopt(
     Parameters
     ----------
     manifold : geoopt.Manifold
-        E.g. ``geoopt.Sphere()``, ``geoopt.EuclideanStiefel()``, ``geoopt.Lorentz()``.
+        E.g. ``geoopt.Sphere()``, ``geoopt.EuclideanStiefel()``, ``geoopt.Lorentz()``,
+        ``geoopt.PoincareBall()``, ``geoopt.SymmetricPositiveDefinite()``,
+        ``geoopt.BirkhoffPolytope()`` (translated to riemfl's Fisher conventions).
         ``to_geoopt`` objects are unwrapped: ``from_geoopt(to_geoopt(m), ...)`` is ``m``.
     point_shape : tuple of int
         Shape of one point (geoopt manifolds only know the number of trailing dimensions).
@@ -541,8 +639,10 @@ def from_geoopt(
         ``"parallel_transport"`` (``transp`` is parallel transport) and ``"inverse_retract"``
         (``retr`` is ``expmap`` and ``logmap`` inverts it). Default: riemfl's table of geoopt's
         own classes (Euclidean: all; Sphere and EuclideanStiefel: project and exp;
-        CanonicalStiefel: project; Lorentz: none, see the module docstring), nothing for other
-        classes. The rest are declared unsupported, with the reason.
+        CanonicalStiefel: project; Lorentz: none; SymmetricPositiveDefinite: exp, log, dist and
+        parallel_transport; PoincareBall and PoincareBallExact: parallel_transport;
+        BirkhoffPolytope: none; see the module docstring), nothing for other classes. The rest
+        are declared unsupported, with the reason.
     proximal_smoothness, diameter, injectivity_radius : float, optional
         riemfl's constants, which geoopt does not provide (unsupported when not given).
 
