@@ -29,6 +29,7 @@ import geoopt
 import torch
 from geoopt.utils import size2shape
 
+from ..manifolds.lorentz import minkowski_inner
 from ..manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
 
 __all__ = [
@@ -99,6 +100,9 @@ class EuclideanAPI:
 class SphereAPI:
     """``geoopt.Sphere``: uniform samples (riemfl's sampler: a normalised Gaussian)."""
 
+    #: geoopt's projector onto a subspace the sphere is intersected with: riemfl's has none
+    projector = None
+
     def random_uniform(self, *size, dtype=None, device=None):
         return self._sample(size, dtype, device)
 
@@ -145,8 +149,6 @@ class LorentzAPI:
     def norm(self, u, *, keepdim=False, dim=-1):
         r""":math:`\sqrt{\langle u, u\rangle_L}`, 0 where it is not positive (geoopt clamps
         at :math:`10^{-4}`)."""
-        from ..manifolds.lorentz import minkowski_inner
-
         return _scalar(lambda u: minkowski_inner(u, u).clamp_min(0.0).sqrt(), dim, keepdim, u)
 
     def expmap(self, x, u, *, norm_tan=True, project=True, dim=-1):
@@ -186,8 +188,6 @@ class LorentzAPI:
 
     def inner0(self, v=None, *, keepdim=False, dim=-1):
         r""":math:`\langle o, v\rangle_L = -\sqrt k\,v_0` (geoopt's meaning)."""
-        from ..manifolds.lorentz import minkowski_inner
-
         return _scalar(lambda v: minkowski_inner(self._o(v), v), dim, keepdim, v)
 
     def transp0(self, y, u, *, dim=-1):
@@ -228,6 +228,11 @@ class PoincareBallAPI:
     def k(self) -> Tensor:
         """geoopt's signed curvature :math:`-c`."""
         return -self.c
+
+    @property
+    def isp_c(self) -> Tensor:
+        r"""geoopt's parameter :math:`\log(e^c - 1)` (c is its softplus)."""
+        return torch.log(torch.expm1(self.c))
 
     @property
     def radius(self) -> Tensor:

@@ -800,3 +800,35 @@ class TestFromGeooptBirkhoffPolytope(ManifoldTests):
             "1e-7 occur, where the kit's finite differences along retracted points are "
             "meaningless (riemfl's own BirkhoffPolytope fails there too)"
         )
+
+
+def test_autograd_flows_through_the_ball_s_gyrovector_api():
+    m = to_geoopt(PoincareBall(3, c=0.7))
+    x = (0.3 * torch.ones(2, 3, dtype=F64)).requires_grad_()
+    w = torch.eye(3, dtype=F64).add(0.1).requires_grad_()
+    (m.dist0(m.mobius_matvec(w, m.mobius_add(x, x.flip(0)))) ** 2).sum().backward()
+    for g in (x.grad, w.grad):
+        assert g is not None and bool(torch.isfinite(g).all()) and float(g.abs().max()) > 0
+    assert m.mobius_add(x.float(), x.float()).dtype == torch.float32
+
+
+def test_lorentz_adapter_norm_is_not_clamped():
+    """The stand-in's norm(u) is sqrt(<u, u>_L) at every scale; geoopt's is at least 1e-4."""
+    riem, g = Lorentz(3), geoopt_lorentz(1.0)
+    x = tensor(riem.random_point(rng=0))
+    u = tensor(rst.scaled_tangent(riem, x.numpy(), 1e-6, np.random.default_rng(1)))
+    assert float(to_geoopt(riem).norm(u)) == pytest.approx(1e-6, rel=1e-9)
+    assert float(g.norm(u)) == pytest.approx(1e-4, rel=1e-9)
+
+
+def test_spd_float32_dist_of_close_points():
+    """Points 1e-3 apart in float32: geoopt's dist (through X^-1/2) is off by up to 5e-4
+    relative, riemfl's (Cholesky whitening) by 2e-5."""
+    riem, g = SPD(3), geoopt.SymmetricPositiveDefinite()
+    x = riem.random_point(4, rng=0)
+    y = riem.exp(x, 1e-3 * riem.random_tangent(x, rng=1))
+    exact = riem.dist(x, y)
+    x32, y32 = (torch.tensor(a, dtype=torch.float32) for a in (x, y))
+    ours = np.max(np.abs(riem.dist(x32, y32).double().numpy() / exact - 1))
+    theirs = np.max(np.abs(g.dist(x32, y32).double().numpy() / exact - 1))
+    assert ours < 5e-5 < 2e-4 < theirs

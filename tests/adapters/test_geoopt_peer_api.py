@@ -138,6 +138,12 @@ def public_api(cls):
     }
 
 
+def instance_attributes(manifold):
+    """Public attributes, parameters and buffers that geoopt sets in ``__init__``."""
+    names = [*vars(manifold), *manifold._parameters, *manifold._buffers]
+    return {n for n in names if not n.startswith("_") and n != "training"}
+
+
 def parameters(fn):
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
@@ -148,6 +154,8 @@ def test_adapter_has_every_public_name_with_geoopt_signatures(kind):
     geoopt_cls, adapted = type(make(torch.float64)), to_geoopt(riem)
     api = public_api(geoopt_cls)
     assert len(api) > 20
+    for name in instance_attributes(make(torch.float64)):
+        assert hasattr(adapted, name), f"{kind}: no attribute {name}"
     for name, attr in api.items():
         assert hasattr(adapted, name), f"{kind}: no {name}"
         if callable(attr) and name not in signature_exceptions:
@@ -245,3 +253,6 @@ def test_adapter_methods_return_geoopt_values(kind, dtype):
         compare(kind, name, *results, tol)
         compared += 1
     assert compared >= 5
+    for name in ("c", "k", "radius", "isp_c", "ndim"):  # same-meaning attributes, same values
+        if hasattr(g, name):
+            assert float(getattr(adapted, name)) == pytest.approx(float(getattr(g, name)), rel=1e-6)
