@@ -56,6 +56,8 @@ generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
   :math:`\sum_{ij} u_{ij}v_{ij}/x_{ij}` (geoopt's is that divided by n), ``transp`` is
   :math:`\Pi_Y(v \odot \sqrt{Y \oslash X})` (geoopt's is :math:`\Pi_Y(v \odot Y)`), Sinkhorn
   runs to riemfl's tolerance (``tol``, ``max_iter`` are riemfl's; ``eps`` is 0);
+* where geoopt's class raises ``NotImplementedError`` (``EuclideanStiefel.logmap`` and
+  ``dist``, ``Lorentz.random``), the stand-in computes riemfl's map;
 * samplers other than the Euclidean and Poincare normals (where geoopt's recipe is reused, so
   the same torch seed gives the same points) are riemfl's, seeded from torch's generator.
 
@@ -373,16 +375,16 @@ def _explain(check, *args, atol: float):
 
 _GEOOPT_MANIFOLD = LazyClass(__name__, "GeooptManifold", _build_geoopt_manifold)
 
-#: riemfl manifold with a geoopt counterpart -> (adapter class, its API mixin in geoopt_api,
-#: the geoopt class whose public API it carries)
-_PEERS: dict[str, tuple[str, str, str]] = {
-    "Euclidean": ("GeooptEuclidean", "EuclideanAPI", "Euclidean"),
-    "Sphere": ("GeooptSphere", "SphereAPI", "Sphere"),
-    "Stiefel": ("GeooptEuclideanStiefel", "StiefelAPI", "EuclideanStiefel"),
-    "Lorentz": ("GeooptLorentz", "LorentzAPI", "Lorentz"),
-    "PoincareBall": ("GeooptPoincareBall", "PoincareBallAPI", "PoincareBall"),
-    "SPD": ("GeooptSymmetricPositiveDefinite", "SPDAPI", "SymmetricPositiveDefinite"),
-    "BirkhoffPolytope": ("GeooptBirkhoffPolytope", "BirkhoffPolytopeAPI", "BirkhoffPolytope"),
+#: riemfl manifold with a geoopt counterpart -> (adapter class: "Geoopt" + the geoopt class's
+#: name, its API mixin in geoopt_api)
+_PEERS: dict[str, tuple[str, str]] = {
+    "Euclidean": ("GeooptEuclidean", "EuclideanAPI"),
+    "Sphere": ("GeooptSphere", "SphereAPI"),
+    "Stiefel": ("GeooptEuclideanStiefel", "StiefelAPI"),
+    "Lorentz": ("GeooptLorentz", "LorentzAPI"),
+    "PoincareBall": ("GeooptPoincareBall", "PoincareBallAPI"),
+    "SPD": ("GeooptSymmetricPositiveDefinite", "SPDAPI"),
+    "BirkhoffPolytope": ("GeooptBirkhoffPolytope", "BirkhoffPolytopeAPI"),
 }
 
 
@@ -396,7 +398,7 @@ def _build_peer(mixin: str) -> Any:
 
 
 _PEER_CLASSES = {
-    name: LazyClass(__name__, name, _build_peer(mixin)) for name, mixin, _ in _PEERS.values()
+    name: LazyClass(__name__, name, _build_peer(mixin)) for name, mixin in _PEERS.values()
 }
 
 
