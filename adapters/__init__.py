@@ -5,6 +5,7 @@ mathematics of its own: it only translates between riemfl's manifold contract an
 library's API.
 
 * :mod:`riemfl.adapters.geoopt`: ``to_geoopt``, ``from_geoopt`` (``pip install "riemfl[geoopt]"``);
+  :mod:`riemfl.adapters.geoopt_api` holds the geoopt class APIs of ``to_geoopt``'s stand-ins;
 * :mod:`riemfl.adapters.pymanopt`: ``to_pymanopt``, ``from_pymanopt``, ``solve``
   (``pip install "riemfl[pymanopt]"``);
 * :mod:`riemfl.adapters.flower`: Flower ``ServerApp``/``ClientApp`` for riemfl's algorithms

@@ -6,6 +6,61 @@ r"""geoopt <-> riemfl: riemfl manifolds in geoopt's optimisers, geoopt manifolds
 * :func:`from_geoopt` wraps a ``geoopt.Manifold`` as a riemfl manifold (a :class:`FromGeoopt`),
   for riemfl's solvers and conformance kit.
 
+Stand-ins for geoopt's classes
+------------------------------
+A riemfl manifold with a geoopt counterpart is wrapped in a class that also carries that geoopt
+class's whole public API (every public method and property, with geoopt's parameter names,
+keyword-only markers and defaults; the methods live in :mod:`riemfl.adapters.geoopt_api`), so
+code written against geoopt's class runs unchanged:
+
+=================================  ====================================
+riemfl                             geoopt
+=================================  ====================================
+``Euclidean(*shape)``              ``Euclidean(ndim)``
+``Sphere(n)``                      ``Sphere()``
+``Stiefel(n, p)``                  ``EuclideanStiefel()``
+``Lorentz(n, beta=k)``             ``Lorentz(k)``
+``PoincareBall(n, c)``             ``PoincareBall(c)``
+``SPD(n)`` (affine-invariant)      ``SymmetricPositiveDefinite()``
+``BirkhoffPolytope(n)``            ``BirkhoffPolytope()``
+=================================  ====================================
+
+The adapter class is ``Geoopt`` + geoopt's class name (``GeooptPoincareBall``, ...), a module
+attribute, so parameters on it pickle. The API includes ``expmap0``, ``logmap0``, ``transp0``,
+``inner0``, ``dist0``, ``random_normal`` and ``k`` for the Lorentz model, the gyrovector
+operations (``mobius_add`` ... ``weighted_midpoint``), ``dist2plane``, ``lambda_x``, ``c``, ``k``
+and ``radius`` for the ball. Every value is computed by riemfl (its maps and gyrovector
+functions, or formulas over them), never by geoopt; the classes
+are ``geoopt.Manifold`` subclasses, not subclasses of geoopt's classes, so ``isinstance(m,
+geoopt.PoincareBall)`` is False. Other riemfl manifolds (SPD with another metric included) get the
+generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
+
+* ``projx`` is riemfl's metric projection: it raises :class:`~riemfl.errors.ProjectionError`
+  where the nearest point does not exist (outside the Poincare ball, an indefinite matrix for
+  SPD) instead of clamping (the ball) or taking absolute eigenvalues (SPD);
+* ``project=`` and ``norm_tan=`` are accepted and change nothing: geoopt uses them to clamp
+  results onto a smaller ball or re-lift them onto the hyperboloid; riemfl's maps return points
+  of the manifold to rounding and clamp nothing (``dim=`` is honoured);
+* the ball's ``retr`` is riemfl's retraction, the exponential map (geoopt's
+  ``PoincareBallExact``; ``geoopt.PoincareBall.retr`` is :math:`x + u`, clamped); ``inner`` with
+  ``keepdim=False`` returns one value a point (geoopt's returns a B x B matrix for B points);
+* the Lorentz ``norm(u)`` is :math:`\sqrt{\max(\langle u, u\rangle_L, 0)}` (geoopt clamps at
+  :math:`10^{-4}`); ``random`` is riemfl's sampler (geoopt's Lorentz has none) and
+  ``random_normal`` draws :math:`\mathrm{Exp}_o((0, \bar v))`, :math:`\bar v \sim
+  N(\text{mean}, \text{std}^2)` (geoopt first scales its draw to unit length);
+  ``geodesic_unit`` normalises u (geoopt assumes :math:`\|u\| = 1`);
+* SPD's ``transp`` is the parallel transport (as geoopt's), not riemfl's ``transport`` (the
+  identity); Birkhoff's ``expmap`` is the retraction, as geoopt's;
+* Birkhoff keeps riemfl's Fisher conventions: ``proju`` is the Fisher-orthogonal projection
+  (geoopt's is :math:`\Pi_X(u \odot X)`, its ``egrad2rgrad``), ``inner`` is
+  :math:`\sum_{ij} u_{ij}v_{ij}/x_{ij}` (geoopt's is that divided by n), ``transp`` is
+  :math:`\Pi_Y(v \odot \sqrt{Y \oslash X})` (geoopt's is :math:`\Pi_Y(v \odot Y)`), Sinkhorn
+  runs to riemfl's tolerance (``tol``, ``max_iter`` are riemfl's; ``eps`` is 0);
+* where geoopt's class raises ``NotImplementedError`` (``EuclideanStiefel.logmap`` and
+  ``dist``, ``Lorentz.random``), the stand-in computes riemfl's map;
+* samplers other than the Euclidean and Poincare normals (where geoopt's recipe is reused, so
+  the same torch seed gives the same points) are riemfl's, seeded from torch's generator.
+
 Both directions translate names and conventions only; every map is computed by the wrapped
 library. Torch tensors keep their dtype and device and autograd flows through (geoopt computes
 in torch; riemfl's maps are torch-native). geoopt is imported on first use; without it the
@@ -46,6 +101,36 @@ Differences between the two libraries' maps (measured in ``tests/adapters``)
   distances below :math:`\arccos(1 - \epsilon)` come back as that floor (``4.5e-4`` in float64,
   ``1.4e-2`` in float32) and ``logmap`` inherits it; riemfl's ``atan2`` form is accurate at
   every distance.
+* ``geoopt.PoincareBall`` (and ``PoincareBallExact``) clamps: ``projx`` and the results of
+  ``expmap``, ``mobius_add``, ... are moved onto the radius :math:`(1 - 10^{-5})/\sqrt c`
+  (float64) or :math:`(1 - 4\cdot10^{-3})/\sqrt c` (float32), so ``expmap`` reaches no point
+  beyond hyperbolic distance :math:`12.2/\sqrt c` (float64) or :math:`6.2/\sqrt c` (float32)
+  from the origin; ``dist`` and ``logmap``, :math:`\operatorname{artanh}(\sqrt c\|{-x}\oplus
+  y\|)`, cancel near the boundary (relative error 0.15 at radius :math:`1 - 10^{-4}` in both
+  dtypes, :math:`4\cdot10^{-3}` at :math:`1 - 10^{-3}` in float32; riemfl's are exact to
+  rounding there). Within radius 0.999 the maps agree with riemfl's to rounding; ``transp`` is
+  the parallel transport. ``PoincareBall.retr`` is :math:`x + u` (clamped), which ``logmap``
+  does not invert; ``inner(x, u, v)`` of a batch of B points returns a B x B matrix unless
+  ``keepdim=True`` (``from_geoopt`` asks for ``keepdim=True``).
+* ``geoopt.SymmetricPositiveDefinite`` (its default metric, "AIM", is riemfl's
+  affine-invariant one) has riemfl's ``exp``, ``log``, ``dist``, parallel transport (its
+  ``transp``) and second-order retraction :math:`X + U + \tfrac12 UX^{-1}U` to rounding in
+  float64; its ``logmap`` inverts ``expmap``, not ``retr``; its ``projx`` maps the eigenvalues of
+  :math:`\operatorname{sym}(a)` to their absolute values, no nearest point for an indefinite
+  matrix (riemfl raises). In float32, ``dist`` of points :math:`10^{-3}` apart is off by up to
+  :math:`5\cdot10^{-4}` relative (riemfl: :math:`2\cdot10^{-5}`).
+* ``geoopt.BirkhoffPolytope``: ``proju(x, u)`` is :math:`\Pi_X(u \odot X)`, equal to its
+  ``egrad2rgrad`` and not a projection; ``inner`` is the Fisher metric of Douik & Hassibi 2019
+  divided by n (so its ``egrad2rgrad`` is not the gradient for its own ``inner``); ``transp`` is
+  :math:`\Pi_Y(v \odot Y)`; ``expmap`` is ``retr``. ``from_geoopt`` translates them to riemfl's
+  conventions (``to_tangent(x, a) = proju(x, a / x)``, ``inner`` times n, ``transport`` the
+  projection :math:`\Pi_Y`). Sinkhorn stops at a row/column residual ``tol`` (default
+  :math:`10^{-5}`: column sums off by :math:`4\cdot10^{-6}`, ``retr`` off riemfl's by
+  :math:`5\cdot10^{-6}`) and adds ``eps`` to its denominators; built with ``tol=1e-13, eps=0``
+  it is riemfl's Sinkhorn to rounding (and ``from_geoopt`` needs ``dim=`` with the default
+  ``tol``: geoopt's tangent projection fixes a multiplier, which leaves an offset of the size
+  of the residual). Its sampler scales :math:`|N(0, 1)|` entries, so entries near
+  :math:`10^{-7}` occur.
 * ``geoopt.EuclideanStiefel.retr`` is the QR retraction (riemfl's ``Stiefel(n, p,
   retraction="qr")``); riemfl's default is the polar retraction. Projections, ``expmap`` and
   the projection transport are the same maps. ``geoopt.Stiefel()`` defaults to the canonical
@@ -66,7 +151,20 @@ from ..manifolds.base import Manifold
 from ._lazy import EXACT_MAPS, ForeignManifold, LazyClass, require
 
 # GeooptManifold is built on first use (module __getattr__ below)
-__all__ = ["to_geoopt", "from_geoopt", "GeooptManifold", "FromGeoopt", "EXACT_MAPS"]  # noqa: F822
+__all__ = [  # noqa: F822
+    "to_geoopt",
+    "from_geoopt",
+    "GeooptManifold",
+    "GeooptEuclidean",
+    "GeooptSphere",
+    "GeooptEuclideanStiefel",
+    "GeooptLorentz",
+    "GeooptPoincareBall",
+    "GeooptSymmetricPositiveDefinite",
+    "GeooptBirkhoffPolytope",
+    "FromGeoopt",
+    "EXACT_MAPS",
+]
 
 _FLOOR = (
     "geoopt.Sphere.dist clamps <x, y> to 1 - eps, so distances below arccos(1 - eps) (4.5e-4 "
@@ -112,6 +210,48 @@ _KNOWN: dict[str, dict[str, str]] = {
         "parallel_transport": _CLAMP.format("transp"),
         "inverse_retract": _CLAMP.format("logmap"),
     },
+}
+_BALL_CANCELS = (
+    "geoopt.PoincareBall.{} takes artanh(sqrt(c)|-x (+) y|), which cancels near the boundary: "
+    "relative error 0.15 at radius 1 - 1e-4 (float64 and float32), 4e-3 at 1 - 1e-3 (float32)"
+)
+_KNOWN["PoincareBall"] = {
+    "project": "geoopt.PoincareBall.projx clamps onto the radius (1 - 1e-5)/sqrt(c) in float64, "
+    "(1 - 4e-3)/sqrt(c) in float32, moving points of the ball; the open ball has no nearest point "
+    "outside it",
+    "exp": "geoopt.PoincareBall.expmap clamps its result onto that radius: points beyond "
+    "hyperbolic distance 6.2/sqrt(c) from the origin (float32; 12.2/sqrt(c) in float64) come "
+    "back at that distance",
+    "log": _BALL_CANCELS.format("logmap"),
+    "dist": _BALL_CANCELS.format("dist"),
+    "parallel_transport": "",
+    "inverse_retract": "geoopt.PoincareBall.retr is x + u (clamped), which logmap does not invert",
+}
+_KNOWN["PoincareBallExact"] = {
+    **_KNOWN["PoincareBall"],
+    "inverse_retract": _BALL_CANCELS.format("logmap") + " (its retr is expmap)",
+}
+_KNOWN["SymmetricPositiveDefinite"] = {
+    "project": "geoopt.SymmetricPositiveDefinite.projx replaces the eigenvalues of sym(a) by "
+    "their absolute values, which is not the nearest point for an indefinite sym(a) (the open "
+    "cone has none)",
+    "exp": "",
+    "log": "",
+    "dist": "",
+    "parallel_transport": "",
+    "inverse_retract": "geoopt.SymmetricPositiveDefinite.retr is X + U + U X^-1 U / 2, which "
+    "its logmap does not invert",
+}
+_KNOWN["BirkhoffPolytope"] = {
+    "project": "geoopt.BirkhoffPolytope.projx stops Sinkhorn at tol (default 1e-5: column sums "
+    "off by 4e-6) and adds eps (1e-12) to its denominators; built with tol=1e-13, eps=0 it is "
+    "riemfl's Sinkhorn (KL) projection to rounding: pass exact=['project']",
+    "exp": "geoopt.BirkhoffPolytope.expmap is its retraction (the Fisher geodesics have no "
+    "closed form)",
+    "log": "geoopt.BirkhoffPolytope has no logmap",
+    "dist": "geoopt.BirkhoffPolytope has no dist",
+    "parallel_transport": "geoopt.BirkhoffPolytope.transp is Pi_Y(v * y), not parallel transport",
+    "inverse_retract": "geoopt.BirkhoffPolytope has no inverse of its retraction",
 }
 _KNOWN["SphereExact"] = _KNOWN["Sphere"]
 _KNOWN["EuclideanStiefelExact"] = _KNOWN["EuclideanStiefel"]
@@ -205,6 +345,10 @@ def _build_geoopt_manifold() -> type:
 
         # -------------------------------------------------------------- sampling
         def random(self, *size, dtype=None, device=None, **kwargs):
+            return self._sample(size, dtype, device)
+
+        def _sample(self, size, dtype, device):
+            """riemfl's sampler, seeded from torch's global generator, as a ManifoldTensor."""
             shape = size2shape(*size)
             ok, reason = self._check_shape(shape, "x")
             if not ok:
@@ -231,11 +375,52 @@ def _explain(check, *args, atol: float):
 
 _GEOOPT_MANIFOLD = LazyClass(__name__, "GeooptManifold", _build_geoopt_manifold)
 
+#: riemfl manifold with a geoopt counterpart -> (adapter class: "Geoopt" + the geoopt class's
+#: name, its API mixin in geoopt_api)
+_PEERS: dict[str, tuple[str, str]] = {
+    "Euclidean": ("GeooptEuclidean", "EuclideanAPI"),
+    "Sphere": ("GeooptSphere", "SphereAPI"),
+    "Stiefel": ("GeooptEuclideanStiefel", "StiefelAPI"),
+    "Lorentz": ("GeooptLorentz", "LorentzAPI"),
+    "PoincareBall": ("GeooptPoincareBall", "PoincareBallAPI"),
+    "SPD": ("GeooptSymmetricPositiveDefinite", "SPDAPI"),
+    "BirkhoffPolytope": ("GeooptBirkhoffPolytope", "BirkhoffPolytopeAPI"),
+}
+
+
+def _build_peer(mixin: str) -> Any:
+    def build() -> type:
+        from . import geoopt_api
+
+        return type(mixin, (getattr(geoopt_api, mixin), _GEOOPT_MANIFOLD.get()), {})
+
+    return build
+
+
+_PEER_CLASSES = {
+    name: LazyClass(__name__, name, _build_peer(mixin)) for name, mixin in _PEERS.values()
+}
+
+
+def _peer(manifold: Manifold) -> str | None:
+    """The adapter class name for a riemfl manifold with a geoopt counterpart, else None."""
+    from ..manifolds import SPD, BirkhoffPolytope, Euclidean, Lorentz, PoincareBall, Sphere, Stiefel
+
+    kinds = (Euclidean, Sphere, Stiefel, Lorentz, PoincareBall, SPD, BirkhoffPolytope)
+    for kind in kinds:
+        if type(manifold) is kind:
+            if kind is SPD and manifold.metric != "affine-invariant":
+                return None  # geoopt implements only the affine-invariant metric ("AIM")
+            return _PEERS[kind.__name__][0]
+    return None
+
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the geoopt subclass exists once geoopt is importable; pickle finds it here
+    # PEP 562: the geoopt subclasses exist once geoopt is importable; pickle finds them here
     if name == "GeooptManifold":
         return _GEOOPT_MANIFOLD.get()
+    if name in _PEER_CLASSES:
+        return _PEER_CLASSES[name].get()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -277,7 +462,8 @@ def to_geoopt(manifold: Manifold) -> Any:
             f"to_geoopt needs a riemfl Manifold, got {type(manifold).__name__} "
             "(for a geoopt manifold, use it directly or wrap it with from_geoopt)"
         )
-    return cls(manifold)
+    peer = _peer(manifold)
+    return cls(manifold) if peer is None else _PEER_CLASSES[peer].get()(manifold)
 
 
 # -------------------------------------------------------------------------------- from_geoopt
@@ -384,6 +570,17 @@ class FromGeoopt(ForeignManifold):
         out = fn(*(torch.tensor(a) for a in arrays))
         return out.detach().cpu().numpy()
 
+    def _inner(self, x, u, v):
+        # keepdim=True, then drop the point's axes: geoopt's Stereographic.inner with
+        # keepdim=False multiplies (B, 1) by (B,) and returns a B x B matrix for B points
+        inner, ndim = self.wrapped.inner, len(self.point_shape)
+
+        def kept(x, u, v):
+            out = inner(x, u, v, keepdim=True)
+            return out.reshape(out.shape[: out.dim() - ndim])
+
+        return self._call(kept, x, u, v, scalar=True)
+
     def _egrad_to_rgrad(self, x, g):
         # geoopt's Lorentz.egrad2rgrad writes into its argument: hand it a copy
         egrad2rgrad = self.wrapped.egrad2rgrad
@@ -429,7 +626,9 @@ def from_geoopt(
     Parameters
     ----------
     manifold : geoopt.Manifold
-        E.g. ``geoopt.Sphere()``, ``geoopt.EuclideanStiefel()``, ``geoopt.Lorentz()``.
+        E.g. ``geoopt.Sphere()``, ``geoopt.EuclideanStiefel()``, ``geoopt.Lorentz()``,
+        ``geoopt.PoincareBall()``, ``geoopt.SymmetricPositiveDefinite()``,
+        ``geoopt.BirkhoffPolytope()`` (translated to riemfl's Fisher conventions).
         ``to_geoopt`` objects are unwrapped: ``from_geoopt(to_geoopt(m), ...)`` is ``m``.
     point_shape : tuple of int
         Shape of one point (geoopt manifolds only know the number of trailing dimensions).
@@ -442,8 +641,10 @@ def from_geoopt(
         ``"parallel_transport"`` (``transp`` is parallel transport) and ``"inverse_retract"``
         (``retr`` is ``expmap`` and ``logmap`` inverts it). Default: riemfl's table of geoopt's
         own classes (Euclidean: all; Sphere and EuclideanStiefel: project and exp;
-        CanonicalStiefel: project; Lorentz: none, see the module docstring), nothing for other
-        classes. The rest are declared unsupported, with the reason.
+        CanonicalStiefel: project; Lorentz: none; SymmetricPositiveDefinite: exp, log, dist and
+        parallel_transport; PoincareBall and PoincareBallExact: parallel_transport;
+        BirkhoffPolytope: none; see the module docstring), nothing for other classes. The rest
+        are declared unsupported, with the reason.
     proximal_smoothness, diameter, injectivity_radius : float, optional
         riemfl's constants, which geoopt does not provide (unsupported when not given).
 
@@ -469,4 +670,42 @@ def from_geoopt(
         "diameter": diameter,
         "injectivity_radius": injectivity_radius,
     }
-    return FromGeoopt(manifold, point_shape, dim, exact, constants)
+    kind = _FromGeooptBirkhoff if type(manifold).__name__ == "BirkhoffPolytope" else FromGeoopt
+    return kind(manifold, point_shape, dim, exact, constants)
+
+
+class _FromGeooptBirkhoff(FromGeoopt):
+    r"""``geoopt.BirkhoffPolytope`` in riemfl's conventions (the Fisher metric of Douik &
+    Hassibi 2019, which geoopt's ``egrad2rgrad`` and riemfl use).
+
+    geoopt's ``proju(x, u)`` is :math:`\Pi_X(u \odot X)` (its ``egrad2rgrad``), not a
+    projection: ``to_tangent(x, a)`` is ``proju(x, a / x)`` = :math:`\Pi_X(a)`. geoopt's
+    ``inner`` is the Fisher metric divided by n: ``inner`` multiplies it by n, so that
+    ``egrad_to_rgrad`` is the gradient of that metric. geoopt's ``transp`` is
+    :math:`\Pi_Y(v \odot Y)`, which does not fix tangent vectors at Y = X: ``transport`` is the
+    projection :math:`\Pi_Y(v)`.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._available.discard("transport")
+
+    def _solved(self, fn, *arrays):
+        """``_call`` of a geoopt map that solves geoopt's (singular at x <= 0) linear system."""
+        try:
+            return self._call(fn, *arrays)
+        except RuntimeError as exc:  # torch.linalg.solve inside geoopt's TorchScript
+            raise NotOnManifoldError(
+                f"{self.name}: geoopt's tangent projection failed at x ({exc}); expected a point "
+                "with positive entries (doubly stochastic)"
+            ) from exc
+
+    def _to_tangent(self, x, a):
+        proju = self.wrapped.proju
+        return self._solved(lambda x, a: proju(x, a / x), x, a)
+
+    def _egrad_to_rgrad(self, x, g):
+        return self._solved(self.wrapped.egrad2rgrad, x, g)
+
+    def _inner(self, x, u, v):
+        return self.point_shape[-1] * super()._inner(x, u, v)

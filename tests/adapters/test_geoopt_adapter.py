@@ -17,10 +17,14 @@ torch = pytest.importorskip("torch")
 from riemfl.adapters.geoopt import FromGeoopt, from_geoopt, to_geoopt  # noqa: E402
 
 from riemfl import (  # noqa: E402
+    SPD,
     BezierCurve,
     BezierGraph,
+    BirkhoffPolytope,
+    Euclidean,
     Lorentz,
     Manifold,
+    PoincareBall,
     Product,
     Sphere,
     Stiefel,
@@ -28,7 +32,9 @@ from riemfl import (  # noqa: E402
 from riemfl.backend import to_numpy  # noqa: E402
 from riemfl.errors import (  # noqa: E402
     MissingDependencyError,
+    NotOnManifoldError,
     ParameterError,
+    ProjectionError,
     ShapeError,
 )
 from riemfl.federated import RFedProj, run_sync  # noqa: E402
@@ -526,3 +532,303 @@ class TestFromGeooptEuclideanStiefel(ManifoldTests):
         x = torch.as_tensor(self.manifold.random_point(rng=0))
         u = (0.1 * torch.as_tensor(self.manifold.random_tangent(x.numpy(), rng=1))).requires_grad_()
         torch.autograd.grad(self.manifold.retract(x, u).sum(), u)
+
+
+# ------------------------------------------- SPD, Poincare ball and Birkhoff polytope, both ways
+def geoopt_ball(c, dtype=F64, exact=False):
+    kind = geoopt.PoincareBallExact if exact else geoopt.PoincareBall
+    return kind(c=torch.tensor(c, dtype=dtype))  # c in the points' dtype: geoopt samples in it
+
+
+def birkhoff_tight():
+    """geoopt's Birkhoff polytope with Sinkhorn run to rounding (its default tol is 1e-5)."""
+    return geoopt.BirkhoffPolytope(max_iter=300, tol=1e-13, eps=0.0)
+
+
+def frame(manifold, seed=0):
+    """Three points x, y = R_x(w) and tangents u, v at x (norms 0.2 to 0.8), float64 tensors."""
+    rng = np.random.default_rng(seed)
+    x = manifold.random_point(3, rng=rng)
+    u, v, w = (rst.scaled_tangent(manifold, x, rng.uniform(0.2, 0.8, 3), rng) for _ in range(3))
+    return tensor(x), tensor(manifold.retract(x, w)), tensor(u), tensor(v)
+
+
+@pytest.mark.parametrize(
+    "riem,g,maps",
+    [
+        (
+            SPD(3),
+            geoopt.SymmetricPositiveDefinite(),
+            ["to_tangent", "egrad_to_rgrad", "inner", "retract", "exp", "log", "dist"],
+        ),
+        (
+            PoincareBall(3, c=0.7),
+            geoopt_ball(0.7, exact=True),
+            ["to_tangent", "egrad_to_rgrad", "inner", "retract", "exp", "log", "dist"],
+        ),
+        (
+            BirkhoffPolytope(3),
+            birkhoff_tight(),
+            ["to_tangent", "egrad_to_rgrad", "inner", "retract"],
+        ),
+    ],
+    ids=["SPD", "PoincareBallExact", "BirkhoffPolytope"],
+)
+def test_from_geoopt_agrees_with_riemfl(riem, g, maps):
+    """The geoopt wrapper's maps are riemfl's, to rounding: SPD (affine-invariant), the
+    Poincare ball (PoincareBallExact: retr is expmap) and the Birkhoff polytope (geoopt's
+    proju and inner translated to riemfl's Fisher conventions, Sinkhorn run to rounding)."""
+    wrapped = from_geoopt(g, riem.point_shape, exact=["project"] if riem.ndim == 2 else None)
+    x, y, u, v = frame(riem)
+    a = tensor(np.random.default_rng(1).standard_normal(tuple(x.shape)))
+    args = {
+        "to_tangent": (x, a),
+        "egrad_to_rgrad": (x, a),
+        "inner": (x, u, v),
+        "retract": (x, u),
+        "exp": (x, u),
+        "log": (x, y),
+        "dist": (x, y),
+    }
+    for name in maps:
+        close(getattr(wrapped, name)(*args[name]), getattr(riem, name)(*args[name]), 1e-10)
+    if isinstance(riem, BirkhoffPolytope):  # geoopt's transp is not a transport: the projection
+        close(wrapped.transport(x, y, v), riem.to_tangent(y, v), 1e-10)
+    else:
+        close(wrapped.transport(x, y, v), riem.parallel_transport(x, y, v), 1e-10)
+    assert wrapped.dim == riem.dim
+
+
+def test_from_geoopt_spd_and_poincare_parallel_transport_is_riemfl_s():
+    for riem, g in (
+        (SPD(3), geoopt.SymmetricPositiveDefinite()),
+        (PoincareBall(3), geoopt_ball(1.0)),
+    ):
+        x, y, _, v = frame(riem)
+        wrapped = from_geoopt(g, riem.point_shape)
+        assert wrapped.supports("parallel_transport")[0]
+        close(wrapped.parallel_transport(x, y, v), riem.parallel_transport(x, y, v), 1e-10)
+
+
+def test_declared_capabilities_of_spd_poincare_and_birkhoff():
+    spd = from_geoopt(geoopt.SymmetricPositiveDefinite(), (3, 3))
+    assert [spd.supports(m)[0] for m in ("exp", "log", "dist", "project")] == [1, 1, 1, 0]
+    assert "absolute values" in spd.supports("project")[1]
+    assert "does not invert" in spd.supports("inverse_retract")[1]
+    ball = from_geoopt(geoopt_ball(1.0), (3,))
+    assert "6.2" in ball.supports("exp")[1] and "cancels" in ball.supports("dist")[1]
+    assert ball.supports("parallel_transport")[0] and not ball.supports("project")[0]
+    assert (
+        "expmap" in from_geoopt(geoopt_ball(1.0, exact=True), (3,)).supports("inverse_retract")[1]
+    )
+    birkhoff = from_geoopt(geoopt.BirkhoffPolytope(), (3, 3), dim=4)
+    assert "1e-5" in birkhoff.supports("project")[1] and not birkhoff.supports("exp")[0]
+    assert from_geoopt(birkhoff_tight(), (3, 3)).dim == 4  # the rank of proju at a point
+
+
+@pytest.mark.parametrize(
+    "dtype,radius,floor", [(F64, 1 - 1e-5, 12.2), (torch.float32, 1 - 4e-3, 6.2)]
+)
+def test_geoopt_ball_clamps_near_the_boundary_riemfl_does_not(dtype, radius, floor):
+    """geoopt projects expmap's result onto the radius (1 - eps)/sqrt(c): far points come back
+    at hyperbolic distance ~floor; riemfl's exp reaches distance 13. geoopt's dist at radius
+    1 - 1e-4 is off by 15%; riemfl's is exact to rounding."""
+    riem, g = PoincareBall(3), geoopt_ball(1.0, dtype)
+    x, u = torch.zeros(3, dtype=dtype), torch.tensor([6.5, 0.0, 0.0], dtype=dtype)
+    origin = torch.zeros(3, dtype=F64)
+    assert float(riem.dist(origin, riem.exp(x, u).double())) == pytest.approx(13.0, rel=1e-3)
+    clamped = g.expmap(x, u)
+    assert float(clamped.norm()) == pytest.approx(radius, rel=1e-7)
+    assert float(riem.dist(origin, clamped.double())) == pytest.approx(floor, abs=0.05)
+    p, q = 0.9999 * np.eye(3)[0], 0.9999 * np.eye(3)[1]
+    exact = float(riem.dist(p, q))
+    assert (
+        abs(float(riem.dist(torch.tensor(p, dtype=dtype), torch.tensor(q, dtype=dtype))) - exact)
+        < 1e-4 * exact
+    )
+    assert (
+        abs(float(g.dist(torch.tensor(p, dtype=dtype), torch.tensor(q, dtype=dtype))) - exact)
+        > 0.1 * exact
+    )
+
+
+def test_geoopt_spd_projx_is_not_the_nearest_point_riemfl_raises():
+    """geoopt's projx maps the eigenvalues of sym(a) to their absolute values; the open cone has
+    no nearest point to an indefinite matrix, so riemfl's project raises."""
+    riem, g = SPD(2), geoopt.SymmetricPositiveDefinite()
+    a = torch.tensor([[2.0, 0.0], [0.0, -1.0]], dtype=F64)
+    assert torch.equal(g.projx(a), torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=F64))
+    with pytest.raises(ProjectionError, match="no nearest point"):
+        riem.project(a)
+    with pytest.raises(ProjectionError):
+        to_geoopt(riem).projx(a)
+    x, _, u, _ = frame(SPD(2))
+    y = g.retr(x, u)  # X + U + U X^-1 U / 2, riemfl's retraction too
+    close(riem.retract(x, u), y)
+    assert float((g.logmap(x, y) - u).abs().max()) > 1e-3  # logmap inverts expmap, not retr
+    close(riem.inverse_retract(x, y), u, 1e-10)
+
+
+def test_geoopt_birkhoff_conventions_and_sinkhorn_tolerance():
+    """geoopt's proju(x, u) is Pi_X(u * x) (its egrad2rgrad), its inner the Fisher metric / n,
+    its transp Pi_Y(v * y), and its Sinkhorn stops at tol = 1e-5; the wrapper translates the
+    first three, and the riemfl adapter keeps riemfl's maps."""
+    riem, g = BirkhoffPolytope(3), geoopt.BirkhoffPolytope()
+    x, y, u, v = frame(riem)
+    a = tensor(np.random.default_rng(2).standard_normal((3, 3, 3)))
+    close(g.proju(x, a), g.egrad2rgrad(x, a))
+    close(g.proju(x, a / x), riem.to_tangent(x, a), 1e-10)
+    assert float((g.proju(x, u) - u).abs().max()) > 1e-2  # not a projection
+    close(3 * g.inner(x, u, v), riem.inner(x, u, v), 1e-12)
+    adapted = to_geoopt(riem)
+    close(adapted.inner(x, u, v), riem.inner(x, u, v))
+    close(adapted.proju(x, u), u, 1e-12)
+    close(adapted.expmap(x, u), riem.retract(x, u))  # geoopt's expmap is its retraction
+    loose = g.retr(x, u)
+    gap = float((loose - riem.retract(x, u)).abs().max())
+    assert 1e-9 < gap < 1e-4  # Sinkhorn stopped at tol = 1e-5
+    close(birkhoff_tight().retr(x, u), riem.retract(x, u), 1e-12)
+    wrapped = from_geoopt(g, (3, 3))
+    close(wrapped.transport(x, y, v), v, 1e-12)  # Pi_Y(v) = v for v in the common tangent space
+    with pytest.raises(NotOnManifoldError, match="positive entries"):
+        wrapped.to_tangent(np.eye(3), np.ones((3, 3)))  # [[I, X], [X^T, I]] singular
+
+
+# ------------------------------------------------------- the adapted classes: API differences
+def test_poincare_adapter_differences_from_geoopt():
+    """riemfl's PoincareBall behind geoopt's PoincareBall API: projx raises outside the ball
+    (geoopt clamps), project= is accepted and changes nothing, inner of a batch gives one value
+    a point (geoopt's keepdim=False gives a B x B matrix), retr is exp (PoincareBallExact's)."""
+    riem, g = PoincareBall(3), geoopt_ball(1.0)
+    m = to_geoopt(riem)
+    x, y, u, v = frame(riem)
+    with pytest.raises(ProjectionError):
+        m.projx(2 * x / x.norm(dim=-1, keepdim=True))
+    assert torch.equal(m.expmap(x, u, project=False), m.expmap(x, u, project=True))
+    assert m.inner(x, u, v).shape == (3,) and g.inner(x, u, v).shape == (3, 3)
+    close(m.inner(x, u, v, keepdim=True), g.inner(x, u, v, keepdim=True))
+    close(m.retr(x, u), geoopt_ball(1.0, exact=True).retr(x, u))
+    assert float((m.retr(x, u) - g.retr(x, u)).abs().max()) > 1e-3
+    # dim= moves the point axis: points along axis 0
+    close(m.mobius_add(x.T, y.T, dim=0), g.mobius_add(x.T, y.T, dim=0))
+    close(m.dist(x.T, y.T, dim=0, keepdim=True), g.dist(x.T, y.T, dim=0, keepdim=True))
+
+
+@pytest.mark.parametrize(
+    "manifold", [PoincareBall(3), SPD(3), BirkhoffPolytope(3), Lorentz(3), Euclidean(3)]
+)
+def test_adapted_family_classes_pickle_and_optimise(manifold):
+    """The per-family classes are module attributes (pickle finds them); RiemannianAdam steps
+    stay on the manifold."""
+    module = torch.nn.Module()
+    module.x = parameter(manifold, manifold.random_point(rng=0))
+    clone = pickle.loads(pickle.dumps(module))
+    assert type(clone.x.manifold) is type(module.x.manifold)
+    assert type(module.x.manifold).__name__.startswith("Geoopt")
+    target = tensor(manifold.random_point(rng=1))
+    x = clone.x
+    minimise(x, lambda p: ((p - target) ** 2).sum(), geoopt.optim.RiemannianAdam([x], lr=0.01), 3)
+    manifold.check_point(x.detach())
+
+
+def test_spd_with_another_metric_gets_the_generic_adapter():
+    m = to_geoopt(SPD(3, metric="log-euclidean"))
+    assert type(m).__name__ == "GeooptManifold" and not hasattr(m, "default_metric")
+
+
+class NotAmbientGeodesics:
+    """The kit's second-order check of exp holds for metrics induced by the ambient space."""
+
+    def test_exp_second_order(self):
+        pytest.skip(
+            "the kit's check (tangential part of Exp_x(tu) - x - tu is O(t^3)) holds for metrics "
+            "induced by the ambient space; SPD's and the Poincare ball's geodesics accelerate in "
+            "the ambient coordinates"
+        )
+
+
+@pytest.mark.slow
+class TestFromGeooptSPD(NotAmbientGeodesics, ManifoldTests):
+    """geoopt's SymmetricPositiveDefinite (project declared unsupported: the |eigenvalue| map)."""
+
+    manifold = from_geoopt(
+        geoopt.SymmetricPositiveDefinite(), (3, 3), diameter=math.inf, injectivity_radius=math.inf
+    )
+
+
+@pytest.mark.slow
+class TestFromGeooptPoincareBall(NotAmbientGeodesics, ManifoldTests):
+    """geoopt's PoincareBall as is (exp, log, dist declared unsupported: the boundary clamps)."""
+
+    manifold = from_geoopt(
+        geoopt_ball(0.7), (3,), diameter=2 / math.sqrt(0.7), injectivity_radius=math.inf
+    )
+
+
+@pytest.mark.slow
+class TestFromGeooptPoincareBallExact(NotAmbientGeodesics, ManifoldTests):
+    """geoopt's PoincareBallExact with exp, log and dist vouched for: at the kit's scales
+    (points within hyperbolic distance ~5 of the origin) the clamps do not act."""
+
+    manifold = from_geoopt(
+        geoopt_ball(0.7, exact=True),
+        (3,),
+        exact=["exp", "log", "dist", "parallel_transport", "inverse_retract"],
+        diameter=2 / math.sqrt(0.7),
+        injectivity_radius=math.inf,
+    )
+
+
+@pytest.mark.slow
+class TestFromGeooptBirkhoffPolytope(ManifoldTests):
+    """geoopt's BirkhoffPolytope with Sinkhorn run to rounding, project vouched for."""
+
+    manifold = from_geoopt(birkhoff_tight(), (3, 3), exact=["project"], diameter=math.sqrt(6))
+
+    def method_args(self, method, seed):
+        """project is Sinkhorn scaling of a positive matrix: draw X * exp(Z / 4), Z Gaussian."""
+        if method != "project":
+            return super().method_args(method, seed)
+        rng = np.random.default_rng(seed)
+        x = self.manifold.random_point(self.batch_size, rng=rng)
+        return [x * np.exp(0.25 * rng.standard_normal(x.shape))], ["ambient"]
+
+    @pytest.mark.parametrize("method", ["transport"])
+    def test_torch_autograd(self, method):
+        pytest.skip(
+            "geoopt's sampler scales |N(0, 1)| entries by Sinkhorn, so points with entries near "
+            "1e-7 occur, where the kit's finite differences along retracted points are "
+            "meaningless (riemfl's own BirkhoffPolytope fails there too)"
+        )
+
+
+def test_autograd_flows_through_the_ball_s_gyrovector_api():
+    m = to_geoopt(PoincareBall(3, c=0.7))
+    x = (0.3 * torch.ones(2, 3, dtype=F64)).requires_grad_()
+    w = torch.eye(3, dtype=F64).add(0.1).requires_grad_()
+    (m.dist0(m.mobius_matvec(w, m.mobius_add(x, x.flip(0)))) ** 2).sum().backward()
+    for g in (x.grad, w.grad):
+        assert g is not None and bool(torch.isfinite(g).all()) and float(g.abs().max()) > 0
+    assert m.mobius_add(x.float(), x.float()).dtype == torch.float32
+
+
+def test_lorentz_adapter_norm_is_not_clamped():
+    """The stand-in's norm(u) is sqrt(<u, u>_L) at every scale; geoopt's is at least 1e-4."""
+    riem, g = Lorentz(3), geoopt_lorentz(1.0)
+    x = tensor(riem.random_point(rng=0))
+    u = tensor(rst.scaled_tangent(riem, x.numpy(), 1e-6, np.random.default_rng(1)))
+    assert float(to_geoopt(riem).norm(u)) == pytest.approx(1e-6, rel=1e-9)
+    assert float(g.norm(u)) == pytest.approx(1e-4, rel=1e-9)
+
+
+def test_spd_float32_dist_of_close_points():
+    """Points 1e-3 apart in float32: geoopt's dist (through X^-1/2) is off by up to 5e-4
+    relative, riemfl's (Cholesky whitening) by 2e-5."""
+    riem, g = SPD(3), geoopt.SymmetricPositiveDefinite()
+    x = riem.random_point(4, rng=0)
+    y = riem.exp(x, 1e-3 * riem.random_tangent(x, rng=1))
+    exact = riem.dist(x, y)
+    x32, y32 = (torch.tensor(a, dtype=torch.float32) for a in (x, y))
+    ours = np.max(np.abs(riem.dist(x32, y32).double().numpy() / exact - 1))
+    theirs = np.max(np.abs(g.dist(x32, y32).double().numpy() / exact - 1))
+    assert ours < 5e-5 < 2e-4 < theirs
