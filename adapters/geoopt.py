@@ -32,7 +32,8 @@ operations (``mobius_add`` ... ``weighted_midpoint``), ``dist2plane``, ``lambda_
 and ``radius`` for the ball. Every value is computed by riemfl (its maps and gyrovector
 functions, or formulas over them), never by geoopt; the classes
 are ``geoopt.Manifold`` subclasses, not subclasses of geoopt's classes, so ``isinstance(m,
-geoopt.PoincareBall)`` is False. Other riemfl manifolds (SPD with another metric included) get the
+geoopt.PoincareBall)`` is False. Other riemfl manifolds (SPD with another metric and the
+canonical-metric Stiefel included) get the
 generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
 
 * ``projx`` is riemfl's metric projection: it raises :class:`~riemfl.errors.ProjectionError`
@@ -411,6 +412,8 @@ def _peer(manifold: Manifold) -> str | None:
         if type(manifold) is kind:
             if kind is SPD and manifold.metric != "affine-invariant":
                 return None  # geoopt implements only the affine-invariant metric ("AIM")
+            if kind is Stiefel and manifold.metric != "embedded":
+                return None  # geoopt's CanonicalStiefel: its expmap is a retraction, no stand-in
             return _PEERS[kind.__name__][0]
     return None
 

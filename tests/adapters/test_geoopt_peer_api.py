@@ -256,3 +256,12 @@ def test_adapter_methods_return_geoopt_values(kind, dtype):
     for name in ("c", "k", "radius", "isp_c", "ndim"):  # same-meaning attributes, same values
         if hasattr(g, name):
             assert float(getattr(adapted, name)) == pytest.approx(float(getattr(g, name)), rel=1e-6)
+
+
+def test_other_metrics_get_the_generic_adapter_not_a_stand_in():
+    """geoopt has no class for these metrics: no geoopt API is claimed for them."""
+    from riemfl.adapters import geoopt as adapter
+
+    for manifold in (SPD(3, metric="log-euclidean"), Stiefel(5, 2, metric="canonical")):
+        assert type(to_geoopt(manifold)) is adapter.GeooptManifold
+    assert type(to_geoopt(Stiefel(5, 2))).__name__ == "GeooptEuclideanStiefel"
