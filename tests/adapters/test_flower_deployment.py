@@ -82,7 +82,8 @@ def test_superlink_refuses_unlisted_keys_and_nodes_without_the_ca(tmp_path):
     answers its activation with API error 2004 (key not registered), or once its TLS handshake
     fails (it verifies the server against the system's CAs, which do not know the throwaway
     CA). ``add_supernode`` turns the exit and its log line into the typed error; the SuperLink
-    then lists only the node that was accepted."""
+    then lists only the node that was accepted. The ``flwr`` CLI without the CA gets "the
+    SuperLink is unavailable" at once."""
     deployment = LocalDeployment(1, tmp_path, startup_timeout=60)
     with deployment:
         accepted = deployment.online_nodes()
@@ -93,4 +94,9 @@ def test_superlink_refuses_unlisted_keys_and_nodes_without_the_ca(tmp_path):
             deployment.add_supernode(trust_ca=False)
         assert deployment.refused == ["supernode-1", "supernode-2"]
         assert deployment.online_nodes() == accepted
+        # the flwr CLI without the CA cannot connect either
+        config = tmp_path / "flwr-home" / "config.toml"
+        config.write_text(config.read_text().replace("root-certificates", "# root-certificates"))
+        with pytest.raises(ConnectionRefusedByPeerError, match="flwr could not reach"):
+            deployment.online_nodes()
     assert all(proc.poll() is not None for _, proc in deployment.processes)
