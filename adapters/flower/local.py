@@ -385,14 +385,19 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
     def _flwr(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [_executable("flwr"), *args],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        try:
+            return subprocess.run(
+                [_executable("flwr"), *args],
+                env=self.env,
+                cwd=self.workdir,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise FlowerAdapterError(
+                f"flwr {' '.join(args)} did not return within 120 s:\n{self.logs()}"
+            ) from exc
 
     def _status(self, run_id: str) -> str:
         out = self._flwr("ls", CONNECTION, "--format", "json")
