@@ -15,6 +15,9 @@ __all__ = [
     "JobFailedError",
     "ProtocolError",
     "TrainerMismatchError",
+    "CertificateError",
+    "NodeAuthenticationError",
+    "ConnectionRefusedByPeerError",
 ]
 
 
@@ -79,3 +82,21 @@ class TrainerMismatchError(ParameterError):
     """An :class:`~riemfl.adapters.flower.AsyncJob` pairs a server rule with a client whose
     upload it cannot take: a curve rule (AsyncBezier) with a point trainer, a point rule
     (FedAsync) with the curve client, or curve settings without a curve rule."""
+
+
+class CertificateError(FlowerAdapterError):
+    """A TLS file of a deployment is missing, unreadable, expired or not yet valid, or does not
+    fit the others (a server certificate the CA did not sign, a key of another certificate, a
+    certificate that does not name the host the clients connect to). The message names the
+    file and what is wrong with it."""
+
+
+class NodeAuthenticationError(NodeRegistrationError):
+    """The SuperLink refused a SuperNode's authentication: its public key is not registered with
+    a SuperLink that runs with SuperNode authentication (``--enable-supernode-auth``)."""
+
+
+class ConnectionRefusedByPeerError(FlowerAdapterError):
+    """A SuperNode or the ``flwr`` CLI could not connect to the SuperLink: the TLS handshake
+    failed (it does not trust the server's certificate, or speaks plain HTTP to a TLS server) or
+    nothing answered. The message names the process and quotes its log."""
