@@ -62,6 +62,7 @@ import numpy as np
 
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
+from .spread import mean_spread, mean_std
 
 __all__ = ["Method", "METHODS", "PAPER_MNIST", "COLUMNS", "Settings", "reproduce"]
 
@@ -474,31 +475,25 @@ def _products(pair, arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------- report
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values)) if len(values) > 1 else math.nan
-
-
 def _accuracy_table(runs: list[dict[str, Any]], s: Settings) -> tuple[str, dict]:
-    cols = [c for c in COLUMNS if c[0] in s.columns]
-    ours: dict[str, dict[str, tuple[float, float]]] = {}
-    for m in METHODS:
-        ours[m.label] = {}
-        for c in cols:
-            accs = [
-                100 * r["final"]["accuracy"]
-                for r in runs
-                if r["method"] == m.label and r["column"] == c[0]
-            ]
-            ours[m.label][c[0]] = _mean_std(accs)
-    head = "| Method | " + " | ".join(f"{c[0]}: ours | {c[0]}: paper" for c in cols) + " |"
+    cols = [c[0] for c in COLUMNS if c[0] in s.columns]
+    accs = {
+        (m.label, c): [
+            100 * r["final"]["accuracy"]
+            for r in runs
+            if r["method"] == m.label and r["column"] == c
+        ]
+        for m in METHODS
+        for c in cols
+    }
+    ours = {m.label: {c: mean_std(accs[m.label, c])[:2] for c in cols} for m in METHODS}
+    head = "| Method | " + " | ".join(f"{c}: ours | {c}: paper" for c in cols) + " |"
     lines = [head, "|---|" + "---|---|" * len(cols)]
     for m in METHODS:
         cells = []
         for c in cols:
-            mean, std = ours[m.label][c[0]]
-            pm, ps = PAPER_MNIST[m.label][[x[0] for x in COLUMNS].index(c[0])]
-            spread = "" if math.isnan(std) else f" +/- {std:.1f}"
-            cells.append(f"{mean:.1f}{spread} | {pm:.1f} +/- {ps:.1f}")
+            pm, ps = PAPER_MNIST[m.label][[x[0] for x in COLUMNS].index(c)]
+            cells.append(f"{mean_spread(accs[m.label, c], 1)} | {pm:.1f} +/- {ps:.1f}")
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines), ours
 
