@@ -63,6 +63,7 @@ import numpy as np
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
 from .spread import mean_spread, mean_std
+from .styles import Styles
 
 __all__ = ["Method", "METHODS", "PAPER_MNIST", "COLUMNS", "Settings", "reproduce"]
 
@@ -623,18 +624,19 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    styles = Styles([m.label for m in METHODS])  # one look per method in every figure
     cols = [c[0] for c in COLUMNS if c[0] in s.columns]
     fig, axes = plt.subplots(1, len(cols), figsize=(4.2 * len(cols), 3.6), squeeze=False)
     for ax, col in zip(axes[0], cols, strict=True):
         for m in METHODS:
             curves = [r["curve"] for r in digits if r["column"] == col and r["method"] == m.label]
             acc = np.mean([c["accuracy"] for c in curves], axis=0)
-            ax.plot(curves[0]["step"], acc, label=m.label, ls="--" if "pi*" in m.label else "-")
+            ax.plot(curves[0]["step"], acc, **styles.of(m.label))
         ax.set_title(f"digits, {col}")
         ax.set_xlabel("round")
         ax.set_ylabel("personal test accuracy")
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "table1_curves.png", dpi=100)
     plt.close(fig)
@@ -642,17 +644,12 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, kind in zip(axes, ("linear", "mlp"), strict=True):
         for r in (x for x in synthetic if x["task"] == kind):
-            ax.semilogy(
-                r["curve"]["step"],
-                r["curve"]["loss"],
-                label=r["method"],
-                ls="--" if "pi*" in r["method"] else "-",
-            )
+            ax.semilogy(r["curve"]["step"], r["curve"]["loss"], **styles.of(r["method"]))
         ax.set_title(f"synthetic {kind}")
         ax.set_xlabel("round")
         ax.set_ylabel("personal test loss (MSE)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "synthetic_loss.png", dpi=100)
     plt.close(fig)
@@ -662,8 +659,7 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
         ax.plot(
             r["curve"]["step"],
             r["curve"]["accuracy"],
-            label=f"{r['method']}, {r['adaptors']}",
-            ls="--" if r["adaptors"] == "products" else "-",
+            **styles.of(f"{r['method']}, {r['adaptors']}"),
         )
     ax.set_xlabel("round")
     ax.set_ylabel("personal test accuracy (Full LS)")

@@ -80,6 +80,7 @@ from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
 from .spread import mean_spread, mean_std
+from .styles import Styles
 
 __all__ = [
     "METHODS",
@@ -492,11 +493,12 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
 def _plot(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = Styles(s.methods)  # the same look per method in every figure of the report
     for method in s.methods:
         curves = [r["curve"] for r in runs if r["method"] == method]
         steps = curves[0]["step"]
         acc = np.mean([c["accuracy"] for c in curves], axis=0)
-        ax.plot(steps, acc, label=method)
+        ax.plot(steps, acc, **styles.of(method))
     ax.set_xlabel("server step")
     ax.set_ylabel("test accuracy (mean over seeds)")
     ax.grid(True, alpha=0.3)
@@ -513,7 +515,9 @@ def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
     for ax, key in zip(axes, ("gini", "theil"), strict=True):
         stats = [mean_std([r[key] for r in runs if r["method"] == m]) for m in s.methods]
         spreads = [0.0 if math.isnan(d) else d for _, d, _ in stats]  # one seed: no bar
-        ax.bar(range(len(s.methods)), [m for m, _, _ in stats], yerr=spreads, capsize=3)
+        colours = [Styles(s.methods).of(m)["color"] for m in s.methods]
+        heights = [m for m, _, _ in stats]
+        ax.bar(range(len(s.methods)), heights, yerr=spreads, capsize=3, color=colours)
         ax.set_xticks(range(len(s.methods)), s.methods, rotation=45, ha="right", fontsize=8)
         ax.set_title(key.capitalize())
         ax.grid(True, axis="y", alpha=0.3)
@@ -579,12 +583,16 @@ def _epoch_study(
 
 def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
     plt = _pyplot()
+    from matplotlib.ticker import NullFormatter
+
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    styles = Styles(s.methods)  # the colours of accuracy.png
     for method in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["epochs"], r["accuracy"]) for r in rows if r["method"] == method)
-        ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        ax.plot(*zip(*pts, strict=True), **{**styles.of(method), "markevery": None})
     ax.set_xscale("log")
     ax.set_xticks(list(s.epoch_study), [str(k) for k in s.epoch_study])
+    ax.xaxis.set_minor_formatter(NullFormatter())  # only the studied K are labelled
     ax.set_xlabel("local epochs K")
     ax.set_ylabel("final test accuracy")
     ax.grid(True, alpha=0.3)
