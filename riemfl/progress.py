@@ -3,6 +3,11 @@
 Writes ``desc [#####-----] 50/100  3.2s<3.1s  key=value`` to a stream (stderr by default),
 redrawn in place on a terminal at most ``min_interval`` seconds apart, and as plain lines
 (every 10%) when the stream is not a terminal, so logs of CI runs stay readable.
+
+The time left is the steps left times an exponential moving average of the recent seconds per
+step (weight :data:`SMOOTHING` on the newest interval). The first step is left out of the average,
+as it usually carries one-off costs (imports, data loading, compilation, the first checkpoint),
+and the bar says ``estimating`` until :data:`MIN_TIMED_STEPS` further steps have been timed.
 """
 
 from __future__ import annotations
@@ -11,7 +16,12 @@ import sys
 import time
 from typing import IO, Any
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "SMOOTHING", "MIN_TIMED_STEPS"]
+
+#: weight of the newest interval in the moving average of seconds per step
+SMOOTHING = 0.3
+#: steps timed (after the first) before the bar shows an estimate of the time left
+MIN_TIMED_STEPS = 2
 
 
 class ProgressBar:
@@ -49,10 +59,12 @@ class ProgressBar:
         self.min_interval = min_interval
         self.width = width
         self.count = start
-        self._start_count = start
         self._t0 = time.perf_counter()
         self._last_draw = -float("inf")
         self._last_decile = -1
+        self._last_step: float | None = None  # when the previous update came (None: none yet)
+        self._per_step: float | None = None  # moving average of seconds per step
+        self._timed = 0  # steps in the moving average
         self._isatty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.postfix: dict[str, Any] = {}
 
@@ -69,6 +81,7 @@ class ProgressBar:
         if not self.enabled:
             return
         now = time.perf_counter()
+        self._time_step(now, n)
         if self._isatty:
             if now - self._last_draw >= self.min_interval or self.count >= self.total:
                 self._last_draw = now
@@ -81,18 +94,36 @@ class ProgressBar:
                 self.stream.write(self.render(now) + "\n")
                 self.stream.flush()
 
+    def _time_step(self, now: float, n: int) -> None:
+        """Fold the interval since the previous update into the moving average (the first
+        update only starts the clock)."""
+        if self._last_step is not None and n > 0:
+            sample = (now - self._last_step) / n
+            if self._per_step is None:
+                self._per_step = sample
+            else:
+                self._per_step += SMOOTHING * (sample - self._per_step)
+            self._timed += n
+        self._last_step = now
+
+    def remaining(self) -> float | None:
+        """Estimated seconds left, or None while estimating."""
+        if self._per_step is None or self._timed < MIN_TIMED_STEPS:
+            return None
+        return max(self.total - self.count, 0) * self._per_step
+
     def render(self, now: float | None = None) -> str:
         """The bar as one line of text."""
         now = time.perf_counter() if now is None else now
         elapsed = now - self._t0
         frac = self.count / self.total if self.total else 1.0
         filled = int(round(self.width * min(frac, 1.0)))
-        done = self.count - self._start_count
-        left = (self.total - self.count) * elapsed / done if done > 0 else float("nan")
+        left = self.remaining()
+        eta = "estimating" if left is None else f"{left:.1f}s"
         extra = "  ".join(f"{k}={_fmt(v)}" for k, v in self.postfix.items())
         bar = "#" * filled + "-" * (self.width - filled)
         return (
-            f"{self.desc} [{bar}] {self.count}/{self.total}  {elapsed:.1f}s<{left:.1f}s  {extra}"
+            f"{self.desc} [{bar}] {self.count}/{self.total}  {elapsed:.1f}s<{eta}  {extra}"
         ).rstrip()
 
     def close(self) -> None:

@@ -42,3 +42,23 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"riemfl {riemfl.__version__}"
+
+
+def test_run_help_lists_every_problem_and_algorithm_with_defaults(capsys):
+    from riemfl.experiments.registry import ALGORITHMS, ASYNC_RULES, PROBLEMS
+
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    for name, summary in [
+        *((k, e.summary) for k, e in PROBLEMS.items()),
+        *((k, e.summary) for k, e in ALGORITHMS.items()),
+        *((k, e.summary) for k, e in ASYNC_RULES.items()),
+    ]:
+        assert summary, name
+        assert f"\n  {name} " in text and summary.split()[0] in text, name
+    assert "communication rounds R >= 1 (async: server steps) (default: 200)" in " ".join(
+        text.split()
+    )
+    assert "(default: None)" not in text and "(default: False)" not in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from collections.abc import Callable
 
 from .. import __version__
@@ -17,8 +18,35 @@ from .reproduce import PAPERS
 __all__ = ["build_parser"]
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default where it has one (not for flags, nor for options whose
+    default is None: their help says what happens without them); epilogs printed as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        plain = default is None or isinstance(default, bool) or default is argparse.SUPPRESS
+        if plain or not action.option_strings or "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def _listing(title: str, entries: dict[str, str]) -> str:
+    """An epilog section: ``title:`` then ``name  summary`` lines, summaries wrapped."""
+    lines = [f"{title}:"]
+    for name, summary in entries.items():
+        wrapped = textwrap.wrap(summary, width=76 - 22) or [""]
+        lines.append(f"  {name:<20}{wrapped[0]}")
+        lines.extend(" " * 22 + more for more in wrapped[1:])
+    return "\n".join(lines)
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (no usage block), exit status 2."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
         """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2."""
@@ -72,7 +100,7 @@ def _shared() -> dict[str, argparse.ArgumentParser]:
         help="print the catalogue's markdown table (as in the README) instead of the self-check",
     )
     seed = argparse.ArgumentParser(add_help=False)
-    seed.add_argument("--seed", type=int, default=0, help="seed of every random choice (0)")
+    seed.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     progress = argparse.ArgumentParser(add_help=False)
     progress.add_argument("--no-progress", action="store_true", help="no progress bar")
     return {"table": table, "seed": seed, "progress": progress}
@@ -80,14 +108,24 @@ def _shared() -> dict[str, argparse.ArgumentParser]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``riemfl`` command."""
-    from ..experiments.registry import ALGORITHM_NAMES, ASYNC_RULE_NAMES, PROBLEMS
+    from ..experiments.registry import (
+        ALGORITHM_NAMES,
+        ALGORITHMS,
+        ASYNC_RULE_NAMES,
+        ASYNC_RULES,
+        PROBLEMS,
+    )
     from ..federated.tangent import UPLOADS
 
     shared = _shared()
-    doc = "The riemfl command: manifolds, federated runs and paper reproductions."
+    doc = (
+        "The riemfl command: manifolds, federated runs and paper reproductions. With no "
+        "command, riemfl is 'riemfl manifolds' and takes its options (--json, --markdown, "
+        "--seed)."
+    )
     parser = _Parser(prog="riemfl", description=doc, parents=[shared["table"], shared["seed"]])
     parser.add_argument("--version", action="version", version=f"riemfl {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     sub.add_parser(
         "manifolds",
@@ -99,13 +137,32 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="one federated run on a named problem",
         parents=[shared["seed"], shared["progress"]],
-        epilog="Output folder: a new or empty --out is used; one holding this run's "
-        f"{CHECKPOINT_NAME} is resumed; anything else needs --overwrite. Every user error is "
-        "one line on stderr and exit status 2, checked before the folder is made.",
+        description="One federated run of an algorithm (--engine sync) or an asynchronous "
+        "rule (--engine async) on a named problem; writes history.json, history.csv and "
+        "history.png into --out.",
+        epilog="\n\n".join(
+            [
+                _listing("problems", {k: PROBLEMS[k].summary for k in sorted(PROBLEMS)}),
+                _listing(
+                    "algorithms (--engine sync)", {k: e.summary for k, e in ALGORITHMS.items()}
+                ),
+                _listing("rules (--engine async)", {k: e.summary for k, e in ASYNC_RULES.items()}),
+                "Output folder: a new or empty --out is used; one holding this run's "
+                f"{CHECKPOINT_NAME} is resumed; anything else needs --overwrite. Every user "
+                "error is one line on stderr and exit status 2, checked before the folder is "
+                "made.",
+            ]
+        ),
     )
     r.add_argument("problem", choices=sorted(PROBLEMS))
-    r.add_argument("--algorithm", required=True, choices=ALGORITHM_NAMES + ASYNC_RULE_NAMES)
-    r.add_argument("--engine", choices=("sync", "async"), default="sync")
+    r.add_argument(
+        "--algorithm",
+        required=True,
+        choices=ALGORITHM_NAMES + ASYNC_RULE_NAMES,
+        metavar="NAME",
+        help="a synchronous algorithm or an asynchronous rule (listed below)",
+    )
+    r.add_argument("--engine", choices=("sync", "async"), default="sync", help="which engine")
     r.add_argument(
         "--rounds",
         type=_int_at_least(1),
@@ -114,9 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--local-steps", type=_int_at_least(1), default=10, help="tau >= 1")
     r.add_argument("--step", type=_positive, default=None, help="eta > 0 (default: the paper's)")
-    r.add_argument("--global-step", type=_positive, default=None, help="eta_g (RFedProj; 1)")
-    r.add_argument("--mu", type=_nonnegative, default=None, help="proximal weight (RFedProx; 1)")
-    r.add_argument("--operators", choices=("approximate", "exact"), default="approximate")
+    r.add_argument(
+        "--global-step", type=_positive, default=None, help="eta_g (RFedProj only; default 1)"
+    )
+    r.add_argument(
+        "--mu", type=_nonnegative, default=None, help="proximal weight (RFedProx only; default 1)"
+    )
+    r.add_argument(
+        "--operators",
+        choices=("approximate", "exact"),
+        default="approximate",
+        help="retraction and its inverse, or exp and log",
+    )
     r.add_argument(
         "--upload",
         choices=UPLOADS,
@@ -130,16 +196,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="number of clients n >= 1 (default: the problem's)",
     )
-    r.add_argument("--clients-per-round", type=_int_at_least(1), default=None)
-    r.add_argument("--batch-size", type=_int_at_least(1), default=None, help="mini-batch size b")
-    r.add_argument("-k", type=_int_at_least(1), default=None, help="components (Stiefel k)")
+    r.add_argument(
+        "--clients-per-round",
+        type=_int_at_least(1),
+        default=None,
+        help="clients sampled per round, without replacement (default: all)",
+    )
+    r.add_argument(
+        "--batch-size",
+        type=_int_at_least(1),
+        default=None,
+        help="mini-batch size b (default: full local gradients)",
+    )
+    r.add_argument(
+        "-k",
+        type=_int_at_least(1),
+        default=None,
+        help="components (Stiefel k; default: the problem's)",
+    )
     r.add_argument(
         "--data",
         default=None,
         help="MNIST idx/npz file (kpca-mnist, logreg-mnist only; refused by the others)",
     )
     r.add_argument("--grad-tol", type=_nonnegative, default=None, help="stop at |grad f| <= this")
-    r.add_argument("--out", default="results/run", help="output folder (default results/run)")
+    r.add_argument("--out", default="results/run", help="output folder")
     r.add_argument(
         "--overwrite",
         action="store_true",
@@ -160,16 +241,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--timing",
         choices=("proportional", "exponential", "lognormal"),
         default=None,
-        help="client time model (default exponential)",
+        help="client time model (default: exponential)",
     )
-    a.add_argument("--scheduler", choices=("fifo", "paper"), default=None, help="default fifo")
-    a.add_argument("--server-lr", type=_positive, default=None, help="eta_g (FedBuff: beta)")
-    a.add_argument("--buffer-size", type=_int_at_least(1), default=None, help="FedBuff's K (10)")
+    a.add_argument(
+        "--scheduler",
+        choices=("fifo", "paper"),
+        default=None,
+        help="which waiting client trains next (default: fifo)",
+    )
+    a.add_argument(
+        "--server-lr",
+        type=_positive,
+        default=None,
+        help="eta_g (FedBuff: beta; default: the rule's own, see docs/federated/async)",
+    )
+    a.add_argument(
+        "--buffer-size", type=_int_at_least(1), default=None, help="FedBuff's K (default: 10)"
+    )
     a.add_argument(
         "--staleness",
         choices=("constant", "polynomial", "hinge"),
         default=None,
-        help="default constant",
+        help="staleness weighting of FedAsync and ASGD (default: constant)",
     )
     a.add_argument(
         "--max-staleness", type=_int_at_least(0), default=None, help="the staleness bound tau"
@@ -185,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-every",
         type=_int_at_least(1),
         default=None,
-        help="metrics every k server steps (10)",
+        help="metrics every k server steps (default: 10)",
     )
     a.add_argument(
         "--warmup-steps",
@@ -204,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vartheta",
         type=_nonnegative,
         default=None,
-        help="curve rules: OrthoDC strength (default 1)",
+        help="curve rules: OrthoDC strength (default: 1)",
     )
 
     p = sub.add_parser(
@@ -212,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce a paper's figures and check its claims",
         parents=[shared["progress"]],
     )
-    p.add_argument("paper", choices=list(PAPERS))
+    p.add_argument("paper", choices=list(PAPERS), help="which reproduction")
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument(
@@ -227,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="licudi2025: the offline stand-in, or LEAF's files given by --data",
     )
     p.add_argument("--device", default="cpu", help="licudi2025: torch device (e.g. cuda)")
-    p.add_argument("--out", default=None, help="output directory")
+    p.add_argument("--out", default=None, help="output directory (default: results/PAPER)")
     p.add_argument(
         "--strict",
         action="store_true",

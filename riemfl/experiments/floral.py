@@ -62,6 +62,8 @@ import numpy as np
 
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
+from .spread import mean_spread, mean_std
+from .styles import Styles
 
 __all__ = ["Method", "METHODS", "PAPER_MNIST", "COLUMNS", "Settings", "reproduce"]
 
@@ -474,31 +476,25 @@ def _products(pair, arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------- report
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values)) if len(values) > 1 else math.nan
-
-
 def _accuracy_table(runs: list[dict[str, Any]], s: Settings) -> tuple[str, dict]:
-    cols = [c for c in COLUMNS if c[0] in s.columns]
-    ours: dict[str, dict[str, tuple[float, float]]] = {}
-    for m in METHODS:
-        ours[m.label] = {}
-        for c in cols:
-            accs = [
-                100 * r["final"]["accuracy"]
-                for r in runs
-                if r["method"] == m.label and r["column"] == c[0]
-            ]
-            ours[m.label][c[0]] = _mean_std(accs)
-    head = "| Method | " + " | ".join(f"{c[0]}: ours | {c[0]}: paper" for c in cols) + " |"
+    cols = [c[0] for c in COLUMNS if c[0] in s.columns]
+    accs = {
+        (m.label, c): [
+            100 * r["final"]["accuracy"]
+            for r in runs
+            if r["method"] == m.label and r["column"] == c
+        ]
+        for m in METHODS
+        for c in cols
+    }
+    ours = {m.label: {c: mean_std(accs[m.label, c])[:2] for c in cols} for m in METHODS}
+    head = "| Method | " + " | ".join(f"{c}: ours | {c}: paper" for c in cols) + " |"
     lines = [head, "|---|" + "---|---|" * len(cols)]
     for m in METHODS:
         cells = []
         for c in cols:
-            mean, std = ours[m.label][c[0]]
-            pm, ps = PAPER_MNIST[m.label][[x[0] for x in COLUMNS].index(c[0])]
-            spread = "" if math.isnan(std) else f" +/- {std:.1f}"
-            cells.append(f"{mean:.1f}{spread} | {pm:.1f} +/- {ps:.1f}")
+            pm, ps = PAPER_MNIST[m.label][[x[0] for x in COLUMNS].index(c)]
+            cells.append(f"{mean_spread(accs[m.label, c], 1)} | {pm:.1f} +/- {ps:.1f}")
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines), ours
 
@@ -628,18 +624,19 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    styles = Styles([m.label for m in METHODS])  # one look per method in every figure
     cols = [c[0] for c in COLUMNS if c[0] in s.columns]
     fig, axes = plt.subplots(1, len(cols), figsize=(4.2 * len(cols), 3.6), squeeze=False)
     for ax, col in zip(axes[0], cols, strict=True):
         for m in METHODS:
             curves = [r["curve"] for r in digits if r["column"] == col and r["method"] == m.label]
             acc = np.mean([c["accuracy"] for c in curves], axis=0)
-            ax.plot(curves[0]["step"], acc, label=m.label, ls="--" if "pi*" in m.label else "-")
+            ax.plot(curves[0]["step"], acc, **styles.of(m.label))
         ax.set_title(f"digits, {col}")
         ax.set_xlabel("round")
         ax.set_ylabel("personal test accuracy")
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "table1_curves.png", dpi=100)
     plt.close(fig)
@@ -647,17 +644,12 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, kind in zip(axes, ("linear", "mlp"), strict=True):
         for r in (x for x in synthetic if x["task"] == kind):
-            ax.semilogy(
-                r["curve"]["step"],
-                r["curve"]["loss"],
-                label=r["method"],
-                ls="--" if "pi*" in r["method"] else "-",
-            )
+            ax.semilogy(r["curve"]["step"], r["curve"]["loss"], **styles.of(r["method"]))
         ax.set_title(f"synthetic {kind}")
         ax.set_xlabel("round")
         ax.set_ylabel("personal test loss (MSE)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "synthetic_loss.png", dpi=100)
     plt.close(fig)
@@ -667,8 +659,7 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
         ax.plot(
             r["curve"]["step"],
             r["curve"]["accuracy"],
-            label=f"{r['method']}, {r['adaptors']}",
-            ls="--" if r["adaptors"] == "products" else "-",
+            **styles.of(f"{r['method']}, {r['adaptors']}"),
         )
     ax.set_xlabel("round")
     ax.set_ylabel("personal test accuracy (Full LS)")

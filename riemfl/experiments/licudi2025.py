@@ -79,6 +79,8 @@ from ..federated.timing import ProportionalTime
 from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
+from .spread import mean_spread, mean_std
+from .styles import Styles
 
 __all__ = [
     "METHODS",
@@ -430,13 +432,6 @@ def _cached_run(
     return run
 
 
-def _mean_std(values: list[float | None]) -> tuple[float, float, int]:
-    xs = [v for v in values if v is not None]
-    if not xs:
-        return math.nan, math.nan, 0
-    return float(np.mean(xs)), float(np.std(xs)), len(xs)
-
-
 def table(runs: list[dict[str, Any]], s: Settings) -> str:
     """Markdown table in the shape of Licudi et al. 2025, Table 1, fairness and staleness columns,
     and the paper's FEMNIST (or Shakespeare) numbers beside ours."""
@@ -447,16 +442,17 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
     ]
     for method in s.methods:
         rs = [r for r in runs if r["method"] == method]
-        acc = _mean_std([100 * r["accuracy"] for r in rs])
-        te = _mean_std([r["T_e"] for r in rs])
-        gi = _mean_std([r["gini"] for r in rs])
-        th = _mean_std([r["theil"] for r in rs])
-        st = _mean_std([r["mean_staleness"] for r in rs])
-        reached = f" ({te[2]}/{len(rs)} reached)" if te[2] < len(rs) else ""
+        te_values = [r["T_e"] for r in rs]
+        reached = sum(v is not None for v in te_values)
+        te = mean_spread(te_values, 0, spread_digits=1) if reached else "not reached"
+        if 0 < reached < len(rs):
+            te += f" ({reached}/{len(rs)} reached)"
         pa, pas, pt, pts = s.paper_table()[1][method]
         lines.append(
-            f"| {method} | {acc[0]:.2f} +/- {acc[1]:.2f} | {te[0]:.0f} +/- {te[1]:.1f}{reached} | "
-            f"{gi[0]:.4f} +/- {gi[1]:.4f} | {th[0]:.5f} +/- {th[1]:.5f} | {st[0]:.2f} | "
+            f"| {method} | {mean_spread([100 * r['accuracy'] for r in rs], 2)} | {te} | "
+            f"{mean_spread([r['gini'] for r in rs], 4)} | "
+            f"{mean_spread([r['theil'] for r in rs], 5)} | "
+            f"{mean_std([r['mean_staleness'] for r in rs])[0]:.2f} | "
             f"{pa:.2f} +/- {pas:.2f} | {pt:.0f} +/- {pts:.1f} |"
         )
     return "\n".join(lines)
@@ -466,7 +462,7 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
     """Plain sentences on where our accuracy ranking agrees with the ranking of Licudi et al.
     2025, Table 1 (FEMNIST or Shakespeare)."""
     name, paper = s.paper_table()
-    ours = {m: _mean_std([r["accuracy"] for r in runs if r["method"] == m])[0] for m in s.methods}
+    ours = {m: mean_std([r["accuracy"] for r in runs if r["method"] == m])[0] for m in s.methods}
     our_order = sorted(s.methods, key=lambda m: -ours[m])
     paper_order = sorted(s.methods, key=lambda m: -paper[m][0])
     agree = sum(
@@ -497,11 +493,12 @@ def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
 def _plot(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = Styles(s.methods)  # the same look per method in every figure of the report
     for method in s.methods:
         curves = [r["curve"] for r in runs if r["method"] == method]
         steps = curves[0]["step"]
         acc = np.mean([c["accuracy"] for c in curves], axis=0)
-        ax.plot(steps, acc, label=method)
+        ax.plot(steps, acc, **styles.of(method))
     ax.set_xlabel("server step")
     ax.set_ylabel("test accuracy (mean over seeds)")
     ax.grid(True, alpha=0.3)
@@ -516,13 +513,11 @@ def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, key in zip(axes, ("gini", "theil"), strict=True):
-        stats = [_mean_std([r[key] for r in runs if r["method"] == m]) for m in s.methods]
-        ax.bar(
-            range(len(s.methods)),
-            [m for m, _, _ in stats],
-            yerr=[d for _, d, _ in stats],
-            capsize=3,
-        )
+        stats = [mean_std([r[key] for r in runs if r["method"] == m]) for m in s.methods]
+        spreads = [0.0 if math.isnan(d) else d for _, d, _ in stats]  # one seed: no bar
+        colours = [Styles(s.methods).of(m)["color"] for m in s.methods]
+        heights = [m for m, _, _ in stats]
+        ax.bar(range(len(s.methods)), heights, yerr=spreads, capsize=3, color=colours)
         ax.set_xticks(range(len(s.methods)), s.methods, rotation=45, ha="right", fontsize=8)
         ax.set_title(key.capitalize())
         ax.grid(True, axis="y", alpha=0.3)
@@ -588,12 +583,16 @@ def _epoch_study(
 
 def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
     plt = _pyplot()
+    from matplotlib.ticker import NullFormatter
+
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    styles = Styles(s.methods)  # the colours of accuracy.png
     for method in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["epochs"], r["accuracy"]) for r in rows if r["method"] == method)
-        ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        ax.plot(*zip(*pts, strict=True), **{**styles.of(method), "markevery": None})
     ax.set_xscale("log")
     ax.set_xticks(list(s.epoch_study), [str(k) for k in s.epoch_study])
+    ax.xaxis.set_minor_formatter(NullFormatter())  # only the studied K are labelled
     ax.set_xlabel("local epochs K")
     ax.set_ylabel("final test accuracy")
     ax.grid(True, alpha=0.3)

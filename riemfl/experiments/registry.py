@@ -165,12 +165,34 @@ class SyncSettings:
     upload: str = "point"
 
 
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """How to build a named synchronous algorithm, and what it is in one line."""
+
+    build: Callable[[SyncSettings], SyncAlgorithm]
+    summary: str
+
+
 #: the synchronous algorithms, by name (``riemfl run ... --algorithm NAME``)
-ALGORITHMS: dict[str, Callable[[SyncSettings], SyncAlgorithm]] = {
-    "rfedproj": lambda s: RFedProj(s.step_size, s.local_steps, s.global_step_size),
-    "rfedavg": lambda s: RFedAvg(s.step_size, s.local_steps, s.operators, s.upload),
-    "rfedprox": lambda s: RFedProx(s.step_size, s.local_steps, s.mu, s.operators, s.upload),
-    "rfedsvrg": lambda s: RFedSVRG(s.step_size, s.local_steps, s.operators, s.upload),
+ALGORITHMS: dict[str, AlgorithmEntry] = {
+    "rfedproj": AlgorithmEntry(
+        lambda s: RFedProj(s.step_size, s.local_steps, s.global_step_size),
+        "projection-based federated learning (Zhang et al. 2024, Alg. 1): metric projections "
+        "only, one upload per client per round",
+    ),
+    "rfedavg": AlgorithmEntry(
+        lambda s: RFedAvg(s.step_size, s.local_steps, s.operators, s.upload),
+        "FedAvg on a manifold: local retraction steps, tangent-space mean (Li & Ma 2022)",
+    ),
+    "rfedprox": AlgorithmEntry(
+        lambda s: RFedProx(s.step_size, s.local_steps, s.mu, s.operators, s.upload),
+        "RFedAvg with a proximal pull mu d^2(., x^r) / 2 toward the global model",
+    ),
+    "rfedsvrg": AlgorithmEntry(
+        lambda s: RFedSVRG(s.step_size, s.local_steps, s.operators, s.upload),
+        "variance-reduced local steps with the server's anchor gradient, two uploads per round "
+        "(Li & Ma 2022, Alg. 1)",
+    ),
 }
 ALGORITHM_NAMES = tuple(ALGORITHMS)
 
@@ -211,6 +233,7 @@ class AsyncRuleEntry:
     :class:`~riemfl.federated.BezierProblemTrainer`)."""
 
     build: Callable[[AsyncSettings], AsyncRule]
+    summary: str
     learns_curves: bool = False
 
 
@@ -219,18 +242,60 @@ def _async_rules() -> dict[str, AsyncRuleEntry]:
     from ..federated import async_rules as ar
 
     return {
-        "fedasync": AsyncRuleEntry(lambda s: ar.FedAsync(staleness=s.staleness, **s.common)),
-        "asgd": AsyncRuleEntry(lambda s: ar.ASGD(staleness=s.staleness, **s.common)),
-        "fedbuff": AsyncRuleEntry(lambda s: ar.FedBuff(s.buffer_size, s.server_lr)),
-        "dcasgd": AsyncRuleEntry(lambda s: ar.DCASGD(**s.common)),
-        "asyncfeded": AsyncRuleEntry(lambda s: ar.AsyncFedED(**s.common)),
-        "fedortho": AsyncRuleEntry(lambda s: ar.FedOrtho(**s.common)),
-        "fedgs": AsyncRuleEntry(lambda s: ar.FedGS(**s.common)),
-        "orthograd": AsyncRuleEntry(lambda s: ar.OrthoGrad(**s.common)),
-        "orthopos": AsyncRuleEntry(lambda s: ar.OrthoPos(**s.common)),
-        "orthostrict": AsyncRuleEntry(lambda s: ar.OrthoStrict(**s.common)),
-        "asyncbezier": AsyncRuleEntry(lambda s: am.AsyncBezier(**s.curve), learns_curves=True),
-        "asyncbezier-ed": AsyncRuleEntry(lambda s: am.AsyncBezierED(**s.curve), learns_curves=True),
+        "fedasync": AsyncRuleEntry(
+            lambda s: ar.FedAsync(staleness=s.staleness, **s.common),
+            "mix each arriving local model into the current one (Xie et al. 2020)",
+        ),
+        "asgd": AsyncRuleEntry(
+            lambda s: ar.ASGD(staleness=s.staleness, **s.common),
+            "apply each stale update as it is (Dean et al. 2012)",
+        ),
+        "fedbuff": AsyncRuleEntry(
+            lambda s: ar.FedBuff(s.buffer_size, s.server_lr),
+            "sum K updates in a buffer, then one server step (Toghani & Uribe 2022)",
+        ),
+        "dcasgd": AsyncRuleEntry(
+            lambda s: ar.DCASGD(**s.common),
+            "delay-compensated ASGD with pseudo-gradients (Zheng et al. 2017)",
+        ),
+        "asyncfeded": AsyncRuleEntry(
+            lambda s: ar.AsyncFedED(**s.common),
+            "staleness-adaptive server rate and local epochs (Wang et al. 2022)",
+        ),
+        "fedortho": AsyncRuleEntry(
+            lambda s: ar.FedOrtho(**s.common),
+            "FedAsync + OrthoDC(vartheta = 1): always keep only the update's part orthogonal to "
+            "the drift (Licudi et al. 2025, Sec. 4.1)",
+        ),
+        "fedgs": AsyncRuleEntry(
+            lambda s: ar.FedGS(**s.common),
+            "FedAsync + OrthoDC(vartheta = 0): remove the drift component only on conflict "
+            "(Licudi et al. 2025, Sec. 4.1)",
+        ),
+        "orthograd": AsyncRuleEntry(
+            lambda s: ar.OrthoGrad(**s.common),
+            "OrthoCorrect(alpha = 0, vartheta = 0): ASGD with gradient surgery against the drift",
+        ),
+        "orthopos": AsyncRuleEntry(
+            lambda s: ar.OrthoPos(**s.common),
+            "OrthoCorrect(alpha = 1, vartheta = 0): FedAsync with gradient surgery against the "
+            "drift",
+        ),
+        "orthostrict": AsyncRuleEntry(
+            lambda s: ar.OrthoStrict(**s.common),
+            "OrthoCorrect(vartheta = 1): only the part orthogonal to the drift is applied",
+        ),
+        "asyncbezier": AsyncRuleEntry(
+            lambda s: am.AsyncBezier(**s.curve),
+            "clients learn a Bezier curve of models; the server moves along the learned path "
+            "(Licudi et al. 2025)",
+            learns_curves=True,
+        ),
+        "asyncbezier-ed": AsyncRuleEntry(
+            lambda s: am.AsyncBezierED(**s.curve),
+            "AsyncBezier with AsyncFedED's staleness-adaptive rate (Licudi et al. 2025)",
+            learns_curves=True,
+        ),
     }
 
 
@@ -302,7 +367,7 @@ def build_algorithm(
     if name not in ALGORITHMS:
         raise ParameterError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
     settings = SyncSettings(step_size, local_steps, global_step_size, mu, operators, upload)
-    return ALGORITHMS[name](settings)
+    return ALGORITHMS[name].build(settings)
 
 
 def build_async_rule(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,7 @@ from ..manifolds import Euclidean
 from ..problems import FederatedProblem
 from ..progress import ProgressBar
 from .registry import build_algorithm, build_problem
+from .styles import Styles, coinciding
 
 __all__ = ["Run", "Figure", "Claim", "figures", "reproduce", "check_claims"]
 
@@ -614,31 +616,43 @@ _AXIS = {
 }
 
 
-def _plot(fig: Figure, results: dict[str, History], path: Path) -> None:
+def _plot(fig: Figure, results: dict[str, History], path: Path, styles: Styles) -> None:
+    """One figure of the paper: a column per (panel, x axis), a row per y axis; every label
+    keeps its look across the report's figures (``styles``), and the legend of each panel says
+    which curves lie on top of another."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     cols = [(title, runs, x) for title, runs in fig.panels for x in fig.x]
+    width = 4.0 * len(cols)
     f, axes = plt.subplots(
-        len(fig.y), len(cols), figsize=(4.0 * len(cols), 3.1 * len(fig.y)), squeeze=False
+        len(fig.y), len(cols), figsize=(width, 3.1 * len(fig.y) + 0.4), squeeze=False
     )
     for row, y in enumerate(fig.y):
         for col, (title, runs, x) in enumerate(cols):
             ax = axes[row][col]
+            curves = {}
             for label, run in runs:
                 h = results[run.key]
                 pts = [(a, b) for a, b in zip(getattr(h, x), getattr(h, y), strict=True) if b > 0]
                 if pts:
-                    ax.semilogy(*zip(*pts, strict=True), label=label)
+                    curves[label] = tuple(zip(*pts, strict=True))
+            under = coinciding(curves)
+            for label, (xs, ys) in curves.items():
+                style = styles.of(label)
+                if label in under:
+                    style["label"] = f"{label} (= {under[label]})"
+                ax.semilogy(xs, ys, **style)
             ax.set_xlabel(_AXIS[x])
             ax.set_ylabel(_AXIS[y])
             if title:
-                ax.set_title(title)
+                ax.set_title(title, fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    f.suptitle(f"Fig. {fig.number}: {fig.title}")
+            ax.legend(fontsize=7)
+    heading = f"Fig. {fig.number}: {fig.title}"
+    f.suptitle(textwrap.fill(heading, width=max(30, int(11 * width))), fontsize=10)
     f.tight_layout()
     f.savefig(path, dpi=100)
     plt.close(f)
@@ -744,8 +758,9 @@ def reproduce(
             (out / "runs").mkdir(exist_ok=True)
             h.to_json(out / "runs" / f"{run.key}.json")
     claims = check_claims(figs, results, problems)
+    styles = Styles()  # one look per label across all the figures
     for n, fig in figs.items():
-        _plot(fig, results, out / f"fig{n}.png")
+        _plot(fig, results, out / f"fig{n}.png", styles)
     seconds = time.perf_counter() - t0
     (out / "report.md").write_text(
         _report(figs, results, claims, quick=quick, data=data, seconds=seconds)
