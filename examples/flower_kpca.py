@@ -9,8 +9,9 @@ Three steps, each printed:
    updates.
 
 With ``--deploy``, step 2 is also run on a real deployment over loopback: a SuperLink and two
-SuperNodes as separate processes (``flower-superlink`` / ``flower-supernode --insecure``),
-the job submitted with ``flwr run`` (see ``docs/flower.md``).
+SuperNodes as separate processes (``flower-superlink`` / ``flower-supernode``, with TLS and
+SuperNode authentication, certificates and keys made at start), the job submitted with ``flwr
+run`` (see ``docs/flower.md``, "Security").
 
 Usage::
 
