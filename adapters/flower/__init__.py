@@ -27,13 +27,15 @@ from .errors import (
     JobFailedError,
     NodeRegistrationError,
     NoProgressError,
+    NotSumOnlyError,
     ProtocolError,
     ReplyTimeoutError,
     TrainerMismatchError,
 )
-from .faults import CorruptReplies
+from .faults import CorruptReplies, SecAggDropout
 from .jobs import AsyncJob, PingJob, ProblemSpec, SyncJob
 from .ping import PingResult
+from .secure import SecAggSettings
 from .server import make_server_app, run_job
 from .simulation import default_backend_config, simulate
 
@@ -45,11 +47,14 @@ __all__ = [
     "JobFailedError",
     "NodeRegistrationError",
     "NoProgressError",
+    "NotSumOnlyError",
     "PingJob",
     "PingResult",
     "ProblemSpec",
     "ProtocolError",
     "ReplyTimeoutError",
+    "SecAggDropout",
+    "SecAggSettings",
     "SyncJob",
     "TrainerMismatchError",
     "UPLOAD_KINDS",

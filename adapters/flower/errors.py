@@ -15,6 +15,7 @@ __all__ = [
     "JobFailedError",
     "ProtocolError",
     "TrainerMismatchError",
+    "NotSumOnlyError",
 ]
 
 
@@ -79,3 +80,9 @@ class TrainerMismatchError(ParameterError):
     """An :class:`~riemfl.adapters.flower.AsyncJob` pairs a server rule with a client whose
     upload it cannot take: a curve rule (AsyncBezier) with a point trainer, a point rule
     (FedAsync) with the curve client, or curve settings without a curve rule."""
+
+
+class NotSumOnlyError(ParameterError):
+    """Secure aggregation was asked for a synchronous rule with a phase whose server step needs
+    each upload (:meth:`~riemfl.federated.SyncAlgorithm.sum_only` is False), e.g. RFedAvg with
+    ``upload="point"``; under secure aggregation the server only learns the sum."""
