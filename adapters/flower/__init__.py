@@ -5,8 +5,9 @@ message API: the nodes run riemfl's own client rules on the clients they host, t
 runs the server rule and checks every reply. Synchronous algorithms (RFedProj, RFedAvg,
 RFedProx, RFedSVRG; FedAvg = RFedAvg on a Euclidean problem) reproduce
 :func:`riemfl.federated.run_sync`'s iterates for the same seed; asynchronous rules (FedAsync,
-FedBuff, AsyncBezier, ...) run in a loop that applies each reply as it arrives. Guide:
-``docs/flower.md``.
+FedBuff, AsyncBezier, ...) run in a loop that applies each reply as it arrives. A sum-only
+synchronous rule can run under Flower's secure aggregation (``SyncJob(secagg=True)``: the server
+learns only each phase's sum). Guide: ``docs/flower.md``.
 
 Flower is imported only when used; without it, the functions raise
 :class:`FlowerNotInstalledError` (``pip install "riemfl[flower]"``).

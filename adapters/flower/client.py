@@ -7,6 +7,10 @@ P in its node configuration (Flower's simulation engine sets both; a SuperNode g
 call the algorithm's ``client_step`` / ``client_finish`` (or the asynchronous job's trainer:
 :class:`ProblemTrainer.train`, or :class:`BezierProblemTrainer.train` for a curve rule), and
 encode the result. Message format: :mod:`riemfl.adapters.flower.wire`.
+
+Under secure aggregation (:mod:`riemfl.adapters.flower.secure`) a node keeps its uploads,
+checks them itself and answers Flower's SecAgg+ stages on the default ``train`` handler, which
+carries Flower's ``secaggplus_mod``.
 """
 
 from __future__ import annotations
@@ -259,17 +263,20 @@ def make_client_app(jobs: JobSource, *, mods: Sequence[Callable] | None = None) 
         ``resolve(name, context) -> job`` (the deployment app builds jobs from
         ``context.run_config``).
     mods : sequence of Flower mods, optional
-        Passed to ``ClientApp(mods=...)``.
+        Passed to ``ClientApp(mods=...)`` (they wrap every handler, outside the SecAgg+ mod).
 
     Returns
     -------
     flwr.clientapp.ClientApp
+        With handlers ``train.riemfl_setup``, ``train.riemfl_sync``, ``train.riemfl_async``,
+        ``query.riemfl_ping``, and ``train`` (the SecAgg+ stages, behind Flower's
+        ``secaggplus_mod``).
     """
-    f = flwr()
-    handlers = _Handlers(jobs if callable(jobs) else list(jobs))
-    app = f.ClientApp(mods=list(mods) if mods else None)
+    f = flwr()  # first: without Flower, FlowerNotInstalledError
     from flwr.client.mod import secaggplus_mod
 
+    handlers = _Handlers(jobs if callable(jobs) else list(jobs))
+    app = f.ClientApp(mods=list(mods) if mods else None)
     app.train(mods=[secaggplus_mod])(handlers.secure_fit)  # Flower's SecAgg+ (secure.py)
     app.train("riemfl_setup")(handlers.setup)
     app.train("riemfl_sync")(handlers.sync)

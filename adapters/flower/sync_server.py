@@ -23,6 +23,10 @@ accounting) and the global objective as evaluator; only the executor differs,
 
 Same seed, same draws, same rules, same order of the stacked uploads: the iterates equal
 ``run_sync``'s (to rounding; the tests ask for 1e-10).
+
+With ``SyncJob(secagg=...)`` the nodes check their own rows and keep them; the phase's sum
+reaches the server through Flower's SecAgg+ (:mod:`riemfl.adapters.flower.secure`) as a
+pre-aggregated :class:`~riemfl.federated.rounds.PhaseReply` (``total``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl
 from riemfl.adapters.flower import (  # noqa: E402
     NotSumOnlyError,
     ProblemSpec,
+    ProtocolError,
     SecAggDropout,
     SecAggSettings,
     SyncJob,
@@ -203,8 +204,13 @@ def test_a_node_checks_its_rows_before_they_enter_the_sum():
     assert "non-finite" in refused[11] and "clipping_range 2" in refused[12]
     mean, count = Contribution(state, "n").take(3, 0)
     assert count == 2 and np.array_equal(mean["x"], rows[[0, 3]].mean(0))
-    with pytest.raises(Exception, match="holds"):  # taken once only; other rounds refused
+    with pytest.raises(ProtocolError, match="holds"):  # taken once only; other rounds refused
         Contribution(state, "n").take(3, 0)
+    plain = SyncJob(KPCA, RFedProj(ETA, 2), 1, name="n")
+    with pytest.raises(ProtocolError, match="no secagg settings"):
+        contribute(plain, state, 3, 0, {}, {"x": rows}, [10, 11, 12, 13])
+    with pytest.raises(ParameterError):
+        SecAggDropout(0, stage="train")
 
 
 # --------------------------------------------------------------------------------- in process
@@ -227,6 +233,22 @@ def test_secure_sums_are_the_exact_sums_within_the_quantisation_bound(task_ident
     x1_plain, x1_secure = plain.sums[0][0] / 6, secure.algorithm.sums[0][0] / 6
     assert 0 < np.abs(x1_secure - x1_plain).max() < bound / 6
     assert history.uplink_matrices[-1] == pytest.approx(3.0)  # as if each client sent its row
+
+
+def test_a_two_phase_rule_runs_both_phases_securely(task_identity):
+    """RFedSVRG with tangent uploads: anchor gradients (tangent at x, checked on the nodes),
+    then tangent steps; round 1's sums equal the plain run's within the bound. The gradients
+    reach 32 here: the default clipping range 8 would refuse them (the node says so)."""
+    RecordingSVRG = recording(RFedSVRG)
+    settings = SecAggSettings(clipping_range=64.0)
+    algorithm = RecordingSVRG(ETA, 2, upload="tangent")
+    secure = SyncJob(KPCA, algorithm, 2, name="svrg", secagg=settings)
+    history = run(secure)
+    assert history.warnings == [] and [c for _, c in secure.algorithm.sums] == [6] * 4
+    plain = RecordingSVRG(ETA, 2, upload="tangent")
+    run_sync(KPCA.build(), plain, 1, seed=0)
+    gap = np.abs(secure.algorithm.sums[0][0] - plain.sums[0][0]).max()  # phase 0, same inputs
+    assert 0 < gap < settings.error_bound(NODES, WEIGHT)
 
 
 def test_a_node_that_drops_out_of_secagg_does_not_stop_the_round(task_identity, rows_in):
