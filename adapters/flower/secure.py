@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ParameterError
+from ._flwr import flwr
 from .checks import check_upload_arrays, upload_verdicts
 from .errors import ProtocolError
 from .wire import to_numpy
@@ -144,6 +145,7 @@ class SecAggSettings:
         ParameterError
             When Flower refuses the settings (its message says why).
         """
+        flwr()  # without Flower: FlowerNotInstalledError
         from flwr.server.workflow import SecAggPlusWorkflow
 
         try:

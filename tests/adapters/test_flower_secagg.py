@@ -23,6 +23,7 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl
 
 from riemfl.adapters.flower import (  # noqa: E402
     NotSumOnlyError,
+    PingJob,
     ProblemSpec,
     ProtocolError,
     SecAggDropout,
@@ -35,6 +36,7 @@ from riemfl.adapters.flower import client as client_module  # noqa: E402
 from riemfl.adapters.flower.deploy import job_from_run_config  # noqa: E402
 from riemfl.adapters.flower.grid_io import CLIENT_APP_RAISED  # noqa: E402
 from riemfl.adapters.flower.secure import Contribution, contribute, max_weight  # noqa: E402
+from riemfl.adapters.flower.simulation import _with_timeouts  # noqa: E402
 from riemfl.adapters.flower.sync_server import run_sync_job  # noqa: E402
 
 from riemfl.errors import ClientFailureError, ParameterError  # noqa: E402
@@ -180,6 +182,14 @@ def test_settings_are_checked_with_flowers_own_checks():
     with pytest.raises(ParameterError, match="overflow"):
         SecAggSettings(quantization_range=2**30).check_capacity(4, 1.0)
     assert max_weight(1) == 1.0 and max_weight(3) == 4.0 and max_weight(4) == 4.0
+
+
+def test_simulate_sets_secure_aggregation_on_every_sync_job():
+    ping = PingJob(repeats=1)
+    jobs = _with_timeouts([SyncJob(KPCA, RFedProj(ETA, 2), 1), ping], secagg=True)
+    assert jobs[0].secagg == SecAggSettings() and jobs[1] == ping
+    with pytest.raises(NotSumOnlyError):
+        _with_timeouts([SyncJob(KPCA, RFedAvg(ETA, 2), 1)], secagg=SecAggSettings())
 
 
 def test_run_config_turns_secure_aggregation_on():
