@@ -5,8 +5,9 @@ message API: the nodes run riemfl's own client rules on the clients they host, t
 runs the server rule and checks every reply. Synchronous algorithms (RFedProj, RFedAvg,
 RFedProx, RFedSVRG; FedAvg = RFedAvg on a Euclidean problem) reproduce
 :func:`riemfl.federated.run_sync`'s iterates for the same seed; asynchronous rules (FedAsync,
-FedBuff, AsyncBezier, ...) run in a loop that applies each reply as it arrives. Guide:
-``docs/flower.md``.
+FedBuff, AsyncBezier, ...) run in a loop that applies each reply as it arrives. A sum-only
+synchronous rule can run under Flower's secure aggregation (``SyncJob(secagg=True)``: the server
+learns only each phase's sum). Guide: ``docs/flower.md``.
 
 Flower is imported only when used; without it, the functions raise
 :class:`FlowerNotInstalledError` (``pip install "riemfl[flower]"``).
@@ -27,13 +28,15 @@ from .errors import (
     JobFailedError,
     NodeRegistrationError,
     NoProgressError,
+    NotSumOnlyError,
     ProtocolError,
     ReplyTimeoutError,
     TrainerMismatchError,
 )
-from .faults import CorruptReplies
+from .faults import CorruptReplies, SecAggDropout
 from .jobs import AsyncJob, PingJob, ProblemSpec, SyncJob
 from .ping import PingResult
+from .secure import SecAggSettings
 from .server import make_server_app, run_job
 from .simulation import default_backend_config, simulate
 
@@ -45,11 +48,14 @@ __all__ = [
     "JobFailedError",
     "NodeRegistrationError",
     "NoProgressError",
+    "NotSumOnlyError",
     "PingJob",
     "PingResult",
     "ProblemSpec",
     "ProtocolError",
     "ReplyTimeoutError",
+    "SecAggDropout",
+    "SecAggSettings",
     "SyncJob",
     "TrainerMismatchError",
     "UPLOAD_KINDS",

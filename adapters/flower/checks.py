@@ -36,6 +36,7 @@ __all__ = [
     "upload_kind",
     "dtype_error",
     "check_rows",
+    "upload_verdicts",
     "check_upload_arrays",
     "check_local_model",
     "check_control_points",
@@ -101,6 +102,28 @@ def check_upload_arrays(
         if why is not None:
             return why
     return None
+
+
+def upload_verdicts(
+    algorithm: SyncAlgorithm,
+    manifold: Manifold,
+    phase: int,
+    uploads: Mapping[str, np.ndarray],
+    atol: float,
+    base: Any = None,
+    overrides: Mapping[tuple[int, str], str] | None = None,
+) -> dict[int, str]:
+    """Stack row -> why it fails, over every upload key (:func:`check_rows` of the key's
+    :func:`upload_kind`); rows that pass every check are absent. The server runs it on each
+    node's reply; under secure aggregation each node runs it on its own clients' rows."""
+    bad: dict[int, str] = {}
+    for key in sorted(uploads):
+        kind = upload_kind(algorithm, phase, key, overrides)
+        verdicts = check_rows(manifold, kind, uploads[key], atol, base)
+        for j, why in enumerate(verdicts):
+            if why is not None and j not in bad:
+                bad[j] = f"upload {key!r} ({kind}): {why}"
+    return bad
 
 
 def check_rows(

@@ -7,6 +7,10 @@ P in its node configuration (Flower's simulation engine sets both; a SuperNode g
 call the algorithm's ``client_step`` / ``client_finish`` (or the asynchronous job's trainer:
 :class:`ProblemTrainer.train`, or :class:`BezierProblemTrainer.train` for a curve rule), and
 encode the result. Message format: :mod:`riemfl.adapters.flower.wire`.
+
+Under secure aggregation (:mod:`riemfl.adapters.flower.secure`) a node keeps its uploads,
+checks them itself and answers Flower's SecAgg+ stages on the default ``train`` handler, which
+carries Flower's ``secaggplus_mod``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ._flwr import flwr
 from .errors import ProtocolError
 from .jobs import AsyncJob, Job, SyncJob
 from .node_state import NodeState
+from .secure import Contribution, contribute
 from .wire import (
     check_point_meta,
     check_upload_meta,
@@ -182,12 +187,18 @@ class _Handlers:
                 clients,
                 arrays.get("batches"),
             )
-            reply["cpu_time"] = time.thread_time() - t0
             kept = [c for c, good in zip(clients, ok, strict=True) if good]
             state.set_pending(kept, new_rows)
+            dropped = {clients[j]: reasons[j] for j in sorted(reasons)}
+            if config.get("secure"):  # the uploads stay here, for the SecAgg+ stage
+                r, phase = int(config["round"]), int(config["phase"])
+                kept, refused = contribute(job, context.state, r, phase, message, uploads, kept)
+                dropped.update(refused)
+                uploads = {}
+            reply["cpu_time"] = time.thread_time() - t0
             reply["clients"] = kept
-            reply["dropped"] = [clients[j] for j in sorted(reasons)]
-            reply["reasons"] = [reasons[j] for j in sorted(reasons)]
+            reply["dropped"] = list(dropped)
+            reply["reasons"] = list(dropped.values())
         return self._reply(
             msg, {**reply, **point_meta(problem.manifold)}, prefixed("upload", uploads)
         )
@@ -221,6 +232,22 @@ class _Handlers:
         }
         return self._reply(msg, reply, {"x": local})
 
+    def secure_fit(self, msg: Any, context: Any) -> Any:
+        """The SecAgg+ stage that collects the masked vectors: this node's contribution to the
+        phase named by the fit instruction, as ``FitRes(parameters=[mean per key, keys sorted],
+        num_examples=count)`` (Flower's ``secaggplus_mod`` around this handler masks it)."""
+        from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+        from flwr.compat.common import recorddict_compat as compat
+
+        config = compat.recorddict_to_fitins(msg.content, keep_input=True).config
+        job: SyncJob = self._job(config, context, SyncJob)
+        mean, count = Contribution(context.state, job.name).take(
+            int(config["round"]), int(config["phase"])
+        )
+        parameters = ndarrays_to_parameters([mean[k] for k in sorted(mean)])
+        fitres = FitRes(Status(Code.OK, ""), parameters, count, {})
+        return flwr().Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
+
     def ping(self, msg: Any, context: Any) -> Any:
         config, arrays = decode(msg.content)
         return self._reply(msg, {"job": config.get("job", "")}, arrays)
@@ -236,15 +263,21 @@ def make_client_app(jobs: JobSource, *, mods: Sequence[Callable] | None = None) 
         ``resolve(name, context) -> job`` (the deployment app builds jobs from
         ``context.run_config``).
     mods : sequence of Flower mods, optional
-        Passed to ``ClientApp(mods=...)``.
+        Passed to ``ClientApp(mods=...)`` (they wrap every handler, outside the SecAgg+ mod).
 
     Returns
     -------
     flwr.clientapp.ClientApp
+        With handlers ``train.riemfl_setup``, ``train.riemfl_sync``, ``train.riemfl_async``,
+        ``query.riemfl_ping``, and ``train`` (the SecAgg+ stages, behind Flower's
+        ``secaggplus_mod``).
     """
-    f = flwr()
+    f = flwr()  # first: without Flower, FlowerNotInstalledError
+    from flwr.client.mod import secaggplus_mod
+
     handlers = _Handlers(jobs if callable(jobs) else list(jobs))
     app = f.ClientApp(mods=list(mods) if mods else None)
+    app.train(mods=[secaggplus_mod])(handlers.secure_fit)  # Flower's SecAgg+ (secure.py)
     app.train("riemfl_setup")(handlers.setup)
     app.train("riemfl_sync")(handlers.sync)
     app.train("riemfl_async")(handlers.train_async)

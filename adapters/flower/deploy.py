@@ -33,6 +33,7 @@ from ...experiments.registry import (
 from .client import make_client_app
 from .errors import ProtocolError
 from .jobs import MAX_FAILURES, REGISTRATION_TIMEOUT, REPLY_TIMEOUT, AsyncJob, ProblemSpec, SyncJob
+from .secure import SecAggSettings
 from .server import make_server_app
 from .wire import to_numpy
 
@@ -48,7 +49,9 @@ __all__ = [
 #: run-config keys and their defaults (0 / "" / -1 mean "the registry's default" / "none");
 #: ``registration-timeout`` bounds the wait for ``min-nodes`` nodes and the job's handshake,
 #: ``reply-timeout`` every later reply, ``max-failures`` an asynchronous client's faulty replies in
-#: a row (``docs/flower.md``, "Timeouts and faults")
+#: a row (``docs/flower.md``, "Timeouts and faults"); ``secagg = true`` runs a synchronous job's
+#: phases through Flower's SecAgg+ with the ``secagg-*`` settings (``docs/flower.md``, "Secure
+#: aggregation"; the rule must be sum-only, e.g. ``upload = "tangent"`` for rfedavg)
 DEFAULTS: dict[str, Any] = {
     "job": "riemfl",
     "engine": "sync",
@@ -83,6 +86,13 @@ DEFAULTS: dict[str, Any] = {
     "max-failures": MAX_FAILURES,
     "atol": 1e-8,
     "max-poll": 0.05,
+    "upload": "point",
+    "secagg": False,
+    "secagg-num-shares": 1.0,
+    "secagg-reconstruction-threshold": 0.5,
+    "secagg-clipping-range": 8.0,
+    "secagg-quantization-range": 2**22,
+    "secagg-modulus-range": 2**32,
     "output": "",
 }
 
@@ -133,6 +143,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             global_step_size=float(c["global-step-size"]),
             mu=float(c["mu"]),
             operators=c["operators"],
+            upload=c["upload"],
         )
         job: SyncJob | AsyncJob = SyncJob(
             spec,
@@ -140,6 +151,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             int(c["rounds"]),
             clients_per_round=int(c["clients-per-round"]) or None,
             batch_size=int(c["batch-size"]) or None,
+            secagg=_secagg(c),
             **common,
         )
     elif c["engine"] == "async":
@@ -179,6 +191,26 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         raise ParameterError(f"engine must be 'sync' or 'async', got {c['engine']!r}")
     _JOBS[key] = job
     return job
+
+
+def _share(value: Any) -> int | float:
+    """A share count or fraction of the run config: a whole number >= 2 is a count (toml may
+    give it as a float), anything else a fraction."""
+    v = float(value)
+    return int(v) if v >= 2 and v.is_integer() else v
+
+
+def _secagg(c: Mapping[str, Any]) -> SecAggSettings | None:
+    """The SecAgg+ settings of a run config (``secagg = true``), or None."""
+    if not c["secagg"]:
+        return None
+    return SecAggSettings(
+        _share(c["secagg-num-shares"]),
+        _share(c["secagg-reconstruction-threshold"]),
+        clipping_range=float(c["secagg-clipping-range"]),
+        quantization_range=int(c["secagg-quantization-range"]),
+        modulus_range=int(c["secagg-modulus-range"]),
+    )
 
 
 def _write_output(job: Any, result: Any, context: Any) -> None:

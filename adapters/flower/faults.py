@@ -7,6 +7,10 @@ instead of a row: ``faults=("raise",)`` makes the node's ClientApp raise (Flower
 error reply), ``faults=("die",)`` makes it kill its own process with ``os._exit(1)`` (in
 simulation the Ray actor running it dies; Flower answers with an error reply such as
 ``ActorDiedError``), as a crash or the OOM killer would.
+
+``SecAggDropout(partition=1)`` makes node 1 fail inside Flower's SecAgg+ protocol instead (at
+the stage that collects the masked vectors, by default): a node that drops out of a secure
+aggregation after it joined it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 from ...errors import ParameterError
 from .wire import ASYNC, SYNC, decode, encode
 
-__all__ = ["CorruptReplies", "FAULTS", "NODE_FAULTS"]
+__all__ = ["CorruptReplies", "SecAggDropout", "FAULTS", "NODE_FAULTS"]
 
 #: what a fault does to one uploaded row (a point or vector of the manifold's point shape)
 FAULTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -98,3 +102,65 @@ class CorruptReplies:
             arrays[key] = stacked[0] if kind == ASYNC else stacked
         reply.content = encode(config, arrays)
         return reply
+
+
+class SecAggDropout:
+    """A ClientApp mod: node ``partition`` fails at a stage of Flower's SecAgg+ protocol.
+
+    Parameters
+    ----------
+    partition : int
+        The ``partition-id`` of the node that drops out.
+    stage : str
+        The SecAgg+ stage whose message it fails on: ``"setup"``, ``"share_keys"``,
+        ``"collect_masked_vectors"`` (default: while it would send its masked upload) or
+        ``"unmask"``.
+    fault : {"raise", "die"}
+        Raise in the ClientApp, or kill its process (:data:`NODE_FAULTS`).
+    rounds : sequence of int, optional
+        The rounds it fails in (default: every one).
+    job : str, optional
+        Fail only in the secure aggregations of this job (default: of every job): the node
+        holds that job's contribution of that round (:class:`~riemfl.adapters.flower.secure.
+        Contribution`) when its SecAgg+ run starts.
+    """
+
+    STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
+
+    def __init__(
+        self,
+        partition: int,
+        stage: str = "collect_masked_vectors",
+        fault: str = "raise",
+        rounds: Sequence[int] | None = None,
+        job: str | None = None,
+    ) -> None:
+        if stage not in self.STAGES or fault not in NODE_FAULTS:
+            raise ParameterError(
+                f"stage must be one of {list(self.STAGES)} and fault one of "
+                f"{sorted(NODE_FAULTS)}; got {stage!r}, {fault!r}"
+            )
+        self.partition, self.stage, self.fault = int(partition), stage, fault
+        self.rounds = None if rounds is None else {int(r) for r in rounds}
+        self.job = job
+
+    def _targets(self, message: Any, context: Any) -> bool:
+        r = int(message.metadata.group_id)
+        if self.rounds is not None and r not in self.rounds:
+            return False
+        if self.job is None:
+            return True
+        meta = context.state.config_records.get(f"riemfl.{self.job}.secagg.meta")
+        return meta is not None and int(meta["round"]) == r
+
+    def __call__(self, message: Any, context: Any, call_next: Callable[..., Any]) -> Any:
+        configs = message.content.config_records.get("secaggplus_configs")
+        if (
+            message.metadata.message_type == "train"
+            and configs is not None
+            and configs.get("stage") == self.stage
+            and int(context.node_config.get("partition-id", -1)) == self.partition
+            and self._targets(message, context)
+        ):
+            NODE_FAULTS[self.fault](f"SecAgg+ {self.stage}", self.partition)
+        return call_next(message, context)

@@ -23,7 +23,8 @@ from ...federated.async_rules import AsyncRule
 from ...federated.curve_local import BezierProblemTrainer
 from ...federated.local import ProblemTrainer
 from ...problems.base import FederatedProblem
-from .errors import TrainerMismatchError
+from .errors import NotSumOnlyError, TrainerMismatchError
+from .secure import SecAggSettings
 
 __all__ = [
     "ProblemSpec",
@@ -129,6 +130,29 @@ def _check_timeouts(job: Any) -> None:
             setattr(job, what, _check_positive(what, getattr(job, what)))
 
 
+def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | None:
+    """The job's SecAgg+ settings (``True``: the defaults; ``False``/None: none); raise
+    :class:`NotSumOnlyError` when a phase of ``algorithm`` needs each upload."""
+    if secagg is None or secagg is False:
+        return None
+    if secagg is True:
+        secagg = SecAggSettings()
+    if not isinstance(secagg, SecAggSettings):
+        raise ParameterError(
+            f"secagg must be a SecAggSettings, True, False or None, got {type(secagg).__name__}"
+        )
+    needs_rows = [p for p in range(algorithm.n_phases) if not algorithm.sum_only(p)]
+    if needs_rows:
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        hint = " (use upload='tangent')" if hasattr(algorithm, "upload") else ""
+        raise NotSumOnlyError(
+            f"secure aggregation needs a sum-only rule, but the server step of {name} in "
+            f"phase(s) {needs_rows} needs each upload{hint}; sum-only rules: RFedProj, and "
+            "RFedAvg / RFedProx / RFedSVRG with upload='tangent'"
+        )
+    return secagg
+
+
 def is_curve_rule(rule: Any) -> bool:
     """Whether ``rule`` takes a learned Bezier curve's control points instead of a local model:
     an :class:`~riemfl.federated.AsyncManifold` with a :class:`~riemfl.federated.BezierEmbedding`
@@ -184,6 +208,11 @@ class SyncJob(_Job):
     max_poll : float
         Longest sleep (s) between two polls for replies (polls start at 1 ms and double while
         nothing arrives): short in simulation, longer against a remote SuperLink.
+    secagg : SecAggSettings or bool, optional
+        Run every phase through Flower's SecAgg+: the server learns only the sum of the
+        uploads (:mod:`riemfl.adapters.flower.secure`; ``True``: the default
+        :class:`~riemfl.adapters.flower.SecAggSettings`). Every phase of ``algorithm`` must be
+        sum-only, else :class:`~riemfl.adapters.flower.NotSumOnlyError`.
     """
 
     problem: FederatedProblem | ProblemSpec
@@ -199,6 +228,7 @@ class SyncJob(_Job):
     upload_kinds: dict[tuple[int, str], str] | None = None
     max_poll: float = 0.005
     registration_timeout: float = REGISTRATION_TIMEOUT
+    secagg: SecAggSettings | bool | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -206,6 +236,7 @@ class SyncJob(_Job):
             raise ParameterError(
                 f"algorithm must be a SyncAlgorithm, got {type(self.algorithm).__name__}"
             )
+        self.secagg = _check_secagg(self.secagg, self.algorithm)
         _check_count("rounds", self.rounds, 0)
         problem = self.resolved
         _check_count("clients_per_round", self.clients_per_round, 1, problem.n_clients)

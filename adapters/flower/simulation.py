@@ -32,6 +32,7 @@ from ._flwr import flwr
 from .client import make_client_app
 from .errors import FlowerAdapterError, FlowerNotInstalledError, JobFailedError
 from .jobs import REGISTRATION_TIMEOUT, Job
+from .secure import SecAggSettings
 from .server import make_server_app
 
 __all__ = ["simulate", "default_backend_config", "ACTOR_FAULT_TOLERANCE", "LOOPBACK"]
@@ -102,8 +103,9 @@ def _ray_on_loopback(config: Mapping[str, Any]) -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = saved
 
 
-def _with_timeouts(jobs: list[Job], **timeouts: float | None) -> list[Job]:
-    """``jobs`` with the given timeouts (those a job has; ``None``: keep the job's own)."""
+def _with_timeouts(jobs: list[Job], **timeouts: Any) -> list[Job]:
+    """``jobs`` with the given timeouts and settings (those a job has; ``None``: keep the job's
+    own)."""
     given = {k: v for k, v in timeouts.items() if v is not None}
     if not given:
         return jobs
@@ -135,6 +137,7 @@ def simulate(
     registration_timeout: float | None = None,
     reply_timeout: float | None = None,
     mods: Sequence[Callable] | None = None,
+    secagg: SecAggSettings | bool | None = None,
     verbose: bool = False,
 ) -> dict[str, Any]:
     """Run ``jobs`` in order in one Flower simulation with ``num_supernodes`` virtual nodes.
@@ -159,6 +162,9 @@ def simulate(
         When given, every job's ``reply_timeout`` (default: each job's own).
     mods : sequence of Flower mods, optional
         ClientApp mods (e.g. to inject faults in tests: :class:`CorruptReplies`).
+    secagg : SecAggSettings or bool, optional
+        When given, every SyncJob's ``secagg``: its phases run through Flower's SecAgg+
+        (:mod:`riemfl.adapters.flower.secure`; ``True``: the default settings).
     verbose : bool
         Flower's debug logging.
 
@@ -180,7 +186,10 @@ def simulate(
     if num_supernodes < 1:
         raise ParameterError(f"num_supernodes must be an integer >= 1, got {num_supernodes!r}")
     jobs = _with_timeouts(
-        list(jobs), registration_timeout=registration_timeout, reply_timeout=reply_timeout
+        list(jobs),
+        registration_timeout=registration_timeout,
+        reply_timeout=reply_timeout,
+        secagg=secagg,
     )
     results: dict[str, Any] = {}
     server_app = make_server_app(

@@ -23,6 +23,10 @@ accounting) and the global objective as evaluator; only the executor differs,
 
 Same seed, same draws, same rules, same order of the stacked uploads: the iterates equal
 ``run_sync``'s (to rounding; the tests ask for 1e-10).
+
+With ``SyncJob(secagg=...)`` the nodes check their own rows and keep them; the phase's sum
+reaches the server through Flower's SecAgg+ (:mod:`riemfl.adapters.flower.secure`) as a
+pre-aggregated :class:`~riemfl.federated.rounds.PhaseReply` (``total``).
 """
 
 from __future__ import annotations
@@ -41,9 +45,10 @@ from ...federated.history import METRICS, History
 from ...federated.local import problem_metrics
 from ...federated.rounds import PhaseReply, RoundSteps, run_rng
 from ...federated.run_core import RunOptions, run_steps
-from .checks import check_rows, check_upload_arrays, upload_kind
+from .checks import check_upload_arrays, upload_verdicts
 from .grid_io import exchange, reply_error, setup_nodes
 from .jobs import SyncJob
+from .secure import max_weight, secure_sum
 from .wire import SYNC, check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
 
 __all__ = ["run_sync_job", "GridClients"]
@@ -71,6 +76,7 @@ class GridClients:
         self.lost: dict[int, str] = {}
         self.meta = point_meta(self.manifold)
         self._requested: dict[int, list[int]] = {}
+        self.weight = max_weight(max((len(c) for c in hosting.values()), default=1))
 
     # ------------------------------------------------------------------ messages
     def _messages(
@@ -96,6 +102,7 @@ class GridClients:
                 "clients": [int(active[j]) for j in mine],
                 "commit": self.pending[node],
                 "finish": phase == 0 and self.finishing,
+                "secure": self.job.secagg is not None,
                 **self.meta,
             }
             node_arrays = dict(arrays)
@@ -124,19 +131,32 @@ class GridClients:
             why = f"reply answers for clients {served}; expected some of {requested}"
             return {}, dict.fromkeys(requested, why), 0.0
         uploads = group("upload", arrays)
+        if self.job.secagg is not None:  # the node checked its rows; they reach the SecAgg+ sum
+            unanswered = set(requested) - set(served) - set(reasons)
+            reasons.update(dict.fromkeys(unanswered, "the node returned no upload for it"))
+            why = "a secure phase's reply carries uploads" if uploads else None
+            accepted = {} if why else {c: {} for c in served}
+            return (
+                accepted,
+                {**reasons, **dict.fromkeys(served if why else [], why)},
+                float(config["cpu_time"]),
+            )
         expected = self.job.algorithm.upload_shapes(self.problem, phase)
         why = check_upload_arrays(uploads, expected, len(served))
         if why is not None:
             return {}, {**reasons, **dict.fromkeys(served, why)}, float(config["cpu_time"])
         accepted: dict[int, dict[str, np.ndarray]] = {}
-        bad: dict[int, str] = {}
         base = to_numpy(message["x"]) if "x" in message else None
-        for key in sorted(uploads):
-            kind = upload_kind(self.job.algorithm, phase, key, self.job.upload_kinds)
-            verdicts = check_rows(self.manifold, kind, uploads[key], self.job.atol, base)
-            for c, w in zip(served, verdicts, strict=True):
-                if w is not None and c not in bad:
-                    bad[c] = f"upload {key!r} ({kind}): {w}"
+        rows = upload_verdicts(
+            self.job.algorithm,
+            self.manifold,
+            phase,
+            uploads,
+            self.job.atol,
+            base,
+            self.job.upload_kinds,
+        )
+        bad = {served[j]: why for j, why in rows.items()}
         for s, c in enumerate(served):
             if c not in bad:
                 accepted[c] = {k: v[s] for k, v in uploads.items()}
@@ -169,12 +189,52 @@ class GridClients:
             accepted.update({position[c]: rows for c, rows in ok.items()})
             drops.update({position[c]: w for c, w in bad.items()})
             self._requested[node] = requested
+        if self.job.secagg is not None:
+            return self._secure_reply(r, phase, message, active, accepted, drops, cpu)
         served = np.array(sorted(accepted), dtype=np.intp)
         uploads = {}
         if served.size:
             keys = accepted[int(served[0])]
             uploads = {k: np.stack([accepted[int(j)][k] for j in served]) for k in keys}
         return PhaseReply(uploads, served, drops, cpu_time=cpu)
+
+    def _secure_reply(
+        self,
+        r: int,
+        phase: int,
+        message: State,
+        active: np.ndarray,
+        accepted: dict[int, Any],
+        drops: dict[int, str],
+        cpu: float,
+    ) -> PhaseReply:
+        """Flower's SecAgg+ over the nodes with accepted clients: the reply is their sum."""
+        node_of = {j: self.owner[int(active[j])] for j in accepted}
+        counts: dict[int, int] = {}
+        for node in node_of.values():
+            counts[node] = counts.get(node, 0) + 1
+        config = {"job": self.job.name, "round": r, "phase": phase}
+        shapes = self.job.algorithm.upload_shapes(self.problem, phase)
+        result = secure_sum(
+            self.grid,
+            self.job.secagg,
+            counts,
+            shapes,
+            config,
+            weight=self.weight,
+            timeout=self.job.reply_timeout,
+            round_id=r,
+        )
+        if result.total is None:
+            drops.update(dict.fromkeys(node_of, f"secure aggregation failed: {result.why}"))
+            return PhaseReply({}, np.zeros(0, dtype=np.intp), drops, cpu_time=cpu)
+        for node in set(counts) - set(result.nodes):  # its client state is unknown from now on
+            self.lost[node] = f"node {node} dropped out of secure aggregation ({result.why})"
+        served = sorted(j for j, node in node_of.items() if node in result.nodes)
+        drops.update({j: self.lost[node] for j, node in node_of.items() if node in self.lost})
+        dtype = to_numpy(message["x"]).dtype if "x" in message else np.float64
+        total = {k: v.astype(dtype) for k, v in result.total.items()}
+        return PhaseReply({}, np.array(served, dtype=np.intp), drops, cpu, total=total)
 
     def accept(self, phase: int, active: np.ndarray, kept: np.ndarray) -> None:
         """Each node keeps the new rows of its accepted clients (told in its next message)."""

@@ -11,7 +11,9 @@ engine. Per round it
    clients, per-client torch trainers, or the nodes of a Flower grid), checks every upload
    (:mod:`riemfl.federated.faults`: keys, shapes, dtype, finite values), drops failing clients
    with their reason, tells the executor which clients were accepted, and runs the server rule
-   on the survivors' uploads (stacked in client order);
+   on the survivors' uploads (stacked in client order). An executor that ran secure
+   aggregation returns only the sum of a sum-only phase (:attr:`PhaseReply.total`): the round
+   then checks the sum instead of each row;
 3. delivers the new model to the round's survivors (:meth:`ClientExecutor.finish`);
 4. accounts the uplink per client (point-sized arrays and bytes) and the CPU time of the
    rules.
@@ -31,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..backend import is_torch
-from ..errors import ClientFailureError
+from ..errors import ClientFailureError, ParameterError
 from ..problems.base import sample_batches
 from .aggregation import Aggregator, PlainSum, server_update
 from .checkpoint import require_layout
@@ -146,12 +148,19 @@ class PhaseReply:
     cpu_time : float or None
         CPU seconds the clients reported (remote executors); None: the round measures its own
         process's CPU time.
+    total : dict of str to array, optional
+        A *pre-aggregated* reply (an executor that ran secure aggregation): the sum per key of
+        the uploads of the clients ``served``, which all contributed to it; ``uploads`` is then
+        empty. Only a sum-only phase takes such a reply: the round checks the sum (keys, shape,
+        dtype, finite values) instead of each row and hands it to
+        :meth:`~riemfl.federated.SyncAlgorithm.server_step_from_sum` with ``len(served)``.
     """
 
     uploads: State
     served: np.ndarray
     reasons: dict[int, str] = field(default_factory=dict)
     cpu_time: float | None = None
+    total: State | None = None
 
 
 class ClientExecutor(Stateful, Protocol):
@@ -253,6 +262,15 @@ class RoundSteps:
             t0 = self.clock()
             reply = self.executor.run_phase(step, phase, message, active, batches)
             t1 = self.clock()
+            if reply.total is not None:  # pre-aggregated (secure aggregation)
+                kept = self._advance_total(step, phase, message, active, reply)
+                cpu += (t1 - t0 if reply.cpu_time is None else reply.cpu_time) + self.clock() - t1
+                for v in reply.total.values():  # uplink as if each contributor sent its row
+                    matrices += len(kept) * math.prod(v.shape) / self.point_size
+                    nbytes += len(kept) * _row_nbytes(v[None])
+                active = active[kept]
+                batches = None if batches is None else batches[kept]
+                continue
             kept, uploads = self._judge(step, phase, active, reply)
             self.executor.accept(phase, active, kept)
             self.server = server_update(
@@ -300,6 +318,44 @@ class RoundSteps:
         if not good.all():
             uploads = {k: take_rows(v, np.flatnonzero(good)) for k, v in uploads.items()}
         return served[good], uploads
+
+    def _advance_total(
+        self, r: int, phase: int, message: State, active: np.ndarray, reply: PhaseReply
+    ) -> np.ndarray:
+        """The server step of a pre-aggregated reply; its contributors (stack positions).
+
+        The sum must pass the checks a row would (keys, shape, dtype, finite values); when it
+        does not, every contributor is dropped with that reason.
+        """
+        if not self.rule.sum_only(phase):
+            raise ParameterError(
+                f"phase {phase} of the rule needs each upload, but the executor returned their "
+                "sum (secure aggregation serves sum-only phases only)"
+            )
+        if type(self.aggregator) is not PlainSum:  # noise or clipping per upload: impossible
+            raise ParameterError(
+                f"the executor aggregated phase {phase} itself; aggregator "
+                f"{type(self.aggregator).__name__} cannot act on uploads the server never sees"
+            )
+        total = dict(reply.total or {})
+        one = {k: v[None] for k, v in total.items()}
+        why = stack_problem(one, self.upload_shapes(phase), 1, self.dtype)
+        why = row_problems(one).get(0) if why is None else why
+        served = np.asarray(reply.served, dtype=np.intp)
+        reasons = dict(reply.reasons)
+        if why is not None:
+            reasons.update(dict.fromkeys(served.tolist(), f"the aggregated sum: {why}"))
+            served = served[:0]
+        self._judge(r, phase, active, PhaseReply({}, served[:0], reasons))  # records the drops
+        if not served.size:  # nothing contributed, yet some clients have no reason: an error
+            raise ClientFailureError(
+                f"round {r}, phase {phase}: the executor's sum has no contributor"
+            )
+        self.executor.accept(phase, active, served)
+        self.server = self.rule.server_step_from_sum(
+            self.manifold, self.server, phase, message, total, len(served)
+        )
+        return served
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""Pre-aggregated replies: an executor that returns only the sum of a sum-only phase (what secure
+aggregation gives the server) drives the same rounds as one that returns every upload."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from riemfl.errors import ClientFailureError, ParameterError
+from riemfl.federated import RFedAvg, RFedProj
+from riemfl.federated.aggregation import PlainSum
+from riemfl.federated.engine import StackedClients, initial_point
+from riemfl.federated.faults import FaultRecorder
+from riemfl.federated.history import History
+from riemfl.federated.rounds import PhaseReply, RoundSteps, run_rng
+
+
+class Summing:
+    """Runs the phase on ``inner`` and returns only the sum of the uploads (plus ``offset``)."""
+
+    def __init__(self, inner: StackedClients, offset: float = 0.0) -> None:
+        self.inner, self.offset = inner, offset
+
+    def run_phase(self, r, phase, message, active, batches):
+        reply = self.inner.run_phase(r, phase, message, active, batches)
+        total = {k: v.sum(0) + self.offset for k, v in reply.uploads.items()}
+        return PhaseReply({}, reply.served, reply.reasons, reply.cpu_time, total=total)
+
+    def accept(self, phase, active, kept):
+        self.inner.accept(phase, active, kept)
+
+    def finish(self, message, survivors):
+        self.inner.finish(message, survivors)
+
+
+def steps(problem, algorithm, wrap=lambda inner: inner, aggregator=None) -> RoundSteps:
+    server, clients = algorithm.init(problem, initial_point(problem, 1))
+    dtype = algorithm.output(server).dtype
+    return RoundSteps(
+        algorithm,
+        wrap(StackedClients(problem, algorithm, clients, dtype)),
+        problem,
+        server,
+        lambda phase: algorithm.upload_shapes(problem, phase),
+        run_rng(1),
+        FaultRecorder(History(config={})),
+        clients_per_round=4,
+        dtype=dtype,
+        aggregator=aggregator,
+    )
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: RFedProj(0.02, 3), lambda: RFedAvg(0.02, 3, upload="tangent")]
+)
+def test_a_pre_aggregated_sum_gives_the_plain_rounds(stiefel_problem, make):
+    plain, summed = steps(stiefel_problem, make()), steps(stiefel_problem, make(), Summing)
+    for r in (1, 2, 3):
+        plain.advance(r)
+        summed.advance(r)
+    np.testing.assert_allclose(summed.output(), plain.output(), rtol=0, atol=1e-13)
+    assert summed.row()["participants"] == plain.row()["participants"] == 4
+    for key in ("uplink_matrices", "uplink_bytes"):  # a sum counts as its contributors' rows
+        assert summed.row()[key] == plain.row()[key] > 0
+
+
+def test_a_non_finite_sum_drops_every_contributor(stiefel_problem):
+    run = steps(stiefel_problem, RFedProj(0.02, 3), lambda inner: Summing(inner, np.nan))
+    with pytest.warns(UserWarning), pytest.raises(ClientFailureError, match="aggregated sum"):
+        run.advance(1)
+
+
+def test_a_sum_is_refused_where_it_cannot_serve(stiefel_problem):
+    point_uploads = steps(stiefel_problem, RFedAvg(0.02, 3), Summing)  # phase needs each upload
+    with pytest.raises(ParameterError, match="needs each upload"):
+        point_uploads.advance(1)
+
+    class Noisy(PlainSum):  # e.g. noise added per upload: impossible on a sum it never sees
+        pass
+
+    noisy = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=Noisy())
+    with pytest.raises(ParameterError, match="aggregator Noisy"):
+        noisy.advance(1)
