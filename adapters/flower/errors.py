@@ -101,6 +101,8 @@ class ConnectionRefusedByPeerError(FlowerAdapterError):
     """A SuperNode or the ``flwr`` CLI could not connect to the SuperLink: the TLS handshake
     failed (it does not trust the server's certificate, or speaks plain HTTP to a TLS server) or
     nothing answered. The message names the process and quotes its log."""
+
+
 class NotSumOnlyError(ParameterError):
     """Secure aggregation was asked for a synchronous rule with a phase whose server step needs
     each upload (:meth:`~riemfl.federated.SyncAlgorithm.sum_only` is False), e.g. RFedAvg with

@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from ._flwr import flwr
 from .client import make_client_app
 from .errors import FlowerAdapterError, FlowerNotInstalledError, JobFailedError
 from .jobs import REGISTRATION_TIMEOUT, Job
+from .quiet import quiet_flower
 from .secure import SecAggSettings
 from .server import make_server_app
 
@@ -73,6 +75,31 @@ def _fault_tolerant(config: Mapping[str, Any]) -> dict[str, Any]:
     else:
         out["client_resources"] = {**ACTOR_FAULT_TOLERANCE, **resources}
     return out
+
+
+@contextlib.contextmanager
+def _ray_started(config: Mapping[str, Any]) -> Iterator[None]:
+    """Start Ray as Flower would (its ``init_args``, the driver's ``sys.path`` as the workers'
+    ``PYTHONPATH``), plus the workers' setup hook that filters two of Flower's notices
+    (:func:`~riemfl.adapters.flower.quiet.install_filter`); Flower then uses this Ray and shuts
+    it down at the end. Ray already running (the user's) is left as it is."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    paths = [*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])]
+    runtime_env = {
+        "env_vars": {"PYTHONPATH": os.pathsep.join(paths)},
+        "worker_process_setup_hook": "riemfl.adapters.flower.quiet.install_filter",
+    }
+    init_args = {"logging_level": logging.WARNING, **dict(config.get("init_args") or {})}
+    ray.init(runtime_env=runtime_env, **init_args)
+    try:
+        yield
+    finally:
+        if ray.is_initialized():  # Flower shuts it down when the simulation ends normally
+            ray.shutdown()
 
 
 @contextlib.contextmanager
@@ -205,7 +232,7 @@ def simulate(
         config = _fault_tolerant(backend_config)
     run_simulation = flwr().run_simulation
     try:
-        with _ray_on_loopback(config):
+        with _ray_on_loopback(config), quiet_flower(), _ray_started(config):
             run_simulation(
                 server_app=server_app,
                 client_app=client_app,
