@@ -189,6 +189,9 @@ class AsyncSettings:
     staleness: str = "constant"
     manifold: Manifold | None = None
     vartheta: float = 1.0
+    #: client-level differential privacy (:class:`~riemfl.federated.privacy.DPSettings`;
+    #: FedBuff only)
+    privacy: Any = None
 
     @property
     def common(self) -> dict[str, Any]:
@@ -221,7 +224,9 @@ def _async_rules() -> dict[str, AsyncRuleEntry]:
     return {
         "fedasync": AsyncRuleEntry(lambda s: ar.FedAsync(staleness=s.staleness, **s.common)),
         "asgd": AsyncRuleEntry(lambda s: ar.ASGD(staleness=s.staleness, **s.common)),
-        "fedbuff": AsyncRuleEntry(lambda s: ar.FedBuff(s.buffer_size, s.server_lr)),
+        "fedbuff": AsyncRuleEntry(
+            lambda s: ar.FedBuff(s.buffer_size, s.server_lr, privacy=s.privacy)
+        ),
         "dcasgd": AsyncRuleEntry(lambda s: ar.DCASGD(**s.common)),
         "asyncfeded": AsyncRuleEntry(lambda s: ar.AsyncFedED(**s.common)),
         "fedortho": AsyncRuleEntry(lambda s: ar.FedOrtho(**s.common)),
@@ -314,6 +319,7 @@ def build_async_rule(
     staleness: str = "constant",
     manifold: Manifold | None = None,
     vartheta: float = 1.0,
+    privacy: Any = None,
 ) -> AsyncRule:
     """The asynchronous server rule called ``name`` (a key of :data:`ASYNC_RULES`).
 
@@ -328,5 +334,12 @@ def build_async_rule(
         raise ParameterError(
             f"async rule {name!r} learns Bezier curves on the problem's manifold: pass manifold="
         )
-    settings = AsyncSettings(server_lr, buffer_size, operators, staleness, manifold, vartheta)
+    if privacy is not None and name != "fedbuff":
+        raise ParameterError(
+            f"async rule {name!r} applies each update on its own: differential privacy (noise "
+            "on a sum of updates) runs with the sum-only fedbuff only"
+        )
+    settings = AsyncSettings(
+        server_lr, buffer_size, operators, staleness, manifold, vartheta, privacy
+    )
     return entry.build(settings)
