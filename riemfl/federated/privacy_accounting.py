@@ -25,6 +25,7 @@ number of releases.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -46,6 +47,30 @@ def _dp() -> Any:
             "differential privacy needs the dp-accounting package: pip install 'riemfl[privacy]'"
         ) from exc
     return dp_accounting
+
+
+def _orders() -> np.ndarray:
+    return np.asarray(_dp().rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float)
+
+
+@functools.lru_cache(maxsize=64)
+def _sampled_rdp(population: int, sample_size: int, noise_multiplier: float) -> tuple[float, ...]:
+    """The RDP curve of a Gaussian sum over m of n clients sampled without replacement, replace
+    one client (dp_accounting, computed once per setting: it takes about 0.1 s)."""
+    dp = _dp()
+    orders = _orders()
+    accountant = dp.rdp.RdpAccountant(
+        orders, neighboring_relation=dp.NeighboringRelation.REPLACE_ONE
+    )
+    gaussian = dp.GaussianDpEvent(noise_multiplier / 2.0)
+    accountant.compose(dp.SampledWithoutReplacementDpEvent(population, sample_size, gaussian))
+    # dp_accounting has no public getter of the composed curve; the tests compare the epsilon
+    # with its own composition of the same events
+    wor = np.array(accountant._rdp, dtype=float)
+    # sampling never weakens privacy (quasi-convexity of the Renyi divergence): at each order
+    # the bound is also at most the unsampled Gaussian's, tighter than the sampled bound at low
+    # noise
+    return tuple(np.minimum(wor, orders * 4.0 / (2.0 * noise_multiplier**2)))
 
 
 class ClientLevelAccountant:
@@ -73,12 +98,11 @@ class ClientLevelAccountant:
         self.population, self.sample_size = population, sample_size
         self.sampled_releases = 0
         self.unsampled_load = 0.0  # S = sum of squared sensitivities (units of C)
-        self._rdp_sampled: np.ndarray | None = None
         self._epsilon: tuple[tuple[int, float], float] | None = None
 
     @property
     def orders(self) -> np.ndarray:
-        return np.asarray(_dp().rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float)
+        return _orders()
 
     def sampled(self, count: int = 1) -> None:
         """Record ``count`` releases of a sum over m of n clients sampled without replacement."""
@@ -95,24 +119,10 @@ class ClientLevelAccountant:
         self.unsampled_load = float(load)
 
     def _sampled_rdp(self) -> np.ndarray:
-        """The RDP curve of one sampled release (dp_accounting, computed once)."""
-        if self._rdp_sampled is None:
-            dp = _dp()
-            accountant = dp.rdp.RdpAccountant(
-                self.orders, neighboring_relation=dp.NeighboringRelation.REPLACE_ONE
-            )
-            gaussian = dp.GaussianDpEvent(self.noise_multiplier / 2.0)
-            event = dp.SampledWithoutReplacementDpEvent(self.population, self.sample_size, gaussian)
-            accountant.compose(event)
-            # dp_accounting has no public getter of the composed curve; tests compare the
-            # epsilon with its own composition of the same events
-            wor = np.array(accountant._rdp, dtype=float)
-            # sampling never weakens privacy (quasi-convexity of the Renyi divergence): at each
-            # order the bound is also at most the unsampled Gaussian's, which is tighter than
-            # the sampled bound at low noise
-            gaussian_rdp = self.orders * 4.0 / (2.0 * self.noise_multiplier**2)
-            self._rdp_sampled = np.minimum(wor, gaussian_rdp)
-        return self._rdp_sampled
+        """The RDP curve of one sampled release."""
+        return np.asarray(
+            _sampled_rdp(self.population, self.sample_size, self.noise_multiplier), dtype=float
+        )
 
     def epsilon(self) -> float:
         r""":math:`\varepsilon` at :attr:`delta` of every release recorded so far (0 before
