@@ -196,6 +196,13 @@ def _report(rows: list[dict[str, Any]], s: Settings, quick: bool, seconds: float
             "client-level DP does with few clients (McMahan et al. 2018 use thousands per "
             "round).",
             "",
+            "RFedProj loses more to the same noise than RFedAvg: its clients rebuild their "
+            "correction from the broadcast model (Zhang et al. 2024, Alg. 1 line 17, c_i = "
+            "(P_M(x^r) - x^{r+1}) / (eta_g eta tau) - mean of the round's gradients), so the "
+            "noise in x^{r+1} enters every local step of the next round multiplied by "
+            "1 / (eta_g eta tau); RFedAvg's clients restart from the noisy model without such a "
+            "term.",
+            "",
         ]
     )
 

@@ -26,7 +26,7 @@ What the update is (each rule says, :attr:`SyncAlgorithm.privacy_space`, :meth:`
 Why the projected noise is private (``docs/federated/privacy.md``): the clipped updates are
 vectors of the ambient space of Frobenius norm at most C, so their sum is a function of
 :math:`\ell_2` sensitivity 2C (replace one client) and the sum plus :math:`\xi` is the Gaussian
-mechanism (Dwork & Roth 2014, Thm. A.1; in RDP, Mironov 2017, Prop. 7); projecting it onto
+mechanism (Dwork & Roth 2014, Thm. A.1; its Rényi DP: Mironov 2017); projecting it onto
 :math:`T_{x^r}M` (a fixed linear map: :math:`x^r` is public) and the server step are
 post-processing (Dwork & Roth 2014, Prop. 2.1). The projection leaves the sum unchanged (each
 update is tangent) and turns :math:`\xi` into :math:`N(0, \sigma^2C^2 P_{T_{x^r}M})`, the
