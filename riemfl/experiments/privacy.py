@@ -59,7 +59,9 @@ class Settings:
     @classmethod
     def quick(cls) -> Settings:
         """A smoke-test run: few rounds, one seed, two noise levels."""
-        return cls(rounds={"kpca-synthetic": 12, "logreg-digits": 4}, noise=(0.3, 3.0), seeds=(0,))
+        return cls(
+            rounds={"kpca-synthetic": 30, "logreg-digits": 10}, noise=(1.0, 10.0), seeds=(0,)
+        )
 
 
 #: the rules compared, by label
