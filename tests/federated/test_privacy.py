@@ -207,3 +207,21 @@ def test_rules_whose_server_needs_each_upload_are_refused():
 def test_bad_settings_are_refused(kw, match):
     with pytest.raises(ParameterError, match=match):
         DPSettings(**kw)
+
+
+def test_torch_models_get_the_same_noise_and_clipping(stiefel_problem):
+    """The noise is drawn in numpy and converted: a torch run follows the numpy run."""
+    torch = pytest.importorskip("torch")
+    from riemfl.federated import initial_point
+    from riemfl.problems import FunctionProblem
+
+    P = stiefel_problem
+    covariances = [torch.from_numpy(c) for c in P.C]
+    losses = [lambda x, c=c: -0.5 * torch.sum(x * (c @ x)) for c in covariances]
+    torch_problem = FunctionProblem(P.manifold, losses, differentiation="torch")
+    x0 = initial_point(P, 0)
+    kw = {"clients_per_round": 3, "privacy": DPSettings(0.05, 0.5, mode="local")}
+    h = run_sync(torch_problem, SUM_ONLY["rfedavg"](), 3, x0=torch.from_numpy(x0), **kw)
+    ref = run_sync(P, SUM_ONLY["rfedavg"](), 3, x0=x0, **kw)
+    assert torch.is_tensor(h.final_point)
+    np.testing.assert_allclose(h.final_point.numpy(), ref.final_point, atol=1e-12)
