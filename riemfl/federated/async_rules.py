@@ -38,7 +38,8 @@ from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
 from .algorithm import Operators, check_step_size
-from .privacy import BufferPrivacy, DPSettings
+from .privacy import DPSettings
+from .privacy_buffer import BufferPrivacy
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 from .serialise import describe_parameters
 
@@ -626,7 +627,8 @@ class FedBuff(AsyncRule):
 
     ``privacy`` (a :class:`~riemfl.federated.privacy.DPSettings`): client-level differential
     privacy, each :math:`\Delta_i` clipped and Gaussian noise on each buffer's sum
-    (:class:`~riemfl.federated.privacy.BufferPrivacy`); the history gets an ``epsilon`` column.
+    (:class:`~riemfl.federated.privacy_buffer.BufferPrivacy`); the history gets an ``epsilon``
+    column.
     """
 
     name = "fedbuff"

@@ -21,7 +21,8 @@ What the update is (each rule says, :attr:`SyncAlgorithm.privacy_space`, :meth:`
 * RFedProj: :math:`\hat z_{i,\tau} - P_M(x^r)`, clipped in the Frobenius norm; the client
   uploads :math:`P_M(x^r) + \mathrm{clip}(\hat z_{i,\tau} - P_M(x^r))`;
 * FedBuff (:class:`~riemfl.federated.async_rules.FedBuff`, ``privacy=``): :math:`\Delta_i`,
-  ambient, clipped in the Frobenius norm, noise added to each buffer's sum.
+  ambient, clipped in the Frobenius norm, noise added to each buffer's sum
+  (:mod:`riemfl.federated.privacy_buffer`).
 
 Why the projected noise is private (``docs/federated/privacy.md``): the clipped updates are
 vectors of the ambient space of Frobenius norm at most C, so their sum is a function of
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import ops_for, to_like, to_numpy
-from ..errors import CheckpointError, ParameterError
+from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
 from .aggregation import Aggregator, PlainSum
@@ -58,7 +59,6 @@ __all__ = [
     "DPSettings",
     "PrivateAlgorithm",
     "GaussianSum",
-    "BufferPrivacy",
     "privatize",
     "noise_streams",
     "update_norms",
@@ -401,91 +401,3 @@ def privatize(
     m = population if sample_size is None else int(sample_size)
     rule = PrivateAlgorithm(algorithm, settings, local)
     return rule, GaussianSum(settings, population, m, central, aggregator)
-
-
-# ------------------------------------------------------------------------------- FedBuff
-class BufferPrivacy:
-    r"""Client-level DP of FedBuff's sum-only buffer (:class:`~riemfl.federated.FedBuff`,
-    ``privacy=``).
-
-    Each arrival's :math:`\Delta_i = x^t - x_i` is clipped to Frobenius norm C (client side;
-    ``mode="local"``: the client adds :math:`N(0, \sigma^2C^2)` too); when the buffer is full,
-    central mode adds :math:`N(0, \sigma^2C^2)` to its sum. A client may arrive k times in one
-    buffer, so the sensitivity of that buffer's sum to its data is 2kC (replace one client): the
-    accountant charges it :math:`(2k)^2` (:mod:`riemfl.federated.privacy_accounting`); in local
-    mode every arrival is a release of sensitivity 2C. :math:`\varepsilon` is that of the client
-    charged most so far (no amplification by sampling: who arrives is the scheduler's choice).
-    """
-
-    def __init__(self, settings: DPSettings) -> None:
-        self.settings = settings
-        self.accountant = ClientLevelAccountant(settings.noise_multiplier, settings.delta)
-        self.reset(0)
-        self.seed(None)
-
-    def reset(self, n_clients: int) -> None:
-        """A new run of ``n_clients`` clients: nothing charged, an empty buffer."""
-        self.loads = np.zeros(n_clients)
-        self.in_buffer = np.zeros(n_clients, dtype=np.int64)
-        self.accountant.set_unsampled_load(0.0)
-
-    def seed(self, seq: np.random.SeedSequence | int | None) -> None:
-        """The central and local noise generators, from the run's seed sequence."""
-        if not isinstance(seq, np.random.SeedSequence):
-            seq = np.random.SeedSequence(seq)
-        central, local = seq.spawn(2)
-        self.central, self.local = np.random.default_rng(central), np.random.default_rng(local)
-
-    def client_update(self, client: int, delta: Any) -> Any:
-        """What client ``client`` puts into the buffer: ``delta`` clipped (and noised)."""
-        s = self.settings
-        row = {"d": delta[None]}
-        clipped, _ = clip_rows(row, update_norms(None, None, row), s.clip)
-        out = clipped["d"][0]
-        if s.mode == "local":
-            if s.std > 0:
-                out = out + gaussian(self.local, out, s.std)
-            self._charge(client, 4.0)
-        else:
-            self.in_buffer[client] += 1
-        return out
-
-    def flush(self, total: Any) -> Any:
-        """The buffer's sum as the server reads it (central noise added); charges its
-        contributors."""
-        s = self.settings
-        if s.mode == "central":
-            if s.std > 0:
-                total = total + gaussian(self.central, total, s.std)
-            for client in np.flatnonzero(self.in_buffer):
-                self._charge(int(client), (2.0 * self.in_buffer[client]) ** 2)
-            self.in_buffer[:] = 0
-        return total
-
-    def _charge(self, client: int, load: float) -> None:
-        self.loads[client] += load
-        self.accountant.set_unsampled_load(float(self.loads.max()))
-
-    def epsilon(self) -> float:
-        return self.accountant.epsilon()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "central": self.central.bit_generator.state,
-            "local": self.local.bit_generator.state,
-            "loads": self.loads.copy(),
-            "in_buffer": self.in_buffer.copy(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        loads = np.asarray(state["loads"], dtype=float)
-        in_buffer = np.asarray(state["in_buffer"], dtype=np.int64)
-        if loads.shape != self.loads.shape or in_buffer.shape != self.in_buffer.shape:
-            raise CheckpointError(
-                f"FedBuff privacy state: expected {len(self.loads)} clients, found "
-                f"{loads.shape} and {in_buffer.shape}"
-            )
-        self.central.bit_generator.state = state["central"]
-        self.local.bit_generator.state = state["local"]
-        self.loads, self.in_buffer = loads, in_buffer
-        self.accountant.set_unsampled_load(float(loads.max()) if loads.size else 0.0)
