@@ -14,7 +14,7 @@ Per problem and rule: the non-private run, the run with clipping only (:math:`\s
 run's :math:`\varepsilon` at :math:`\delta` from the accountant
 (:mod:`riemfl.federated.privacy_accounting`: replace-one-client, m of n clients sampled without
 replacement). The clipping norm C is fixed in :class:`Settings` from the median update norm of
-a non-private pilot (about 1.3 to 2 on both problems); a deployment would have to choose C
+a non-private pilot (1.2 to 2 on these problems); a deployment would have to choose C
 without looking at the clients' data, or account for it (McMahan et al. 2018 tune their S the
 same way). No claim of a paper is checked: the report shows the trade-off.
 
