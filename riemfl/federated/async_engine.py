@@ -554,4 +554,7 @@ def run_async(
         "data": data_digest(trainer),
         "x0": data_digest(x0),
     }
-    return run_steps(loop, evaluate, history, fingerprint, options)
+    history = run_steps(loop, evaluate, history, fingerprint, options)
+    if "epsilon" in history.metrics:  # a private rule's (FedBuff(privacy=...))
+        history.summary["epsilon"] = history.metrics["epsilon"][-1]
+    return history

@@ -101,6 +101,21 @@ def test_local_noise_is_added_by_every_client_with_standard_deviation_sigma_time
     np.testing.assert_allclose(summed["x"], out["x"].sum(0))
 
 
+def test_the_projected_noise_is_the_tangent_space_s_isotropic_gaussian(stiefel_problem):
+    """E|P xi|^2 = sigma^2 C^2 dim T_x M (= 21 - 6 on St(7, 3)), and P xi is tangent."""
+    M = stiefel_problem.manifold
+    x = M.random_point(rng=np.random.default_rng(3))
+    agg = GaussianSum(DPSettings(0.5, 2.0), population=3, sample_size=3, central_noise=5)
+    draws = np.stack([agg.aggregate({"u": np.zeros((3, 7, 3))}, 0)[0]["u"] for _ in range(4000)])
+    projected = M.to_tangent(np.broadcast_to(x, draws.shape), draws)
+    # the squared norm over sigma^2 C^2 is chi^2 with 15 degrees of freedom: variance 30, so the
+    # mean of 4000 has standard error 0.087; 0.7 is 8 of them (fixed seed)
+    assert abs(np.mean((projected**2).sum(axis=(1, 2))) - 15.0) < 0.7
+    np.testing.assert_allclose(
+        M.to_tangent(np.broadcast_to(x, draws.shape), projected), projected, atol=1e-12
+    )
+
+
 def test_tangent_rules_project_the_noisy_sum_onto_the_tangent_space(stiefel_problem):
     M = stiefel_problem.manifold
     rng = np.random.default_rng(2)
@@ -178,6 +193,7 @@ def test_a_resumed_private_fedbuff_run_is_bit_identical(stiefel_problem, tmp_pat
     )
     np.testing.assert_array_equal(resumed.final_point, full.final_point)
     eps = full.metrics["epsilon"]
+    assert full.summary["epsilon"] == eps[-1]
     # the interrupted run also recorded its last step (3): compare the rows of both
     rows = dict(zip(resumed.metrics["step"], resumed.metrics["epsilon"], strict=True))
     assert [rows[s] for s in full.metrics["step"]] == eps
