@@ -90,6 +90,14 @@ def _nonnegative(text: str) -> float:
     return _real(text, positive=False)
 
 
+def _probability(text: str) -> float:
+    """An argparse type: a float in (0, 1)."""
+    value = _real(text, positive=True)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
 def _shared() -> dict[str, argparse.ArgumentParser]:
     """Parent parsers of the options that several (sub)commands take, each defined once."""
     table = argparse.ArgumentParser(add_help=False)
@@ -232,6 +240,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help=f"write DIR/{CHECKPOINT_NAME} every k rounds or server steps, at the end and when "
         "interrupted (0: never); the same command resumes from it",
+    )
+    d = r.add_argument_group(
+        "client-level differential privacy (rfedproj; rfedavg, rfedprox, rfedsvrg with "
+        "--upload tangent; async fedbuff)"
+    )
+    d.add_argument(
+        "--dp-clip",
+        type=_positive,
+        default=None,
+        help="C: clip every client's update to norm C (turns differential privacy on)",
+    )
+    d.add_argument(
+        "--dp-noise",
+        type=_nonnegative,
+        default=None,
+        help="sigma: Gaussian noise of std sigma*C (required with --dp-clip)",
+    )
+    d.add_argument(
+        "--dp-delta", type=_probability, default=None, help="delta of the reported epsilon (1e-5)"
+    )
+    d.add_argument(
+        "--dp-mode",
+        choices=("central", "local"),
+        default=None,
+        help="noise added once to the sum (central, default) or by every client",
     )
     a = r.add_argument_group("asynchronous engine (--engine async; refused with sync)")
     a.add_argument(

@@ -53,6 +53,13 @@ def _licudi2025(args: argparse.Namespace, out: str) -> list[int]:
     return []
 
 
+def _privacy(args: argparse.Namespace, out: str) -> list[int]:
+    from ..experiments import privacy
+
+    print(privacy.reproduce(out, quick=args.quick, progress=not args.no_progress))
+    return []
+
+
 def _zhang2024(args: argparse.Namespace, out: str) -> list[int]:
     from ..experiments import zhang2024
 
@@ -77,6 +84,7 @@ PAPERS: dict[str, Paper] = {
     "floral": Paper(
         _floral, "its report compares with the paper's numbers in prose, with no pass/fail claims"
     ),
+    "privacy": Paper(_privacy, "it reports utility against epsilon, with no pass/fail claims"),
 }
 
 

@@ -78,6 +78,42 @@ def _check_applicable(args: argparse.Namespace) -> None:
             setattr(args, dest, default)
 
 
+#: the options of differential privacy; ``--dp-clip`` turns it on
+DP_OPTIONS = ("dp_clip", "dp_noise", "dp_delta", "dp_mode")
+
+
+def _privacy(args: argparse.Namespace) -> Any:
+    """The :class:`~riemfl.federated.privacy.DPSettings` of ``--dp-*``, or None without them.
+
+    Raises
+    ------
+    ParameterError
+        A ``--dp-*`` option without ``--dp-clip`` and ``--dp-noise``, or with an algorithm whose
+        server needs each upload (``--upload point``, the asynchronous rules but fedbuff).
+    """
+    given = [_flag(d) for d in DP_OPTIONS if getattr(args, d) is not None]
+    if not given:
+        return None
+    if args.dp_clip is None or args.dp_noise is None:
+        raise ParameterError(
+            f"{', '.join(given)}: differential privacy needs both --dp-clip C and --dp-noise SIGMA"
+        )
+    if args.algorithm in ("rfedavg", "rfedprox", "rfedsvrg") and args.upload != "tangent":
+        raise ParameterError(
+            f"--dp-clip: {args.algorithm}'s server needs each uploaded point; differential "
+            "privacy adds noise to their sum: add --upload tangent"
+        )
+    if args.engine == "async" and args.algorithm != "fedbuff":
+        raise ParameterError(
+            f"--dp-clip: {args.algorithm} applies each client update on its own; "
+            "differential privacy (noise on a sum of updates) runs with --algorithm fedbuff only"
+        )
+    from ..federated.privacy import DPSettings
+
+    delta = 1e-5 if args.dp_delta is None else args.dp_delta
+    return DPSettings(args.dp_clip, args.dp_noise, delta, args.dp_mode or "central")
+
+
 def _build_problem(args: argparse.Namespace) -> Any:
     """The problem of ``riemfl run``; a data error names ``--data`` and the file."""
     from ..experiments.registry import build_problem
@@ -109,10 +145,11 @@ def run(args: argparse.Namespace) -> int:
             f"--engine {args.engine} runs the algorithms {', '.join(names)}; got {args.algorithm}"
         )
     _check_applicable(args)
+    privacy = _privacy(args)
     problem = _build_problem(args)
     step = args.step if args.step is not None else PROBLEMS[args.problem].default_step(problem)
     if not sync:
-        trainer, rule, timing = _async_parts(args, problem, step)
+        trainer, rule, timing = _async_parts(args, problem, step, privacy)
         with OutputFolder(args) as out:
             return _run_async(args, problem, trainer, rule, timing, out)
     algorithm = build_algorithm(
@@ -140,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
             **_checkpointing(args, out),
             progress=not args.no_progress,
             grad_tol=args.grad_tol,
+            privacy=privacy,
         )
     _warn_divergence(history)
     history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
@@ -151,10 +189,19 @@ def run(args: argparse.Namespace) -> int:
         f"{algorithm.name} on {problem.name}: {history.round[-1]} rounds, "
         f"|grad f| {history.grad_norm[0]:.3e} -> {history.grad_norm[-1]:.3e}, "
         f"f - f* {history.optimality_gap[-1]:.3e}, uplink {history.uplink_matrices[-1]:.0f} "
-        f"matrices/client, CPU {history.cpu_time[-1]:.2f} s; wrote {out}/history.json, "
-        "history.csv, history.png"
+        f"matrices/client, CPU {history.cpu_time[-1]:.2f} s{_epsilon(history, args)}; wrote "
+        f"{out}/history.json, history.csv, history.png"
     )
     return 0
+
+
+def _epsilon(history: Any, args: argparse.Namespace) -> str:
+    """``, epsilon E (delta D)`` of a private run, else empty."""
+    eps = history.metrics.get("epsilon")
+    if not eps:
+        return ""
+    delta = 1e-5 if args.dp_delta is None else args.dp_delta
+    return f", epsilon {eps[-1]:.3g} (delta {delta:g})"
 
 
 def _warn_divergence(history: Any) -> None:
@@ -172,7 +219,9 @@ def _checkpointing(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"checkpoint": out / CHECKPOINT_NAME, "checkpoint_every": args.checkpoint_every}
 
 
-def _async_parts(args: argparse.Namespace, problem: Any, step: float) -> tuple[Any, Any, Any]:
+def _async_parts(
+    args: argparse.Namespace, problem: Any, step: float, privacy: Any = None
+) -> tuple[Any, Any, Any]:
     """The trainer, server rule and timing model of an asynchronous run (built before the
     output folder, so that their errors leave no folder behind)."""
     from ..experiments.registry import CURVE_RULE_NAMES, build_async_rule
@@ -197,6 +246,7 @@ def _async_parts(args: argparse.Namespace, problem: Any, step: float) -> tuple[A
         staleness=args.staleness,
         manifold=problem.manifold,
         vartheta=1.0 if args.vartheta is None else args.vartheta,
+        privacy=privacy,
     )
     curve = args.algorithm in CURVE_RULE_NAMES
     curve_only = (args.warmup_steps, args.curve_steps, args.vartheta)
@@ -248,7 +298,7 @@ def _run_async(
     print(
         f"{rule.name} (async) on {problem.name}: {int(history.metrics['step'][-1])} server steps, "
         f"{len(history.log['client'])} client updates, |grad f| {g[0]:.3e} -> {g[-1]:.3e}, "
-        f"staleness mean {stats['mean']:.2f} max {stats['max']:.0f}; wrote {out}/history.json, "
-        "history.csv, history.png"
+        f"staleness mean {stats['mean']:.2f} max {stats['max']:.0f}"
+        f"{_epsilon(history, args)}; wrote {out}/history.json, history.csv, history.png"
     )
     return 0

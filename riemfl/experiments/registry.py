@@ -211,6 +211,9 @@ class AsyncSettings:
     staleness: str = "constant"
     manifold: Manifold | None = None
     vartheta: float = 1.0
+    #: client-level differential privacy (:class:`~riemfl.federated.privacy.DPSettings`;
+    #: FedBuff only)
+    privacy: Any = None
 
     @property
     def common(self) -> dict[str, Any]:
@@ -251,7 +254,7 @@ def _async_rules() -> dict[str, AsyncRuleEntry]:
             "apply each stale update as it is (Dean et al. 2012)",
         ),
         "fedbuff": AsyncRuleEntry(
-            lambda s: ar.FedBuff(s.buffer_size, s.server_lr),
+            lambda s: ar.FedBuff(s.buffer_size, s.server_lr, privacy=s.privacy),
             "sum K updates in a buffer, then one server step (Toghani & Uribe 2022)",
         ),
         "dcasgd": AsyncRuleEntry(
@@ -379,6 +382,7 @@ def build_async_rule(
     staleness: str = "constant",
     manifold: Manifold | None = None,
     vartheta: float = 1.0,
+    privacy: Any = None,
 ) -> AsyncRule:
     """The asynchronous server rule called ``name`` (a key of :data:`ASYNC_RULES`).
 
@@ -393,5 +397,12 @@ def build_async_rule(
         raise ParameterError(
             f"async rule {name!r} learns Bezier curves on the problem's manifold: pass manifold="
         )
-    settings = AsyncSettings(server_lr, buffer_size, operators, staleness, manifold, vartheta)
+    if privacy is not None and name != "fedbuff":
+        raise ParameterError(
+            f"async rule {name!r} applies each update on its own: differential privacy (noise "
+            "on a sum of updates) runs with the sum-only fedbuff only"
+        )
+    settings = AsyncSettings(
+        server_lr, buffer_size, operators, staleness, manifold, vartheta, privacy
+    )
     return entry.build(settings)

@@ -51,6 +51,7 @@ from .faults import ClientDroppedWarning
 from .history import METRICS, History
 from .interrupt import RunInterrupted, handle_interrupts
 from .local import ProblemTrainer
+from .privacy import DPSettings, GaussianSum, PrivateAlgorithm, privatize
 from .rfedproj import RFedProj
 from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
 from .run_core import RunOptions, Steps, run_steps
@@ -125,4 +126,8 @@ __all__ = [
     "handle_interrupts",
     "run_steps",
     "sample_round",
+    "DPSettings",
+    "GaussianSum",
+    "PrivateAlgorithm",
+    "privatize",
 ]

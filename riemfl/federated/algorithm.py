@@ -236,6 +236,21 @@ class SyncAlgorithm(abc.ABC):
             f"{self.name}: the server step of phase {phase} needs each upload, not only their sum"
         )
 
+    #: where the client update that differential privacy clips lives
+    #: (:mod:`riemfl.federated.privacy`): ``"tangent"`` (tangent vectors at the broadcast
+    #: ``x``), ``"ambient"`` (arrays of the ambient space), or None (not declared: refused)
+    privacy_space: str | None = None
+
+    def update_of(self, message: State, uploads: State, phase: int) -> State:
+        """The stacked client updates that differential privacy clips, from the uploads of
+        ``phase`` (default: the uploads themselves)."""
+        return uploads
+
+    def upload_of(self, message: State, updates: State, phase: int) -> State:
+        """The uploads that carry the (clipped) ``updates``: the inverse of :meth:`update_of`
+        (default: the updates themselves)."""
+        return updates
+
     def client_finish(self, message: State, clients: State) -> State:
         """Rows of the round's survivors after the new global model arrives (default: same)."""
         return clients

@@ -207,7 +207,9 @@ class EventLoop:
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
         self.history.summary["peak_versions"] = self.peak  # rows are where the history is read
-        return {"step": self.store.current, "time": self.now, **self.counters}
+        row = {"step": self.store.current, "time": self.now, **self.counters}
+        extra = getattr(self.rule, "row", None)  # e.g. a private FedBuff's ``epsilon``
+        return row if extra is None else {**row, **extra()}
 
     def output(self) -> Any:
         model = self.store.model
@@ -499,6 +501,8 @@ def run_async(
         x0 = manifold.random_point(rng=init_rng)
     w = _weights(trainer, weights)
     rule.reset(manifold, n)
+    if callable(getattr(rule, "seed", None)):  # children 0-3 of the seed: the loop's generators
+        rule.seed(np.random.SeedSequence(seed).spawn(5)[4])
     config = {
         "rule": rule.describe(),
         "n_clients": n,
@@ -550,4 +554,7 @@ def run_async(
         "data": data_digest(trainer),
         "x0": data_digest(x0),
     }
-    return run_steps(loop, evaluate, history, fingerprint, options)
+    history = run_steps(loop, evaluate, history, fingerprint, options)
+    if "epsilon" in history.metrics:  # a private rule's (FedBuff(privacy=...))
+        history.summary["epsilon"] = history.metrics["epsilon"][-1]
+    return history

@@ -38,6 +38,8 @@ from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
 from .algorithm import Operators, check_step_size
+from .privacy import DPSettings
+from .privacy_buffer import BufferPrivacy
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 from .serialise import describe_parameters
 
@@ -141,6 +143,10 @@ class AsyncRule(Checkpointable, abc.ABC):
     def validate(self, manifold: Manifold) -> None:
         """Raise :class:`ParameterError` if the manifold lacks a map this rule needs."""
         self.operators.require(manifold)
+
+    def seed(self, seq: np.random.SeedSequence) -> None:  # noqa: B027 - optional hook
+        """Derive the rule's random generators (e.g. FedBuff's privacy noise) from the run's
+        seed sequence; the engine calls it after :meth:`reset`."""
 
     def state_dict(self) -> dict[str, Any]:
         """The rule's mutable run state, for a checkpoint.
@@ -618,6 +624,11 @@ class FedBuff(AsyncRule):
     sum-only buffer hides), which is single-valued while the step is shorter than the
     proximal-smoothness radius; a longer step raises :class:`ProjectionError`
     (``outside_reach="error"``) or is shrunk to half the radius (``"shrink"``).
+
+    ``privacy`` (a :class:`~riemfl.federated.privacy.DPSettings`): client-level differential
+    privacy, each :math:`\Delta_i` clipped and Gaussian noise on each buffer's sum
+    (:class:`~riemfl.federated.privacy_buffer.BufferPrivacy`); the history gets an ``epsilon``
+    column.
     """
 
     name = "fedbuff"
@@ -628,6 +639,7 @@ class FedBuff(AsyncRule):
         server_lr: float | None = None,
         staleness_scaling: bool = False,
         outside_reach: str = "error",
+        privacy: DPSettings | None = None,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ParameterError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
@@ -639,6 +651,12 @@ class FedBuff(AsyncRule):
                 f"outside_reach must be 'error' or 'shrink', got {outside_reach!r}"
             )
         self.outside_reach = outside_reach
+        if privacy is not None and self.staleness_scaling:
+            raise ParameterError(
+                "FedBuff: differential privacy adds noise to the buffer's sum, but "
+                "staleness_scaling weighs each update on the server; use staleness_scaling=False"
+            )
+        self.privacy = None if privacy is None else BufferPrivacy(privacy)
         self.buffer = SumBuffer()
         self._point_shape: tuple[int, ...] | None = None  # the run's, checked when loading
 
@@ -653,9 +671,27 @@ class FedBuff(AsyncRule):
         if not ok:
             raise ParameterError(f"FedBuff needs {manifold.name}.project: {why}")
 
+    _state_helpers = ("privacy",)
+
     def reset(self, manifold, n_clients):
         self.buffer.clear()
         self._point_shape = tuple(manifold.point_shape)
+        if self.privacy is not None:
+            self.privacy.reset(n_clients)
+
+    def seed(self, seq):
+        if self.privacy is not None:
+            self.privacy.seed(seq)
+
+    def row(self) -> dict[str, Any]:
+        """The ``epsilon`` column of a private run (none otherwise)."""
+        return {} if self.privacy is None else {"epsilon": self.privacy.epsilon()}
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        if self.privacy is not None:
+            out["privacy"] = self.privacy.settings.describe()
+        return out
 
     def _state(self) -> dict[str, Any]:
         return {"buffer": self.buffer.state_dict()}
@@ -665,10 +701,14 @@ class FedBuff(AsyncRule):
 
     def apply(self, manifold, a):
         weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0
-        self.buffer.add(a.base - a.local, weight)  # computed client-side in a real deployment
+        delta = a.base - a.local  # computed client-side in a real deployment
+        if self.privacy is not None:  # clipped (and noised) client-side too
+            delta = self.privacy.client_update(a.client, delta)
+        self.buffer.add(delta, weight)
         if self.buffer.count < self.buffer_size:
             return None
-        step = self.server_lr * self.buffer.total()
+        total = self.buffer.total()
+        step = self.server_lr * (total if self.privacy is None else self.privacy.flush(total))
         self.buffer.clear()
         reach = _reach_at(manifold, a.current)
         if math.isfinite(reach):

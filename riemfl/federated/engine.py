@@ -38,6 +38,7 @@ from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_p
 from .fingerprint import data_digest
 from .history import METRICS, History
 from .local import problem_metrics
+from .privacy import DPSettings, privatize
 from .rounds import PhaseReply, RoundSteps, run_rng, sample_round, take_rows
 from .run_core import RunOptions, check_count, run_steps
 
@@ -238,6 +239,7 @@ def run_sync(
     grad_tol: float | None = None,
     on_round: Callable[[int, History], None] | None = None,
     aggregator: Aggregator | None = None,
+    privacy: DPSettings | None = None,
 ) -> History:
     """Run ``rounds`` synchronous rounds of ``algorithm`` on ``problem``.
 
@@ -275,12 +277,19 @@ def run_sync(
         What the server step of a sum-only phase receives: ``aggregate(uploads, phase)`` ->
         (sum per key, count) (default :class:`~riemfl.federated.aggregation.PlainSum`; see
         :mod:`riemfl.federated.aggregation`). Phases that need each upload ignore it.
+    privacy : DPSettings, optional
+        Client-level differential privacy (:mod:`riemfl.federated.privacy`): clients clip their
+        updates, Gaussian noise is added to the sum (or by each client), and every row gets the
+        column ``epsilon`` (at ``privacy.delta``, replace-one-client), also in
+        ``history.summary``. Needs a rule whose every phase is sum-only. The noise comes from
+        ``seed`` too (:func:`~riemfl.federated.privacy.noise_streams`) and is checkpointed.
 
     Returns
     -------
     History
-        Columns :data:`~riemfl.federated.history.METRICS` for rounds 0 (the initial point) to
-        ``rounds``; ``warnings`` lists every dropped client with its reason.
+        Columns :data:`~riemfl.federated.history.METRICS` (and ``epsilon`` with ``privacy``)
+        for rounds 0 (the initial point) to ``rounds``; ``warnings`` lists every dropped client
+        with its reason.
 
     Raises
     ------
@@ -300,6 +309,15 @@ def run_sync(
                 f"{problem.name} has no per-sample losses, so batch_size must be None"
             )
         check_count("batch_size", batch_size, 1)
+    if privacy is not None:
+        algorithm, aggregator = privatize(
+            algorithm,
+            privacy,
+            population=problem.n_clients,
+            sample_size=clients_per_round,
+            seed=seed,
+            aggregator=aggregator,
+        )
     algorithm.validate(problem)
     fingerprint = {
         "problem": problem.describe(),
@@ -339,4 +357,7 @@ def run_sync(
         on_step=on_round,
     )
     matched = {**fingerprint, "data": data_digest(problem), "x0": data_digest(x0)}
-    return run_steps(steps, lambda x: problem_metrics(problem, x), history, matched, options)
+    history = run_steps(steps, lambda x: problem_metrics(problem, x), history, matched, options)
+    if privacy is not None:
+        history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=privacy.delta)
+    return history

@@ -8,7 +8,8 @@ A :class:`History` holds
   engine's own columns: ``round``, ``participants``, ``uplink_matrices``, ``uplink_bytes`` and
   ``cpu_time`` for synchronous rounds (:data:`METRICS`); ``step`` (server steps), ``time``
   (virtual time), ``updates`` and ``blocked_time`` for the asynchronous simulator; personalised
-  metrics and aggregation diagnostics for FLoRAL;
+  metrics and aggregation diagnostics for FLoRAL; ``epsilon`` on every engine for runs with
+  client-level differential privacy (:mod:`riemfl.federated.privacy`);
 * ``log``: one entry per client update (``client``, ``staleness``, ``weight``, ``time``,
   ``version``, ``applied``) for engines that log updates (asynchronous runs, FLoRAL rounds);
 * ``warnings``: every dropped client or arrival with where and why, and a divergence found by
@@ -82,6 +83,7 @@ _LABELS = {
     "uplink_bytes": "uplink per client (bytes)",
     "cpu_time": "CPU time (s)",
     "wall_time": "wall-clock time (s)",
+    "epsilon": "epsilon (client-level DP)",
 }
 
 

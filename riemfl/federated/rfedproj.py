@@ -118,6 +118,17 @@ class RFedProj(SyncAlgorithm):
         """Line 13 reads only the sum of the uploads: RFedProj runs under secure aggregation."""
         return True
 
+    #: the update is the ambient step zhat_{i,tau} - P_M(x^r) (:mod:`riemfl.federated.privacy`)
+    privacy_space = "ambient"
+
+    def update_of(self, message: State, uploads: State, phase: int) -> State:
+        """A client's update :math:`\\hat z_{i,\\tau} - P_M(x^r)`."""
+        return {"x": uploads["x"] - message["px"]}
+
+    def upload_of(self, message: State, updates: State, phase: int) -> State:
+        """The upload :math:`P_M(x^r) + d_i` of the update :math:`d_i`."""
+        return {"x": message["px"] + updates["x"]}
+
     def server_step_from_sum(
         self,
         manifold: Manifold,

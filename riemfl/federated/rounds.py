@@ -208,6 +208,8 @@ class RoundSteps:
     aggregator : Aggregator, optional
         What a sum-only phase's server step sees of the accepted uploads (default
         :class:`~riemfl.federated.aggregation.PlainSum`; :mod:`riemfl.federated.aggregation`).
+        One with a ``row()`` method adds its columns to every row (a private sum's
+        ``epsilon``); one with a state (``state_dict``) is checkpointed with the round.
     clock : callable
         The CPU clock of the server's share (default :func:`time.process_time`).
     """
@@ -245,7 +247,9 @@ class RoundSteps:
 
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
-        return {"round": self.round, **self.totals, "participants": self.participants}
+        row = {"round": self.round, **self.totals, "participants": self.participants}
+        extra = getattr(self.aggregator, "row", None)  # e.g. a private sum's ``epsilon``
+        return row if extra is None else {**row, **extra()}
 
     def output(self) -> Any:
         return self.rule.output(self.server)
@@ -369,6 +373,8 @@ class RoundSteps:
         }
         if isinstance(self.rule, Stateful):
             state["rule"] = self.rule.state_dict()
+        if isinstance(self.aggregator, Stateful):  # e.g. a noise generator and an accountant
+            state["aggregator"] = self.aggregator.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -380,3 +386,5 @@ class RoundSteps:
         self.executor.load_state_dict(state["executor"])
         if isinstance(self.rule, Stateful):
             self.rule.load_state_dict(state["rule"])
+        if isinstance(self.aggregator, Stateful):
+            self.aggregator.load_state_dict(state["aggregator"])

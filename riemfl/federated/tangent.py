@@ -50,6 +50,9 @@ class _TangentMean(SyncAlgorithm):
 
     #: the phase whose uploads are the local models
     model_phase = 0
+    #: the uploads (``upload="tangent"``) and RFedSVRG's anchor gradients are tangent vectors at
+    #: the broadcast x^r: differential privacy clips them (:mod:`riemfl.federated.privacy`)
+    privacy_space = "tangent"
 
     def __init__(self, step_size: float, local_steps: int, operators: str, upload: str) -> None:
         self.step_size = check_step_size("step_size", step_size)
