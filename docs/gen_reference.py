@@ -14,7 +14,10 @@ documented on their own module's page) and links to its submodules.
 from __future__ import annotations
 
 import ast
+import functools
+import inspect
 import sys
+import tokenize
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +37,7 @@ def _is_public(dotted: str) -> bool:
     return not any(part.startswith("_") for part in dotted.split("."))
 
 
+@functools.cache
 def package_folders() -> dict[str, Path]:
     """Every package (a folder with ``__init__.py``) of riemfl and riemfl.adapters, by name."""
     found: dict[str, Path] = {}
@@ -61,9 +65,17 @@ def public_modules() -> dict[str, Path]:
     return dict(sorted(modules.items()))
 
 
+@functools.cache
 def _summary(file: Path) -> str:
     """The first paragraph of a module's docstring on one line, Sphinx roles rewritten."""
-    doc = (ast.get_docstring(ast.parse(file.read_text(encoding="utf-8"))) or "").strip()
+    doc = ""
+    with file.open("rb") as source:  # the first token only: parsing whole modules is slow
+        for token in tokenize.tokenize(source.readline):
+            if token.type in (tokenize.ENCODING, tokenize.NL, tokenize.COMMENT):
+                continue
+            if token.type == tokenize.STRING:
+                doc = inspect.cleandoc(ast.literal_eval(token.string)).strip()
+            break
     return to_markdown(" ".join(doc.split("\n\n")[0].split()))
 
 
