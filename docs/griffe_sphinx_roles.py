@@ -6,7 +6,8 @@ docstring as griffe loads it, before mkdocstrings renders it:
 
 * ``:math:`x``` becomes ``\\(x\\)`` and a ``.. math::`` block becomes ``\\[ ... \\]``, which
   ``pymdownx.arithmatex`` (generic mode) hands to MathJax;
-* a simple table (``====  ====`` borders) becomes a Markdown table;
+* a simple table (``====  ====`` borders) becomes a Markdown table, and the ``::`` that
+  announces a literal block becomes ``:`` (the indented block is already Markdown code);
 * a cross-reference role (``:class:``, ``:func:``, ``:meth:``, ``:attr:``, ``:data:``,
   ``:mod:``, ``:exc:``, ``:obj:``) becomes inline code of its target, ``~`` keeping only the
   last part of the name as Sphinx does (``:class:`~riemfl.Stiefel``` -> ``Stiefel``).
@@ -29,6 +30,7 @@ except ImportError:  # docs/gen_reference.py (and its test) need only to_markdow
 _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _XREF_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj):`([^`]+)`")
 _MATH_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. math::[ \t]*(?P<inline>.*)$")
+_LITERAL_MARKER = re.compile(r"^(?![ \t]*\.\.)(?P<text>.*\S)::[ \t]*$", re.M)
 _TABLE_BORDER = re.compile(r"^(?P<indent>[ \t]*)=+(?: +=+)+[ \t]*$")
 
 
@@ -120,6 +122,7 @@ def _math_blocks(text: str) -> str:
 def to_markdown(text: str) -> str:
     """A docstring with its Sphinx roles and math directives rewritten for Markdown."""
     text = _simple_tables(_math_blocks(text))
+    text = _LITERAL_MARKER.sub(lambda m: m.group("text") + ":", text)
     text = _MATH_ROLE.sub(lambda m: "\\(" + m.group(1) + "\\)", text)
     return _XREF_ROLE.sub(_xref, text)
 

@@ -70,12 +70,14 @@ def test_sphinx_roles_become_markdown():
         "    y = W x\n"
         "      + b\n"
         "\n"
-        "after\n"
+        "after, as code::\n"
+        "\n"
+        "    a::b\n"
     )
     out = roles.to_markdown(text)
     assert "\\(\\pi_c\\)" in out and "`Stiefel`" in out and "`riemfl.run_sync`" in out
     assert "`norm`" in out and ":" + "class:" not in out
-    assert "\\[\ny = W x\n+ b\n\\]\n\nafter" in out
+    assert "\\[\ny = W x\n+ b\n\\]\n\nafter, as code:\n\n    a::b\n" in out
 
 
 def test_simple_tables_become_markdown_tables():
