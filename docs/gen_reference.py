@@ -95,7 +95,8 @@ def page_path(module: str) -> Path:
 
 
 def _page(module: str, modules: dict[str, Path]) -> str:
-    lines = [f"# `{module}`", "", f"::: {module}"]
+    # the Markdown anchor lets mkdocs-autorefs link the module's name (``:mod:`` roles)
+    lines = [f"# `{module}`", "", f"[](){{#{module}}}", "", f"::: {module}"]
     if module in package_folders():
         members = _own_members(modules[module])
         lines += [

@@ -10,7 +10,9 @@ docstring as griffe loads it, before mkdocstrings renders it:
   announces a literal block becomes ``:`` (the indented block is already Markdown code);
 * a cross-reference role (``:class:``, ``:func:``, ``:meth:``, ``:attr:``, ``:data:``,
   ``:mod:``, ``:exc:``, ``:obj:``) becomes inline code of its target, ``~`` keeping only the
-  last part of the name as Sphinx does (``:class:`~riemfl.Stiefel``` -> ``Stiefel``).
+  last part of the name as Sphinx does (``:class:`~riemfl.Stiefel``` -> ``Stiefel``), and a
+  link (an optional mkdocs-autorefs reference) where the target is a dotted name that the site
+  documents under that name.
 
 It also makes ``riemfl.adapters`` (the ``adapters/`` folder) visible to griffe.
 The source files are not changed. It is loaded by ``mkdocs.yml`` (``extensions:`` of the python
@@ -85,10 +87,15 @@ def _xref(match: re.Match[str]) -> str:
     target = match.group(1).strip()
     explicit = re.fullmatch(r"(.+?)\s*<([^>]+)>", target)
     if explicit:  # :class:`text <target>`
-        return f"`{explicit.group(1)}`"
-    if target.startswith("~"):
-        target = target[1:].rsplit(".", 1)[-1]
-    return f"`{target}`"
+        title, target = explicit.group(1), explicit.group(2)
+    else:
+        target = target.removeprefix("~")
+        title = target.rsplit(".", 1)[-1] if match.group(1).strip().startswith("~") else target
+    if "." not in target:  # a name relative to the docstring's module: no link
+        return f"`{title}`"
+    # mkdocs-autorefs links it where the site documents that identifier; `optional`: else
+    # (a re-exported name, another library's object) plain code, without a warning
+    return f'<autoref identifier="{target}" optional><code>{title}</code></autoref>'
 
 
 def _math_blocks(text: str) -> str:

@@ -63,7 +63,7 @@ def test_public_modules_are_found_in_both_source_folders():
 def test_sphinx_roles_become_markdown():
     text = (
         "Uses :math:`\\pi_c` and :class:`~riemfl.manifolds.Stiefel`, :func:`riemfl.run_sync`,\n"
-        ":meth:`norm <riemfl.Manifold.norm>`.\n"
+        ":meth:`norm <riemfl.Manifold.norm>`, :func:`run_sync`.\n"
         "\n"
         ".. math::\n"
         "\n"
@@ -75,8 +75,11 @@ def test_sphinx_roles_become_markdown():
         "    a::b\n"
     )
     out = roles.to_markdown(text)
-    assert "\\(\\pi_c\\)" in out and "`Stiefel`" in out and "`riemfl.run_sync`" in out
-    assert "`norm`" in out and ":" + "class:" not in out
+    link = '<autoref identifier="{}" optional><code>{}</code></autoref>'.format
+    assert "\\(\\pi_c\\)" in out and link("riemfl.manifolds.Stiefel", "Stiefel") in out
+    assert link("riemfl.run_sync", "riemfl.run_sync") in out
+    assert link("riemfl.Manifold.norm", "norm") in out
+    assert "`run_sync`." in out and ":" + "class:" not in out and ":" + "func:" not in out
     assert "\\[\ny = W x\n+ b\n\\]\n\nafter, as code:\n\n    a::b\n" in out
 
 
