@@ -22,6 +22,7 @@ handler); nothing else imports it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -34,6 +35,42 @@ _XREF_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj):`([
 _MATH_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. math::[ \t]*(?P<inline>.*)$")
 _LITERAL_MARKER = re.compile(r"^(?![ \t]*\.\.)(?P<text>.*\S)::[ \t]*$", re.M)
 _TABLE_BORDER = re.compile(r"^(?P<indent>[ \t]*)=+(?: +=+)+[ \t]*$")
+_Block = Callable[[list[str], int, re.Match[str]], tuple[list[str], int]]
+
+
+def _rewrite_blocks(text: str, start: re.Pattern[str], block: _Block) -> str:
+    """Replace each block of lines that begins with a line matching ``start``.
+
+    ``block(lines, i, match)`` reads the block that begins at ``lines[i]`` and returns its
+    replacement lines and the index of the first line after it.
+    """
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        match = start.match(lines[i])
+        if match:
+            replacement, i = block(lines, i, match)
+            out += replacement
+        else:
+            out.append(lines[i])
+            i += 1
+    return "\n".join(out)
+
+
+def _math_block(lines: list[str], i: int, match: re.Match[str]) -> tuple[list[str], int]:
+    """A ``.. math::`` directive (with an indented body) to a ``\\[ ... \\]`` display block."""
+    indent = match.group("indent")
+    body = [match.group("inline")] if match.group("inline").strip() else []
+    i += 1
+    while i < len(lines) and (
+        not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > len(indent)
+    ):
+        body.append(lines[i].strip())
+        i += 1
+    formula = [line for line in body if line]
+    out = [indent + "\\[", *(indent + line for line in formula), indent + "\\]"]
+    return out + ([""] if i < len(lines) else []), i
 
 
 def _table_row(line: str, starts: list[int]) -> list[str]:
@@ -41,46 +78,34 @@ def _table_row(line: str, starts: list[int]) -> list[str]:
     return [line[a:b].strip() if len(line) > a else "" for a, b in zip(starts, bounds, strict=True)]
 
 
-def _simple_tables(text: str) -> str:
-    """reStructuredText simple tables (``====  ====`` borders) to Markdown pipe tables.
+def _simple_table(lines: list[str], i: int, match: re.Match[str]) -> tuple[list[str], int]:
+    """A reStructuredText simple table (``====  ====`` borders) to a Markdown pipe table.
 
     A row whose first cell is empty continues the row above it, as in reStructuredText.
     """
-    lines = text.split("\n")
-    out: list[str] = []
-    i = 0
+    starts = [m.start() for m in re.finditer(r"=+", lines[i])]
+    groups: list[list[list[str]]] = [[]]
+    i += 1
     while i < len(lines):
-        border = _TABLE_BORDER.match(lines[i])
-        if not border:
-            out.append(lines[i])
+        if _TABLE_BORDER.match(lines[i]):
             i += 1
+            if i >= len(lines) or not lines[i].strip():
+                break  # the closing border
+            groups.append([])
             continue
-        indent = border.group("indent")
-        starts = [m.start() for m in re.finditer(r"=+", lines[i])]
-        groups: list[list[list[str]]] = [[]]
+        if lines[i].strip():
+            cells = _table_row(lines[i], starts)
+            if not cells[0] and groups[-1]:
+                previous = groups[-1][-1]
+                groups[-1][-1] = [f"{p} {c}".strip() for p, c in zip(previous, cells, strict=True)]
+            else:
+                groups[-1].append(cells)
         i += 1
-        while i < len(lines):
-            if _TABLE_BORDER.match(lines[i]):
-                i += 1
-                if i >= len(lines) or not lines[i].strip():
-                    break  # the closing border
-                groups.append([])
-                continue
-            if lines[i].strip():
-                cells = _table_row(lines[i], starts)
-                if not cells[0] and groups[-1]:
-                    previous = groups[-1][-1]
-                    groups[-1][-1] = [
-                        f"{p} {c}".strip() for p, c in zip(previous, cells, strict=True)
-                    ]
-                else:
-                    groups[-1].append(cells)
-            i += 1
-        header = groups[0] if len(groups) > 1 else [[""] * len(starts)]
-        body = [row for group in groups[1:] or groups for row in group]
-        rows = [*header[:1], ["---"] * len(starts), *body]
-        out += [indent + "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out)
+    header = groups[0] if len(groups) > 1 else [[""] * len(starts)]
+    body = [row for group in groups[1:] or groups for row in group]
+    rows = [*header[:1], ["---"] * len(starts), *body]
+    indent = match.group("indent")
+    return [indent + "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows], i
 
 
 def _xref(match: re.Match[str]) -> str:
@@ -98,37 +123,10 @@ def _xref(match: re.Match[str]) -> str:
     return f'<autoref identifier="{target}" optional><code>{title}</code></autoref>'
 
 
-def _math_blocks(text: str) -> str:
-    """``.. math::`` directives (with an indented body) to ``\\[ ... \\]`` display blocks."""
-    lines = text.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        match = _MATH_DIRECTIVE.match(lines[i])
-        if not match:
-            out.append(lines[i])
-            i += 1
-            continue
-        indent = match.group("indent")
-        body = [match.group("inline")] if match.group("inline").strip() else []
-        i += 1
-        while i < len(lines) and (
-            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > len(indent)
-        ):
-            body.append(lines[i].strip())
-            i += 1
-        while body and not body[-1]:
-            body.pop()
-        formula = "\n".join(line for line in body if line)
-        out += [indent + "\\[", *(indent + line for line in formula.split("\n")), indent + "\\]"]
-        if i < len(lines):
-            out.append("")
-    return "\n".join(out)
-
-
 def to_markdown(text: str) -> str:
     """A docstring with its Sphinx roles and math directives rewritten for Markdown."""
-    text = _simple_tables(_math_blocks(text))
+    text = _rewrite_blocks(text, _MATH_DIRECTIVE, _math_block)
+    text = _rewrite_blocks(text, _TABLE_BORDER, _simple_table)
     text = _LITERAL_MARKER.sub(lambda m: m.group("text") + ":", text)
     text = _MATH_ROLE.sub(lambda m: "\\(" + m.group(1) + "\\)", text)
     return _XREF_ROLE.sub(_xref, text)
