@@ -761,7 +761,8 @@ def _claim_tau(
             picks = None
     if a.passed is False and picks is not None:
         assert setting is not None
-        taus = sorted({run.local_steps for run in figs[9].runs})
+        fig9 = figs[9].runs if 9 in figs else []
+        taus = sorted({run.local_steps for run in fig9}) or list(setting.taus)
         a.would_change = _one_eta_hint(setting, results, taus)
     out = [a]
     for part, rule in (("b", "best"), ("c", "stable")):
