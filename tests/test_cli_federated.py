@@ -284,19 +284,30 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     lines = [
         line for line in printed.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")
     ]
-    assert len(lines) == 10  # one line per claim (riemfl/experiments/zhang2024.py docstring)
-    verdicts = {int(line.split("claim ")[1].split(":")[0]): line.split()[0] for line in lines}
-    for structural in (1, 2, 3, 5):
+    # one line per claim (riemfl/experiments/zhang2024.py docstring), claim 8 under 3 readings
+    assert len(lines) == 12
+    labels = [line.split("claim ")[1].split(":")[0].split(" ")[0] for line in lines]
+    verdicts = dict(zip(labels, (line.split()[0] for line in lines), strict=True))
+    assert labels == ["1", "2", "3", "4", "5", "6", "7", "8a", "8b", "8c", "9", "10"]
+    for structural in ("1", "2", "3", "5"):
         assert verdicts[structural] == "PASS"
-    assert verdicts[8] in ("PASS", "FAIL")  # Fig. 9 ran, so claim 8 was checked
-    assert verdicts[6] == verdicts[9] == "SKIP"
+    for part in "abc":  # Fig. 9 ran, with its sweep, so every reading of claim 8 was checked
+        assert verdicts[f"8{part}"] in ("PASS", "FAIL")
+    assert verdicts["6"] == verdicts["9"] == "SKIP"
+    assert [line for line in lines if "not --strict" in line] == [lines[7], lines[9]]
     report = (out / "report.md").read_text()
-    assert "![Fig. 9](fig9.png)" in report and "| 8 |" in report
+    assert "![Fig. 9](fig9.png)" in report and "| 8b |" in report
     assert "## Claims (Zhang et al. 2024, Secs. 3 and 5, App. A.4)" in report
+    assert "## Claim 8 on LRMC" in report and "![Fig. 9 sweep](fig9_sweep.png)" in report
     assert "digest" not in report.lower()
-    assert (out / "fig9.png").read_bytes()[:4] == b"\x89PNG"
+    for png in ("fig9.png", "fig9_sweep.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((out / "results.json").read_text())
     assert summary["figures"] == [9] and len(summary["runs"]) == 3
+    setting = zhang2024.sweep(quick=True)
+    # the sweep's runs: the tuning grid on the tuning seed, the picks on the held-out seed
+    assert len(summary["sweep"]["runs"]) >= len(setting.taus) * len(setting.steps)
+    assert all((out / "runs" / f"{key}.json").exists() for key in summary["sweep"]["runs"])
     # a second call resumes every run from its checkpoint and reaches the same verdicts
     assert (
         main(
@@ -313,7 +324,7 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
         )
         == 0
     )
-    again = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:10]]
+    again = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:12]]
     assert again == [line.split()[0] for line in lines]
 
 
@@ -344,12 +355,13 @@ def test_every_figure_has_the_papers_settings():
 @pytest.mark.slow
 def test_the_quick_reproduction_passes_its_deterministic_claims(tmp_path):
     """The README's main job. Claims 7 and 10 compare CPU times and are not asserted here."""
-    claims = zhang2024.reproduce(tmp_path, quick=True, progress=False)
-    verdicts = {c.number: c.verdict for c in claims}
-    for number in (1, 2, 3, 4, 5, 6, 9):
-        assert verdicts[number] == "PASS", claims[number - 1].detail
+    claims = {c.label: c for c in zhang2024.reproduce(tmp_path, quick=True, progress=False)}
+    for label in ("1", "2", "3", "4", "5", "6", "9"):
+        assert claims[label].verdict == "PASS", claims[label].detail
+    assert {"8a", "8b", "8c"} <= set(claims) and claims["8b"].gated and not claims["8a"].gated
     for n in range(1, 10):
         assert (tmp_path / f"fig{n}.png").exists()
+    assert (tmp_path / "fig9_sweep.png").exists()
 
 
 def test_warm_up_runs_each_kind_of_run_once():

@@ -24,24 +24,25 @@ class Paper:
     ----------
     run : callable
         ``run(args, out) -> failed``: runs the experiments, prints their summary and returns the
-        numbers of the claims that FAIL (empty for a paper without pass/fail claims).
+        labels of the claims that FAIL and that ``--strict`` counts (empty for a paper without
+        pass/fail claims).
     no_verdicts : str
         Empty for a paper whose report has pass/fail claims (``--strict`` applies); else why
         ``--strict`` does not apply.
     """
 
-    run: Callable[[argparse.Namespace, str], list[int]]
+    run: Callable[[argparse.Namespace, str], list[str]]
     no_verdicts: str = ""
 
 
-def _floral(args: argparse.Namespace, out: str) -> list[int]:
+def _floral(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import floral
 
     print(floral.reproduce(out, quick=args.quick, data=args.data, progress=not args.no_progress))
     return []
 
 
-def _licudi2025(args: argparse.Namespace, out: str) -> list[int]:
+def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import licudi2025
 
     if args.paper == "licudi2025-baselines":
@@ -53,14 +54,14 @@ def _licudi2025(args: argparse.Namespace, out: str) -> list[int]:
     return []
 
 
-def _privacy(args: argparse.Namespace, out: str) -> list[int]:
+def _privacy(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import privacy
 
     print(privacy.reproduce(out, quick=args.quick, progress=not args.no_progress))
     return []
 
 
-def _zhang2024(args: argparse.Namespace, out: str) -> list[int]:
+def _zhang2024(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import zhang2024
 
     claims = zhang2024.reproduce(
@@ -68,10 +69,15 @@ def _zhang2024(args: argparse.Namespace, out: str) -> list[int]:
     )
     for line in zhang2024.claim_lines(claims):
         print(line)
-    passed = sum(c.passed is True for c in claims)
-    checked = sum(c.passed is not None for c in claims)
-    print(f"{passed}/{checked} claims pass")
-    return [c.number for c in claims if c.passed is False]
+    gated = [c for c in claims if c.gated]
+    passed = sum(c.passed is True for c in gated)
+    checked = sum(c.passed is not None for c in gated)
+    readings = ", ".join(f"{c.label} {c.verdict}" for c in claims if not c.gated)
+    print(
+        f"{passed}/{checked} claims pass"
+        + (f" (readings not counted: {readings})" if readings else "")
+    )
+    return [c.label for c in gated if c.passed is False]
 
 
 _TABLES_ONLY = "it reports tables and plots, with no pass/fail claims"
