@@ -46,3 +46,13 @@ def load_benchmark():
 def load_example():
     """Import a script of ``examples/`` by file name."""
     return lambda name: _load_script("examples", name)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``), the Flower tests share one worker (``--dist loadgroup``):
+    each starts Ray or a SuperLink with its nodes, and two at once would only fight for the
+    cores."""
+    flower = pytest.mark.xdist_group("flower")
+    for item in items:
+        if item.path.name.startswith("test_flower_"):
+            item.add_marker(flower)
