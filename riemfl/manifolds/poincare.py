@@ -40,7 +40,7 @@ import numpy as np
 
 from ..backend import Array, cast_like, ops_for, to_numpy, widen
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, cosh_sqrt, tanh_sqrt_over
 from .lorentz import Lorentz
 
@@ -316,6 +316,13 @@ class PoincareBall(Manifold):
             ),
         )
         return a
+
+    # the cheap maps (see Manifold._result_checked): x is not read by to_tangent, and checked
+    # first by the metric (it divides by sigma_x^2, which is infinite for an infinite x); the
+    # gradient and Hessian maps are products and sums of their arguments and of sigma_x
+    _result_checked = result_checked(
+        "egrad_to_rgrad", "ehess_to_rhess", to_tangent=(0,), inner=(0,), norm=(0,)
+    )
 
     def _to_tangent(self, x, a):
         return a

@@ -113,6 +113,8 @@ class Symmetric(_LinearSubspace):
 
     constraint = "X = X^T"
     _part = staticmethod(sym)
+    # a subclass does not inherit the table (Manifold.__init_subclass__): the same maps
+    _result_checked = _LinearSubspace._result_checked
 
     @property
     def dim(self) -> int:
@@ -140,6 +142,7 @@ class SkewSymmetric(_LinearSubspace):
     constraint = "X = -X^T"
     smallest = 2
     _part = staticmethod(skew)
+    _result_checked = _LinearSubspace._result_checked
 
     @property
     def dim(self) -> int:
