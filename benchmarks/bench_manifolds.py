@@ -6,6 +6,17 @@ Times ``project``, ``to_tangent``, ``retract``, ``inverse_retract``, ``exp``, ``
 * ``Stiefel(n, p)`` with (n, p) in {(200, 5), (2000, 10), (10000, 20)}, both retractions;
 * ``Sphere(1000)`` (unit vectors in R^1000);
 * ``Lorentz(100)`` (points in R^101), including the cheap ``lift`` next to the exact ``project``;
+* ``SPD(n)`` (affine-invariant) n in {5, 100}, ``PoincareBall(n)`` n in {10, 1000},
+  ``SpecialOrthogonal(n)`` n in {3, 100}, ``Oblique(n, m)`` (5, 10) and (200, 100),
+  ``Positive(m, n)`` (5, 4) and (200, 100), ``Symmetric(n)`` and ``SkewSymmetric(n)`` n in
+  {5, 100}, ``Elliptope(n, k)`` and ``PSDFixedRank(n, k)`` (10, 3) and (200, 10),
+  ``BirkhoffPolytope(n)`` n in {5, 100}: the maps ``project``, ``to_tangent``,
+  ``egrad_to_rgrad``, ``ehess_to_rhess``, ``inner``, ``retract``, ``exp``, ``log``, ``dist``,
+  ``transport`` and ``parallel_transport`` wherever a peer has a method of the same meaning
+  (``_manifold_peers.py`` says which, and why the others are left out: geoopt's SPD default
+  metric is the affine-invariant one too; pymanopt's ``Oblique(n, m)`` has unit columns like
+  riemfl's, so nothing is transposed; pymanopt's SO(n) tangent vectors are the skew factors
+  ``X^T U``);
 
 at batch size 1 (one point, no batch axis) and 64 (riemfl does the 64 points in one call).
 
@@ -16,13 +27,17 @@ always, pymanopt's product Stiefel ``Stiefel(n, p, k=64)``), as one batched call
 
 Reported per cell:
 
-* ``ratio`` = fastest riemfl backend / fastest peer variant (goal <= 1.5 at the smallest size,
-  Sphere and Lorentz included, <= 1.1 at the two larger Stiefel sizes);
+* ``ratio`` = fastest riemfl backend / fastest peer variant (goal <= 1.5 at the small sizes,
+  Sphere and Lorentz included, <= 1.1 at the two larger Stiefel sizes and, for the other
+  families, where the first size parameter is >= 100);
 * ``ratio_numpy_vs_pymanopt`` and ``ratio_torch_vs_geoopt``;
 * at batch 64, ``speedup_vs_loop`` = (Python loop over the fastest single-point peer) / (fastest
-  riemfl batched call) (goal >= 5).
+  riemfl batched call) (goal >= 5 for Stiefel, Sphere and Lorentz, >= 1 for the other
+  families: at least as fast as the loop).
 
-Timing: one BLAS and one torch thread, warm-up calls, then the median over repeats of
+Timing: one BLAS and one torch thread, glibc's allocator keeping freed memory
+(:func:`_harness.steady_allocator`: a batched call allocates MiBs, which glibc would otherwise map
+and unmap at every call), warm-up calls, then the median over repeats of
 ``time.perf_counter`` samples, each sample running enough inner calls to last >= 2 ms, with the
 number of repeats capped so that slow cells take a bounded time. Every peer output is also
 compared with riemfl's output for the same input (``agreement``: largest absolute difference
@@ -30,7 +45,8 @@ relative to the output's size), which checks that the operations are mapped like
 
 Usage::
 
-    python benchmarks/bench_manifolds.py [--quick] [--out results/bench_manifolds.json]
+    python benchmarks/bench_manifolds.py [--quick] [--manifolds SPD,Oblique,...]
+                                         [--out results/bench_manifolds.json]
 """
 
 from __future__ import annotations
@@ -58,7 +74,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
-from _harness import machine_info, single_thread  # noqa: E402
+from _harness import machine_info, single_thread, steady_allocator  # noqa: E402
 from _manifold_peers import CLASSES, FAMILIES, Op, geoopt, peer_args, pymanopt_manifolds  # noqa: E402
 
 from riemfl import Lorentz, SpecialOrthogonal, Sphere, Stiefel  # noqa: E402
@@ -687,11 +703,14 @@ def run_benchmark(
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
     rng = np.random.default_rng(s.seed)
+    # no page faults from re-mapping freed stacks: the batched calls allocate MiBs per call
+    allocator = steady_allocator()
     with single_thread() as thread_info:
         machine = machine_info(
             thread_info,
             geoopt=getattr(geoopt, "__version__", None),
             pymanopt=getattr(pymanopt, "__version__", None),
+            **allocator,
         )  # before the run: the load average is of others
         for fam in _families(s):
             family, size, size_class = fam.name, fam.size, fam.size_class
@@ -909,7 +928,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ----------
     argv : sequence of str, optional
         Arguments (default: ``sys.argv[1:]``): ``--quick``, ``--out PATH``, ``--budget S``,
-        ``--verbose``.
+        ``--verbose``, ``--manifolds A,B`` (families of ``FAMILY_NAMES``).
 
     Returns
     -------
