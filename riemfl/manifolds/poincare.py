@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..backend import Array, cast_like, ops_for, to_numpy, widen
+from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, cosh_sqrt, tanh_sqrt_over
@@ -49,13 +49,15 @@ __all__ = ["PoincareBall", "mobius_add", "mobius_scalar_mul", "gyration", "confo
 
 # --------------------------------------------------------------------------- helpers
 def _dot(u, v):
-    return ops_for(u, v).sum(u * v, axis=-1, keepdims=True)
+    return ops_for(u, v).vecdot(u, v)
 
 
 def conformal_sigma(x: Array, c: float = 1.0) -> Array:
     r""":math:`\sigma_x = 1 - c\|x\|^2 = 2/\lambda_x` (last axis kept, size 1). For float32 points
     the squares are summed in float64 (exactly), so the result has full float32 accuracy up to
     the boundary; for float64 points its absolute error is a few eps."""
+    if type(x) is np.ndarray and x.dtype == np.float64:  # nothing to widen: one dot per point
+        return 1.0 - c * NUMPY.vecdot(x, x)
     wide = widen(x)
     return cast_like(1.0 - c * ops_for(wide).sum(wide * wide, axis=-1, keepdims=True), x)
 
