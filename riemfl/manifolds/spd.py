@@ -247,6 +247,8 @@ def _cholesky_frame(x, name: str):
             f"positive definite; check_point(x) names the violation"
         ) from exc
     r = ops.mT(lower)
+    if type(r) is np.ndarray:  # numpy has no triangular solve: R^{-1} by one inversion
+        return r, np.linalg.inv(r)
     eye = ops.broadcast_to(ops.eye(r.shape[-1], r), tuple(r.shape))
     return r, ops.solve_triangular_upper(r, eye, left=True)
 
