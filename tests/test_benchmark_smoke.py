@@ -39,6 +39,30 @@ SPHERE_OPS = {
     "egrad_to_rgrad",
 }
 LORENTZ_OPS = (SPHERE_OPS - {"project"}) | {"lift (~projx)", "project (exact)"}
+#: the families of ``benchmarks/_manifold_peers.py`` and the maps each is compared on
+LINEAR_OPS = {
+    "to_tangent",
+    "egrad_to_rgrad",
+    "ehess_to_rhess",
+    "inner",
+    "retract",
+    "exp",
+    "log",
+    "dist",
+    "transport",
+}
+NEW_OPS = {
+    "SPD": LINEAR_OPS | {"parallel_transport"},
+    "PoincareBall": (LINEAR_OPS - {"transport"}) | {"parallel_transport"},
+    "SpecialOrthogonal": LINEAR_OPS - {"transport"},
+    "Oblique": LINEAR_OPS,
+    "Positive": LINEAR_OPS - {"retract"},
+    "Symmetric": LINEAR_OPS,
+    "SkewSymmetric": LINEAR_OPS,
+    "Elliptope": {"inner", "retract"},
+    "PSDFixedRank": LINEAR_OPS - {"egrad_to_rgrad"},
+    "BirkhoffPolytope": {"project", "egrad_to_rgrad", "retract"},
+}
 NO_PEER = {
     ("Stiefel", "inverse_retract[polar]"),
     ("Stiefel", "inverse_retract[qr]"),
@@ -68,6 +92,10 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
             expected |= {("Stiefel", size, batch, op) for op in STIEFEL_OPS}
         expected |= {("Sphere", f"n={s['sphere_n']}", batch, op) for op in SPHERE_OPS}
         expected |= {("Lorentz", f"n={s['lorentz_n']}", batch, op) for op in LORENTZ_OPS}
+        for family, ops in NEW_OPS.items():
+            for size in s["new_sizes"][family]:
+                label = "x".join(map(str, size)) if len(size) > 1 else f"n={size[0]}"
+                expected |= {(family, label, batch, op) for op in ops}
     cells = result["cells"]
     got = [(c["manifold"], c["size"], c["batch"], c["op"]) for c in cells]
     assert len(got) == len(set(got))
@@ -120,3 +148,15 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     table = bench.format_table(result)
     assert len([line for line in table.splitlines() if line.strip()]) == len(cells) + 2
     assert "met in" in bench.format_summary(result)
+
+
+def test_manifolds_option_selects_families(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_manifolds")
+    out = tmp_path / "positive.json"
+    result = bench.main(["--quick", "--manifolds", "Positive,Symmetric", "--out", str(out)])
+    assert {c["manifold"] for c in result["cells"]} == {"Positive", "Symmetric"}
+    assert json.loads(out.read_text())["settings"]["manifolds"] == ["Positive", "Symmetric"]
+    # the batched speed-up goal of these families: at least as fast as the loop
+    assert {c["goals"]["speedup_min"] for c in result["cells"] if c["batch"] > 1} == {1.0}
+    with pytest.raises(ValueError, match="unknown manifolds"):
+        bench.run_benchmark(out=None, settings=bench.Settings(manifolds=["Sphere", "X"]))

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Array, RandomState, as_generator, ops_for, to_like
+from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like
 from ..errors import (
     ConvergenceError,
     NonFiniteError,
@@ -410,6 +410,13 @@ class Manifold(ABC):
         return self._to_tangent(x, g)
 
     def _inner(self, x, u, v):
+        if type(u) is np.ndarray and type(v) is np.ndarray and u.shape == v.shape:
+            if u.dtype.kind == "f" and v.dtype.kind == "f":  # (vecdot conjugates complex u)
+                # one dot per point over its flattened axes: no temporary u * v of the stack
+                if u.ndim == self.ndim:
+                    return np.vdot(u, v)
+                flat = u.shape[: u.ndim - self.ndim] + (-1,)
+                return NUMPY.vecdot(u.reshape(flat), v.reshape(flat))[..., 0]
         return ops_for(u, v).sum(u * v, axis=self._axes)
 
     def _norm(self, x, u):

@@ -14,7 +14,7 @@ use them in your own manifolds (see ``docs/custom-manifold.md``).
 
 from __future__ import annotations
 
-from ..backend import Array, ops_for
+from ..backend import NUMPY, Array, ops_for
 
 __all__ = [
     "cos_sqrt",
@@ -45,36 +45,49 @@ def _series(lam, coeffs):
     return out
 
 
-def _split(lam, threshold):
-    """(ops, clamped lambda, mask of the series branch, safe sqrt for the direct branch)."""
+def _split(lam, threshold, fast=False):
+    """(ops, clamped lambda, mask of the series branch, safe sqrt for the direct branch).
+
+    ``fast``: in numpy (no autograd, so the safe argument only guards values), the mask is None
+    where no entry is small, and the square root is taken directly (see :func:`_where`)."""
     ops = ops_for(lam)
     lam = ops.maximum(lam, 0.0)
     small = lam < threshold
+    if fast and ops is NUMPY and not small.any():
+        return ops, lam, None, ops.sqrt(lam)
     return ops, lam, small, ops.sqrt(ops.where(small, ops.ones_like(lam), lam))
+
+
+def _where(ops, small, lam, coeffs, direct):
+    """The series with ``coeffs`` where ``small``, else ``direct`` (just ``direct`` where the
+    mask of :func:`_split` with ``fast`` is None: the series is not evaluated)."""
+    if small is None:
+        return direct
+    return ops.where(small, _series(lam, coeffs), direct)
 
 
 def cos_sqrt(lam: Array) -> Array:
     r""":math:`\cos\sqrt\lambda`."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, -1 / 2, 1 / 24)), ops.cos(s))
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, -1 / 2, 1 / 24), ops.cos(s))
 
 
 def sinc_sqrt(lam: Array) -> Array:
     r""":math:`\sin(\sqrt\lambda)/\sqrt\lambda`."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, -1 / 6, 1 / 120)), ops.sin(s) / s)
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, -1 / 6, 1 / 120), ops.sin(s) / s)
 
 
 def cosh_sqrt(lam: Array) -> Array:
     r""":math:`\cosh\sqrt\lambda`."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, 1 / 2, 1 / 24)), ops.cosh(s))
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, 1 / 2, 1 / 24), ops.cosh(s))
 
 
 def sinhc_sqrt(lam: Array) -> Array:
     r""":math:`\sinh(\sqrt\lambda)/\sqrt\lambda`."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, 1 / 6, 1 / 120)), ops.sinh(s) / s)
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, 1 / 6, 1 / 120), ops.sinh(s) / s)
 
 
 def cosm1_over(lam: Array) -> Array:
@@ -86,8 +99,8 @@ def cosm1_over(lam: Array) -> Array:
 
 def atan_sqrt_over(lam: Array) -> Array:
     r""":math:`\arctan(\sqrt\lambda)/\sqrt\lambda`."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, -1 / 3, 1 / 5)), ops.arctan(s) / s)
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, -1 / 3, 1 / 5), ops.arctan(s) / s)
 
 
 def acosh1p_over_sinh(e: Array) -> Array:
@@ -122,8 +135,8 @@ def angle_over_sine(c: Array, s2: Array) -> Array:
 
 def tanh_sqrt_over(lam: Array) -> Array:
     r""":math:`\tanh(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's exponential map)."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, -1 / 3, 2 / 15)), ops.tanh(s) / s)
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, -1 / 3, 2 / 15), ops.tanh(s) / s)
 
 
 def artanh_sqrt_over(lam: Array) -> Array:
@@ -140,8 +153,8 @@ def artanh_sqrt_over(lam: Array) -> Array:
 
 def asinh_sqrt_over(lam: Array) -> Array:
     r""":math:`\operatorname{arsinh}(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's logarithm)."""
-    ops, lam, small, s = _split(lam, _VALUE_SMALL)
-    return ops.where(small, _series(lam, (1.0, -1 / 6, 3 / 40)), ops.arcsinh(s) / s)
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    return _where(ops, small, lam, (1.0, -1 / 6, 3 / 40), ops.arcsinh(s) / s)
 
 
 def d_cos_sqrt(lam: Array) -> Array:

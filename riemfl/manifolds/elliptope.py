@@ -39,7 +39,8 @@ class Elliptope(FactorQuotient):
       :math:`P^h_Y(A) = B - Y\Omega`, with :math:`B = A - \mathrm{diag}(\langle y_i,
       a_i\rangle)Y` the row-wise tangent projection and :math:`\Omega` the skew solution of the
       Lyapunov equation :math:`Y^\top Y\,\Omega + \Omega\,Y^\top Y = Y^\top B - B^\top Y`
-      (unique since :math:`Y^\top Y \succ 0`; one dense solve of size :math:`k^2`);
+      (unique since :math:`Y^\top Y \succ 0`; one k x k eigendecomposition of :math:`Y^\top Y`
+      in numpy, a dense solve of size :math:`k^2` in torch);
       ``inner``: Frobenius;
     * ``retract``: row normalisation of Y + U, the metric projection of the total space, so a
       second-order retraction there (:math:`\ddot c(0)` is normal to the total space) and on the

@@ -3,8 +3,10 @@ r"""The oblique manifold :math:`\mathrm{OB}(n, m) = \{X \in \mathbb{R}^{n\times 
 columns), with the embedded metric.
 
 Every map is the sphere's (:class:`~riemfl.manifolds.sphere.Sphere`) applied to the columns:
-the columns are moved to the last axis (a transposed view, no copy), the sphere's map runs with
-the columns as a batch, and the result is moved back.
+the sphere's formulas run on the n x m arrays as they are, with their inner products taken over
+the columns (axis -2) instead of the last axis (:class:`_ColumnSphere`), so that no transposed,
+strided view goes through the arithmetic. ``project`` (whose overflow guard scales along the
+last axis) moves the columns to the last axis instead.
 """
 
 from __future__ import annotations
@@ -19,6 +21,33 @@ from .base import Manifold, delegated_map
 from .sphere import Sphere
 
 __all__ = ["Oblique"]
+
+_NP_VECDOT = getattr(np, "vecdot", None)  # numpy >= 2
+
+
+class _ColumnSphere:
+    """The sphere's private maps on the columns of n x m arrays: its formulas with the inner
+    products taken over axis -2 and kept as a row axis (shape ``(..., 1, m)``), so that each
+    formula broadcasts column by column. (Not a manifold: only the formulas are borrowed.)"""
+
+    def __init__(self, n: int) -> None:
+        self.name = Sphere(n).name
+
+    def _dot(self, u, v):
+        if type(u) is np.ndarray and type(v) is np.ndarray:
+            if u.ndim == v.ndim == 2 and _NP_VECDOT is not None:
+                return _NP_VECDOT(u, v, axis=-2)[None, :]
+            # a stack: einsum's reduction over a strided axis is faster than vecdot's
+            return np.einsum("...ij,...ij->...j", u, v)[..., None, :]
+        return ops_for(u, v).sum(u * v, axis=-2, keepdims=True)
+
+    _to_tangent = Sphere._to_tangent
+    _retract = Sphere._retract
+    _inverse_retract = Sphere._inverse_retract
+    _exp = Sphere._exp
+    _log_parts = Sphere._log_parts
+    _log = Sphere._log
+    _parallel_transport = Sphere._parallel_transport
 
 
 class Oblique(Manifold):
@@ -71,6 +100,7 @@ class Oblique(Manifold):
         self.point_shape = (self.n, self.m)
         self.name = f"Oblique({self.n}, {self.m})"
         self._sphere = Sphere(self.n)
+        self._column_sphere = _ColumnSphere(self.n)
 
     @property
     def dim(self) -> int:
@@ -87,17 +117,16 @@ class Oblique(Manifold):
     _result_checked = Sphere._result_checked
 
     def _columns(self, method: str, *arrays):
-        """The sphere's ``_<method>`` on the columns (moved to the last axis), moved back."""
-        ops = ops_for(*arrays)
+        """The sphere's ``_<method>`` on the columns (:class:`_ColumnSphere`)."""
         try:
-            out = getattr(self._sphere, "_" + method)(*(ops.mT(a) for a in arrays))
+            return getattr(self._column_sphere, "_" + method)(*arrays)
         except CutLocusError as exc:
             raise CutLocusError(f"{self.name}, a column: {exc}") from exc
-        return ops.mT(out)
 
     def _project(self, a):
         try:
-            return self._columns("project", a)
+            ops = ops_for(a)
+            return ops.mT(self._sphere._project(ops.mT(a)))
         except ProjectionError as exc:
             ops = ops_for(a)
             norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
@@ -109,7 +138,10 @@ class Oblique(Manifold):
                 f"it and P_M is not unique; expected nonzero columns"
             ) from exc
 
-    _to_tangent = delegated_map("to_tangent", "_columns")
+    def _to_tangent(self, x, a):  # (no cut locus to name: the sphere's formula directly)
+        return self._column_sphere._to_tangent(x, a)
+
+    _egrad_to_rgrad = _to_tangent
     _retract = delegated_map("retract", "_columns")
     _inverse_retract = delegated_map("inverse_retract", "_columns")
     _exp = delegated_map("exp", "_columns")
@@ -117,13 +149,12 @@ class Oblique(Manifold):
     _parallel_transport = delegated_map("parallel_transport", "_columns")
 
     def _ehess_to_rhess(self, x, g, h, u):
-        ops = ops_for(x, g, h, u)
-        return self._to_tangent(x, h) - u * ops.sum(x * g, axis=-2, keepdims=True)
+        return self._to_tangent(x, h) - u * self._column_sphere._dot(x, g)
 
     def _dist(self, x, y):
-        ops = ops_for(x, y)
-        d = self._sphere._dist(ops.mT(x), ops.mT(y))  # the column angles, (..., m)
-        return ops.sqrt(ops.sum(d * d, axis=-1))
+        ops, c, _, s2 = self._column_sphere._log_parts(x, y)
+        d = ops.arctan2(ops.sqrt(s2), c)  # the column angles, (..., 1, m)
+        return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
 
     def _random_point(self, batch_shape, rng):
         """Independent uniform columns (normalised Gaussian vectors)."""

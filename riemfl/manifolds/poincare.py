@@ -38,9 +38,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..backend import Array, cast_like, ops_for, to_numpy, widen
+from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, cosh_sqrt, tanh_sqrt_over
 from .lorentz import Lorentz
 
@@ -49,13 +49,15 @@ __all__ = ["PoincareBall", "mobius_add", "mobius_scalar_mul", "gyration", "confo
 
 # --------------------------------------------------------------------------- helpers
 def _dot(u, v):
-    return ops_for(u, v).sum(u * v, axis=-1, keepdims=True)
+    return ops_for(u, v).vecdot(u, v)
 
 
 def conformal_sigma(x: Array, c: float = 1.0) -> Array:
     r""":math:`\sigma_x = 1 - c\|x\|^2 = 2/\lambda_x` (last axis kept, size 1). For float32 points
     the squares are summed in float64 (exactly), so the result has full float32 accuracy up to
     the boundary; for float64 points its absolute error is a few eps."""
+    if type(x) is np.ndarray and x.dtype == np.float64:  # nothing to widen: one dot per point
+        return 1.0 - c * NUMPY.vecdot(x, x)
     wide = widen(x)
     return cast_like(1.0 - c * ops_for(wide).sum(wide * wide, axis=-1, keepdims=True), x)
 
@@ -316,6 +318,13 @@ class PoincareBall(Manifold):
             ),
         )
         return a
+
+    # the cheap maps (see Manifold._result_checked): x is not read by to_tangent, and checked
+    # first by the metric (it divides by sigma_x^2, which is infinite for an infinite x); the
+    # gradient and Hessian maps are products and sums of their arguments and of sigma_x
+    _result_checked = result_checked(
+        "egrad_to_rgrad", "ehess_to_rhess", to_tangent=(0,), inner=(0,), norm=(0,)
+    )
 
     def _to_tangent(self, x, a):
         return a

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 
 __all__ = ["Positive"]
 
@@ -96,6 +96,23 @@ class Positive(Manifold):
         x's type); a step of that length towards the smallest entry reaches the boundary."""
         self._shape(x, "point x")
         return -ops_for(x).amax(-x, axis=self._axes)
+
+    # the cheap maps (see Manifold._result_checked): products and sums of their arguments, where
+    # a NaN or an infinity stays non-finite (inf * 0 is NaN). x is not read by to_tangent, and
+    # checked first where it divides (1/inf is 0: inner, norm, the transports); exp checks u
+    # first (exp(-inf) is 0); log and dist check every argument first (log of 0 or of a negative
+    # ratio)
+    _result_checked = result_checked(
+        "egrad_to_rgrad",
+        "ehess_to_rhess",
+        to_tangent=(0,),
+        inner=(0,),
+        norm=(0,),
+        exp=(1,),
+        retract=(1,),
+        transport=(0,),
+        parallel_transport=(0,),
+    )
 
     # ------------------------------------------------------------------ maps
     def _project(self, a):

@@ -34,7 +34,7 @@ import numpy as np
 from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
-from .base import Manifold, delegated_map
+from .base import Manifold, delegated_map, result_checked
 from .elementary import artanh_sqrt_over, sinhc_sqrt
 
 __all__ = [
@@ -247,6 +247,8 @@ def _cholesky_frame(x, name: str):
             f"positive definite; check_point(x) names the violation"
         ) from exc
     r = ops.mT(lower)
+    if type(r) is np.ndarray:  # numpy has no triangular solve: R^{-1} by one inversion
+        return r, np.linalg.inv(r)
     eye = ops.broadcast_to(ops.eye(r.shape[-1], r), tuple(r.shape))
     return r, ops.solve_triangular_upper(r, eye, left=True)
 
@@ -260,6 +262,10 @@ class _AffineInvariant:
 
     unsupported: dict[str, str] = {}
     injectivity_radius = math.inf
+    #: the maps checked through their result (see Manifold._result_checked): the gradient and
+    #: Hessian maps are matrix products and sums of their arguments (inf * 0 is NaN), and
+    #: transport, sym(U), does not read X and Y
+    result_checked = result_checked("egrad_to_rgrad", "ehess_to_rhess", transport=(0, 1))
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -282,11 +288,12 @@ class _AffineInvariant:
         ops = ops_for(w)
         return ops.sqrt(ops.sum(w * w, axis=(-2, -1)))
 
+    # X sym(G) X = sym(X G X) for symmetric X: one symmetrisation instead of two
     def egrad_to_rgrad(self, x, g):
-        return sym(x @ sym(g) @ x)
+        return sym(x @ g @ x)
 
     def ehess_to_rhess(self, x, g, h, u):
-        return sym(x @ sym(h) @ x) + sym(u @ sym(g) @ x)
+        return sym(x @ h @ x + u @ sym(g) @ x)
 
     def exp(self, x, u):
         r, rinv = _cholesky_frame(x, self.name)
@@ -605,6 +612,11 @@ class SPD(Manifold):
         suffix = "" if metric == "affine-invariant" else f', metric="{metric}"'
         self.name = f"SPD({self.n}{suffix})"
         self._geometry = _GEOMETRIES[metric](self.name)
+        # to_tangent, sym(A), does not read X (every metric); the metric's own cheap maps
+        self._result_checked = {
+            "to_tangent": (0,),
+            **getattr(self._geometry, "result_checked", {}),
+        }
         self.unsupported = {**_OPEN_CONE, **self._geometry.unsupported}
 
     @property

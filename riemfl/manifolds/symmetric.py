@@ -54,8 +54,9 @@ class _LinearSubspace(Manifold):
     injectivity_radius = math.inf
 
     # Euclidean's table holds (see Manifold._result_checked): to_tangent and egrad_to_rgrad are
-    # sym/skew of their argument (a NaN or infinity stays non-finite: inf - inf is NaN)
-    _result_checked = Euclidean._result_checked
+    # sym/skew of their argument (a NaN or infinity stays non-finite: inf - inf is NaN); and
+    # ehess_to_rhess, the part of h in the subspace, reads neither x, g nor u
+    _result_checked = {**Euclidean._result_checked, "ehess_to_rhess": (0, 1, 3)}
 
     def _project(self, a):
         return self._part(a)
@@ -113,6 +114,8 @@ class Symmetric(_LinearSubspace):
 
     constraint = "X = X^T"
     _part = staticmethod(sym)
+    # a subclass does not inherit the table (Manifold.__init_subclass__): the same maps
+    _result_checked = _LinearSubspace._result_checked
 
     @property
     def dim(self) -> int:
@@ -140,6 +143,7 @@ class SkewSymmetric(_LinearSubspace):
     constraint = "X = -X^T"
     smallest = 2
     _part = staticmethod(skew)
+    _result_checked = _LinearSubspace._result_checked
 
     @property
     def dim(self) -> int:

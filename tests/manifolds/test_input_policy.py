@@ -6,15 +6,21 @@ import pytest
 import torch
 
 from riemfl import (
+    SPD,
     ControlPoints,
     EpsilonTunnel,
     Euclidean,
     Grassmann,
     Lorentz,
+    Oblique,
+    PoincareBall,
+    Positive,
     Product,
     ProjectionError,
+    SkewSymmetric,
     Sphere,
     Stiefel,
+    Symmetric,
 )
 from riemfl.backend import is_torch
 from riemfl.errors import DTypeError, NonFiniteError
@@ -241,6 +247,12 @@ def test_point_gap_follows_the_input_policy(name):
 _ROLES = {
     "to_tangent": ("point x", "ambient vector a"),
     "egrad_to_rgrad": ("point x", "Euclidean gradient g"),
+    "ehess_to_rhess": (
+        "point x",
+        "Euclidean gradient g",
+        "Euclidean Hessian-vector product h",
+        "tangent vector u",
+    ),
     "inner": ("point x", "tangent vector u", "tangent vector v"),
     "norm": ("point x", "tangent vector u"),
     "retract": ("point x", "tangent vector u"),
@@ -261,6 +273,12 @@ RESULT_CHECKED = {
     "Grassmann": Grassmann(5, 2),
     "Lorentz": Lorentz(3, beta=2.5),
     "Product": Product(Sphere(3), Stiefel(4, 2), Lorentz(2)),
+    "Oblique": Oblique(4, 3),
+    "Positive": Positive(3, 2),
+    "PoincareBall": PoincareBall(3, c=0.5),
+    "Symmetric": Symmetric(3),
+    "SkewSymmetric": SkewSymmetric(3),
+    "SPD": SPD(3),
 }
 
 
@@ -284,7 +302,8 @@ def test_maps_checked_through_the_result_name_each_non_finite_argument(name, bac
         for i, role in enumerate(roles):
             for value in (np.nan, np.inf, -np.inf):
                 for where in (0, -1, slice(None)):
-                    bad = [np.array(a, dtype=np.float64) for a in args]
+                    # C order: reshape(-1) is then a view (Oblique's points are F-ordered)
+                    bad = [np.array(a, dtype=np.float64, order="C") for a in args]
                     bad[i].reshape(-1)[where] = value
                     if backend == "torch":
                         bad = [torch.as_tensor(a) for a in bad]

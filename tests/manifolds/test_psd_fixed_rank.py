@@ -123,3 +123,27 @@ def test_domains_and_typed_errors():
         m.injectivity_radius  # noqa: B018
     with pytest.raises(NotImplementedError, match="local_proximal_smoothness"):
         m.proximal_smoothness  # noqa: B018
+
+
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6))
+def test_gram_lyapunov_solves_the_equation_the_dense_solve_solves(seed, k):
+    """numpy's eigenbasis solve of M S + S M = C (M = Y^T Y) agrees with the dense k^2 solve."""
+    from riemfl.linalg import solve_lyapunov
+    from riemfl.manifolds.factor_quotient import _gram_lyapunov
+
+    rng = np.random.default_rng(seed)
+    y = rng.standard_normal((3, k + 4, k))
+    m = np.swapaxes(y, -1, -2) @ y
+    c = rng.standard_normal((3, k, k))
+    s = _gram_lyapunov(m, c)
+    np.testing.assert_allclose(m @ s + s @ m, c, atol=1e-9 * (1 + np.abs(c).max()))
+    np.testing.assert_allclose(s, solve_lyapunov(m, c), atol=1e-9 * (1 + np.abs(s).max()))
+
+
+def test_gram_lyapunov_of_a_rank_deficient_gram_is_the_dense_solve():
+    from riemfl.errors import CutLocusError
+    from riemfl.manifolds.factor_quotient import _gram_lyapunov
+
+    m = np.diag([1.0, 0.0])
+    with pytest.raises(CutLocusError):
+        _gram_lyapunov(m, np.array([[0.0, 1.0], [-1.0, 0.0]]))
