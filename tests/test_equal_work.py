@@ -87,7 +87,7 @@ def test_pair_agreement_counts_pairs_ordered_alike():
     assert disagreeing_pairs({"a": 3.0, "b": 1.0, "c": 2.0}, paper) == [("b", "c")]
 
 
-def _synthetic_run(method, per_step, rate, steps=36, seed=0):
+def _synthetic_run(method, per_step, rate, steps=100, seed=0):
     """A run whose accuracy depends on the client updates only: 1 - 0.9 exp(-updates / rate)."""
     step = np.arange(steps + 1)
     updates = per_step * step
@@ -109,21 +109,35 @@ def test_a_buffer_that_leads_per_step_can_trail_at_equal_client_work():
     s = licudi2025.Settings(methods=("FedAsync", "FedBuff"), seeds=(0,))
     runs = [_synthetic_run("FedAsync", 1, 50.0), _synthetic_run("FedBuff", 10, 60.0)]
     work = licudi2025.equal_work(runs, s)
-    assert work["step"]["budget"] == 36 and work["updates"]["budget"] == 36
-    assert work["time"]["budget"] == 72
+    assert work["step"]["budget"] == 100 and work["updates"]["budget"] == 100
+    assert work["time"]["budget"] == 200
     assert work["step"]["accuracy"]["FedBuff"][0] == runs[1]["accuracy"]  # final, per step
-    fedbuff_at_36 = 1.0 - 0.9 * math.exp(-36 / 60)  # FedBuff's curve read at 36 updates
-    assert math.isclose(work["updates"]["accuracy"]["FedBuff"][0], fedbuff_at_36, rel_tol=1e-2)
-    assert work["updates"]["accuracy"]["FedAsync"][0] > work["updates"]["accuracy"]["FedBuff"][0]
-    # T_e on the update clock is the step clock times the updates per step (here exactly)
-    fedbuff_te = work["updates"]["T_e"]["FedBuff"][0]
-    assert fedbuff_te == 10 * runs[1]["T_e"] and work["time"]["T_e"]["FedBuff"][0] == 2 * fedbuff_te
+    fedbuff_at_100 = 1.0 - 0.9 * math.exp(-100 / 60)  # an evaluation: read exactly
+    assert math.isclose(work["updates"]["accuracy"]["FedBuff"][0], fedbuff_at_100)
+    assert work["updates"]["accuracy"]["FedAsync"][0] > fedbuff_at_100
+    # error 0.2 at 50 ln 4.5 = 75.2 updates (FedAsync), 60 ln 4.5 = 90.2 (FedBuff: step 10)
+    assert runs[0]["T_e"] == 76 and runs[1]["T_e"] == 10
+    te = {axis: {m: work[axis]["T_e"][m][0] for m in s.methods} for axis in work}
+    assert te["updates"] == {"FedAsync": 76, "FedBuff": 100} and te["time"]["FedBuff"] == 200
+    assert "fastest first: FedBuff < FedAsync" in licudi2025._te_ranking(
+        s, work["step"]["T_e"], "s"
+    )
+    assert "first: FedAsync < FedBuff" in licudi2025._te_ranking(s, work["updates"]["T_e"], "u")
     lines = licudi2025.fedbuff_statement(s, work)
     assert lines[0].startswith("- FedBuff ranks 1 of 2 at equal server steps")
     assert "lead disappears at equal client work" in lines[1]
     table = licudi2025.equal_work_table(runs, s, work)
-    assert "| FedBuff | 10.00 | 2.00 |" in table and "Acc. (%) at 36 updates" in table
+    assert "| FedBuff | 10.00 | 2.00 |" in table and "Acc. (%) at 100 updates" in table
     same = [_synthetic_run("FedAsync", 1, 50.0), _synthetic_run("FedBuff", 10, 40.0)]
-    assert (
-        "does NOT disappear" in licudi2025.fedbuff_statement(s, licudi2025.equal_work(same, s))[1]
-    )
+    lines = licudi2025.fedbuff_statement(s, licudi2025.equal_work(same, s))
+    assert "does NOT disappear" in lines[1]
+
+
+def test_a_target_reached_after_the_budget_is_not_reached_on_that_clock():
+    """FedBuff's runs go on past the update budget: T_e there would compare it with methods that
+    stopped; it counts as not reached."""
+    s = licudi2025.Settings(methods=("FedAsync", "FedBuff"), seeds=(0,))
+    runs = [_synthetic_run("FedAsync", 1, 500.0), _synthetic_run("FedBuff", 10, 200.0)]
+    work = licudi2025.equal_work(runs, s)
+    assert runs[1]["T_e"] is not None  # reached at 310 updates, after the budget of 100
+    assert work["updates"]["T_e"]["FedBuff"] == [None] and work["time"]["T_e"]["FedBuff"] == [None]

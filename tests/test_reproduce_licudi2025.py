@@ -55,6 +55,7 @@ def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
     assert 0.0 <= work["updates"]["accuracy"]["FedBuff"][0] <= 1.0
     assert "## Equal client work" in report and "Which clock the paper used" in report
     assert "| Acc. (%) at 10 updates |" in report and "FedBuff ranks " in report
+    assert "- T_e in client updates, fastest first: " in report
     assert report.count("The two rankings agree on") == 4  # above, and on each of the 3 clocks
     for name in ("accuracy_updates.png", "accuracy_time.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
