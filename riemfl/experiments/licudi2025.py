@@ -43,8 +43,9 @@ Settings (the paper's App. B unless noted):
   three clocks every method is read at the largest budget every run reached (the fewest client
   updates any run received: FedBuff gets 10x the updates of the others in the same server steps;
   the shortest virtual time), by linear interpolation between two evaluations; T_e on a clock is
-  its reading at the first evaluation at the target. The report gives the ranking and the pairs
-  agreeing with Table 1 on each clock, and where FedBuff ranks. Which clock the paper used is an
+  its reading at the first evaluation at the target, if within the budget. The report gives the
+  accuracy and T_e rankings and the pairs agreeing with Table 1 on each clock, and where FedBuff
+  ranks. Which clock the paper used is an
   inference from its "720 total epochs" (Sec. 4.2), a budget of client work (:func:`paper_axis`);
 * AsyncBezier / AsyncBezierED: :class:`riemfl.nn.BezierClientTrainer` (2 warm-up epochs, then 2
   curve epochs on the middle control point, both ends frozen; the control point's Adam step is the
