@@ -86,10 +86,13 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     assert {(r["method"], r["epochs"]) for r in study} == {
         (m, k) for m in ("FedAsync", "AsyncBezier", "AsyncBezierED") for k in (1, 2)
     }  # AsyncFedED is left out of the epoch study, as in Licudi et al. 2025, Sec. 4.2.2
+    for row in study:  # one update per server step here: equal updates is equal steps
+        assert row["accuracy_at_updates"] == row["accuracy"]
     assert data["path"]["Q"] > 0 and math.isfinite(data["path"]["Q"])
     for name in ("epochs.png", "loss_along_path.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
+    assert "At equal client work (4 client updates" in report
     assert "Local-epoch study" in report and "Q = " in report and "AsyncBezier:" in report
     assert "line search" in report and "| Paper (Table 3) | chosen here |" in report
     assert "Licudi 2025 (TR), Sec. 4" in report and not re.search(r"\[(P|TR)\]", report)

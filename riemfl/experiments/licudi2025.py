@@ -812,25 +812,37 @@ def _epoch_study(
     runs_dir: Path, s: Settings, bar: Any, rates: dict[str, float]
 ) -> tuple[list[dict[str, Any]], str]:
     """Licudi et al. 2025, Fig. 4: final accuracy against the local epochs K (one seed; no
-    AsyncFedED)."""
+    AsyncFedED), after ``s.epoch_study_steps`` server steps and at equal client updates (the
+    fewest any study run received, as in :func:`equal_work`): two tables."""
     methods = [m for m in s.methods if m != "AsyncFedED"]
-    rows = []
+    rows, curves = [], []
     for k in s.epoch_study:
         for method in methods:
             run = _cached_run(
                 runs_dir, method, s.epoch_study_seed, s, k, s.epoch_study_steps, rates[method]
             )
             rows.append({key: v for key, v in run.items() if key not in ("curve", "final_point")})
+            curves.append(run["curve"])
             bar.update(1, run=f"{method} K={k}", acc=run["accuracy"])
+    budget = common_budget([c["updates"] for c in curves])
+    for row, c in zip(rows, curves, strict=True):
+        row["accuracy_at_updates"] = value_at(c["updates"], c["accuracy"], budget)
     header = "| Method | " + " | ".join(f"K = {k}" for k in s.epoch_study) + " |"
-    lines = [header, "|---|" + "---|" * len(s.epoch_study)]
-    for method in methods:
-        accs = [
-            next(r["accuracy"] for r in rows if r["method"] == method and r["epochs"] == k)
-            for k in s.epoch_study
-        ]
-        lines.append(f"| {method} | " + " | ".join(f"{100 * a:.2f}" for a in accs) + " |")
-    return rows, "\n".join(lines)
+    tables = []
+    for key in ("accuracy", "accuracy_at_updates"):
+        lines = [header, "|---|" + "---|" * len(s.epoch_study)]
+        for method in methods:
+            accs = [
+                next(r[key] for r in rows if r["method"] == method and r["epochs"] == k)
+                for k in s.epoch_study
+            ]
+            lines.append(f"| {method} | " + " | ".join(f"{100 * a:.2f}" for a in accs) + " |")
+        tables.append("\n".join(lines))
+    return rows, (
+        f"After {s.epoch_study_steps} server steps:\n\n{tables[0]}\n\nAt equal client work "
+        f"({budget:g} client updates, the fewest any run of the study received; FedBuff takes "
+        f"K = 10 per server step):\n\n{tables[1]}"
+    )
 
 
 def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
