@@ -141,3 +141,18 @@ def test_a_target_reached_after_the_budget_is_not_reached_on_that_clock():
     work = licudi2025.equal_work(runs, s)
     assert runs[1]["T_e"] is not None  # reached at 310 updates, after the budget of 100
     assert work["updates"]["T_e"]["FedBuff"] == [None] and work["time"]["T_e"]["FedBuff"] == [None]
+
+
+def test_with_one_seed_the_verdicts_say_the_spread_is_unknown():
+    s = licudi2025.Settings(methods=("FedAsync", "FedBuff", "AsyncBezier"), seeds=(0,))
+    runs = [
+        _synthetic_run("FedAsync", 1, 50.0),
+        _synthetic_run("FedBuff", 10, 60.0),
+        _synthetic_run("AsyncBezier", 1, 70.0),  # below FedAsync: does not beat a baseline
+    ]
+    text = "\n".join(licudi2025.ranking_statement(runs, s))
+    assert "does NOT beat FedAsync, FedBuff" in text and "nan" not in text
+    assert "one seed, so the spread is unknown" in text
+    assert "with one seed here our spread is unknown" in text
+    lines = licudi2025.fedbuff_statement(s, licudi2025.equal_work(runs, s))
+    assert "; one seed)" in lines[0] and "nan" not in lines[0]

@@ -538,26 +538,30 @@ def ranking_statement(
             continue
         best = max(beaten, key=lambda m: ours[m])
         gap = 100 * (ours[best] - ours[proposal])
-        spread = 100 * max(_std0(stats[best][1]), _std0(stats[proposal][1]))
+        spread = 100 * _larger_std(stats[best], stats[proposal])
+        if math.isnan(spread):
+            why = "one seed, so the spread is unknown: more seeds would tell whether it holds."
+        elif gap < 2 * spread:
+            why = "the gap is within two seed std's, so more seeds could reverse it."
+        else:
+            why = (
+                "the gap exceeds two seed std's, so more seeds would not reverse it; only a "
+                "different setting could (the paper's FEMNIST clients run hundreds of local "
+                "batches, ours about 4)."
+            )
         lines += [
             f"- {proposal}: does NOT beat {', '.join(beaten)} here (the paper: it beats "
             f"every baseline on {name}).",
-            f"  What would change the verdict: {proposal} is {gap:.2f} points below {best} "
-            f"(largest seed std of the two: {spread:.2f}); "
-            + (
-                "the gap is within two seed std's, so more seeds could reverse it."
-                if gap < 2 * spread
-                else "the gap exceeds two seed std's, so more seeds would not reverse it; only "
-                "a different setting could (the paper's FEMNIST clients run hundreds of local "
-                "batches, ours about 4)."
-            ),
+            f"  What would change the verdict: {proposal} is {gap:.2f} points below {best}"
+            + ("" if math.isnan(spread) else f" (largest seed std of the two: {spread:.2f})")
+            + f"; {why}",
         ]
     return lines
 
 
-def _std0(std: float) -> float:
-    """A seed std, 0 with one seed (NaN: no spread known)."""
-    return 0.0 if math.isnan(std) else std
+def _larger_std(a: tuple[float, float, int], b: tuple[float, float, int]) -> float:
+    """The larger seed std of two ``mean_std`` results; NaN with one seed (no spread known)."""
+    return max(a[1], b[1]) if not (math.isnan(a[1]) or math.isnan(b[1])) else math.nan
 
 
 def _pairs_verdict_change(
@@ -572,16 +576,22 @@ def _pairs_verdict_change(
         return abs(paper[a][0] - paper[b][0]) < 2 * max(paper[a][1], paper[b][1])
 
     def close_ours(a: str, b: str) -> bool:
-        return abs(stats[a][0] - stats[b][0]) < 2 * max(_std0(stats[a][1]), _std0(stats[b][1]))
+        return abs(stats[a][0] - stats[b][0]) < 2 * _larger_std(stats[a], stats[b])
 
     theirs = sum(close_theirs(a, b) for a, b in flipped)
+    start = f"What would change the verdict: of the {len(flipped)} pairs ordered differently, "
+    if any(math.isnan(stats[m][1]) for pair in flipped for m in pair):
+        return (
+            start + f"{theirs} are within two seed std's in the paper (pairs the paper itself "
+            "does not separate); with one seed here our spread is unknown, and more seeds would "
+            "tell which of the others hold."
+        )
     ours = sum(close_ours(a, b) for a, b in flipped)
     neither = sum(not (close_theirs(a, b) or close_ours(a, b)) for a, b in flipped)
     return (
-        f"What would change the verdict: of the {len(flipped)} pairs ordered differently, "
-        f"{theirs} are within two seed std's in the paper and {ours} within two seed std's here "
-        f"(more seeds could reorder those); {neither} differ beyond both spreads, which only a "
-        "different setting could change."
+        start + f"{theirs} are within two seed std's in the paper and {ours} within two seed "
+        f"std's here (more seeds could reorder those); {neither} differ beyond both spreads, "
+        "which only a different setting could change."
     )
 
 
@@ -713,14 +723,18 @@ def fedbuff_statement(s: Settings, work: dict[str, Any]) -> list[str]:
         order = sorted(s.methods, key=lambda m: -stats[m][0])
         ranks[axis] = order.index("FedBuff") + 1
         other = max((m for m in s.methods if m != "FedBuff"), key=lambda m: stats[m][0])
-        spread = 100 * max(_std0(stats["FedBuff"][1]), _std0(stats[other][1]))
-        gaps[axis] = (other, 100 * (stats["FedBuff"][0] - stats[other][0]), spread)
+        spread = 100 * _larger_std(stats["FedBuff"], stats[other])
+        gaps[axis] = (
+            other,
+            100 * (stats["FedBuff"][0] - stats[other][0]),
+            "one seed" if math.isnan(spread) else f"larger seed std {spread:.2f}",
+        )
     n = len(s.methods)
     lines = [
         "- FedBuff ranks "
         + "; ".join(
             f"{ranks[a]} of {n} at equal {AXES[a]} ({gaps[a][1]:+.2f} points against "
-            f"{gaps[a][0]}, the best other method; larger seed std {gaps[a][2]:.2f})"
+            f"{gaps[a][0]}, the best other method; {gaps[a][2]})"
             for a in AXES
         )
         + "."
