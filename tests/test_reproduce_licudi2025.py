@@ -44,6 +44,21 @@ def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
         assert run["T_e"] is None or run["T_e"] in (0, 5, 10)
     fedbuff = next(r for r in data["runs"] if r["method"] == "FedBuff")
     assert fedbuff["updates"] == 10 * 10  # K = 10 updates per server step
+    # equal client work: every clock read at the budget every run reached
+    work = data["equal_work"]
+    assert work["step"]["budget"] == 10 and work["updates"]["budget"] == 10
+    for run in data["runs"]:  # at the step budget: the final accuracy of the table
+        assert work["step"]["accuracy"][run["method"]] == [run["accuracy"]]
+        assert work["step"]["T_e"][run["method"]] == [run["T_e"]]
+    te_updates = work["updates"]["T_e"]["FedBuff"][0]
+    assert te_updates is None or te_updates % 10 == 0  # evaluated at every FedBuff step
+    assert 0.0 <= work["updates"]["accuracy"]["FedBuff"][0] <= 1.0
+    assert "## Equal client work" in report and "Which clock the paper used" in report
+    assert "| Acc. (%) at 10 updates |" in report and "FedBuff ranks " in report
+    assert "- T_e in client updates, fastest first: " in report
+    assert report.count("The two rankings agree on") == 4  # above, and on each of the 3 clocks
+    for name in ("accuracy_updates.png", "accuracy_time.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
@@ -71,17 +86,33 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     assert {(r["method"], r["epochs"]) for r in study} == {
         (m, k) for m in ("FedAsync", "AsyncBezier", "AsyncBezierED") for k in (1, 2)
     }  # AsyncFedED is left out of the epoch study, as in Licudi et al. 2025, Sec. 4.2.2
+    for row in study:  # one update per server step here: equal updates is equal steps
+        assert row["accuracy_at_updates"] == row["accuracy"]
     assert data["path"]["Q"] > 0 and math.isfinite(data["path"]["Q"])
     for name in ("epochs.png", "loss_along_path.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "report.md").read_text()
+    assert "At equal client work (4 client updates" in report
     assert "Local-epoch study" in report and "Q = " in report and "AsyncBezier:" in report
     assert "line search" in report and "| Paper (Table 3) | chosen here |" in report
     assert "Licudi 2025 (TR), Sec. 4" in report and not re.search(r"\[(P|TR)\]", report)
+    for run in data["runs"]:  # the three clocks at every evaluation: steps 0, 3 and 6
+        curve = json.loads(
+            next((tmp_path / "runs").glob(f"*-{run['method']}-*-T6-*.json")).read_text()
+        )["curve"]
+        assert curve["step"] == [0, 3, 6] and len(curve["updates"]) == len(curve["time"]) == 3
+        assert curve["updates"][0] == 0 and curve["updates"][-1] == run["updates"]
     # resume: every run is on disk; a second call reuses them and gives the same table
     stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
     assert licudi2025.reproduce(tmp_path, settings=settings, progress=False) == md
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == stamp
+    # a run saved before the curves kept the clocks is run again, to the same numbers
+    old = next((tmp_path / "runs").glob("*-FedAsync-*-T6-*-test-seed0.json"))
+    saved = json.loads(old.read_text())
+    old.write_text(json.dumps({**saved, "curve": {"step": [0, 3, 6], "accuracy": [0, 0, 0]}}))
+    rate = data["rates"]["FedAsync"]
+    again = licudi2025._cached_run(tmp_path / "runs", "FedAsync", 0, settings, rate=rate)
+    assert again["curve"] == saved["curve"] == json.loads(old.read_text())["curve"]
     with pytest.raises(ParameterError, match="unknown methods"):
         licudi2025.reproduce(
             tmp_path, settings=licudi2025.Settings(methods=("FedAvg",)), progress=False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from riemfl.experiments.styles import Styles, coinciding
+from riemfl.experiments.styles import Styles, coinciding, legend_styles
 
 
 def test_a_label_keeps_its_look_and_neighbours_differ():
@@ -26,6 +26,10 @@ def test_coinciding_names_the_earlier_of_two_equal_curves():
     }
     assert coinciding(curves) == {"RFedAvg": "RFedProx"}
     assert coinciding({"a": ([0, 1], [1, 2]), "b": ([0, 2], [1, 2])}) == {}  # other x
+    styles = Styles(["B"])
+    looks = legend_styles(styles, curves)
+    assert looks["RFedAvg"]["label"] == "RFedAvg (= RFedProx)" and looks["B"] == styles.of("B")
+    assert looks["RFedProx"] == styles.of("RFedProx")  # the same look as in every other figure
 
 
 def test_zhang2024_figures_say_when_curves_lie_on_each_other(tmp_path, monkeypatch):

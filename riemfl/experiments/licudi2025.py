@@ -9,8 +9,10 @@ and Theil of the per-client accuracy of the best global model, eqs. (48)-(49); t
 Fig. 3), mean +/- std over the seeds, the paper's FEMNIST numbers beside ours, the local-epoch
 study of Fig. 4 (K in {1, 2, 5, 10}, one seed, AsyncFedED excluded as in Sec. 4.2.2),
 accuracy-vs-step plots and the loss along a learned curve against the straight line (with the
-diagnostic Q). ``riemfl reproduce
-licudi2025-baselines`` runs the six baselines only (no epoch study).
+diagnostic Q), and the comparison at equal client work: accuracy, T_e and the ranking at equal
+server steps, client updates and virtual time (:func:`equal_work`; the docs page
+``docs/licudi2025.md``). ``riemfl reproduce licudi2025-baselines`` runs the six
+baselines only (no epoch study).
 
 Settings (the paper's App. B unless noted):
 
@@ -32,7 +34,19 @@ Settings (the paper's App. B unless noted):
   2 * time, rank-sampled), durations proportional to the number of local batches;
 * T_e: the first evaluated server step whose test error is at most e = 0.20 (FEMNIST's e,
   Sec. 4.2);
-  evaluation every 10 server steps (every step in the paper), so T_e has a resolution of 10.
+  evaluation every 10 server steps (every step in the paper), so T_e has a resolution of 10;
+  FedBuff, which takes K = 10 client updates per server step, is evaluated at every server step,
+  so that every method is evaluated about every 10 client updates (the per-step table, T_e and
+  best model use FedBuff's evaluations at multiples of 10 steps only, as for the others);
+* equal client work (fixed before the results were seen): each run's curve keeps the server
+  step, the client updates received and the virtual time of every evaluation; on each of the
+  three clocks every method is read at the largest budget every run reached (the fewest client
+  updates any run received: FedBuff gets 10x the updates of the others in the same server steps;
+  the shortest virtual time), by linear interpolation between two evaluations; T_e on a clock is
+  its reading at the first evaluation at the target, if within the budget. The report gives the
+  accuracy and T_e rankings and the pairs agreeing with Table 1 on each clock, and where FedBuff
+  ranks. Which clock the paper used is an
+  inference from its "720 total epochs" (Sec. 4.2), a budget of client work (:func:`paper_axis`);
 * AsyncBezier / AsyncBezierED: :class:`riemfl.nn.BezierClientTrainer` (2 warm-up epochs, then 2
   curve epochs on the middle control point, both ends frozen; the control point's Adam step is the
   paper's 1e-3, not the end point's 1e-2: with 1e-2, Adam's per-coordinate steps carry the middle of
@@ -79,8 +93,16 @@ from ..federated.timing import ProportionalTime
 from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
+from .equal_work import (
+    AXES,
+    common_budget,
+    disagreeing_pairs,
+    first_reached,
+    pair_agreement,
+    value_at,
+)
 from .spread import mean_spread, mean_std
-from .styles import Styles
+from .styles import Styles, legend_styles
 
 __all__ = [
     "METHODS",
@@ -217,10 +239,11 @@ class Settings:
 
 
 class _BestModel:
-    """Wraps a trainer's ``evaluate`` to remember the best global model (for fairness)."""
+    """Wraps a trainer's ``evaluate`` to remember the best global model (for fairness) among the
+    evaluations whose call index ``k`` (0, 1, ...) passes ``keep(k)``."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
+    def __init__(self, trainer: Any, keep: Callable[[int], bool] = lambda k: True) -> None:
+        self.trainer, self.keep, self.calls = trainer, keep, 0
         self.best_accuracy = -math.inf
         self.best = None
 
@@ -229,9 +252,20 @@ class _BestModel:
 
     def evaluate(self, flat: np.ndarray) -> dict[str, float]:
         out = self.trainer.evaluate(flat)
-        if out["accuracy"] > self.best_accuracy:
+        if self.keep(self.calls) and out["accuracy"] > self.best_accuracy:
             self.best_accuracy, self.best = out["accuracy"], np.array(flat, copy=True)
+        self.calls += 1
         return out
+
+
+def _eval_steps(eval_every: int, updates_per_step: int) -> int:
+    """Server steps between evaluations for a rule taking ``updates_per_step`` client updates per
+    server step: the largest divisor of ``eval_every`` that is at most ``eval_every //
+    updates_per_step`` (at least 1). Every method is then evaluated about every ``eval_every``
+    client updates (FedBuff, K = 10, at every server step), and the rows at multiples of
+    ``eval_every`` server steps are among the evaluated ones."""
+    cap = max(1, eval_every // updates_per_step)
+    return max(d for d in range(1, cap + 1) if eval_every % d == 0)
 
 
 def client_data(s: Settings, seed: int) -> list[Any]:
@@ -354,11 +388,18 @@ def _one_run(
         client = BezierClientTrainer(
             trainer, curve_epochs=min(epochs, s.curve_epochs), curve_lr=s.curve_lr
         )
-    watched = _BestModel(client)
     x0 = trainer.initial_parameters(seed)
+    rule = METHODS[method](x0.size, rate)
+    every = _eval_steps(s.eval_every, getattr(rule, "buffer_size", 1))
+
+    def on_grid(step: int) -> bool:  # the evaluations of the per-step comparison
+        return step % s.eval_every == 0 or step >= steps
+
+    # the best model (fairness) among the per-step evaluations only, as with eval_every steps
+    watched = _BestModel(client, keep=lambda k: on_grid(min(k * every, steps)))
     h: AsyncHistory = run_async(
         watched,
-        METHODS[method](x0.size, rate),
+        rule,
         steps,
         workers=s.workers,
         timing=ProportionalTime(speed=s.scheduler_k),
@@ -366,12 +407,13 @@ def _one_run(
         scheduler_k=s.scheduler_k,
         x0=x0,
         seed=seed,
-        eval_every=s.eval_every,
+        eval_every=every,
     )
     per_client = trainer.per_client_accuracy(watched.best)
     per_client = per_client[np.isfinite(per_client)]
-    errors = [1.0 - a for a in h.metrics["accuracy"]]
-    t_e = time_to_error(errors, s.error_target, steps=[int(v) for v in h.metrics["step"]])
+    rows = [i for i, v in enumerate(h.metrics["step"]) if on_grid(int(v))]
+    errors = [1.0 - h.metrics["accuracy"][i] for i in rows]
+    t_e = time_to_error(errors, s.error_target, steps=[int(h.metrics["step"][i]) for i in rows])
     return {
         "method": method,
         "seed": seed,
@@ -385,7 +427,8 @@ def _one_run(
         **_fairness(per_client),
         "updates": len(h.log["client"]),
         "mean_staleness": float(np.mean(h.log["staleness"])),
-        "curve": {"step": h.metrics["step"], "accuracy": h.metrics["accuracy"]},
+        # every evaluated row on the three clocks (equal_work.AXES)
+        "curve": {k: list(h.metrics[k]) for k in ("step", "updates", "time", "accuracy")},
         "final_point": h.final_point,
     }
 
@@ -422,8 +465,9 @@ def _cached_run(
     point_path = runs_dir / f"{stem}.npy"
     if path.exists():
         run = json.loads(path.read_text())
-        run["final_point"] = np.load(point_path) if point_path.exists() else None
-        return run
+        if "updates" in run["curve"]:  # runs saved before the curves kept updates are redone
+            run["final_point"] = np.load(point_path) if point_path.exists() else None
+            return run
     run = _one_run(method, seed, s, epochs, steps, rate, validation)
     np.save(point_path, run["final_point"])
     tmp = path.with_suffix(".tmp")
@@ -442,11 +486,7 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
     ]
     for method in s.methods:
         rs = [r for r in runs if r["method"] == method]
-        te_values = [r["T_e"] for r in rs]
-        reached = sum(v is not None for v in te_values)
-        te = mean_spread(te_values, 0, spread_digits=1) if reached else "not reached"
-        if 0 < reached < len(rs):
-            te += f" ({reached}/{len(rs)} reached)"
+        te = _te_cell([r["T_e"] for r in rs], 0)
         pa, pas, pt, pts = s.paper_table()[1][method]
         lines.append(
             f"| {method} | {mean_spread([100 * r['accuracy'] for r in rs], 2)} | {te} | "
@@ -458,54 +498,280 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
     return "\n".join(lines)
 
 
-def ranking_statement(runs: list[dict[str, Any]], s: Settings) -> list[str]:
+def _te_cell(values: list[float | None], digits: int) -> str:
+    """A T_e cell: mean +/- std over the seeds that reached the target, and how many did."""
+    reached = sum(v is not None for v in values)
+    if not reached:
+        return "not reached"
+    cell = mean_spread(values, digits, spread_digits=max(digits, 1))
+    return cell + (f" ({reached}/{len(values)} reached)" if reached < len(values) else "")
+
+
+def ranking_statement(
+    runs: list[dict[str, Any]], s: Settings, accuracy: dict[str, list[float]] | None = None
+) -> list[str]:
     """Plain sentences on where our accuracy ranking agrees with the ranking of Licudi et al.
-    2025, Table 1 (FEMNIST or Shakespeare)."""
+    2025, Table 1 (FEMNIST or Shakespeare), each disagreement with what would change it.
+
+    ``accuracy``: method -> the accuracy of each seed (default: the final accuracy of ``runs``,
+    i.e. at equal server steps)."""
     name, paper = s.paper_table()
-    ours = {m: mean_std([r["accuracy"] for r in runs if r["method"] == m])[0] for m in s.methods}
+    if accuracy is None:
+        accuracy = {m: [r["accuracy"] for r in runs if r["method"] == m] for m in s.methods}
+    stats = {m: mean_std(accuracy[m]) for m in s.methods}
+    ours = {m: stats[m][0] for m in s.methods}
+    theirs = {m: paper[m][0] for m in s.methods}
     our_order = sorted(s.methods, key=lambda m: -ours[m])
-    paper_order = sorted(s.methods, key=lambda m: -paper[m][0])
-    agree = sum(
-        (ours[a] > ours[b]) == (paper[a][0] > paper[b][0])
-        for i, a in enumerate(s.methods)
-        for b in s.methods[i + 1 :]
-    )
-    pairs = len(s.methods) * (len(s.methods) - 1) // 2
+    agree, pairs = pair_agreement(ours, theirs)
     lines = [
         f"- Accuracy ranking, ours: {' > '.join(our_order)}.",
-        f"- Accuracy ranking, Licudi et al. 2025 on {name}: {' > '.join(paper_order)}.",
+        f"- Accuracy ranking, Licudi et al. 2025 on {name}: "
+        f"{' > '.join(sorted(s.methods, key=lambda m: -theirs[m]))}.",
         f"- The two rankings agree on {agree} of {pairs} pairs of methods.",
     ]
+    if agree < pairs:
+        lines.append("  " + _pairs_verdict_change(stats, paper, disagreeing_pairs(ours, theirs)))
     for proposal in (m for m in CURVE_METHODS if m in s.methods):
         beaten = [m for m in s.methods if m not in CURVE_METHODS and ours[m] >= ours[proposal]]
-        lines.append(
-            f"- {proposal}: "
-            + (
-                "beats every baseline here (as in the paper)."
-                if not beaten
-                else f"does NOT beat {', '.join(beaten)} here (the paper: it beats "
-                f"every baseline on {name})."
+        if not beaten:
+            lines.append(f"- {proposal}: beats every baseline here (as in the paper).")
+            continue
+        best = max(beaten, key=lambda m: ours[m])
+        gap = 100 * (ours[best] - ours[proposal])
+        spread = 100 * _larger_std(stats[best], stats[proposal])
+        if math.isnan(spread):
+            why = "one seed, so the spread is unknown: more seeds would tell whether it holds."
+        elif gap < 2 * spread:
+            why = "the gap is within two seed std's, so more seeds could reverse it."
+        else:
+            why = (
+                "the gap exceeds two seed std's, so more seeds would not reverse it; only a "
+                "different setting could (the paper's FEMNIST clients run hundreds of local "
+                "batches, ours about 4)."
             )
-        )
+        lines += [
+            f"- {proposal}: does NOT beat {', '.join(beaten)} here (the paper: it beats "
+            f"every baseline on {name}).",
+            f"  What would change the verdict: {proposal} is {gap:.2f} points below {best}"
+            + ("" if math.isnan(spread) else f" (largest seed std of the two: {spread:.2f})")
+            + f"; {why}",
+        ]
     return lines
 
 
-def _plot(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
+def _larger_std(a: tuple[float, float, int], b: tuple[float, float, int]) -> float:
+    """The larger seed std of two ``mean_std`` results; NaN with one seed (no spread known)."""
+    return max(a[1], b[1]) if not (math.isnan(a[1]) or math.isnan(b[1])) else math.nan
+
+
+def _pairs_verdict_change(
+    stats: dict[str, tuple[float, float, int]],
+    paper: dict[str, tuple[float, float, float, float]],
+    flipped: list[tuple[str, str]],
+) -> str:
+    """What would change the ranking verdict: of the pairs ordered differently (``flipped``), how
+    many lie within the seed spread of the paper's numbers, or of ours (two std's of the larger)."""
+
+    def close_theirs(a: str, b: str) -> bool:
+        return abs(paper[a][0] - paper[b][0]) < 2 * max(paper[a][1], paper[b][1])
+
+    def close_ours(a: str, b: str) -> bool:
+        return abs(stats[a][0] - stats[b][0]) < 2 * _larger_std(stats[a], stats[b])
+
+    theirs = sum(close_theirs(a, b) for a, b in flipped)
+    start = f"What would change the verdict: of the {len(flipped)} pairs ordered differently, "
+    if any(math.isnan(stats[m][1]) for pair in flipped for m in pair):
+        return (
+            start + f"{theirs} are within two seed std's in the paper (pairs the paper itself "
+            "does not separate); with one seed here our spread is unknown, and more seeds would "
+            "tell which of the others hold."
+        )
+    ours = sum(close_ours(a, b) for a, b in flipped)
+    neither = sum(not (close_theirs(a, b) or close_ours(a, b)) for a, b in flipped)
+    return (
+        start + f"{theirs} are within two seed std's in the paper and {ours} within two seed "
+        f"std's here (more seeds could reorder those); {neither} differ beyond both spreads, "
+        "which only a different setting could change."
+    )
+
+
+def _mean_curve(runs: list[dict[str, Any]], axis: str) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over seeds of the accuracy against ``axis`` (a column of ``equal_work.AXES``):
+    read at the first seed's evaluations up to the end of the shortest seed."""
+    curves = [r["curve"] for r in runs]
+    end = common_budget([c[axis] for c in curves])
+    x = np.array([v for v in curves[0][axis] if v <= end], dtype=float)
+    acc = [[value_at(c[axis], c["accuracy"], v) for v in x] for c in curves]
+    return x, np.mean(acc, axis=0)
+
+
+def _plot(
+    runs: list[dict[str, Any]],
+    s: Settings,
+    path: Path,
+    axis: str = "step",
+    budget: float | None = None,
+) -> None:
+    """Mean test accuracy against server steps, client updates or virtual time (log scale for
+    the last two: FedBuff's runs take K times more updates); ``budget``: a dotted vertical line
+    at the equal-work budget."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = Styles(s.methods)  # the same look per method in every figure of the report
+    curves = {}
     for method in s.methods:
-        curves = [r["curve"] for r in runs if r["method"] == method]
-        steps = curves[0]["step"]
-        acc = np.mean([c["accuracy"] for c in curves], axis=0)
-        ax.plot(steps, acc, **styles.of(method))
-    ax.set_xlabel("server step")
+        x, acc = _mean_curve([r for r in runs if r["method"] == method], axis)
+        keep = x > 0 if axis != "step" else np.ones(x.shape, dtype=bool)
+        curves[method] = (x[keep], acc[keep])
+    looks = legend_styles(styles, curves)
+    for method, (x, acc) in curves.items():
+        ax.plot(x, acc, **looks[method])
+    if axis != "step":
+        ax.set_xscale("log")
+    if budget is not None:
+        ax.axvline(budget, color="k", linestyle=":", linewidth=1, label="equal-work budget")
+    ax.set_xlabel(
+        {"step": "server step", "updates": "client updates received", "time": "virtual time"}[axis]
+    )
     ax.set_ylabel("test accuracy (mean over seeds)")
-    ax.grid(True, alpha=0.3)
+    ax.grid(True, which="both" if axis != "step" else "major", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def equal_work(runs: list[dict[str, Any]], s: Settings) -> dict[str, Any]:
+    """Every method at the same budget on each clock of ``equal_work.AXES``.
+
+    The protocol (fixed before the results were seen): per clock, the budget is the largest
+    reading every run of the report reached (:func:`~riemfl.experiments.equal_work.common_budget`:
+    server steps ``s.server_steps``; client updates: the fewest any run received, FedBuff's K = 10
+    per step against one for the other rules; virtual time: the shortest run); each run's accuracy
+    at the budget is read between its two evaluations around it
+    (:func:`~riemfl.experiments.equal_work.value_at`); T_e on the clock is the reading of the first
+    evaluation with error at most e, within the budget (server steps: the per-step grid of the
+    table, every ``s.eval_every`` steps; updates and time: every evaluation, about every
+    ``s.eval_every`` updates for every rule).
+
+    Returns
+    -------
+    dict
+        clock -> {"budget": float, "accuracy": {method: [per seed]}, "T_e": {method: [per
+        seed]}}.
+    """
+    out: dict[str, Any] = {}
+    for axis in AXES:
+        budget = common_budget([r["curve"][axis] for r in runs])
+        acc: dict[str, list[float]] = {}
+        te: dict[str, list[float | None]] = {}
+        for method in s.methods:
+            rs = [r for r in runs if r["method"] == method]
+            acc[method] = [value_at(r["curve"][axis], r["curve"]["accuracy"], budget) for r in rs]
+            te[method] = [
+                r["T_e"] if axis == "step" else _reached_within(r["curve"], axis, budget, s)
+                for r in rs
+            ]
+        out[axis] = {"budget": budget, "accuracy": acc, "T_e": te}
+    return out
+
+
+def _reached_within(
+    curve: dict[str, list[float]], axis: str, budget: float, s: Settings
+) -> float | None:
+    """T_e on the clock ``axis``, if reached within ``budget`` (a run that ran longer than the
+    budget must not reach the target where the others could not); else None."""
+    errors = [1.0 - a for a in curve["accuracy"]]
+    reading = first_reached(curve[axis], errors, s.error_target)
+    return reading if reading is not None and reading <= budget else None
+
+
+def equal_work_table(runs: list[dict[str, Any]], s: Settings, work: dict[str, Any]) -> str:
+    """Markdown: per method, its work per server step, accuracy and T_e on the three clocks, and
+    the paper's numbers."""
+    name, paper = s.paper_table()
+    step, upd, vt = (work[a]["budget"] for a in AXES)
+    lines = [
+        "| Method | updates / server step | virtual time / update | "
+        f"Acc. (%) at {step:g} steps | Acc. (%) at {upd:g} updates | Acc. (%) at time {vt:g} | "
+        "T_e (steps) | T_e (updates) | T_e (time) | "
+        f"Paper {name} Acc. (%) | Paper {name} T_e |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method in s.methods:
+        rs = [r for r in runs if r["method"] == method]
+        per_step = mean_std([r["curve"]["updates"][-1] / r["curve"]["step"][-1] for r in rs])[0]
+        per_update = mean_std([r["curve"]["time"][-1] / r["curve"]["updates"][-1] for r in rs])[0]
+        cells = [mean_spread([100 * a for a in work[a]["accuracy"][method]], 2) for a in AXES]
+        cells += [_te_cell(work[a]["T_e"][method], 0) for a in AXES]
+        pa, pas, pt, pts = paper[method]
+        lines.append(
+            f"| {method} | {per_step:.2f} | {per_update:.2f} | {' | '.join(cells)} | "
+            f"{pa:.2f} +/- {pas:.2f} | {pt:.0f} +/- {pts:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def fedbuff_statement(s: Settings, work: dict[str, Any]) -> list[str]:
+    """Where FedBuff ranks on each clock, and whether its lead at equal server steps survives
+    equal client work."""
+    if "FedBuff" not in s.methods or len(s.methods) < 2:
+        return []
+    ranks, gaps = {}, {}
+    for axis in AXES:
+        stats = {m: mean_std(work[axis]["accuracy"][m]) for m in s.methods}
+        order = sorted(s.methods, key=lambda m: -stats[m][0])
+        ranks[axis] = order.index("FedBuff") + 1
+        other = max((m for m in s.methods if m != "FedBuff"), key=lambda m: stats[m][0])
+        spread = 100 * _larger_std(stats["FedBuff"], stats[other])
+        gaps[axis] = (
+            other,
+            100 * (stats["FedBuff"][0] - stats[other][0]),
+            "one seed" if math.isnan(spread) else f"larger seed std {spread:.2f}",
+        )
+    n = len(s.methods)
+    lines = [
+        "- FedBuff ranks "
+        + "; ".join(
+            f"{ranks[a]} of {n} at equal {AXES[a]} ({gaps[a][1]:+.2f} points against "
+            f"{gaps[a][0]}, the best other method; {gaps[a][2]})"
+            for a in AXES
+        )
+        + "."
+    ]
+    if ranks["step"] != 1:
+        lines.append("- FedBuff is not first at equal server steps in this run.")
+    elif ranks["updates"] == 1:
+        lines.append(
+            "- FedBuff's lead does NOT disappear at equal client work: it is still first at "
+            f"{work['updates']['budget']:g} client updates."
+        )
+    else:
+        lines.append(
+            "- FedBuff's lead disappears at equal client work: first at equal server steps, "
+            f"{ranks['updates']} of {n} at {work['updates']['budget']:g} client updates."
+        )
+    return lines
+
+
+def paper_axis(s: Settings) -> str:
+    """Which clock Licudi et al. 2025 compared the methods on, as far as the repository's
+    sources tell: an inference, stated as one."""
+    name, paper = s.paper_table()
+    return (
+        "Which clock the paper used (an inference: none of the repository's sources quotes the "
+        "paper naming the clock of Table 1). docs/federated/async/asyncbezier.md records that "
+        "Licudi et al. 2025, Sec. 4.2, give a run's length as '720 total epochs', counting only "
+        "the local (warm-up) epochs: a budget of client work. At the 2 local epochs of App. B "
+        "that is 360 client updates, the 360 server steps of the full run here for the rules "
+        "that take one server step per update. With the same 720 epochs FedBuff (K = 10) takes "
+        f"only 36 server steps, so its Table 1 T_e on {name} ({paper['FedBuff'][2]:.0f}) cannot "
+        "be counted in its own server steps. So the paper most likely compared the methods at "
+        "equal client work (client updates, or local epochs) and counted T_e in arrivals: the "
+        "equal-updates columns are the closest reading of Table 1, and the per-step table gives "
+        "FedBuff ten times the client training of the others. If the paper instead ran every "
+        "method for the same number of server steps, the per-step table is the right reading."
+    )
 
 
 def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
@@ -560,25 +826,37 @@ def _epoch_study(
     runs_dir: Path, s: Settings, bar: Any, rates: dict[str, float]
 ) -> tuple[list[dict[str, Any]], str]:
     """Licudi et al. 2025, Fig. 4: final accuracy against the local epochs K (one seed; no
-    AsyncFedED)."""
+    AsyncFedED), after ``s.epoch_study_steps`` server steps and at equal client updates (the
+    fewest any study run received, as in :func:`equal_work`): two tables."""
     methods = [m for m in s.methods if m != "AsyncFedED"]
-    rows = []
+    rows, curves = [], []
     for k in s.epoch_study:
         for method in methods:
             run = _cached_run(
                 runs_dir, method, s.epoch_study_seed, s, k, s.epoch_study_steps, rates[method]
             )
             rows.append({key: v for key, v in run.items() if key not in ("curve", "final_point")})
+            curves.append(run["curve"])
             bar.update(1, run=f"{method} K={k}", acc=run["accuracy"])
+    budget = common_budget([c["updates"] for c in curves])
+    for row, c in zip(rows, curves, strict=True):
+        row["accuracy_at_updates"] = value_at(c["updates"], c["accuracy"], budget)
     header = "| Method | " + " | ".join(f"K = {k}" for k in s.epoch_study) + " |"
-    lines = [header, "|---|" + "---|" * len(s.epoch_study)]
-    for method in methods:
-        accs = [
-            next(r["accuracy"] for r in rows if r["method"] == method and r["epochs"] == k)
-            for k in s.epoch_study
-        ]
-        lines.append(f"| {method} | " + " | ".join(f"{100 * a:.2f}" for a in accs) + " |")
-    return rows, "\n".join(lines)
+    tables = []
+    for key in ("accuracy", "accuracy_at_updates"):
+        lines = [header, "|---|" + "---|" * len(s.epoch_study)]
+        for method in methods:
+            accs = [
+                next(r[key] for r in rows if r["method"] == method and r["epochs"] == k)
+                for k in s.epoch_study
+            ]
+            lines.append(f"| {method} | " + " | ".join(f"{100 * a:.2f}" for a in accs) + " |")
+        tables.append("\n".join(lines))
+    return rows, (
+        f"After {s.epoch_study_steps} server steps:\n\n{tables[0]}\n\nAt equal client work "
+        f"({budget:g} client updates, the fewest any run of the study received; FedBuff takes "
+        f"K = 10 per server step):\n\n{tables[1]}"
+    )
 
 
 def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
@@ -648,6 +926,73 @@ def reproduce(
         return _reproduce(Path(out), s, progress)
 
 
+def _te_ranking(s: Settings, te: dict[str, list[float | None]], clock: str) -> str:
+    """The T_e ranking on one clock (fastest first; a method that never reached the target is
+    last, and the slower of two when only one did) and the pairs ordered as in Table 1's T_e."""
+    # scores: higher is better, as for accuracy; an unreached target scores -inf
+    ours = {
+        m: -mean_std(te[m])[0] if any(v is not None for v in te[m]) else -math.inf
+        for m in s.methods
+    }
+    paper = {m: -s.paper_table()[1][m][2] for m in s.methods}
+    agree, pairs = pair_agreement(ours, paper)
+    order = " < ".join(sorted(s.methods, key=lambda m: -ours[m]))
+    return (
+        f"- T_e in {clock}, fastest first: {order}; ordered as Table 1's T_e on {agree} of "
+        f"{pairs} pairs."
+    )
+
+
+def _equal_work_section(runs: list[dict[str, Any]], s: Settings, work: dict[str, Any]) -> list[str]:
+    """The report's comparison on the three clocks: protocol, table, rankings, FedBuff, the
+    paper's clock, figures."""
+    budget_u, budget_t = work["updates"]["budget"], work["time"]["budget"]
+    lines = [
+        "## Equal client work: server steps, client updates and virtual time",
+        "",
+        "Protocol (fixed before the results were seen): every run records, at each evaluation, "
+        "its server steps, the client updates the server received (no staleness bound is set, "
+        "so none is dropped) and the virtual time (durations proportional to the local "
+        "batches, warm-up and curve batches alike). On each clock every method is read at the "
+        "same budget, the largest every run reached: "
+        f"{work['step']['budget']:g} server steps, {budget_u:g} client updates (the fewest any "
+        f"run received; FedBuff takes K = 10 per server step), virtual time {budget_t:g} (the "
+        "shortest run). A run's accuracy at the budget is interpolated linearly between its two "
+        "evaluations around it; every rule is evaluated about every "
+        f"{s.eval_every} client updates (FedBuff at every server step). T_e on a clock is that "
+        "clock's reading at the first evaluation with error at most "
+        f"e = {s.error_target:.2f}, if within the budget (server steps: the table's grid of "
+        f"{s.eval_every} steps). The "
+        "rankings are by the mean accuracy at the budget, compared with Table 1 pair by pair "
+        "as above.",
+        "",
+        equal_work_table(runs, s, work),
+        "",
+    ]
+    paper = {m: s.paper_table()[1][m][0] for m in s.methods}
+    agreement = []
+    for axis in AXES:
+        accuracy = work[axis]["accuracy"]
+        lines += [
+            f"At equal {AXES[axis]} ({work[axis]['budget']:g}):",
+            *ranking_statement(runs, s, accuracy),
+            "",
+        ]
+        agree, pairs = pair_agreement({m: mean_std(accuracy[m])[0] for m in s.methods}, paper)
+        agreement.append(f"{agree} of {pairs} at equal {AXES[axis]}")
+        lines[-1:-1] = [_te_ranking(s, work[axis]["T_e"], AXES[axis])]
+    lines += [
+        "- Pairs of methods ordered as in Table 1: " + "; ".join(agreement) + ".",
+        *fedbuff_statement(s, work),
+        "",
+        paper_axis(s),
+        "",
+        "![accuracy against client updates](accuracy_updates.png) "
+        "![accuracy against virtual time](accuracy_time.png)",
+    ]
+    return lines
+
+
 def _reproduce(out: Path, s: Settings, progress: bool) -> str:
     unknown = [m for m in s.methods if m not in METHODS]
     if unknown:
@@ -669,7 +1014,10 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
             bar.update(1, run=f"{method} seed {seed}", acc=runs[-1]["accuracy"])
         study, study_md = _epoch_study(runs_dir, s, bar, rates) if s.epoch_study else ([], "")
     md = table(runs, s)
+    work = equal_work(runs, s)
     _plot(runs, s, out / "accuracy.png")
+    for axis in ("updates", "time"):
+        _plot(runs, s, out / f"accuracy_{axis}.png", axis, work[axis]["budget"])
     _plot_fairness(runs, s, out / "fairness.png")
     sections = [
         f"# Licudi et al. 2025, Table 1, on {_DATA_NAMES[s.dataset]}",
@@ -707,8 +1055,10 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
         "![accuracy](accuracy.png)",
         "",
         "Fairness (Licudi et al. 2025, Fig. 3): ![fairness](fairness.png)",
+        "",
+        *_equal_work_section(runs, s, work),
     ]
-    results: dict[str, Any] = {"settings": s.__dict__, "rates": rates}
+    results: dict[str, Any] = {"settings": s.__dict__, "rates": rates, "equal_work": work}
     if study:
         _plot_epochs(study, s, out / "epochs.png")
         sections += [

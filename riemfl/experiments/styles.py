@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Styles", "coinciding", "COLOURS"]
+__all__ = ["Styles", "coinciding", "legend_styles", "COLOURS"]
 
 #: matplotlib's "tab10" colours, in order
 COLOURS = (
@@ -79,4 +79,16 @@ def coinciding(
                 break
         else:
             seen.append((label, xs, ys))
+    return out
+
+
+def legend_styles(
+    styles: Styles, curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
+) -> dict[str, dict[str, Any]]:
+    """``styles.of(label)`` for every curve, its legend label saying which earlier curve it lies
+    on (:func:`coinciding`): "B (= A)"."""
+    under = coinciding(curves)
+    out = {label: styles.of(label) for label in curves}
+    for label, other in under.items():
+        out[label]["label"] = f"{label} (= {other})"
     return out
