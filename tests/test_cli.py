@@ -62,3 +62,16 @@ def test_run_help_lists_every_problem_and_algorithm_with_defaults(capsys):
         text.split()
     )
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_readme_names_every_problem_algorithm_rule_and_reproduction():
+    from pathlib import Path
+
+    from riemfl.cli.reproduce import PAPERS
+    from riemfl.experiments.registry import ALGORITHMS, ASYNC_RULES, PROBLEMS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for name in [*PROBLEMS, *ALGORITHMS, *ASYNC_RULES]:
+        assert f"`{name}" in readme, name
+    for paper in PAPERS:
+        assert f"reproduce {paper}" in readme or f"`{paper}`" in readme, paper
