@@ -561,9 +561,11 @@ class FaultyRFedProj(RFedProj):
             uploads = {"x": corrupt(uploads["x"], hit, self.kind)}
         return uploads, rows
 
-    def server_step(self, manifold, server, phase, message, uploads):
-        self._round += 1  # one phase per round: the client rules after this are next round's
-        return super().server_step(manifold, server, phase, message, uploads)
+    def server_step_from_sum(self, manifold, server, phase, message, total, count):
+        # RFedProj's server step reads only the sum (the engines call this, never server_step).
+        # One phase per round: the client rules after this are next round's.
+        self._round += 1
+        return super().server_step_from_sum(manifold, server, phase, message, total, count)
 
 
 class FaultyTrainer:
