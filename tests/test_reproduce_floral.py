@@ -75,7 +75,11 @@ def test_tiny_reproduction_writes_table_report_and_json(tmp_path):
     assert {r["adaptors"] for r in agg["async"]} == {"factors", "products"}
     assert agg["gauge"]["products"] < 1e-9 < agg["gauge"]["factors"]
     # a second call resumes from the checkpoints of the finished runs: same table
+    assert not any(r["resumed"] for r in data["digits"])
     assert floral.reproduce(tmp_path, settings=TINY, progress=False) == table
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["resumed"] for r in again["digits"])
+    assert "Table 1 runs resumed from checkpoints" in (tmp_path / "report.md").read_text()
 
 
 def test_mnist_settings_drop_the_ten_row_columns():

@@ -327,12 +327,14 @@ class _Runner:
             on_round=lambda r, _: self.bar.update(1),
             **kwargs,
         )
+        trained = self.bar.count - before  # rounds run by this call
         self.bar.count = before + rounds  # a resumed run skips its completed rounds
         h.to_json(self.out / "runs" / f"{key}.json")
         m = h.metrics
         return {
             "key": key,
             "seconds": time.perf_counter() - t0,
+            "resumed": trained < rounds,
             "final": {k: v[-1] for k, v in m.items()},
             "curve": {  # "step": the x axis of the curves (rounds here, server steps async)
                 "step": m["round"],
@@ -1019,13 +1021,19 @@ def _report(
     gap_lines, gaps = _gap_section(digits, s)
     data = f"MNIST file {s.data}" if s.data else "scikit-learn digits (offline MNIST stand-in)"
     extra = sorted(set(s.gap_seeds) - set(s.seeds))
+    resumed = sum(bool(r.get("resumed")) for r in digits)
     lines = [
         "# FLoRAL (Almansoori, Horvath & Takac), Table 1 (MNIST columns) and synthetic tasks",
         "",
         f"Mode: {'--quick' if quick else 'full'}; data: {data}; {len(s.seeds)} seed(s) "
         f"{list(s.seeds)}; {s.rounds} rounds ({s.reduced_rounds} with reduced data); "
         f"K = {s.n_clients} clients, "
-        f"{s.clients_per_round} per round, C = {s.n_clusters}; wall time {seconds:.0f} s. "
+        f"{s.clients_per_round} per round, C = {s.n_clusters}; wall time {seconds:.0f} s"
+        + (
+            f" ({resumed} of {len(digits)} Table 1 runs resumed from checkpoints). "
+            if resumed
+            else ". "
+        )
         + (
             f"Reduced columns: {', '.join(GAP_METHODS)} also on seeds {extra} "
             f"({len(set(s.seeds) | set(extra))} in all). "
