@@ -25,8 +25,8 @@ TINY = floral.Settings(
     clients_per_round=4,
     hidden=16,
     eval_every=1,
-    columns=("Full R", "Full LS", "Reduced 5% LS"),
-    gap_seeds=(0, 1),  # the gap's rows of the reduced column also on seed 1
+    columns=("Full R", "Full LS", "Reduced 5% LS", "Reduced 14% LS"),
+    gap_seeds=(0, 1),  # the gap's rows of the reduced columns also on seed 1
     synthetic_rounds={"linear": 2, "mlp": 2},
     async_steps=2,
 )
@@ -46,19 +46,23 @@ def test_tiny_reproduction_writes_table_report_and_json(tmp_path):
     for png in ("table1_curves.png", "synthetic_loss.png", "aggregation.png", "reduced_gap.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
     data = json.loads((tmp_path / "results.json").read_text())
-    gap_runs = len(floral.GAP_METHODS)  # seed 1 of the reduced column
+    gap_runs = 2 * len(floral.GAP_METHODS)  # seed 1 of the reduced columns
     assert len(data["digits"]) == len(floral.METHODS) * len(TINY.columns) + gap_runs
     acc = {
         (r["column"], r["method"], r["seed"]): 100 * r["final"]["accuracy"] for r in data["digits"]
     }
+    assert len(data["reduced_gaps"]) == 2 * 2  # two columns, two FLoRAL rows
     for g in data["reduced_gaps"]:  # paired per seed: FLoRAL minus the ensemble, same seed
-        assert g["column"] == "Reduced 5% LS" and g["n"] == 2
+        assert g["column"] in ("Reduced 5% LS", "Reduced 14% LS") and g["n"] == 2
         want = [
             acc[g["column"], g["method"], sd] - acc[g["column"], "Ensemble (pi*)", sd]
             for sd in (0, 1)
         ]
         assert g["gaps"] == pytest.approx(want)
         assert g["lo"] <= g["mean"] <= g["hi"]
+    shift = {g["method"]: g["mean"] for g in data["reduced_gaps"] if "5%" in g["column"]}
+    for g in (g for g in data["reduced_gaps"] if "14%" in g["column"]):
+        assert f"5% minus 14%: {shift[g['method']] - g['mean']:+.1f}" in report
     held = [h for h in data["holdings"] if h["column"] == "Reduced 5% LS"]
     assert [h["seed"] for h in held] == [0, 1]
     for h in held:  # 5% of each client's rows, no 10-row minimum; every client tested
