@@ -696,11 +696,10 @@ def _gap_verdict(g: dict[str, float]) -> tuple[str, str]:
     if g["n"] < 2:
         return "no verdict (one seed)", ""
     if g["hi"] < WITHIN:
-        need = WITHIN - g["hi"]
         return (
             "does NOT agree: FLoRAL trails by more than 1 point",
-            f"the verdict changes if the mean gap rises by {need:.1f} points or more "
-            f"(the interval's top reaching {WITHIN:+.0f})",
+            f"with the same spread, a mean gap {WITHIN - g['hi']:.1f} points higher makes it "
+            f"undecided, {WITHIN - g['lo']:.1f} points higher makes it agree",
         )
     if g["lo"] >= WITHIN:
         return "agrees: within 1 point", ""
@@ -981,9 +980,11 @@ def _gap_plot(gaps: list[dict], styles: Styles, out: Path) -> None:
                     label=f"{label}: mean, 95% interval" if first else None,
                 )
             ax.scatter(
-                x + shift + 0.08,
+                x + shift,
                 paper,
-                marker="x",
+                marker="_",
+                s=300,
+                linewidths=2,
                 color="black",
                 label="paper (MNIST)" if first and i == 0 else None,
             )
