@@ -84,7 +84,18 @@ from ._threads import single_torch_thread
 from .spread import mean_spread, mean_std
 from .styles import Styles
 
-__all__ = ["Method", "METHODS", "PAPER_MNIST", "COLUMNS", "Settings", "reproduce"]
+__all__ = [
+    "Method",
+    "METHODS",
+    "Column",
+    "COLUMNS",
+    "PAPER_COLUMNS",
+    "PAPER_MNIST",
+    "GAP_METHODS",
+    "GAP_SEEDS",
+    "Settings",
+    "reproduce",
+]
 
 
 @dataclass(frozen=True)
