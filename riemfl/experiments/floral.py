@@ -3,10 +3,12 @@
 ``riemfl reproduce floral [--quick] [--data MNIST_FILE]`` runs
 
 1. **Table 1, MNIST columns**, on rotation and label-shift clusters of scikit-learn's digits
-   (the offline MNIST stand-in; the user's MNIST with ``--data``), full and reduced (5%, at
-   least 10 rows per client) data: FedAvg, Local Adaptor, Ensemble (learned and pi*
-   routing), FLoRAL(1%) and FLoRAL(10%) (learned and pi*), with the paper's MNIST numbers
-   beside ours and a plain statement of where the ordering agrees;
+   (the offline MNIST stand-in; the user's MNIST with ``--data``), full and reduced data:
+   FedAvg, Local Adaptor, Ensemble (learned and pi* routing), FLoRAL(1%) and FLoRAL(10%)
+   (learned and pi*), with the paper's MNIST numbers beside ours and a plain statement of
+   where the ordering agrees; with reduced data at the paper's 5% and at 14% (the paper's
+   10-row minimum), the FLoRAL-vs-ensemble gap (pi*) paired by seed over more seeds, with a
+   verdict rule fixed in advance;
 2. **the synthetic tasks** (linear, K = 10, C = 2; MLP, K = 20, C = 4): personal test-loss
    curves of the same methods (Table 3 of the paper is a plot);
 3. **factor averaging against the manifold-aware aggregation** (average the adaptor products,
@@ -17,11 +19,18 @@
 Settings (the paper, Sec. 6 and App. G, gives no training hyperparameters; "the authors' code" is
 their public implementation, ``zeligism/FLoRAL`` in ``docs/references.md``):
 
-* digits: K = 20 clients (5 per cluster; 1437 training rows, ~72 per client, 10 in the
-  reduced regime, i.e. 14%: the minimum of 10 dominates on so small a set), 10 sampled per
-  round (50%; MNIST: 300 clients, 10%), C = 4, rotations 0/90/180/270 degrees or labels
+* digits: K = 20 clients (5 per cluster; 1438 training rows, 71-72 per client), 10 sampled
+  per round (50%; MNIST: 300 clients, 10%), C = 4, rotations 0/90/180/270 degrees or labels
   y + c mod 10, IID split, client k in cluster k mod 4; the model is the paper's MNIST
   2-layer ReLU MLP with 200 hidden units (64 -> 200 -> 10);
+* reduced data: the paper keeps 5% of each client's rows, at least 10 (Sec. 6), which on
+  MNIST (200 rows per client) is 10 rows, 5%. On digits the minimum would keep 10 of ~72
+  rows, 14%, so there are two reduced regimes: "Reduced 5%" (round(0.05 N^k), at least 1
+  row: 4 rows per client, 80 rows in all, 5.6% of the training rows; a cluster's 20 rows
+  often lack one or two of the 10 digits, which is the regime, and no client is ever left
+  without rows) and "Reduced 14%" (10 rows per client, the paper's per-client count); both
+  are compared with the paper's reduced columns; with ``--data`` only the 5% ones (the same
+  rows there);
 * clients: 1 local epoch of plain SGD (authors' code), batch 16 (the code's 32 would give 2
   steps per round on 72 rows), lr 0.1 (the code's MNIST value); router lr 1.0 and router noise
   1.0 x U[0, 1) (code: 0.1 and 1.0; with 300 rounds instead of 500 the router at 0.1 has
@@ -29,12 +38,22 @@ their public implementation, ``zeligism/FLoRAL`` in ``docs/references.md``):
   (the paper's only "trick", App. D); bias adaptors on; LoRA init of the authors' code;
 * Local Adaptor: FLoRAL with C = 1, rho = 10% and the adaptor kept private (authors' code);
   Ensemble: 4 full models mixed at the output (authors' code);
-* evaluation: every client on the whole held-out set (360 images) under its cluster's
+* evaluation: every client on the whole held-out set (359 images) under its cluster's
   transform, pooled over clients (the authors split the test set among clients: same
-  expectation, larger variance on 360 images); accuracy of the last round;
+  expectation, larger variance on 359 images); accuracy of the last round;
 * rounds: 300 with full data, 600 with reduced data (a reduced client takes 1 step per round;
   the authors' code also runs 3 x longer, 1500 rounds against 500); ``--quick``: 80 and 240; seeds 0
-  and 1 (``--quick``: 0); mean +/- std over seeds;
+  and 1 (``--quick``: 0); mean +/- std over seeds; ``--quick`` runs the 5% columns only;
+* the FLoRAL-vs-ensemble gap with reduced data: FLoRAL(rho) (pi*) minus Ensemble (pi*),
+  paired by seed; those three rows of the reduced columns run on seeds 0 to 5
+  (``GAP_SEEDS``), the other rows on seeds 0 and 1. Rule fixed before the runs: "within 1
+  point of the ensemble" (the paper's gaps: -1.2 to +0.0) agrees where the 95% Student-t
+  interval of the mean gap lies at or above -1, does not agree where it lies below -1,
+  undecided otherwise. Why six seeds: a pilot (seeds 10 to 13) measured a per-seed std of
+  the paired gap of 0.5 to 4.4 points; with six seeds the interval's half-width is 1.05 std
+  (at most ~4.6 points), narrower than the distance from -1 of every pilot gap (3 to 11
+  points), where four seeds would leave the noisiest row undecided; resolving a 1-point
+  difference would take 12 to 75 seeds (``docs/floral.md``);
 * synthetic: the code's defaults (d_x = 10, d_y = 3 / 1, d_h = 10, r = 1, alpha = 2,
   batch 4 / 8, lr 0.1 / 0.03), 300 / 100 rounds (``--quick``: 100 / 40; the code: 2000),
   full participation,
@@ -65,7 +84,18 @@ from ._threads import single_torch_thread
 from .spread import mean_spread, mean_std
 from .styles import Styles
 
-__all__ = ["Method", "METHODS", "PAPER_MNIST", "COLUMNS", "Settings", "reproduce"]
+__all__ = [
+    "Method",
+    "METHODS",
+    "Column",
+    "COLUMNS",
+    "PAPER_COLUMNS",
+    "PAPER_MNIST",
+    "GAP_METHODS",
+    "GAP_SEEDS",
+    "Settings",
+    "reproduce",
+]
 
 
 @dataclass(frozen=True)
@@ -100,15 +130,57 @@ METHODS: tuple[Method, ...] = (
     Method("FLoRAL(10%) (pi*)", "floral", "fixed", 0.1),
 )
 
-#: Table 1 columns of the digits tasks: (label, transform, reduced)
-COLUMNS: tuple[tuple[str, str, bool], ...] = (
-    ("Full R", "rotation", False),
-    ("Full LS", "label_shift", False),
-    ("Reduced R", "rotation", True),
-    ("Reduced LS", "label_shift", True),
+
+@dataclass(frozen=True)
+class Column:
+    """One column of Table 1: a task (transform) and how much of each client's data it keeps.
+
+    ``keep`` is None for the full data, else the reduced regime keeps
+    ``max(min_rows, round(keep N^k))`` of each client's N^k training rows
+    (:func:`riemfl.nn.floral.reduce_rows`); ``paper`` indexes the paper's MNIST columns
+    (``PAPER_COLUMNS``) the column is compared with.
+    """
+
+    label: str
+    transform: str  # "rotation" | "label_shift"
+    paper: int
+    keep: float | None = None
+    min_rows: int = 1
+
+    @property
+    def reduced(self) -> bool:
+        return self.keep is not None
+
+    @property
+    def ten_row_minimum(self) -> bool:
+        """Reduced with the paper's 10-row minimum (on digits: 14% of the rows)."""
+        return self.reduced and self.min_rows == 10
+
+    @property
+    def key(self) -> str:
+        """The run files' name of the regime (``reduced``: the 10-row minimum, as before)."""
+        if not self.reduced:
+            return "full"
+        return "reduced" if self.ten_row_minimum else f"reduced{round(100 * self.keep)}pct"
+
+
+#: the paper's MNIST columns (Almansoori et al. 2024, Table 1), in PAPER_MNIST order
+PAPER_COLUMNS: tuple[str, ...] = ("Full R", "Full LS", "Reduced R", "Reduced LS")
+
+#: Table 1 columns of the digits tasks. The paper's reduced regime keeps 5% of each client's
+#: rows, at least 10 (Sec. 6): on MNIST (200 rows per client) that is 10 rows, 5%; on digits
+#: (~72 rows per client) the minimum dominates and keeps 14%. "Reduced 5%" drops the minimum
+#: (4 rows per client), "Reduced 14%" keeps it (10 rows per client, the paper's count).
+COLUMNS: tuple[Column, ...] = (
+    Column("Full R", "rotation", 0),
+    Column("Full LS", "label_shift", 1),
+    Column("Reduced 5% R", "rotation", 2, keep=0.05, min_rows=1),
+    Column("Reduced 5% LS", "label_shift", 3, keep=0.05, min_rows=1),
+    Column("Reduced 14% R", "rotation", 2, keep=0.05, min_rows=10),
+    Column("Reduced 14% LS", "label_shift", 3, keep=0.05, min_rows=10),
 )
 
-#: Almansoori et al. 2024, Table 1, MNIST columns: mean and spread, in COLUMNS order
+#: Almansoori et al. 2024, Table 1, MNIST columns: mean and spread, in PAPER_COLUMNS order
 PAPER_MNIST: dict[str, tuple[tuple[float, float], ...]] = {
     "FedAvg": ((91.5, 0.6), (25.8, 2.4), (78.2, 0.6), (23.2, 0.9)),
     "Local Adaptor": ((86.6, 0.3), (84.5, 1.8), (47.4, 5.4), (32.0, 2.3)),
@@ -129,6 +201,11 @@ SYNTHETIC_METHODS: tuple[Method, ...] = (
     Method("FLoRAL (pi*)", "floral", "fixed"),
 )
 
+#: the rows of the FLoRAL-vs-ensemble gap (oracle routing pi*), run on ``Settings.gap_seeds``
+GAP_METHODS: tuple[str, ...] = ("Ensemble (pi*)", "FLoRAL(1%) (pi*)", "FLoRAL(10%) (pi*)")
+#: their seeds by default (module docstring: why six)
+GAP_SEEDS: tuple[int, ...] = tuple(range(6))
+
 
 @dataclass
 class Settings:
@@ -147,7 +224,9 @@ class Settings:
     router_noise: float = 1.0
     evaluation: str = "full"
     eval_every: int = 10
-    columns: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
+    columns: tuple[str, ...] = tuple(c.label for c in COLUMNS)
+    #: seeds of the reduced columns' GAP_METHODS rows (the other rows: ``seeds``)
+    gap_seeds: tuple[int, ...] = GAP_SEEDS
     synthetic_rounds: dict[str, int] = field(default_factory=lambda: {"linear": 300, "mlp": 100})
     async_steps: int = 100
     data: str | None = None
@@ -158,16 +237,24 @@ class Settings:
             rounds=80,
             reduced_rounds=240,
             seeds=(0,),
+            gap_seeds=(0,),
+            columns=tuple(c.label for c in COLUMNS if not c.ten_row_minimum),  # the paper's 5%
             eval_every=5,
             synthetic_rounds={"linear": 100, "mlp": 40},
             async_steps=30,
         )
 
     def for_mnist(self, data: str, quick: bool) -> Settings:
-        """The paper's MNIST setting (K = 300, 10% per round) for the user's file."""
+        """The paper's MNIST setting (K = 300, 10% per round) for the user's file.
+
+        Without the 10-row minimum's columns: on MNIST 5% of a client's 200 rows is 10 rows.
+        """
         return replace(
             self,
             data=data,
+            columns=tuple(
+                c.label for c in COLUMNS if c.label in self.columns and not c.ten_row_minimum
+            ),
             n_clients=300,
             clients_per_round=30,
             batch_size=32,
@@ -251,12 +338,14 @@ class _Runner:
             on_round=lambda r, _: self.bar.update(1),
             **kwargs,
         )
+        trained = self.bar.count - before  # rounds run by this call
         self.bar.count = before + rounds  # a resumed run skips its completed rounds
         h.to_json(self.out / "runs" / f"{key}.json")
         m = h.metrics
         return {
             "key": key,
             "seconds": time.perf_counter() - t0,
+            "resumed": trained < rounds,
             "final": {k: v[-1] for k, v in m.items()},
             "curve": {  # "step": the x axis of the curves (rounds here, server steps async)
                 "step": m["round"],
@@ -271,19 +360,42 @@ class _Runner:
         }
 
 
-def _digits_task(column: tuple[str, str, bool], seed: int, s: Settings):
+def _digits_task(column: Column, seed: int, s: Settings):
     from ..nn.floral import digits_clusters
 
-    _, transform, reduced = column
     return digits_clusters(
-        transform,
+        column.transform,
         data=s.data,
         n_clients=s.n_clients,
         n_clusters=s.n_clusters,
-        reduced=reduced,
+        reduced=column.reduced,
+        keep_fraction=column.keep or 1.0,
+        min_rows=column.min_rows,
         evaluation=s.evaluation,
         seed=seed,
     )
+
+
+def _holdings(task) -> dict[str, Any]:
+    """What the clients hold: training rows, distinct classes, classes a whole cluster lacks.
+
+    Classes are the images' own digits (label shift undone), so that a cluster "lacks" a digit
+    whose images none of its clients holds.
+    """
+    n_classes = task.n_classes
+    digits = [
+        (y - (c if task.description["transform"] == "label_shift" else 0)) % n_classes
+        for (_, y, _, _), c in zip(task.clients, task.clusters, strict=True)
+    ]
+    members = [np.flatnonzero(np.asarray(task.clusters) == c) for c in range(task.n_clusters)]
+    lacking = [n_classes - np.unique(np.concatenate([digits[k] for k in m])).size for m in members]
+    return {
+        "train_rows": [int(d.size) for d in digits],
+        "classes": [int(np.unique(d).size) for d in digits],
+        "cluster_lacks": lacking,
+        "test_rows": [int(c[3].size) for c in task.clients],
+        "available_rows": int(sum(task.description["available_rows"])),
+    }
 
 
 def _digits_trainer(method: Method, task, seed: int, s: Settings):
@@ -302,17 +414,27 @@ def _digits_trainer(method: Method, task, seed: int, s: Settings):
     )
 
 
-def _digits_runs(runner: _Runner, s: Settings) -> list[dict[str, Any]]:
-    results = []
-    for column in (c for c in COLUMNS if c[0] in s.columns):
-        for seed in s.seeds:
+def _column_seeds(column: Column, s: Settings) -> list[tuple[int, tuple[Method, ...]]]:
+    """(seed, methods) of a column: every method on ``seeds``; with reduced data the gap's
+    methods also on ``gap_seeds``."""
+    plan = [(seed, METHODS) for seed in s.seeds]
+    if column.reduced:
+        gap = tuple(m for m in METHODS if m.label in GAP_METHODS)
+        plan += [(seed, gap) for seed in s.gap_seeds if seed not in s.seeds]
+    return plan
+
+
+def _digits_runs(runner: _Runner, s: Settings) -> tuple[list[dict[str, Any]], list[dict]]:
+    """Table 1's runs, and what the clients held in each column and seed."""
+    results, holdings = [], []
+    for column in (c for c in COLUMNS if c.label in s.columns):
+        for seed, methods in _column_seeds(column, s):
             task = _digits_task(column, seed, s)
-            for method in METHODS:
-                key = (
-                    f"digits-{column[1]}-{'reduced' if column[2] else 'full'}-{method.key}-s{seed}"
-                )
+            holdings.append({"column": column.label, "seed": seed, **_holdings(task)})
+            for method in methods:
+                key = f"digits-{column.transform}-{column.key}-{method.key}-s{seed}"
                 trainer = _digits_trainer(method, task, seed, s)
-                rounds = s.reduced_rounds if column[2] else s.rounds
+                rounds = s.reduced_rounds if column.reduced else s.rounds
                 every = max(1, s.eval_every * rounds // max(s.rounds, 1))
                 r = runner.run(
                     key,
@@ -322,10 +444,10 @@ def _digits_runs(runner: _Runner, s: Settings) -> list[dict[str, Any]]:
                     seed=seed,
                     eval_every=every,
                 )
-                r.update(column=column[0], method=method.label, seed=seed)
+                r.update(column=column.label, method=method.label, seed=seed)
                 r.pop("final_point")
                 results.append(r)
-    return results
+    return results, holdings
 
 
 def _synthetic_runs(runner: _Runner, s: Settings) -> list[dict[str, Any]]:
@@ -368,7 +490,7 @@ def _aggregation_runs(runner: _Runner, s: Settings, digits: list[dict]) -> dict[
     from ..federated import ExponentialTime, run_async
     from ..nn.floral import FloralAggregator, FloralFedBuff
 
-    column = next(c for c in COLUMNS if c[0] == "Full LS")
+    column = next(c for c in COLUMNS if c.label == "Full LS")
     seed = s.seeds[0]
     task = _digits_task(column, seed, s)
     sync = []
@@ -376,7 +498,7 @@ def _aggregation_runs(runner: _Runner, s: Settings, digits: list[dict]) -> dict[
         table_run = next(
             r
             for r in digits
-            if r["column"] == column[0] and r["seed"] == seed and r["method"] == method.label
+            if r["column"] == column.label and r["seed"] == seed and r["method"] == method.label
         )
         sync.append({**table_run, "adaptors": "factors"})
         trainer = _digits_trainer(method, task, seed, s)
@@ -476,8 +598,12 @@ def _products(pair, arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------- report
+def _column(label: str) -> Column:
+    return next(c for c in COLUMNS if c.label == label)
+
+
 def _accuracy_table(runs: list[dict[str, Any]], s: Settings) -> tuple[str, dict]:
-    cols = [c[0] for c in COLUMNS if c[0] in s.columns]
+    cols = [c.label for c in COLUMNS if c.label in s.columns]
     accs = {
         (m.label, c): [
             100 * r["final"]["accuracy"]
@@ -493,7 +619,7 @@ def _accuracy_table(runs: list[dict[str, Any]], s: Settings) -> tuple[str, dict]
     for m in METHODS:
         cells = []
         for c in cols:
-            pm, ps = PAPER_MNIST[m.label][[x[0] for x in COLUMNS].index(c)]
+            pm, ps = PAPER_MNIST[m.label][_column(c).paper]
             cells.append(f"{mean_spread(accs[m.label, c], 1)} | {pm:.1f} +/- {ps:.1f}")
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines), ours
@@ -508,9 +634,8 @@ def _spearman(a: list[float], b: list[float]) -> float:
 def _ordering(ours: dict[str, dict[str, tuple[float, float]]], s: Settings) -> list[str]:
     """Plain statements: where the ordering agrees with the paper's MNIST columns, or not."""
     lines = []
-    names = [c[0] for c in COLUMNS]
     for col in s.columns:
-        j = names.index(col)
+        j = _column(col).paper
         mine = [ours[m.label][col][0] for m in METHODS]
         paper = [PAPER_MNIST[m.label][j][0] for m in METHODS]
         rho = _spearman(mine, paper)
@@ -529,7 +654,7 @@ def _ordering(ours: dict[str, dict[str, tuple[float, float]]], s: Settings) -> l
         for label in ("FLoRAL(1%) (learned)", "FLoRAL(10%) (learned)", "FLoRAL(1%) (pi*)"):
             gap = acc(label, col) - fed
             verdict = "agrees" if gap >= 20 else "does NOT agree"
-            j = names.index(col)
+            j = _column(col).paper
             paper_gap = PAPER_MNIST[label][j][0] - PAPER_MNIST["FedAvg"][j][0]
             lines.append(
                 f"- {col}: {label} beats FedAvg by {gap:+.1f} points (paper {paper_gap:+.1f}): "
@@ -539,16 +664,171 @@ def _ordering(ours: dict[str, dict[str, tuple[float, float]]], s: Settings) -> l
         ens = acc("Ensemble (pi*)", col)
         for label in ("FLoRAL(1%) (pi*)", "FLoRAL(10%) (pi*)"):
             gap = acc(label, col) - ens
-            paper_gap = (
-                PAPER_MNIST[label][names.index(col)][0]
-                - PAPER_MNIST["Ensemble (pi*)"][names.index(col)][0]
-            )
+            j = _column(col).paper
+            paper_gap = PAPER_MNIST[label][j][0] - PAPER_MNIST["Ensemble (pi*)"][j][0]
             verdict = "close (within 3 points)" if gap >= -3 else "NOT close (more than 3 points)"
             lines.append(
                 f"- {col}: {label} vs Ensemble (pi*): {gap:+.1f} points (paper {paper_gap:+.1f}): "
                 f"{verdict}."
             )
     return lines
+
+
+#: the paper's FLoRAL-vs-ensemble gap with reduced data is -1.2 to +0.0 points: "within 1 point"
+WITHIN = -1.0
+
+
+def _paired_gaps(runs: list[dict[str, Any]], column: str, label: str) -> list[float]:
+    """FLoRAL minus Ensemble (pi*) accuracy (points), seed by seed (same split and seed)."""
+    acc = {
+        (r["method"], r["seed"]): 100 * r["final"]["accuracy"]
+        for r in runs
+        if r["column"] == column
+    }
+    seeds = sorted(sd for (m, sd) in acc if m == label and ("Ensemble (pi*)", sd) in acc)
+    return [acc[label, sd] - acc["Ensemble (pi*)", sd] for sd in seeds]
+
+
+def _gap_summary(gaps: list[float]) -> dict[str, float]:
+    """Mean, std (population, as the tables), standard error (sample std / sqrt n) and the
+    95% Student-t interval of the mean gap (NaN with fewer than two seeds)."""
+    from scipy.stats import t as student_t
+
+    mean, std, n = mean_std(gaps)
+    if n < 2:
+        return {"n": n, "mean": mean, "std": std, "se": math.nan, "lo": math.nan, "hi": math.nan}
+    se = float(np.std(gaps, ddof=1)) / math.sqrt(n)
+    half = float(student_t.ppf(0.975, n - 1)) * se
+    return {"n": n, "mean": mean, "std": std, "se": se, "lo": mean - half, "hi": mean + half}
+
+
+def _gap_verdict(g: dict[str, float]) -> tuple[str, str]:
+    """The rule fixed before the runs: the 95% interval of the mean gap against -1 point."""
+    if g["n"] < 2:
+        return "no verdict (one seed)", ""
+    if g["hi"] < WITHIN:
+        return (
+            "does NOT agree: FLoRAL trails by more than 1 point",
+            f"with the same spread, a mean gap {WITHIN - g['hi']:.1f} points higher makes it "
+            f"undecided, {WITHIN - g['lo']:.1f} points higher makes it agree",
+        )
+    if g["lo"] >= WITHIN:
+        return "agrees: within 1 point", ""
+    return (
+        "undecided: the interval straddles -1",
+        f"more seeds: the interval is {g['hi'] - g['lo']:.1f} points wide",
+    )
+
+
+def _gap_section(runs: list[dict[str, Any]], s: Settings) -> tuple[list[str], list[dict]]:
+    """FLoRAL (pi*) against Ensemble (pi*) with reduced data: paired gaps over the seeds."""
+    rows, summary = [], []
+    # the reduced columns, then the full ones for reference (seeds 0 and 1; no verdict)
+    order = sorted(COLUMNS, key=lambda c: not c.reduced)
+    for column in (c for c in order if c.label in s.columns):
+        for label in GAP_METHODS[1:]:
+            gaps = _paired_gaps(runs, column.label, label)
+            g = _gap_summary(gaps)
+            j = column.paper
+            paper = PAPER_MNIST[label][j][0] - PAPER_MNIST["Ensemble (pi*)"][j][0]
+            if not column.reduced:
+                g.update(lo=math.nan, hi=math.nan)
+                rows.append(
+                    f"| {column.label} | {label} | {g['n']} | {mean_spread(gaps, 1)} | - | - | "
+                    f"{paper:+.1f} | reference (full data) | - |"
+                )
+                continue
+            verdict, change = _gap_verdict(g)
+            summary.append({"column": column.label, "method": label, "gaps": gaps, **g})
+            interval = "-" if g["n"] < 2 else f"[{g['lo']:+.1f}, {g['hi']:+.1f}]"
+            se = "-" if g["n"] < 2 else f"{g['se']:.1f}"
+            rows.append(
+                f"| {column.label} | {label} | {g['n']} | {mean_spread(gaps, 1)} | {se} | "
+                f"{interval} | {paper:+.1f} | {verdict} | {change or '-'} |"
+            )
+    lines = [
+        "| column | FLoRAL | seeds | gap: mean +/- std | s.e. | 95% interval | paper | "
+        "verdict | what would change it |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        *_regime_shift(summary),
+    ]
+    return lines, summary
+
+
+def _regime_shift(summary: list[dict]) -> list[str]:
+    """Does the paper's 5% move the gap against 14%? Difference of the mean gaps, +/- 2 s.e."""
+    lines = []
+    for five in (c for c in COLUMNS if c.reduced and not c.ten_row_minimum):
+        ten = next(
+            (c for c in COLUMNS if c.ten_row_minimum and c.transform == five.transform), None
+        )
+        for label in GAP_METHODS[1:]:
+            a, b = (
+                next((g for g in summary if g["column"] == c.label and g["method"] == label), None)
+                for c in (five, ten)
+            )
+            if a is None or b is None or min(a["n"], b["n"]) < 2:
+                continue
+            half = 2 * math.hypot(a["se"], b["se"])
+            lines.append(
+                f"- {five.transform}, {label}: gap {a['mean']:+.1f} at 5%, {b['mean']:+.1f} at "
+                f"14%; 5% minus 14%: {a['mean'] - b['mean']:+.1f} +/- {half:.1f} (2 s.e.)."
+            )
+    if lines:
+        lines = [
+            "",
+            "The paper's 5% against 14% (the same seeds; +/- two standard errors, the two "
+            "gaps' combined as if independent):",
+            "",
+            *lines,
+        ]
+    return lines
+
+
+def _holdings_table(holdings: list[dict[str, Any]], s: Settings) -> str:
+    """Per reduced column, over its seeds: what each client held."""
+    lines = [
+        "| column | seeds | training rows per client | rows in all (% of the training set) | "
+        "digits per client (min / mean / max) | digits a whole cluster lacks (mean / max) | "
+        "test rows per client |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for column in (c for c in COLUMNS if c.label in s.columns):
+        hs = [h for h in holdings if h["column"] == column.label]
+        if not hs:
+            continue
+        rows = np.concatenate([h["train_rows"] for h in hs])
+        total = [sum(h["train_rows"]) for h in hs]
+        share = [100 * sum(h["train_rows"]) / h["available_rows"] for h in hs]
+        cls = np.concatenate([h["classes"] for h in hs])
+        lack = np.concatenate([h["cluster_lacks"] for h in hs])
+        test = np.concatenate([h["test_rows"] for h in hs])
+        lines.append(
+            f"| {column.label} | {len(hs)} | {_span(rows.min(), rows.max())} | "
+            f"{_span(min(total), max(total))} ({_span(min(share), max(share), '.1f')}%) | "
+            f"{cls.min()} / {cls.mean():.1f} / {cls.max()} | {lack.mean():.1f} / {lack.max()} | "
+            f"{_span(test.min(), test.max())} |"
+        )
+    return "\n".join(lines)
+
+
+def _span(lo: float, hi: float, fmt: str = "d") -> str:
+    """``"lo to hi"``, or the value alone where both are the same."""
+    if fmt == "d":
+        lo, hi = int(lo), int(hi)
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}} to {hi:{fmt}}"
+
+
+def _kept(holdings: list[dict[str, Any]], column: str) -> str:
+    """ "COLUMN: N rows per client, P% of the training rows" over the column's seeds."""
+    hs = [h for h in holdings if h["column"] == column]
+    rows = np.concatenate([h["train_rows"] for h in hs])
+    share = [100 * sum(h["train_rows"]) / h["available_rows"] for h in hs]
+    return (
+        f"{column}: {_span(rows.min(), rows.max())} rows per client, "
+        f"{_span(min(share), max(share), '.1f')}% of the training rows"
+    )
 
 
 def _parameter_table(runs: list[dict[str, Any]]) -> str:
@@ -618,16 +898,22 @@ def _aggregation_section(agg: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, out: Path) -> None:
+def _plots(
+    digits: list[dict], gaps: list[dict], synthetic: list[dict], agg: dict, s: Settings, out: Path
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     styles = Styles([m.label for m in METHODS])  # one look per method in every figure
-    cols = [c[0] for c in COLUMNS if c[0] in s.columns]
-    fig, axes = plt.subplots(1, len(cols), figsize=(4.2 * len(cols), 3.6), squeeze=False)
-    for ax, col in zip(axes[0], cols, strict=True):
+    cols = [c.label for c in COLUMNS if c.label in s.columns]
+    ncols = min(len(cols), 2)
+    nrows = math.ceil(len(cols) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(cols) :]:
+        ax.set_visible(False)
+    for ax, col in zip(axes.flat, cols, strict=False):
         for m in METHODS:
             curves = [r["curve"] for r in digits if r["column"] == col and r["method"] == m.label]
             acc = np.mean([c["accuracy"] for c in curves], axis=0)
@@ -640,6 +926,7 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     fig.tight_layout()
     fig.savefig(out / "table1_curves.png", dpi=100)
     plt.close(fig)
+    _gap_plot(gaps, styles, out)
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, kind in zip(axes, ("linear", "mlp"), strict=True):
@@ -670,17 +957,133 @@ def _plots(digits: list[dict], synthetic: list[dict], agg: dict, s: Settings, ou
     plt.close(fig)
 
 
-def _report(digits, synthetic, agg, s: Settings, quick: bool, seconds: float) -> tuple[str, str]:
+def _gap_plot(gaps: list[dict], styles: Styles, out: Path) -> None:
+    """Per-seed FLoRAL-minus-ensemble gaps with their mean and 95% interval, and the paper's."""
+    import matplotlib.pyplot as plt
+
+    cols = list(dict.fromkeys(g["column"] for g in gaps))
+    fig, ax = plt.subplots(figsize=(1.9 * max(len(cols), 2) + 1.5, 3.6))
+    for i, label in enumerate(GAP_METHODS[1:]):
+        look = styles.of(label)
+        shift = 0.15 * (2 * i - 1)
+        for x, col in enumerate(cols):
+            g = next(g for g in gaps if g["column"] == col and g["method"] == label)
+            j = _column(col).paper
+            paper = PAPER_MNIST[label][j][0] - PAPER_MNIST["Ensemble (pi*)"][j][0]
+            first = x == 0
+            ax.scatter(
+                np.full(len(g["gaps"]), x + shift),
+                g["gaps"],
+                s=12,
+                alpha=0.5,
+                color=look["color"],
+                marker=look["marker"],
+                label=f"{label}: seeds" if first else None,
+            )
+            if g["n"] > 1:
+                ax.errorbar(
+                    x + shift,
+                    g["mean"],
+                    yerr=[[g["mean"] - g["lo"]], [g["hi"] - g["mean"]]],
+                    color=look["color"],
+                    fmt=look["marker"],
+                    capsize=4,
+                    label=f"{label}: mean, 95% interval" if first else None,
+                )
+            ax.scatter(
+                x + shift,
+                paper,
+                marker="_",
+                s=300,
+                linewidths=2,
+                color="black",
+                label="paper (MNIST)" if first and i == 0 else None,
+            )
+    ax.axhline(WITHIN, color="grey", linestyle=":", label="-1 point")
+    ax.axhline(0.0, color="grey", linewidth=0.5)
+    ax.set_xticks(range(len(cols)), cols, fontsize=8)
+    ax.set_ylabel("FLoRAL - Ensemble (pi*), points")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "reduced_gap.png", dpi=100)
+    plt.close(fig)
+
+
+def _reduced_section(gap_lines: list[str], holdings: list[dict], s: Settings) -> list[str]:
+    if not any(_column(c).reduced for c in s.columns):
+        return []
+    return [
+        "## FLoRAL against the ensemble with reduced data: 5% and 14%",
+        "",
+        "The paper's reduced regime keeps 5% of each client's rows, at least 10 (Sec. 6); on "
+        "MNIST that is 10 of 200 rows. On digits (~72 rows per client with K = 20) the 10-row "
+        "minimum keeps 14%; the 5% columns drop it (at least 1 row). Both are compared with the "
+        "paper's reduced columns. Here: "
+        + "; ".join(_kept(holdings, c) for c in s.columns if _column(c).reduced)
+        + ".",
+        "",
+        "Protocol (fixed before the runs): the gap is FLoRAL(rho) (pi*) minus Ensemble (pi*) "
+        "accuracy, paired by seed (same split, initial model and client sampling), over seeds "
+        f"{sorted(set(s.seeds) | set(s.gap_seeds))}; the paper's gaps are -1.2 to +0.0 points. "
+        "'FLoRAL within 1 point of the ensemble' agrees where the 95% Student-t interval of the "
+        "mean gap lies at or above -1, does NOT agree where it lies wholly below -1, and is "
+        "undecided where it straddles -1. The std is over seeds (population, as in Table 1); "
+        "s.e. = sample std / sqrt(seeds).",
+        "",
+        *gap_lines,
+        "",
+        "Not tested here, and candidates for what would close the gap: the adaptors' capacity "
+        "on so small a model (the first layer's rank is 4 at rho = 10% on 64 inputs, 15 on "
+        "MNIST's 784; the output layer's is 1 on both), learning rates or rounds tuned per "
+        "method (one schedule serves all here), and real MNIST (`--data`), where a cluster "
+        "holds 750 rows at 5% against 20 here.",
+        "",
+        "![gap](reduced_gap.png)",
+        "",
+        "What the clients held (every seed of the column; digits: the image's own class, label "
+        "shift undone). Clients hold few of the 10 digits with reduced data, and at 5% a "
+        f"cluster's {s.n_clients // s.n_clusters} clients together can lack a digit entirely: "
+        "that is the regime, not an error. No client is ever left without training rows (at "
+        "least 1 row is kept) and "
+        + (
+            "every client is tested on the whole held-out set under its cluster's transform."
+            if s.evaluation == "full"
+            else "every client holds at least one test row (a DataError otherwise)."
+        ),
+        "",
+        _holdings_table(holdings, s),
+        "",
+    ]
+
+
+def _report(
+    digits, holdings, synthetic, agg, s: Settings, quick: bool, seconds: float
+) -> tuple[str, str, list[dict]]:
     table, ours = _accuracy_table(digits, s)
+    gap_lines, gaps = _gap_section(digits, s)
     data = f"MNIST file {s.data}" if s.data else "scikit-learn digits (offline MNIST stand-in)"
+    extra = sorted(set(s.gap_seeds) - set(s.seeds))
+    resumed = sum(bool(r.get("resumed")) for r in digits)
     lines = [
         "# FLoRAL (Almansoori, Horvath & Takac), Table 1 (MNIST columns) and synthetic tasks",
         "",
         f"Mode: {'--quick' if quick else 'full'}; data: {data}; {len(s.seeds)} seed(s) "
         f"{list(s.seeds)}; {s.rounds} rounds ({s.reduced_rounds} with reduced data); "
         f"K = {s.n_clients} clients, "
-        f"{s.clients_per_round} per round, C = {s.n_clusters}; wall time {seconds:.0f} s. "
-        "Settings and the choices where the paper is silent: `riemfl/experiments/floral.py` "
+        f"{s.clients_per_round} per round, C = {s.n_clusters}; wall time {seconds:.0f} s"
+        + (
+            f" ({resumed} of {len(digits)} Table 1 runs resumed from checkpoints). "
+            if resumed
+            else ". "
+        )
+        + (
+            f"Reduced columns: {', '.join(GAP_METHODS)} also on seeds {extra} "
+            f"({len(set(s.seeds) | set(extra))} in all). "
+            if extra and any(_column(c).reduced for c in s.columns)
+            else ""
+        )
+        + "Settings and the choices where the paper is silent: `riemfl/experiments/floral.py` "
         "(module docstring) and `docs/floral.md`.",
         "",
         "## Table 1: personal test accuracy (%), ours beside the paper's MNIST numbers",
@@ -697,6 +1100,7 @@ def _report(digits, synthetic, agg, s: Settings, quick: bool, seconds: float) ->
         "",
         "![curves](table1_curves.png)",
         "",
+        *_reduced_section(gap_lines, holdings, s),
         "## Parameter counts (C rho d against (C - 1) d)",
         "",
         _parameter_table(digits),
@@ -719,7 +1123,7 @@ def _report(digits, synthetic, agg, s: Settings, quick: bool, seconds: float) ->
         "",
         "![aggregation](aggregation.png)",
     ]
-    return "\n".join(lines) + "\n", table
+    return "\n".join(lines) + "\n", table, gaps
 
 
 def reproduce(
@@ -736,18 +1140,22 @@ def reproduce(
         s = s.for_mnist(data, quick)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    per_seed = sum(s.reduced_rounds if c[2] else s.rounds for c in COLUMNS if c[0] in s.columns)
-    n_digits = per_seed * len(s.seeds) * len(METHODS)
+    n_digits = sum(
+        (s.reduced_rounds if c.reduced else s.rounds) * len(methods)
+        for c in COLUMNS
+        if c.label in s.columns
+        for _, methods in _column_seeds(c, s)
+    )
     total = n_digits + len(SYNTHETIC_METHODS) * sum(s.synthetic_rounds.values()) + 2 * s.rounds
     t0 = time.perf_counter()
     with single_torch_thread(), ProgressBar(total, "floral", enabled=progress) as bar:
         runner = _Runner(out, bar)
-        digits = _digits_runs(runner, s)
+        digits, holdings = _digits_runs(runner, s)
         synthetic = _synthetic_runs(runner, s)
         agg = _aggregation_runs(runner, s, digits)
     seconds = time.perf_counter() - t0
-    _plots(digits, synthetic, agg, s, out)
-    report, table = _report(digits, synthetic, agg, s, quick, seconds)
+    report, table, gaps = _report(digits, holdings, synthetic, agg, s, quick, seconds)
+    _plots(digits, gaps, synthetic, agg, s, out)
     (out / "report.md").write_text(report)
     summary = {
         "settings": asdict(s),
@@ -755,6 +1163,8 @@ def reproduce(
         "seconds": seconds,
         "paper_mnist": PAPER_MNIST,
         "digits": digits,
+        "reduced_gaps": gaps,
+        "holdings": holdings,
         "synthetic": synthetic,
         "aggregation": agg,
     }

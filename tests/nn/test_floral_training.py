@@ -182,6 +182,24 @@ def test_reduced_digits_keep_ten_rows_per_client():
     task = digits_clusters("rotation", n_clients=20, reduced=True, seed=0)
     assert {c[0].shape[0] for c in task.clients} == {10}
     assert task.clients[0][0].shape[1:] == (1, 8, 8)
+    # the plain 5% (no 10-row minimum): round(0.05 * 72) = 4 rows of each client's 71-72
+    five = digits_clusters("rotation", n_clients=20, reduced=True, min_rows=1, seed=0)
+    assert set(five.description["available_rows"]) == {71, 72}
+    assert five.description["train_rows"] == [4] * 20
+
+
+def test_no_client_is_left_without_rows():
+    assert reduce_rows(72, 0.05, 1) == 4 and reduce_rows(5, 0.05, 1) == 1
+    with pytest.raises(ParameterError, match="minimum"):
+        reduce_rows(72, 0.01, 0)  # round(0.72) = 1, but a minimum of 0 could leave none
+    with pytest.raises(ParameterError, match="fraction"):
+        reduce_rows(72, 0.0, 1)
+    images = np.zeros((40, 16))
+    labels = np.arange(40) % 10
+    with pytest.raises(DataError, match="without test rows"):  # 2 test rows for 4 clients
+        clustered_images(images, labels, n_clients=4, evaluation="shard", test_fraction=0.05)
+    full = clustered_images(images, labels, n_clients=4, evaluation="full", test_fraction=0.05)
+    assert all(c[2].shape[0] == 2 for c in full.clients)
 
 
 # ------------------------------------------------------------------------------ end to end

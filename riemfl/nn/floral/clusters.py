@@ -16,7 +16,8 @@ The paper does not say how the rows are split among the clients nor which client
 cluster; riemfl splits the training rows IID among the K clients and puts client k in cluster
 k mod C, as the public code does (and as App. G.1 does for the synthetic tasks). The
 **reduced** regime keeps :math:`\max(10, \lfloor 0.05 N^k \rceil)` rows of each client (5%,
-at least 10; Sec. 6).
+at least 10; Sec. 6); ``min_rows=1`` keeps the plain 5% (at least one row), which on a small
+set such as digits (~72 rows per client) is far fewer rows than the 10-row minimum.
 
 Test data: the paper does not say how the clients' test sets are built. ``evaluation="shard"``
 splits the test rows IID among the clients, each with its cluster's transform, as the public
@@ -100,7 +101,17 @@ def shift_labels(labels: np.ndarray, shift: int, n_classes: int) -> np.ndarray:
 
 
 def reduce_rows(n: int, fraction: float = 0.05, minimum: int = 10) -> int:
-    """Rows kept by the reduced regime: ``max(minimum, round(fraction n))``, at most n."""
+    """Rows kept by the reduced regime: ``max(minimum, round(fraction n))``, at most n.
+
+    Raises
+    ------
+    ParameterError
+        If ``minimum < 1`` (a client would be left without rows) or ``fraction`` is not in
+        (0, 1].
+    """
+    int_in_range(minimum, 1, math.inf, "reduce_rows", "minimum (rows kept per client)")
+    if not 0 < fraction <= 1:
+        raise ParameterError(f"reduce_rows: fraction must be in (0, 1], got {fraction!r}")
     return min(n, max(minimum, int(round(fraction * n))))
 
 
@@ -158,8 +169,10 @@ def clustered_images(
     test_images, test_labels : arrays, optional
         A separate test set; else ``test_fraction`` of the rows are held out (seeded).
     reduced : bool
-        Keep ``max(min_rows, round(keep_fraction N^k))`` training rows per client.
+        Keep ``max(min_rows, round(keep_fraction N^k))`` training rows per client
+        (:func:`reduce_rows`; ``min_rows >= 1``: no client is left without rows).
     evaluation : {"full", "shard"}
+        With ``"shard"`` every client needs at least one test row.
     channels : int, optional
         Channels of flattened rows (default 1).
     n_classes : int, optional
@@ -169,7 +182,8 @@ def clustered_images(
     Raises
     ------
     DataError
-        For inconsistent arrays or fewer training rows than clients.
+        For inconsistent arrays, fewer training rows than clients, or (``"shard"``) fewer
+        test rows than clients.
     ParameterError
         For unknown ``transform`` / ``evaluation`` or bad counts.
     """
@@ -198,6 +212,11 @@ def clustered_images(
             raise DataError(f"{name}: test set {x_te.shape}/{y_te.shape} does not match {x.shape}")
     if x.shape[0] < n_clients:
         raise DataError(f"{name}: {x.shape[0]} training rows for {n_clients} clients")
+    if evaluation == "shard" and x_te.shape[0] < n_clients:
+        raise DataError(
+            f"{name}: {x_te.shape[0]} test rows for {n_clients} clients leave a client without "
+            "test rows; pass evaluation='full' or fewer clients"
+        )
     n_cls = int(max(y.max(), y_te.max()) + 1) if n_classes is None else int(n_classes)
     train_parts = np.array_split(rng.permutation(x.shape[0]), n_clients)
     test_parts = np.array_split(rng.permutation(x_te.shape[0]), n_clients)
@@ -221,6 +240,7 @@ def clustered_images(
         "min_rows": min_rows,
         "evaluation": evaluation,
         "train_rows": [int(c[1].size) for c in clients],
+        "available_rows": [int(part.size) for part in train_parts],
         "test_rows": int(x_te.shape[0]),
         "n_classes": n_cls,
         "seed": seed,
