@@ -167,12 +167,21 @@ def run_benchmark(
 
 def format_table(result: dict[str, Any]) -> str:
     """One row per configuration (round ms, ratio to the insecure round), then in process."""
-    lines = ["| path | configuration | round (ms) | ratio |", "|---|---|---|---|"]
+    lines = [
+        "| path | configuration | round (ms) | ratio | rounds' range (s) |",
+        "|---|---|---|---|---|",
+    ]
     for name, c in result["deployment"].items():
-        lines.append(f"| deployment | {name} | {c['round_ms']:.0f} | {c['ratio']:.2f} |")
+        t = c["round_times_s"]
+        lines.append(
+            f"| deployment | {name} | {c['round_ms']:.0f} | {c['ratio']:.2f} | "
+            f"{min(t):.1f} to {max(t):.1f} |"
+        )
     p = result["in_process"]
-    lines.append(f"| in process (CPU) | plain | {p['plain_ms']:.3f} | 1.00 |")
-    lines.append(f"| in process (CPU) | central DP | {p['central_dp_ms']:.3f} | {p['ratio']:.2f} |")
+    lines.append(f"| in process (CPU) | plain | {p['plain_ms']:.3f} | 1.00 | |")
+    lines.append(
+        f"| in process (CPU) | central DP | {p['central_dp_ms']:.3f} | {p['ratio']:.2f} | |"
+    )
     return "\n".join(lines)
 
 

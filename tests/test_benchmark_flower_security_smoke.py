@@ -23,7 +23,8 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     assert all(math.isfinite(p[k]) and p[k] > 0 for k in ("plain_ms", "central_dp_ms"))
     assert p["ratio"] == pytest.approx(p["central_dp_ms"] / p["plain_ms"])
     assert result["deployment"] == {} and set(result["settings"]["configs"]) == set(bench.CONFIGS)
-    result["deployment"] = {c: {"round_ms": 2.0, "ratio": 1.0} for c in bench.CONFIGS}
+    cell = {"round_ms": 2.0, "ratio": 1.0, "round_times_s": [0.001, 0.002, 0.003]}
+    result["deployment"] = dict.fromkeys(bench.CONFIGS, cell)
     table = bench.format_table(result)
     assert len(table.splitlines()) == 2 + len(bench.CONFIGS) + 2
-    assert "| deployment | tls+secagg+dp | 2 | 1.00 |" in table
+    assert "| deployment | tls+secagg+dp | 2 | 1.00 | 0.0 to 0.0 |" in table
