@@ -149,3 +149,33 @@ def test_settings_reach_the_job_and_the_checks():
     assert job_from_run_config({"problem-clients": 6}).privacy is None
     with pytest.raises(ParameterError, match="dp-clip"):
         job_from_run_config({**config, "engine": "async"})
+
+
+@pytest.mark.slow
+def test_private_jobs_in_flowers_simulation_engine():
+    """Ray: central DP is run_sync(privacy=...) (to 1e-10, the same epsilon column); local DP
+    with SecAgg+ runs and accounts as in process."""
+    from riemfl.adapters.flower import simulate
+
+    central = SyncJob(
+        KPCA, RFedProj(ETA, 2), 2, name="central", seed=5, privacy=DPSettings(0.02, 0.7)
+    )
+    local = SyncJob(
+        KPCA,
+        RFedProj(ETA, 2),
+        2,
+        name="local",
+        seed=5,
+        secagg=True,
+        privacy=DPSettings(0.02, 0.5, mode="local"),
+    )
+    results = simulate([central, local], NODES)
+    for job in (central, local):
+        reference = run_sync(KPCA.build(), RFedProj(ETA, 2), 2, seed=5, privacy=job.privacy)
+        history = results[job.name]
+        assert history.metrics["epsilon"] == reference.metrics["epsilon"]
+        assert history.warnings == [] and history.participants[1:] == [6, 6]
+        if job is central:
+            np.testing.assert_allclose(
+                history.final_point, reference.final_point, rtol=0, atol=1e-10
+            )
