@@ -399,8 +399,8 @@ class GaussianSum:
             self.inner.load_state_dict(state["inner"])
 
 
-def client_noise(seed: int, clients: Any, round: int, phase: int) -> RowNoise:
-    r"""The local noise of ``clients`` in ``phase`` of round ``round`` of run ``seed``, drawn
+def client_noise(seed: int, clients: Any, r: int, phase: int) -> RowNoise:
+    r"""The local noise of ``clients`` in ``phase`` of round ``r`` of run ``seed``, drawn
     where each client runs (a Flower node): client :math:`i`'s generator is child
     :math:`(i, r, p)` of the local stream of :func:`noise_streams` (``spawn_key`` extended by
     client, round and phase), so a client's noise does not depend on which node hosts it or on
@@ -411,7 +411,7 @@ def client_noise(seed: int, clients: Any, round: int, phase: int) -> RowNoise:
         [
             np.random.default_rng(
                 np.random.SeedSequence(
-                    local.entropy, spawn_key=(*local.spawn_key, int(c), int(round), int(phase))
+                    local.entropy, spawn_key=(*local.spawn_key, int(c), int(r), int(phase))
                 )
             )
             for c in clients
