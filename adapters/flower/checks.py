@@ -25,6 +25,7 @@ import numpy as np
 from ...errors import RiemflError
 from ...federated.algorithm import SyncAlgorithm
 from ...federated.async_manifold import BezierEmbedding
+from ...federated.privacy import PrivateAlgorithm
 from ...federated.rfedproj import RFedProj
 from ...federated.tangent import RFedProx, RFedSVRG
 from ...manifolds.base import Manifold
@@ -59,7 +60,16 @@ def upload_kind(
     overrides: Mapping[tuple[int, str], str] | None = None,
 ) -> str:
     """What upload ``key`` of ``phase`` is: ``overrides``, then :data:`UPLOAD_KINDS` along the
-    class hierarchy, else ``"ambient"`` (shape and finite checks only)."""
+    class hierarchy, else ``"ambient"`` (shape and finite checks only).
+
+    A :class:`~riemfl.federated.privacy.PrivateAlgorithm`'s uploads are those of the rule it
+    wraps, except that a tangent upload with local noise is only ``"ambient"`` (the clipped
+    vector plus isotropic ambient noise leaves the tangent space; the server projects the sum).
+    """
+    if isinstance(algorithm, PrivateAlgorithm):
+        kind = upload_kind(algorithm.algorithm, phase, key, overrides)
+        s = algorithm.settings
+        return "ambient" if kind == "tangent" and s.mode == "local" and s.std > 0 else kind
     if overrides and (phase, key) in overrides:
         kind = overrides[(phase, key)]
         if kind not in KINDS:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...federated.algorithm import ClientContext, SyncAlgorithm
+from ...federated.privacy import PrivateAlgorithm, client_noise
 from ...problems.base import FederatedProblem
 from ._flwr import flwr
 from .errors import ProtocolError
@@ -74,11 +75,14 @@ def run_client_rule(
     rows: Mapping[str, Any],
     clients: Sequence[int],
     batches: np.ndarray | None,
+    noise: Callable[[Sequence[int]], Any] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[bool], dict[int, str]]:
     """Run ``algorithm.client_step`` on a stack of clients, isolating the ones that raise.
 
     As in the in-process engine, when the stacked call raises, each client is rerun alone with
-    exactly its batches, so only the failing ones are dropped.
+    exactly its batches, so only the failing ones are dropped. ``noise(clients)``, when given,
+    is the generator of a private rule's local noise for that stack (set before each call:
+    :func:`~riemfl.federated.privacy.client_noise`).
 
     Returns
     -------
@@ -90,6 +94,8 @@ def run_client_rule(
         Stack row -> why that client failed.
     """
     ctx = ClientContext(problem, np.asarray(clients, dtype=np.intp), batches)
+    if noise is not None:
+        algorithm.rng = noise(clients)
     try:
         uploads, new_rows = algorithm.client_step(ctx, phase, dict(message), dict(rows))
         uploads = {k: to_numpy(v) for k, v in uploads.items()}
@@ -103,7 +109,9 @@ def run_client_rule(
         sub_rows = {k: v[j : j + 1] for k, v in rows.items()}
         sub_batches = None if batches is None else batches[j : j + 1]
         parts.append(
-            run_client_rule(algorithm, problem, phase, message, sub_rows, [clients[j]], sub_batches)
+            run_client_rule(
+                algorithm, problem, phase, message, sub_rows, [clients[j]], sub_batches, noise
+            )
         )
     ok = [p[2][0] for p in parts]
     reasons = {j: p[3][0] for j, p in enumerate(parts) if not p[2][0]}
@@ -111,6 +119,15 @@ def run_client_rule(
     uploads = {k: np.concatenate([p[0][k] for p in good]) for k in (good[0][0] if good else {})}
     new_rows = {k: np.concatenate([p[1][k] for p in good]) for k in (good[0][1] if good else {})}
     return uploads, new_rows, ok, reasons
+
+
+def _local_noise(job: SyncJob, r: int, phase: int) -> Callable[[Sequence[int]], Any] | None:
+    """The local-noise generators of a private job's clients in round ``r``, ``phase`` (None: no
+    local noise)."""
+    rule = job.algorithm
+    if not isinstance(rule, PrivateAlgorithm) or rule.settings.mode != "local":
+        return None
+    return lambda clients: client_noise(job.seed, clients, r, phase)
 
 
 class _Handlers:
@@ -178,20 +195,21 @@ class _Handlers:
         uploads: dict[str, np.ndarray] = {}
         if clients:
             t0 = time.thread_time()
+            r, phase = int(config["round"]), int(config["phase"])
             uploads, new_rows, ok, reasons = run_client_rule(
                 algorithm,
                 problem,
-                int(config["phase"]),
+                phase,
                 message,
                 state.gather(clients),
                 clients,
                 arrays.get("batches"),
+                _local_noise(job, r, phase),
             )
             kept = [c for c, good in zip(clients, ok, strict=True) if good]
             state.set_pending(kept, new_rows)
             dropped = {clients[j]: reasons[j] for j in sorted(reasons)}
             if config.get("secure"):  # the uploads stay here, for the SecAgg+ stage
-                r, phase = int(config["round"]), int(config["phase"])
                 kept, refused = contribute(job, context.state, r, phase, message, uploads, kept)
                 dropped.update(refused)
                 uploads = {}

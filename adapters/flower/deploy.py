@@ -30,6 +30,7 @@ from ...experiments.registry import (
     build_algorithm,
     build_async_rule,
 )
+from ...federated.privacy import DPSettings
 from .client import make_client_app
 from .errors import ProtocolError
 from .jobs import MAX_FAILURES, REGISTRATION_TIMEOUT, REPLY_TIMEOUT, AsyncJob, ProblemSpec, SyncJob
@@ -51,7 +52,9 @@ __all__ = [
 #: ``reply-timeout`` every later reply, ``max-failures`` an asynchronous client's faulty replies in
 #: a row (``docs/flower.md``, "Timeouts and faults"); ``secagg = true`` runs a synchronous job's
 #: phases through Flower's SecAgg+ with the ``secagg-*`` settings (``docs/flower.md``, "Secure
-#: aggregation"; the rule must be sum-only, e.g. ``upload = "tangent"`` for rfedavg)
+#: aggregation"; the rule must be sum-only, e.g. ``upload = "tangent"`` for rfedavg);
+#: ``dp-clip > 0`` turns on client-level differential privacy with the ``dp-*`` settings
+#: (:class:`~riemfl.federated.privacy.DPSettings`; ``docs/flower.md``, "Differential privacy")
 DEFAULTS: dict[str, Any] = {
     "job": "riemfl",
     "engine": "sync",
@@ -93,6 +96,10 @@ DEFAULTS: dict[str, Any] = {
     "secagg-clipping-range": 8.0,
     "secagg-quantization-range": 2**22,
     "secagg-modulus-range": 2**32,
+    "dp-clip": 0.0,
+    "dp-noise": 0.0,
+    "dp-delta": 1e-5,
+    "dp-mode": "central",
     "output": "",
 }
 
@@ -152,9 +159,15 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             clients_per_round=int(c["clients-per-round"]) or None,
             batch_size=int(c["batch-size"]) or None,
             secagg=_secagg(c),
+            privacy=_privacy(c),
             **common,
         )
     elif c["engine"] == "async":
+        if float(c["dp-clip"]):
+            raise ParameterError(
+                "run-config 'dp-clip' sets differential privacy of a synchronous job; "
+                "engine 'async' has none here"
+            )
         if c["rule"] not in CURVE_RULE_NAMES and float(c["vartheta"]) != DEFAULTS["vartheta"]:
             raise ParameterError(
                 f"run-config 'vartheta' sets the curve rules {CURVE_RULE_NAMES}; rule "
@@ -210,6 +223,15 @@ def _secagg(c: Mapping[str, Any]) -> SecAggSettings | None:
         clipping_range=float(c["secagg-clipping-range"]),
         quantization_range=int(c["secagg-quantization-range"]),
         modulus_range=int(c["secagg-modulus-range"]),
+    )
+
+
+def _privacy(c: Mapping[str, Any]) -> DPSettings | None:
+    """The DP settings of a run config (``dp-clip > 0``), or None."""
+    if not float(c["dp-clip"]):
+        return None
+    return DPSettings(
+        float(c["dp-clip"]), float(c["dp-noise"]), float(c["dp-delta"]), str(c["dp-mode"])
     )
 
 

@@ -22,6 +22,7 @@ from ...federated.async_manifold import AsyncManifold, BezierEmbedding
 from ...federated.async_rules import AsyncRule
 from ...federated.curve_local import BezierProblemTrainer
 from ...federated.local import ProblemTrainer
+from ...federated.privacy import DPSettings, PrivateAlgorithm
 from ...problems.base import FederatedProblem
 from .errors import NotSumOnlyError, TrainerMismatchError
 from .secure import SecAggSettings
@@ -213,6 +214,14 @@ class SyncJob(_Job):
         uploads (:mod:`riemfl.adapters.flower.secure`; ``True``: the default
         :class:`~riemfl.adapters.flower.SecAggSettings`). Every phase of ``algorithm`` must be
         sum-only, else :class:`~riemfl.adapters.flower.NotSumOnlyError`.
+    privacy : DPSettings, optional
+        Client-level differential privacy, as ``run_sync(privacy=...)``
+        (:mod:`riemfl.federated.privacy`): ``algorithm`` is wrapped in a
+        :class:`~riemfl.federated.privacy.PrivateAlgorithm` at construction, so the nodes clip
+        (and in local mode noise, each client with its own stream:
+        :func:`~riemfl.federated.privacy.client_noise`) and the server adds the central noise
+        to the sum (:class:`~riemfl.federated.privacy.GaussianSum`, also after SecAgg+). The
+        History gets the ``epsilon`` column (``docs/flower.md``, "Differential privacy").
     """
 
     problem: FederatedProblem | ProblemSpec
@@ -229,6 +238,21 @@ class SyncJob(_Job):
     max_poll: float = 0.005
     registration_timeout: float = REGISTRATION_TIMEOUT
     secagg: SecAggSettings | bool | None = None
+    privacy: DPSettings | None = None
+
+    def _wrap_private(self) -> None:
+        """``algorithm`` wrapped in a PrivateAlgorithm of ``privacy`` (once: a copy made with
+        :func:`dataclasses.replace` keeps the wrapper)."""
+        if self.privacy is not None and not isinstance(self.privacy, DPSettings):
+            raise ParameterError(f"privacy must be a DPSettings, got {type(self.privacy).__name__}")
+        if isinstance(self.algorithm, PrivateAlgorithm):
+            if self.algorithm.settings != self.privacy:
+                raise ParameterError(
+                    f"algorithm is a PrivateAlgorithm of {self.algorithm.settings}, but privacy "
+                    f"is {self.privacy}; expected the plain rule and privacy=DPSettings(...)"
+                )
+        elif self.privacy is not None:
+            self.algorithm = PrivateAlgorithm(self.algorithm, self.privacy)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -237,6 +261,7 @@ class SyncJob(_Job):
                 f"algorithm must be a SyncAlgorithm, got {type(self.algorithm).__name__}"
             )
         self.secagg = _check_secagg(self.secagg, self.algorithm)
+        self._wrap_private()
         _check_count("rounds", self.rounds, 0)
         problem = self.resolved
         _check_count("clients_per_round", self.clients_per_round, 1, problem.n_clients)

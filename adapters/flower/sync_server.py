@@ -27,6 +27,11 @@ Same seed, same draws, same rules, same order of the stacked uploads: the iterat
 With ``SyncJob(secagg=...)`` the nodes check their own rows and keep them; the phase's sum
 reaches the server through Flower's SecAgg+ (:mod:`riemfl.adapters.flower.secure`) as a
 pre-aggregated :class:`~riemfl.federated.rounds.PhaseReply` (``total``).
+
+With ``SyncJob(privacy=...)`` the nodes run the :class:`~riemfl.federated.privacy.PrivateAlgorithm`
+(clipping, local noise) and the round's aggregator is a
+:class:`~riemfl.federated.privacy.GaussianSum` seeded as in ``run_sync``: central noise on the
+sum (also on a SecAgg+ sum, through its ``from_total``) and the ``epsilon`` column.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from ...federated.engine import initial_point
 from ...federated.faults import FaultRecorder
 from ...federated.history import METRICS, History
 from ...federated.local import problem_metrics
+from ...federated.privacy import GaussianSum, privatize
 from ...federated.rounds import PhaseReply, RoundSteps, run_rng
 from ...federated.run_core import RunOptions, run_steps
 from .checks import check_upload_arrays, upload_verdicts
@@ -303,6 +309,24 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
         batch_size=job.batch_size,
         dtype=algorithm.output(server).dtype,
         clock=time.thread_time,
+        aggregator=_aggregator(job),
     )
     options = RunOptions(job.rounds, desc=f"job {job.name}", columns=METRICS)
-    return run_steps(steps, lambda x: problem_metrics(problem, x), history, {}, options)
+    history = run_steps(steps, lambda x: problem_metrics(problem, x), history, {}, options)
+    if job.privacy is not None:
+        history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=job.privacy.delta)
+    return history
+
+
+def _aggregator(job: SyncJob) -> GaussianSum | None:
+    """A private job's aggregator: central noise (from the job's seed, as ``run_sync``) on the
+    sum, in the clear or from SecAgg+ (``GaussianSum.from_total``), and the accounting."""
+    if job.privacy is None:
+        return None
+    return privatize(
+        job.algorithm.algorithm,
+        job.privacy,
+        population=job.resolved.n_clients,
+        sample_size=job.clients_per_round,
+        seed=job.seed,
+    )[1]

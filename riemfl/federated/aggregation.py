@@ -36,7 +36,13 @@ __all__ = ["Aggregator", "PlainSum", "server_update"]
 
 @runtime_checkable
 class Aggregator(Protocol):
-    """Turns the accepted uploads of a sum-only phase into their sum and number."""
+    """Turns the accepted uploads of a sum-only phase into their sum and number.
+
+    An aggregator may also have ``from_total(total, count, phase) -> (total, count)``: what it
+    does to a sum computed elsewhere (an executor that ran secure aggregation returns only the
+    sum, :attr:`~riemfl.federated.rounds.PhaseReply.total`). One without it (it needs each
+    upload) is refused for such a reply.
+    """
 
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
         """``({key: sum over the stack}, number of uploads)`` of the stacked ``uploads``."""
@@ -49,6 +55,10 @@ class PlainSum:
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
         count = int(next(iter(uploads.values())).shape[0]) if uploads else 0
         return {k: v.sum(0) for k, v in uploads.items()}, count
+
+    def from_total(self, total: State, count: int, phase: int) -> tuple[State, int]:
+        """A sum computed elsewhere (secure aggregation), unchanged."""
+        return total, count
 
 
 def server_update(

@@ -61,6 +61,8 @@ __all__ = [
     "GaussianSum",
     "privatize",
     "noise_streams",
+    "client_noise",
+    "RowNoise",
     "update_norms",
     "clip_rows",
     "gaussian",
@@ -357,7 +359,21 @@ class GaussianSum:
         )
 
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
-        total, count = self.inner.aggregate(uploads, phase)
+        return self._release(*self.inner.aggregate(uploads, phase))
+
+    def from_total(self, total: State, count: int, phase: int) -> tuple[State, int]:
+        """The same release on a sum computed elsewhere (secure aggregation: the server never
+        sees the uploads; the noise and the accounting are those of :meth:`aggregate`)."""
+        inner = getattr(self.inner, "from_total", None)
+        if inner is None:
+            raise ParameterError(
+                f"GaussianSum: its inner aggregator {type(self.inner).__name__} needs each "
+                "upload, but the executor returned only their sum"
+            )
+        return self._release(*inner(total, count, phase))
+
+    def _release(self, total: State, count: int) -> tuple[State, int]:
+        """The sum with the central noise; one release accounted."""
         s = self.settings
         if s.mode == "central" and s.std > 0:
             total = {k: v + gaussian(self.rng, v, s.std) for k, v in total.items()}
@@ -381,6 +397,42 @@ class GaussianSum:
         self.accountant.load_state_dict(state["accountant"])
         if isinstance(self.inner, Stateful):
             self.inner.load_state_dict(state["inner"])
+
+
+def client_noise(seed: int, clients: Any, r: int, phase: int) -> RowNoise:
+    r"""The local noise of ``clients`` in ``phase`` of round ``r`` of run ``seed``, drawn
+    where each client runs (a Flower node): client :math:`i`'s generator is child
+    :math:`(i, r, p)` of the local stream of :func:`noise_streams` (``spawn_key`` extended by
+    client, round and phase), so a client's noise does not depend on which node hosts it or on
+    the other clients of its stack. (The in-process run draws the stack's noise from the one
+    local stream: another sample of the same distribution.)"""
+    local = noise_streams(seed)[1]
+    return RowNoise(
+        [
+            np.random.default_rng(
+                np.random.SeedSequence(
+                    local.entropy, spawn_key=(*local.spawn_key, int(c), int(r), int(phase))
+                )
+            )
+            for c in clients
+        ]
+    )
+
+
+class RowNoise:
+    """A stand-in for a :class:`numpy.random.Generator` whose ``standard_normal`` of a stack
+    draws row ``j`` from ``generators[j]`` (one generator per client)."""
+
+    def __init__(self, generators: list[np.random.Generator]) -> None:
+        self.generators = generators
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        if shape[0] != len(self.generators):
+            raise ParameterError(
+                f"a stack of {shape[0]} rows needs as many generators, got {len(self.generators)}"
+            )
+        rows = [g.standard_normal(tuple(shape[1:])) for g in self.generators]
+        return np.stack(rows) if rows else np.zeros(shape)
 
 
 def privatize(

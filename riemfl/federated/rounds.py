@@ -153,7 +153,9 @@ class PhaseReply:
         the uploads of the clients ``served``, which all contributed to it; ``uploads`` is then
         empty. Only a sum-only phase takes such a reply: the round checks the sum (keys, shape,
         dtype, finite values) instead of each row and hands it to
-        :meth:`~riemfl.federated.SyncAlgorithm.server_step_from_sum` with ``len(served)``.
+        :meth:`~riemfl.federated.SyncAlgorithm.server_step_from_sum` with ``len(served)``,
+        after the aggregator's ``from_total`` (e.g. central DP noise,
+        :meth:`~riemfl.federated.privacy.GaussianSum.from_total`).
     """
 
     uploads: State
@@ -329,17 +331,21 @@ class RoundSteps:
         """The server step of a pre-aggregated reply; its contributors (stack positions).
 
         The sum must pass the checks a row would (keys, shape, dtype, finite values); when it
-        does not, every contributor is dropped with that reason.
+        does not, every contributor is dropped with that reason. The aggregator acts on the sum
+        through its ``from_total`` (:class:`~riemfl.federated.aggregation.PlainSum`: unchanged);
+        one without it is refused.
         """
         if not self.rule.sum_only(phase):
             raise ParameterError(
                 f"phase {phase} of the rule needs each upload, but the executor returned their "
                 "sum (secure aggregation serves sum-only phases only)"
             )
-        if type(self.aggregator) is not PlainSum:  # noise or clipping per upload: impossible
+        from_total = getattr(self.aggregator, "from_total", None)
+        if from_total is None:  # it needs each upload, which the server never sees
             raise ParameterError(
                 f"the executor aggregated phase {phase} itself; aggregator "
-                f"{type(self.aggregator).__name__} cannot act on uploads the server never sees"
+                f"{type(self.aggregator).__name__} cannot act on uploads the server never sees "
+                "(it has no from_total)"
             )
         total = dict(reply.total or {})
         one = {k: v[None] for k, v in total.items()}
@@ -356,8 +362,9 @@ class RoundSteps:
                 f"round {r}, phase {phase}: the executor's sum has no contributor"
             )
         self.executor.accept(phase, active, served)
+        total, count = from_total(total, len(served), phase)  # e.g. central DP noise
         self.server = self.rule.server_step_from_sum(
-            self.manifold, self.server, phase, message, total, len(served)
+            self.manifold, self.server, phase, message, total, count
         )
         return served
 

@@ -12,6 +12,7 @@ from riemfl.federated.aggregation import PlainSum
 from riemfl.federated.engine import StackedClients, initial_point
 from riemfl.federated.faults import FaultRecorder
 from riemfl.federated.history import History
+from riemfl.federated.privacy import DPSettings, GaussianSum, privatize
 from riemfl.federated.rounds import PhaseReply, RoundSteps, run_rng
 
 
@@ -75,9 +76,34 @@ def test_a_sum_is_refused_where_it_cannot_serve(stiefel_problem):
     with pytest.raises(ParameterError, match="needs each upload"):
         point_uploads.advance(1)
 
-    class Noisy(PlainSum):  # e.g. noise added per upload: impossible on a sum it never sees
-        pass
+    class PerUpload:  # e.g. noise added per upload: impossible on a sum it never sees
+        def aggregate(self, uploads, phase):
+            return PlainSum().aggregate(uploads, phase)
 
-    noisy = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=Noisy())
-    with pytest.raises(ParameterError, match="aggregator Noisy"):
+    noisy = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=PerUpload())
+    with pytest.raises(ParameterError, match="aggregator PerUpload .*no from_total"):
         noisy.advance(1)
+    inner = GaussianSum(DPSettings(1.0, 1.0), 8, 4, 0, inner=PerUpload())
+    wrapped = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=inner)
+    with pytest.raises(ParameterError, match="inner aggregator PerUpload needs each upload"):
+        wrapped.advance(1)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: RFedProj(0.02, 3), lambda: RFedAvg(0.02, 3, upload="tangent")]
+)
+def test_central_noise_on_a_pre_aggregated_sum_is_the_plain_paths(stiefel_problem, make):
+    """GaussianSum.from_total: the same noise and accounting on a sum computed elsewhere."""
+    n = stiefel_problem.n_clients
+    runs = []
+    for wrap in (lambda inner: inner, Summing):
+        rule, aggregator = privatize(
+            make(), DPSettings(0.05, 0.8), population=n, sample_size=4, seed=3
+        )
+        runs.append(steps(stiefel_problem, rule, wrap, aggregator))
+    for r in (1, 2):
+        for run in runs:
+            run.advance(r)
+    plain, summed = runs
+    np.testing.assert_allclose(summed.output(), plain.output(), rtol=0, atol=1e-13)
+    assert summed.row()["epsilon"] == plain.row()["epsilon"] < np.inf
