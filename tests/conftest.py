@@ -1,12 +1,20 @@
 """Test-suite set-up: hypothesis profiles (see README, "Testing riemfl") and thread counts."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
-import pytest
+# One BLAS/OpenMP thread per test process, set before numpy or scipy load their BLAS (each reads
+# it once, and scipy's copy is loaded lazily, after this file): the suite's matrices are tiny,
+# and under pytest-xdist two workers each spinning two OpenBLAS threads on two cores made
+# Stiefel's iterative log 70x slower than alone. Subprocesses the tests start inherit it.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from riemfl.testing import register_profiles
+import pytest  # noqa: E402 - after the thread settings above
+
+from riemfl.testing import register_profiles  # noqa: E402
 
 register_profiles()
 
