@@ -187,11 +187,30 @@ def test_wheel_and_sdist_pass_the_packaging_checks(dist):
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
+#: the packages of the extras the main job must not need (only ``data`` is): the job runs with
+#: them made unimportable, as on a machine where only ``riemfl[data]`` was installed
+OTHER_EXTRAS = ("torch", "flwr", "geoopt", "pymanopt", "autograd", "dp_accounting")
+_WITHOUT_OTHER_EXTRAS = f"""
+import importlib.abc, sys
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {OTHER_EXTRAS!r}:
+            raise ImportError(f"No module named {{name!r}} (not in riemfl[data])")
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+from riemfl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.slow
 def test_installed_wheel_runs_the_main_job(dist, tmp_path):
     """The wheel, not the working tree: installed into a fresh venv and run from outside the
-    repository, it imports from the venv and writes the quick reproduction's report (its first
-    figure: the whole quick job costs 20 s more and runs in process in test_cli_federated)."""
+    repository, it imports from the venv, its entry point runs, and the main job writes the
+    quick reproduction's report (its first figure: the whole quick job costs 20 s more and runs
+    in process in test_cli_federated) with only the ``data`` extra importable."""
     (wheel,) = dist.glob("riemfl-*.whl")
     env_dir = tmp_path / "venv"
     # Dependencies come from the running environment, not from the network: the system
@@ -210,10 +229,11 @@ def test_installed_wheel_runs_the_main_job(dist, tmp_path):
     for where in _run(python, "-c", code, cwd=tmp_path).split():
         assert Path(where).resolve().is_relative_to(env_dir.resolve()), where
 
-    out = tmp_path / "report"
     riemfl = env_dir / ("Scripts/riemfl.exe" if os.name == "nt" else "bin/riemfl")
-    job = (riemfl, "reproduce", "zhang2024", "--quick", "--figure", "1", "--out", out)
-    printed = _run(*job, "--no-progress", cwd=tmp_path)
+    assert _run(riemfl, "--version", cwd=tmp_path).startswith("riemfl ")  # the entry point
+    out = tmp_path / "report"
+    job = ("reproduce", "zhang2024", "--quick", "--figure", "1", "--out", out, "--no-progress")
+    printed = _run(python, "-c", _WITHOUT_OTHER_EXTRAS, *job, cwd=tmp_path)
     assert f"report: {out}/report.md" in printed
     assert "fig1.png" in (out / "report.md").read_text(encoding="utf-8")
     assert (out / "fig1.png").stat().st_size > 0
