@@ -34,6 +34,8 @@ _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _XREF_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj):`([^`]+)`")
 _MATH_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. math::[ \t]*(?P<inline>.*)$")
 _LITERAL_MARKER = re.compile(r"^(?![ \t]*\.\.)(?P<text>.*\S)::[ \t]*$", re.M)
+_ROW_BREAK = re.compile(r"\\\\")  # a TeX line break, \\
+_ALIGN_TAB = re.compile(r"(?<!\\)&")  # an alignment tab (not an escaped \&)
 _TABLE_BORDER = re.compile(r"^(?P<indent>[ \t]*)=+(?: +=+)+[ \t]*$")
 _Block = Callable[[list[str], int, re.Match[str]], tuple[list[str], int]]
 
@@ -69,6 +71,15 @@ def _math_block(lines: list[str], i: int, match: re.Match[str]) -> tuple[list[st
         body.append(lines[i].strip())
         i += 1
     formula = [line for line in body if line]
+    joined = "\n".join(formula)
+    if (_ROW_BREAK.search(joined) or _ALIGN_TAB.search(joined)) and "\\begin{" not in joined:
+        # several aligned lines: Sphinx's MathJax output wraps them in an environment (split),
+        # without which MathJax reports a "Misplaced &"; aligned also takes `&&` columns
+        formula = ["\\begin{aligned}", *formula, "\\end{aligned}"]
+    # arithmatex finds a display block only where \\[ starts the line once Markdown has removed
+    # the indentation of the list item it belongs to (4 spaces a level); a block indented by
+    # 2 or 3 spaces (under "* item" or "1. item") is in no list item, so it goes to the left
+    indent = indent[: len(indent) - len(indent) % 4]
     out = [indent + "\\[", *(indent + line for line in formula), indent + "\\]"]
     return out + ([""] if i < len(lines) else []), i
 
@@ -128,7 +139,9 @@ def to_markdown(text: str) -> str:
     text = _rewrite_blocks(text, _MATH_DIRECTIVE, _math_block)
     text = _rewrite_blocks(text, _TABLE_BORDER, _simple_table)
     text = _LITERAL_MARKER.sub(lambda m: m.group("text") + ":", text)
-    text = _MATH_ROLE.sub(lambda m: "\\(" + m.group(1) + "\\)", text)
+    # on one line: a continuation line of the formula that starts with "+ " or "1. " would
+    # otherwise open a Markdown list item and cut the \( \) span in two (raw TeX on the page)
+    text = _MATH_ROLE.sub(lambda m: "\\(" + " ".join(m.group(1).split()) + "\\)", text)
     return _XREF_ROLE.sub(_xref, text)
 
 

@@ -88,3 +88,53 @@ def test_adapters_doc_runs():
     namespace: dict = {}
     for block in python_blocks(ROOT / "docs" / "adapters.md"):  # the blocks assert their results
         exec(block, namespace)  # noqa: S102 - our own documentation
+
+
+def _extras_table(path: Path) -> list[str]:
+    """The extras named in the first column of the ``| extra | for |`` table of a page."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index("| extra | for |") + 2  # past the header and the |---| row
+    names: list[str] = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        names += re.findall(r"`([^`]+)`", line.split("|")[1])
+    return names
+
+
+def test_the_install_page_lists_every_extra_of_pyproject():
+    """docs/index.md names each extra of [project.optional-dependencies] once, and no other."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = pyproject["project"]["optional-dependencies"]
+    named = _extras_table(ROOT / "docs" / "index.md")
+    assert sorted(named) == sorted(set(named)), f"named twice: {named}"
+    assert set(named) == set(extras), (
+        f"docs/index.md lacks {sorted(set(extras) - set(named))}, "
+        f"names unknown {sorted(set(named) - set(extras))}"
+    )
+    # `all` is "everything above": every extra but itself and the contributors' docs and dev
+    (everything,) = extras["all"]
+    inside = set(everything.partition("[")[2].rstrip("]").split(","))
+    assert inside == set(extras) - {"all", "docs", "dev"}
+
+
+_LINK = re.compile(r"\[([^\[\]]+)\]\(([^)\s]+)\)")
+_PATH_TEXT = re.compile(r"(?:\.\./)*[\w./-]*(?:\.md|\.py|/)(?:, .*)?")
+
+
+def test_site_link_texts_name_their_target_not_a_file():
+    """A link on the site reads "the adapters guide", not "docs/adapters.md": a file name means
+    nothing to a reader of the site (the generated API reference names modules, so is skipped)."""
+    bad = []
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        if "reference" in path.relative_to(ROOT / "docs").parts:
+            continue
+        for text, target in _LINK.findall(path.read_text(encoding="utf-8")):
+            if _PATH_TEXT.fullmatch(" ".join(text.replace("`", "").split())):
+                bad.append(f"{path.relative_to(ROOT)}: [{text}]({target})")
+    assert not bad, "link texts that are file paths:\n" + "\n".join(bad)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import site
 import subprocess
 import sys
@@ -83,6 +84,31 @@ def test_sphinx_roles_become_markdown():
     assert "\\[\ny = W x\n+ b\n\\]\n\nafter, as code:\n\n    a::b\n" in out
 
 
+def test_aligned_math_blocks_get_an_environment():
+    # MathJax refuses a bare & ("Misplaced &"); Sphinx wraps such a block, and so does the site
+    text = ".. math::\n\n    a &= b  && \\text{(1)}\\\\\n    c &= d\n"
+    out = roles.to_markdown(text)
+    assert out == "\\[\n\\begin{aligned}\na &= b  && \\text{(1)}\\\\\nc &= d\n\\end{aligned}\n\\]"
+    already = ".. math::\n\n    \\begin{cases} a & b \\end{cases}\n"
+    assert "aligned" not in roles.to_markdown(already)
+
+
+def test_math_blocks_under_list_items_are_found_by_arithmatex():
+    # under "* item" (2 spaces, not a Markdown continuation) the block goes to the left margin;
+    # 4 spaces (a Markdown list item's content) stay
+    text = "* item gives\n\n  .. math::\n      x = y\n\n  (after)\n"
+    assert "\n\n\\[\nx = y\n\\]\n\n" in roles.to_markdown(text)
+    text = "1.  item gives\n\n    .. math:: x = y\n"
+    assert "\n\n    \\[\n    x = y\n    \\]" in roles.to_markdown(text)
+
+
+def test_inline_math_broken_over_lines_stays_one_span():
+    # a continuation line starting with "+ " would open a Markdown list item inside the formula
+    text = "* retraction :math:`X + U = R^\\top(I + W\n  + \\tfrac12 W^2)R`, done\n"
+    out = roles.to_markdown(text)
+    assert out == "* retraction \\(X + U = R^\\top(I + W + \\tfrac12 W^2)R\\), done\n"
+
+
 def test_simple_tables_become_markdown_tables():
     text = (
         "Intro:\n\n"
@@ -105,6 +131,42 @@ def test_simple_tables_become_markdown_tables():
         "| y | \\(z\\) |",
     ]
     assert lines[start + 4 :] == ["", "after", ""]
+
+
+# -- quick: the site loads nothing from the network -----------------------------------------------
+
+MATHJAX = ROOT / "docs" / "javascripts" / "vendor" / "mathjax"
+
+
+def _mkdocs_assets() -> list[str]:
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    return [*config.get("extra_javascript", []), *config.get("extra_css", [])]
+
+
+def test_site_assets_are_local_files():
+    """Formulas render offline: every script and stylesheet mkdocs.yml adds is a file of docs/
+    (no CDN), MathJax among them, with its licence beside it."""
+    assets = _mkdocs_assets()
+    remote = [a for a in assets if "://" in a or a.startswith("//")]
+    assert not remote, f"assets loaded from the network: {remote}"
+    missing = [a for a in assets if not (ROOT / "docs" / a).is_file()]
+    assert not missing, f"assets that are not files of docs/: {missing}"
+    assert "javascripts/vendor/mathjax/tex-svg-full.js" in assets
+    assert assets.index("javascripts/mathjax.js") < assets.index(
+        "javascripts/vendor/mathjax/tex-svg-full.js"
+    ), "the MathJax settings must load before MathJax"
+    assert "Apache License" in (MATHJAX / "LICENSE").read_text(encoding="utf-8")
+
+
+def test_vendored_mathjax_is_the_recorded_release():
+    """The vendored file is the unchanged npm release that SOURCE.txt names (its sha256)."""
+    import hashlib
+
+    source = (MATHJAX / "SOURCE.txt").read_text(encoding="utf-8")
+    recorded = source.split("tex-svg-full.js sha256:")[1].split()[0]
+    actual = hashlib.sha256((MATHJAX / "tex-svg-full.js").read_bytes()).hexdigest()
+    assert actual == recorded
 
 
 # -- slow: the site, the wheel -------------------------------------------------------------------
@@ -136,6 +198,26 @@ def test_site_builds_strictly(tmp_path):
         if any(role in page.read_text(encoding="utf-8") for role in (":math:", ":class:", ":func:"))
     ]
     assert not roles_left
+    # the built site works offline: MathJax is served from the site, no page loads a script or
+    # stylesheet from another host
+    assert (tmp_path / "javascripts" / "vendor" / "mathjax" / "tex-svg-full.js").is_file()
+    assert (tmp_path / "javascripts" / "vendor" / "mathjax" / "LICENSE").is_file()
+    url = r"=[\"'](?:https?:)?//"
+    script = re.compile(r"<script\b[^>]*\bsrc" + url, re.I)
+    tags = re.compile(r"<link\b[^>]*>", re.I)  # a stylesheet, font or icon from another host
+    loaded = re.compile(r"\brel=[\"'][^\"']*(?:stylesheet|preload|icon)", re.I)
+    online = []
+    for page in tmp_path.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        links = [tag for tag in tags.findall(html) if loaded.search(tag)]
+        if script.search(html) or any(re.search(r"\bhref" + url, tag) for tag in links):
+            online.append(str(page.relative_to(tmp_path)))
+    assert not online, f"pages that load a script or stylesheet from the network: {online[:5]}"
+    spd = (tmp_path / "reference" / "riemfl" / "manifolds" / "spd" / "index.html").read_text(
+        encoding="utf-8"
+    )
+    assert 'src="../../../../javascripts/vendor/mathjax/tex-svg-full.js"' in spd
+    assert 'class="arithmatex"' in spd
 
 
 def _has(module: str) -> bool:
