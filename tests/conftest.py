@@ -18,8 +18,9 @@ from riemfl.testing import register_profiles  # noqa: E402
 
 register_profiles()
 
-# Keeps hypothesis' settings chains of the kit's shared test methods from growing (see the module)
-pytest_plugins = ["riemfl.testing.pytest_plugin"]
+# riemfl's own pytest plugin (the kit's marker, short hypothesis settings chains) loads by itself
+# through its entry point; pytester runs small suites in-process (tests/test_kit_plugin.py).
+pytest_plugins = ["pytester"]
 
 if importlib.util.find_spec("torch") is not None:
     import torch
