@@ -164,17 +164,17 @@ def local_ratios(norms):
 def test_trust_regions_converge_quadratically_on_kpca_with_the_exact_hessian():
     """The Euclidean Hessian-vector product -C u of kPCA, through Stiefel.ehess_to_rhess: in the
     local phase g_{k+1} <= C g_k^2 (quadratic convergence, the order log g_{k+1} / log g_k near
-    2). The finite-difference Hessian of the same run is accurate to O(2^-14) here (the kPCA
-    gradient is linear in X), so it converges fast but linearly: its last step above rounding
-    falls by a constant factor, far above g_k^2, and it needs at least as many iterations.
-    (With pymanopt's Stiefel radius sqrt(p) the finite-difference run is often as fast as the
-    exact one down to rounding, as its O(2^-14) error only shows below g ~ 1e-6: the start
-    rng=2 has a step left there.)"""
+    2). The finite-difference Hessian of the same run is off by O(h) = O(2^-14) relative to the
+    exact one (the curvature of the retraction; the kPCA gradient itself is linear in X), so its
+    run is Newton's method with a perturbed Hessian: it converges, at best as fast as the exact
+    run. How its last steps fall below 1e-10 depends on the rounding of the BLAS kernel (AVX-512
+    and AVX2 kernels give different last ratios), so the test states the Hessian's error, which
+    does not."""
     problem = kpca()
     cov = problem.mean_covariance
     common = {"problem": problem, "min_gradient_norm": 1e-13, "rng": 2}
     exact, exact_norms = gradient_norms(ehess=lambda x, u: -(cov @ u), **common)
-    fd, fd_norms = gradient_norms(**common)
+    fd, _ = gradient_norms(**common)
     assert (exact.hessian, fd.hessian) == ("exact", "finite_difference")
     for result in (exact, fd):
         assert result.cost == pytest.approx(problem.optimum, rel=1e-13)
@@ -183,8 +183,16 @@ def test_trust_regions_converge_quadratically_on_kpca_with_the_exact_hessian():
     assert len(quadratic) >= 2 and max(quadratic) < 5.0
     steps = local_steps(exact_norms)
     assert np.all(np.log(steps[:, 1]) / np.log(steps[:, 0]) > 1.9)  # the order of convergence
-    assert max(local_ratios(fd_norms)) > 100.0  # a linear step: g_{k+1} / g_k^2 ~ rate / g_k
     assert fd.iterations >= exact.iterations
+    # the finite-difference Hessian is inexact by O(h): far above rounding (1e-15), far below 1
+    manifold, x = problem.manifold, exact.point
+    fd_hessian = finite_difference_hessian(manifold, problem.rgrad)
+    errors = []
+    for seed in range(4):
+        u = manifold.random_tangent(x, rng=seed)
+        exact_hv = manifold.ehess_to_rhess(x, problem.egrad(x), -(cov @ u), u)
+        errors.append(np.linalg.norm(fd_hessian(x, u) - exact_hv) / np.linalg.norm(exact_hv))
+    assert 1e-9 < max(errors) < 1e-2
 
 
 @pytest.mark.parametrize("backend", ["autograd", "torch"])
@@ -381,14 +389,23 @@ def test_riemfl_and_pymanopt_stiefel_agree_where_the_maps_are_the_same():
 
 
 def test_sphere_dist_of_close_points_pymanopt_loses_half_the_digits():
-    """pymanopt's Sphere.dist is arccos(<x, y>): at distance 1e-7 it is off by about 1 %;
-    riemfl's atan2 form is limited only by the rounding of y itself."""
+    """pymanopt's Sphere.dist is arccos(<x, y>). Near 1 the doubles are 2^-53 apart, so
+    <x, y> = cos(1e-7) = 1 - 5e-15 is off by up to ~1e-16 (the grid, and the sum's rounding),
+    and arccos magnifies that by 1 / sin(1e-7) = 1e7: an error up to ~1e-9, 1 % of the
+    distance, whose size at any one pair depends on where the rounding lands (one BLAS kernel
+    gave 4e-11 where another gave 1e-9). Over 64 pairs the typical error is that large on every
+    kernel; riemfl's atan2 form is limited by the rounding of y itself (~1e-16 / 1e-7)."""
     ours, theirs = Sphere(4), pymanopt.manifolds.Sphere(4)
-    x = ours.random_point(rng=0)
-    u = ours.random_tangent(x, rng=1)
-    y = ours.exp(x, 1e-7 * u / np.linalg.norm(u))
-    assert float(ours.dist(x, y)) == pytest.approx(1e-7, rel=1e-8)
-    assert abs(theirs.dist(x, y) - 1e-7) > 1e-3 * 1e-7
+    rng = np.random.default_rng(0)
+    ours_err, theirs_err = [], []
+    for _ in range(64):
+        x = ours.random_point(rng=rng)
+        u = ours.random_tangent(x, rng=rng)
+        y = ours.exp(x, 1e-7 * u / np.linalg.norm(u))
+        ours_err.append(abs(float(ours.dist(x, y)) - 1e-7) / 1e-7)
+        theirs_err.append(abs(theirs.dist(x, y) - 1e-7) / 1e-7)
+    assert max(ours_err) < 1e-7
+    assert np.median(theirs_err) > 1e-4 and max(theirs_err) > 1e-3
 
 
 # ------------------------------------------------------------------------- riemfl on pymanopt
