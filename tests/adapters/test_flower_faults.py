@@ -222,8 +222,9 @@ def excluded(history) -> dict[int, str]:
 def test_async_dead_node_is_excluded_and_the_run_goes_on(task_identity):
     job = small_async("dead")
     grid = FakeGrid(nodes(job, dead={DEAD}))
-    with pytest.warns(ClientDroppedWarning, match="excluded"):
+    with pytest.warns(ClientDroppedWarning) as caught:  # every drop warns; the last excludes
         history = run_async_job(grid, job, list(range(NODES)))
+    assert any("excluded" in str(w.message) for w in caught)
     assert history.metrics["step"][-1] == 8
     assert grid.dispatched(DEAD) == 2  # each of its clients once, then never again
     reasons = excluded(history)
@@ -238,8 +239,9 @@ def test_async_dead_node_is_excluded_and_the_run_goes_on(task_identity):
 def test_async_faulty_client_is_excluded_after_max_failures(task_identity):
     job = small_async("complex", steps=10, max_failures=2)
     grid = FakeGrid(nodes(job, mods=[CorruptReplies("complex", COMPLEX, ("complex",))]))
-    with pytest.warns(ClientDroppedWarning, match="2 faulty replies in a row"):
+    with pytest.warns(ClientDroppedWarning) as caught:  # every drop warns; the last excludes
         history = run_async_job(grid, job, list(range(NODES)))
+    assert any("2 faulty replies in a row" in str(w.message) for w in caught)
     assert history.metrics["step"][-1] == 10
     bad = clients_of(COMPLEX)
     assert sorted(excluded(history)) == bad
