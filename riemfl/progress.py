@@ -4,6 +4,12 @@ Writes ``desc [#####-----] 50/100  3.2s<3.1s  key=value`` to a stream (stderr by
 redrawn in place on a terminal at most ``min_interval`` seconds apart, and as plain lines
 (every 10%) when the stream is not a terminal, so logs of CI runs stay readable.
 
+Steps that a run does not compute (a finished or resumed run read back from its checkpoint)
+advance the bar through :meth:`ProgressBar.skip`: they count towards the total, are said as
+``(N cached)`` after the count, and are left out of the time estimate. :meth:`ProgressBar.close`
+draws the final count, so the last line shows where the bar ended (the total, once every step is
+done) even where it was advanced without a redraw or its total was revised at the end.
+
 The time left is the steps left times an exponential moving average of the recent seconds per
 step (weight :data:`SMOOTHING` on the newest interval). The first step is left out of the average,
 as it usually carries one-off costs (imports, data loading, compilation, the first checkpoint),
@@ -66,7 +72,10 @@ class ProgressBar:
         self._per_step: float | None = None  # moving average of seconds per step
         self._timed = 0  # steps in the moving average
         self._isatty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._drawn: tuple[int, int] | None = None  # (count, total) of the last line drawn
         self.postfix: dict[str, Any] = {}
+        #: steps advanced by :meth:`skip` (read back, not computed)
+        self.skipped = 0
 
     def __enter__(self) -> ProgressBar:
         return self
@@ -82,17 +91,40 @@ class ProgressBar:
             return
         now = time.perf_counter()
         self._time_step(now, n)
+        self._draw(now)
+
+    def skip(self, n: int, **postfix: Any) -> None:
+        """Advance by ``n`` steps that were not computed (read back from a cache or a
+        checkpoint): counted in the total and in :attr:`skipped`, left out of the estimate."""
+        if n <= 0:
+            return
+        self.count += n
+        self.skipped += n
+        self.postfix.update(postfix)
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        self._last_step = None if self._last_step is None else now  # not an interval of work
+        self._draw(now)
+
+    def _draw(self, now: float, final: bool = False) -> None:
+        """Redraw in place on a terminal (at most every ``min_interval`` seconds, and always at
+        the end); write a line per tenth of the total elsewhere, and the last one at ``final``."""
         if self._isatty:
-            if now - self._last_draw >= self.min_interval or self.count >= self.total:
+            due = now - self._last_draw >= self.min_interval or self.count >= self.total
+            if due or final:
                 self._last_draw = now
-                self.stream.write("\r" + self.render(now))
-                self.stream.flush()
-        else:
-            decile = (10 * self.count) // self.total if self.total else 10
-            if decile > self._last_decile:
-                self._last_decile = decile
-                self.stream.write(self.render(now) + "\n")
-                self.stream.flush()
+                self._write("\r" + self.render(now))
+            return
+        decile = (10 * self.count) // self.total if self.total else 10
+        if decile > self._last_decile or (final and self._drawn != (self.count, self.total)):
+            self._last_decile = max(decile, self._last_decile)
+            self._write(self.render(now) + "\n")
+
+    def _write(self, text: str) -> None:
+        self._drawn = (self.count, self.total)
+        self.stream.write(text)
+        self.stream.flush()
 
     def _time_step(self, now: float, n: int) -> None:
         """Fold the interval since the previous update into the moving average (the first
@@ -122,14 +154,17 @@ class ProgressBar:
         eta = "estimating" if left is None else f"{left:.1f}s"
         extra = "  ".join(f"{k}={_fmt(v)}" for k, v in self.postfix.items())
         bar = "#" * filled + "-" * (self.width - filled)
-        return (
-            f"{self.desc} [{bar}] {self.count}/{self.total}  {elapsed:.1f}s<{eta}  {extra}"
-        ).rstrip()
+        cached = f" ({self.skipped} cached)" if self.skipped else ""
+        head = f"{self.desc} [{bar}] {self.count}/{self.total}{cached}"
+        return f"{head}  {elapsed:.1f}s<{eta}  {extra}".rstrip()
 
     def close(self) -> None:
-        if self.enabled and self._isatty:
-            self.stream.write("\n")
-            self.stream.flush()
+        """Draw the final count (unless the last line already shows it) and end the line."""
+        if not self.enabled:
+            return
+        self._draw(time.perf_counter(), final=True)
+        if self._isatty:
+            self._write("\n")
 
 
 def _fmt(v: Any) -> str:

@@ -69,3 +69,47 @@ def test_a_disabled_bar_writes_nothing(clock):
     with ProgressBar(5, stream=out, enabled=False) as bar:
         _steps(bar, clock, [1.0] * 5)
     assert out.getvalue() == ""
+
+
+def test_a_non_terminal_bar_ends_at_its_total_when_the_total_is_revised(clock):
+    """zhang2024 estimates its total (the held-out runs of the sweep are known only later) and
+    sets it to the count at the end: the last line said 12744/14160, the ninth tenth."""
+    out = io.StringIO()
+    with ProgressBar(30, "job", stream=out) as bar:
+        _steps(bar, clock, [1.0] * 19)
+        bar.total = bar.count  # the estimate made exact, with no further update
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("job [########################] 19/19")
+    assert sum("19/19" in line for line in lines) == 1  # the final line once, not twice
+
+
+def test_skipped_steps_reach_the_total_and_are_said_as_cached(clock):
+    """A run read back from its checkpoint advances the bar without a step of work: it counts
+    towards the total, shows as cached, and does not shorten the estimate per step."""
+    out = io.StringIO()
+    with ProgressBar(30, "job", stream=out) as bar:
+        _steps(bar, clock, [2.0] * 5)
+        clock.now += 30.0  # reading a checkpoint back: not an interval of work
+        bar.skip(10)
+        _steps(bar, clock, [2.0] * 5)
+        assert bar.skipped == 10 and bar.count == 20
+        assert bar.remaining() == pytest.approx(10 * 2.0)  # 2 s per step of work
+        bar.skip(10)
+    last = out.getvalue().splitlines()[-1]
+    assert "30/30 (20 cached)" in last
+    bar = ProgressBar(10, stream=io.StringIO())
+    bar.skip(10)
+    bar.close()
+    assert "10/10 (10 cached)" in bar.stream.getvalue()
+
+
+def test_a_terminal_bar_draws_its_final_count_on_close(clock):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    with ProgressBar(10, "job", stream=out, min_interval=100.0) as bar:
+        _steps(bar, clock, [1.0] * 3)  # the first drawn, the next two within min_interval
+        bar.skip(7)
+    assert out.getvalue().endswith("10/10 (7 cached)  3.0s<0.0s\n")

@@ -40,3 +40,12 @@ def test_the_quick_report(tmp_path, capsys, monkeypatch):
 def test_strict_is_refused_for_the_privacy_report(tmp_path, capsys):
     assert main(["reproduce", "privacy", "--strict", "--out", str(tmp_path)]) == 2
     assert "no pass/fail claims" in capsys.readouterr().err
+
+
+def test_the_table_gives_no_spread_for_one_seed():
+    """With one seed the table printed "f - f* (mean +/- std)" and "+/- 0" in every row."""
+    row = {"problem": "p", "rule": "RFedProj", "sigma": 1.0, "epsilon": 4.0, "gap": 2.5}
+    one = privacy._table([row | {"gap_std": 0.0}], 1)
+    assert "f - f* (one seed)" in one[0] and "+/-" not in "".join(one)
+    three = privacy._table([row | {"gap_std": 0.25}], 3)
+    assert "f - f* (mean over 3 seeds +/- std)" in three[0] and "| 2.5 +/- 0.25 |" in three[2]

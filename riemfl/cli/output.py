@@ -1,16 +1,20 @@
-"""The ``--out`` folder of ``riemfl run``: checked, created, cleared or resumed."""
+"""The ``--out`` folder of ``riemfl run``: checked, created, cleared or resumed, and the files
+written into it (:func:`write_history`: the history as JSON and CSV, and its plot titled with
+the problem and the algorithm)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointMismatchError, ParameterError, RiemflError
+from ..experiments.styles import TITLE_FONTSIZE, log_axis, save, shared_legend
 
-__all__ = ["OutputFolder", "CHECKPOINT_NAME", "RUN_FILES"]
+__all__ = ["OutputFolder", "CHECKPOINT_NAME", "RUN_FILES", "run_title", "write_history"]
 
 #: What ``riemfl run`` writes in its output folder besides the checkpoint.
 RUN_FILES = ("history.json", "history.csv", "history.png")
@@ -132,3 +136,44 @@ class OutputFolder:
             ) from None
         if isinstance(exc, RiemflError) and not isinstance(exc, KeyboardInterrupt):
             self._remove_created()
+
+
+def run_title(history: Any) -> str:
+    """The title of ``history.png``, from the run's configuration: the problem, the algorithm
+    (or the asynchronous rule) with its step size and local steps, and the length of the run,
+    e.g. ``"kpca-synthetic: rfedproj, eta = 0.000817, tau = 10, 50 rounds"`` or
+    ``"kpca-synthetic: fedbuff (async), eta_g = 0.1, 20 server steps"``."""
+    config = history.config
+    problem = config.get("problem", {}).get("name", "user problem")
+    if "rule" in config:
+        rule = config["rule"]
+        parts = [f"{history.label} (async)"]
+        if "server_lr" in rule:
+            parts.append(f"eta_g = {rule['server_lr']:.3g}")
+        parts.append(f"{config.get('server_steps', len(history) - 1)} server steps")
+    else:
+        algorithm = config.get("algorithm", {})
+        parts = [history.label]
+        if "step_size" in algorithm:
+            parts.append(f"eta = {algorithm['step_size']:.3g}")
+        if "local_steps" in algorithm:
+            parts.append(f"tau = {algorithm['local_steps']}")
+        parts.append(f"{config.get('rounds', len(history) - 1)} rounds")
+    return f"{problem}: {', '.join(parts)}"
+
+
+def write_history(history: Any, out: Path, y: Sequence[str]) -> None:
+    """Write :data:`RUN_FILES` into ``out``: ``history.json``, ``history.csv`` and
+    ``history.png`` (:meth:`~riemfl.federated.History.plot` of the ``y`` columns, titled by
+    :func:`run_title`, its legend below the panels and log-axis labels that do not collide)."""
+    history.to_json(out / "history.json")
+    history.to_csv(out / "history.csv")
+    fig = history.plot(y=y)
+    fig.set_layout_engine("constrained")  # room for the title and the legend below the panels
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+        log_axis(ax, "y")
+    shared_legend(fig, fig.axes)
+    fig.suptitle(run_title(history), fontsize=TITLE_FONTSIZE)
+    save(fig, out / "history.png", dpi=110)

@@ -81,8 +81,8 @@ import numpy as np
 
 from ..progress import ProgressBar
 from ._threads import single_torch_thread
-from .spread import mean_spread, mean_std
-from .styles import Styles
+from .spread import mean_spread, mean_std, over_seeds
+from .styles import TITLE_FONTSIZE, Styles, pyplot, save, shared_legend
 
 __all__ = [
     "Method",
@@ -339,7 +339,7 @@ class _Runner:
             **kwargs,
         )
         trained = self.bar.count - before  # rounds run by this call
-        self.bar.count = before + rounds  # a resumed run skips its completed rounds
+        self.bar.skip(rounds - trained)  # the rounds its checkpoint held
         h.to_json(self.out / "runs" / f"{key}.json")
         m = h.metrics
         return {
@@ -901,47 +901,23 @@ def _aggregation_section(agg: dict[str, Any]) -> list[str]:
 def _plots(
     digits: list[dict], gaps: list[dict], synthetic: list[dict], agg: dict, s: Settings, out: Path
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     styles = Styles([m.label for m in METHODS])  # one look per method in every figure
-    cols = [c.label for c in COLUMNS if c.label in s.columns]
-    ncols = min(len(cols), 2)
-    nrows = math.ceil(len(cols) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows), squeeze=False)
-    for ax in axes.flat[len(cols) :]:
-        ax.set_visible(False)
-    for ax, col in zip(axes.flat, cols, strict=False):
-        for m in METHODS:
-            curves = [r["curve"] for r in digits if r["column"] == col and r["method"] == m.label]
-            acc = np.mean([c["accuracy"] for c in curves], axis=0)
-            ax.plot(curves[0]["step"], acc, **styles.of(m.label))
-        ax.set_title(f"digits, {col}")
-        ax.set_xlabel("round")
-        ax.set_ylabel("personal test accuracy")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "table1_curves.png", dpi=100)
-    plt.close(fig)
+    _curves_plot(digits, s, styles, out)
     _gap_plot(gaps, styles, out)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.4), layout="constrained")
     for ax, kind in zip(axes, ("linear", "mlp"), strict=True):
         for r in (x for x in synthetic if x["task"] == kind):
             ax.semilogy(r["curve"]["step"], r["curve"]["loss"], **styles.of(r["method"]))
-        ax.set_title(f"synthetic {kind}")
+        ax.set_title(f"synthetic {kind}", fontsize=TITLE_FONTSIZE)
         ax.set_xlabel("round")
         ax.set_ylabel("personal test loss (MSE)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "synthetic_loss.png", dpi=100)
-    plt.close(fig)
+    shared_legend(fig, list(axes))
+    save(fig, out / "synthetic_loss.png")
 
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(6, 4.4), layout="constrained")
     for r in agg["sync"]:
         ax.plot(
             r["curve"]["step"],
@@ -951,18 +927,46 @@ def _plots(
     ax.set_xlabel("round")
     ax.set_ylabel("personal test accuracy (Full LS)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "aggregation.png", dpi=100)
-    plt.close(fig)
+    shared_legend(fig, [ax], ncols=2)
+    save(fig, out / "aggregation.png")
+
+
+def _curves_plot(digits: list[dict], s: Settings, styles: Styles, out: Path) -> Any:
+    """``table1_curves.png``: personal test accuracy against the round per Table 1 column (the
+    mean over the seeds, or the one seed's curve); one legend below the panels, where it covers
+    no curve. Returns the (closed) matplotlib figure."""
+    plt = pyplot()
+    cols = [c.label for c in COLUMNS if c.label in s.columns]
+    ncols = min(len(cols), 2)
+    nrows = math.ceil(len(cols) / ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(5 * ncols, 3.4 * nrows + 0.9),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
+    for ax in axes.flat[len(cols) :]:
+        ax.set_visible(False)
+    for ax, col in zip(axes.flat, cols, strict=False):
+        for m in METHODS:
+            curves = [r["curve"] for r in digits if r["column"] == col and r["method"] == m.label]
+            acc = np.mean([c["accuracy"] for c in curves], axis=0)
+            ax.plot(curves[0]["step"], acc, **styles.of(m.label))
+        ax.set_title(f"digits, {col}", fontsize=TITLE_FONTSIZE)
+        ax.set_xlabel("round")
+        ax.set_ylabel(f"personal test accuracy ({over_seeds(len(s.seeds))})")
+        ax.grid(True, alpha=0.3)
+    shared_legend(fig, list(axes.flat[: len(cols)]))
+    return save(fig, out / "table1_curves.png")
 
 
 def _gap_plot(gaps: list[dict], styles: Styles, out: Path) -> None:
     """Per-seed FLoRAL-minus-ensemble gaps with their mean and 95% interval, and the paper's."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cols = list(dict.fromkeys(g["column"] for g in gaps))
-    fig, ax = plt.subplots(figsize=(1.9 * max(len(cols), 2) + 1.5, 3.6))
+    fig, ax = plt.subplots(figsize=(1.9 * max(len(cols), 2) + 1.5, 4.6), layout="constrained")
     for i, label in enumerate(GAP_METHODS[1:]):
         look = styles.of(label)
         shift = 0.15 * (2 * i - 1)
@@ -1004,10 +1008,8 @@ def _gap_plot(gaps: list[dict], styles: Styles, out: Path) -> None:
     ax.set_xticks(range(len(cols)), cols, fontsize=8)
     ax.set_ylabel("FLoRAL - Ensemble (pi*), points")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "reduced_gap.png", dpi=100)
-    plt.close(fig)
+    shared_legend(fig, [ax], ncols=2)
+    save(fig, out / "reduced_gap.png")
 
 
 def _reduced_section(gap_lines: list[str], holdings: list[dict], s: Settings) -> list[str]:

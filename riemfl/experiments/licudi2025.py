@@ -101,8 +101,16 @@ from .equal_work import (
     pair_agreement,
     value_at,
 )
-from .spread import mean_spread, mean_std
-from .styles import Styles, legend_styles
+from .spread import mean_spread, mean_std, over_seeds
+from .styles import (
+    TITLE_FONTSIZE,
+    Styles,
+    legend_styles,
+    log_axis,
+    pyplot,
+    save,
+    shared_legend,
+)
 
 __all__ = [
     "METHODS",
@@ -112,6 +120,7 @@ __all__ = [
     "CURVE_METHODS",
     "PAPER_FEMNIST",
     "Settings",
+    "accuracy_ties",
     "line_search",
     "reproduce",
 ]
@@ -422,6 +431,10 @@ def _one_run(
         "rate": rate,
         "validation": validation,
         "accuracy": h.metrics["accuracy"][-1],
+        # accuracy is a count over the test rows, so two runs can tie on it: the loss tells them
+        # apart (:func:`accuracy_ties`)
+        "loss": h.metrics["loss"][-1],
+        "test_rows": int(h.metrics["n_samples"][-1]),
         "best_accuracy": watched.best_accuracy,
         "T_e": t_e,
         **_fairness(per_client),
@@ -496,6 +509,34 @@ def table(runs: list[dict[str, Any]], s: Settings) -> str:
             f"{pa:.2f} +/- {pas:.2f} | {pt:.0f} +/- {pts:.1f} |"
         )
     return "\n".join(lines)
+
+
+def accuracy_ties(runs: list[dict[str, Any]], s: Settings) -> list[str]:
+    """Sentences on the methods whose accuracy in :func:`table` is equal (to its two decimals):
+    accuracy is the share of a few hundred test rows classified correctly, so different models
+    tie on it often (one row of the digits stand-in's 362 is 0.28 points); each sentence gives
+    the mean final test loss of both, which tells the runs apart. Empty when there is no tie
+    (or the runs were saved without their loss)."""
+    shown: dict[str, list[str]] = {}
+    for method in s.methods:
+        rs = [r for r in runs if r["method"] == method]
+        shown.setdefault(mean_spread([100 * r["accuracy"] for r in rs], 2), []).append(method)
+    lines = []
+    for cell, methods in shown.items():
+        rs = {m: [r for r in runs if r["method"] == m] for m in methods}
+        if len(methods) < 2 or not all("loss" in r for group in rs.values() for r in group):
+            continue
+        rows = {r["test_rows"] for group in rs.values() for r in group}
+        losses = ", ".join(
+            f"{m} {mean_std([r['loss'] for r in group])[0]:.4f}" for m, group in rs.items()
+        )
+        lines.append(
+            f"- {' and '.join(methods)} tie at {cell}% test accuracy: a count over "
+            f"{'/'.join(map(str, sorted(rows)))} test rows (one row = "
+            f"{100 / min(rows):.2f} points), on which different models often tie. Their final "
+            f"test losses ({over_seeds(len(s.seeds))}): {losses}."
+        )
+    return lines
 
 
 def _te_cell(values: list[float | None], digits: int) -> str:
@@ -611,12 +652,13 @@ def _plot(
     path: Path,
     axis: str = "step",
     budget: float | None = None,
-) -> None:
-    """Mean test accuracy against server steps, client updates or virtual time (log scale for
-    the last two: FedBuff's runs take K times more updates); ``budget``: a dotted vertical line
-    at the equal-work budget."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+) -> Any:
+    """Test accuracy (the mean over the seeds, or the one seed's) against server steps, client
+    updates or virtual time (log scale for the last two: FedBuff's runs take K times more
+    updates); ``budget``: a dotted vertical line at the equal-work budget. Returns the (closed)
+    matplotlib figure."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
     styles = Styles(s.methods)  # the same look per method in every figure of the report
     curves = {}
     for method in s.methods:
@@ -627,18 +669,16 @@ def _plot(
     for method, (x, acc) in curves.items():
         ax.plot(x, acc, **looks[method])
     if axis != "step":
-        ax.set_xscale("log")
+        log_axis(ax, "x")
     if budget is not None:
         ax.axvline(budget, color="k", linestyle=":", linewidth=1, label="equal-work budget")
     ax.set_xlabel(
         {"step": "server step", "updates": "client updates received", "time": "virtual time"}[axis]
     )
-    ax.set_ylabel("test accuracy (mean over seeds)")
+    ax.set_ylabel(f"test accuracy ({over_seeds(len(s.seeds))})")
     ax.grid(True, which="both" if axis != "step" else "major", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    shared_legend(fig, [ax])  # below the panel: the curves fill it
+    return save(fig, path, dpi=110)
 
 
 def equal_work(runs: list[dict[str, Any]], s: Settings) -> dict[str, Any]:
@@ -774,22 +814,26 @@ def paper_axis(s: Settings) -> str:
     )
 
 
-def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> None:
-    """Licudi et al. 2025, Fig. 3: Gini and Theil of the per-client accuracy, mean +/- std."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+def _plot_fairness(runs: list[dict[str, Any]], s: Settings, path: Path) -> Any:
+    """Licudi et al. 2025, Fig. 3: Gini and Theil of the per-client accuracy, the mean over the
+    seeds with +/- std error bars (one seed: the seed's value, and no error bar). Returns the
+    (closed) matplotlib figure."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    styles = Styles(s.methods)  # the colours of accuracy.png
+    colours = [styles.of(m)["color"] for m in s.methods]
     for ax, key in zip(axes, ("gini", "theil"), strict=True):
         stats = [mean_std([r[key] for r in runs if r["method"] == m]) for m in s.methods]
-        spreads = [0.0 if math.isnan(d) else d for _, d, _ in stats]  # one seed: no bar
-        colours = [Styles(s.methods).of(m)["color"] for m in s.methods]
+        spread = len(s.seeds) > 1
+        errors = [0.0 if math.isnan(d) else d for _, d, _ in stats] if spread else None
         heights = [m for m, _, _ in stats]
-        ax.bar(range(len(s.methods)), heights, yerr=spreads, capsize=3, color=colours)
-        ax.set_xticks(range(len(s.methods)), s.methods, rotation=45, ha="right", fontsize=8)
-        ax.set_title(key.capitalize())
+        ax.bar(
+            range(len(s.methods)), heights, yerr=errors, capsize=3 if spread else 0, color=colours
+        )
+        ax.set_xticks(range(len(s.methods)), s.methods, rotation=45, ha="right")
+        ax.set_title(f"{key.capitalize()} ({over_seeds(len(s.seeds))})", fontsize=TITLE_FONTSIZE)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path, dpi=110)
 
 
 def line_search(runs_dir: Path, s: Settings, bar: Any) -> tuple[dict[str, float], str]:
@@ -859,11 +903,12 @@ def _epoch_study(
     )
 
 
-def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
-    plt = _pyplot()
+def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> Any:
+    """Licudi et al. 2025, Fig. 4: final accuracy against the local epochs K (one seed)."""
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(5.5, 4.6), layout="constrained")
     styles = Styles(s.methods)  # the colours of accuracy.png
     for method in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["epochs"], r["accuracy"]) for r in rows if r["method"] == method)
@@ -872,12 +917,10 @@ def _plot_epochs(rows: list[dict[str, Any]], s: Settings, path: Path) -> None:
     ax.set_xticks(list(s.epoch_study), [str(k) for k in s.epoch_study])
     ax.xaxis.set_minor_formatter(NullFormatter())  # only the studied K are labelled
     ax.set_xlabel("local epochs K")
-    ax.set_ylabel("final test accuracy")
+    ax.set_ylabel("final test accuracy (one seed)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    shared_legend(fig, [ax], ncols=3)
+    return save(fig, path, dpi=110)
 
 
 def _path_study(run: dict[str, Any], s: Settings, out: Path) -> dict[str, Any]:
@@ -901,15 +944,6 @@ def _path_study(run: dict[str, Any], s: Settings, out: Path) -> dict[str, Any]:
         "curve_mean_loss": float(losses["curve"].mean()),
         "line_mean_loss": float(losses["line"].mean()),
     }
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def reproduce(
@@ -1040,6 +1074,7 @@ def _reproduce(out: Path, s: Settings, progress: bool) -> str:
         "",
         md,
         "",
+        *[line for tie in accuracy_ties(runs, s) for line in (tie, "")],
         f"The 'Paper' columns are Licudi et al. 2025, Table 1, on {s.paper_table()[0]} (rows 7 "
         "and 8, whose labels are garbled in our copy of the paper, beside AsyncBezier and "
         "AsyncBezierED in Table 3's order). "

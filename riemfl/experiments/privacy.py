@@ -36,6 +36,8 @@ from ..federated import DPSettings, RFedAvg, RFedProj, run_sync
 from ..federated.serialise import json_float
 from ..progress import ProgressBar
 from .registry import PROBLEMS, build_problem
+from .spread import over_seeds
+from .styles import TITLE_FONTSIZE, log_axis, pyplot, save, shared_legend
 
 __all__ = ["Settings", "reproduce"]
 
@@ -125,14 +127,12 @@ def _label(sigma: float | None) -> str:
     return "non-private" if sigma is None else ("clip only" if sigma == 0 else f"sigma={sigma:g}")
 
 
-def _plot(rows: list[dict[str, Any]], s: Settings, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot(rows: list[dict[str, Any]], s: Settings, out: Path) -> Any:
+    """``privacy.png``: utility against epsilon per problem (log axes), one legend below the
+    panels; returns the (closed) matplotlib figure."""
+    plt = pyplot()
     panels = [(p, "gap") for p in s.rounds] + [("logreg-digits", "accuracy")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 3.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 4.4), layout="constrained")
     for ax, (problem, key) in zip(axes, panels, strict=True):
         for i, rule in enumerate(RULES):
             mine = [r for r in rows if r["problem"] == problem and r["rule"] == rule]
@@ -144,30 +144,31 @@ def _plot(rows: list[dict[str, Any]], s: Settings, out: Path) -> None:
                 if not r["sigma"]:
                     ls = "--" if r["sigma"] is None else ":"
                     ax.axhline(r[key], c=color, ls=ls, lw=1, label=f"{rule}, {_label(r['sigma'])}")
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         if key == "gap":
-            ax.set_yscale("log")
+            log_axis(ax, "y")
         ax.set_xlabel(f"epsilon (delta = {s.delta:g})")
         ax.set_ylabel("f - f*" if key == "gap" else "accuracy (all clients' rows)")
-        ax.set_title(problem)
+        ax.set_title(problem, fontsize=TITLE_FONTSIZE)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "privacy.png", dpi=100)
-    plt.close(fig)
+    shared_legend(fig, list(axes), ncols=len(RULES))
+    return save(fig, out / "privacy.png")
 
 
-def _table(rows: list[dict[str, Any]]) -> list[str]:
+def _table(rows: list[dict[str, Any]], seeds: int) -> list[str]:
+    """The markdown table; f - f* is the mean +/- std over ``seeds`` seeds (one seed: its value,
+    with no spread)."""
+    spread = " +/- std" if seeds > 1 else ""
     lines = [
-        "| problem | rule | noise | epsilon | f - f* (mean +/- std) | accuracy |",
+        f"| problem | rule | noise | epsilon | f - f* ({over_seeds(seeds)}{spread}) | accuracy |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         acc = f"{r['accuracy']:.3f}" if "accuracy" in r else ""
         eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.3g}"
+        gap = f"{r['gap']:.3g}" + (f" +/- {r['gap_std']:.2g}" if seeds > 1 else "")
         lines.append(
-            f"| {r['problem']} | {r['rule']} | {_label(r['sigma'])} | {eps} | "
-            f"{r['gap']:.3g} +/- {r['gap_std']:.2g} | {acc} |"
+            f"| {r['problem']} | {r['rule']} | {_label(r['sigma'])} | {eps} | {gap} | {acc} |"
         )
     return lines
 
@@ -190,7 +191,7 @@ def _report(rows: list[dict[str, Any]], s: Settings, quick: bool, seconds: float
             "replacement); it depends only on sigma, the rounds, n, m and delta. The mechanism "
             "per rule and the argument for the projected noise: `docs/federated/privacy.md`.",
             "",
-            *_table(rows),
+            *_table(rows, len(s.seeds)),
             "",
             "Dashed lines in `privacy.png`: the non-private run; dotted: clipping without noise. "
             "With n = 50 clients the noise on the mean update, sigma C / m per entry, is large "
@@ -230,7 +231,7 @@ def reproduce(
     (out / "report.md").write_text(_report(rows, s, quick, seconds))
     summary = {"settings": asdict(s), "quick": quick, "seconds": seconds, "runs": rows}
     (out / "results.json").write_text(json.dumps(_clean(summary), indent=1))
-    return "\n".join(_table(rows))
+    return "\n".join(_table(rows, len(s.seeds)))
 
 
 def _clean(obj: Any) -> Any:

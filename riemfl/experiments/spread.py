@@ -1,7 +1,8 @@
 """Summaries over seeds for the reports' tables: a mean, its spread, and how many runs had one.
 
 With one seed there is no spread to report, so a table prints the value alone (not "+/- 0.00"),
-and a quantity no run reached prints as such (not "nan +/- nan").
+a quantity no run reached prints as such (not "nan +/- nan"), and a figure's axis says "one
+seed", not "mean over seeds" (:func:`over_seeds`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["mean_std", "mean_spread"]
+__all__ = ["mean_std", "mean_spread", "over_seeds"]
 
 
 def mean_std(values: Iterable[float | None]) -> tuple[float, float, int]:
@@ -35,3 +36,9 @@ def mean_spread(
     if count > 1:
         text += f" +/- {std:.{digits if spread_digits is None else spread_digits}f}"
     return text
+
+
+def over_seeds(count: int) -> str:
+    """What a curve or bar over ``count`` seeds shows: ``"mean over 3 seeds"``, or ``"one
+    seed"`` (a single run is no mean, and has no spread to draw)."""
+    return "one seed" if count == 1 else f"mean over {count} seeds"

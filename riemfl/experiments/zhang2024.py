@@ -18,7 +18,8 @@ Settings the paper leaves open, and the values used:
   eta = 1/beta, because with 1/(20 beta) the digits runs are still far from their noise floor
   after 1500 rounds (the digits problem has a small eigengap).
 * The number of rounds R is stated only for Fig. 7 (4000); the others use the values in
-  :func:`figures`. ``--quick`` shortens every run (and runs only RFedProj and RFedSVRG in Fig. 7).
+  :func:`figures`. ``--quick`` shortens every run (and runs only RFedProj and RFedSVRG in Fig. 7)
+  and the claim-8 sweep (:func:`sweep`: four step sizes, tolerance 1e-6).
 * LRMC: eta = 1e-4, tau = 5 (Figs. 4, 8) and tau in {2, 5, 10} (Fig. 9); not stated. In trial runs
   at tau = 5, eta = 1e-3 stalls (f about 14) and eta = 1e-4 converges; at tau = 10 the local drift
   eta * tau = 1e-3 is close to where those trials stalled, and tau = 10 converges per round more
@@ -41,11 +42,13 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +68,16 @@ from ..problems import FederatedProblem
 from ..progress import ProgressBar
 from .registry import build_algorithm, build_problem
 from .step_sweep import best_step, is_stable, largest_stable_step, uploads_to_tolerance
-from .styles import Styles, coinciding
+from .styles import (
+    TITLE_FONTSIZE,
+    Styles,
+    legend,
+    legend_styles,
+    log_axis,
+    pyplot,
+    save,
+    shared_legend,
+)
 
 __all__ = [
     "Run",
@@ -371,11 +383,17 @@ class Sweep:
 
 def sweep(quick: bool = False) -> Sweep:
     """The claim-8 sweep: tau in {2, 5, 10} (Fig. 9) and {10, 15, 20} (the kPCA claim's, Fig. 7)
-    over :data:`SWEEP_STEPS` for Fig. 9's R; ``quick``: tau in {2, 5, 10}, eta in {1e-4, 1e-3}
-    and the quick R (the code path only)."""
+    over :data:`SWEEP_STEPS` for Fig. 9's R.
+
+    ``quick``: tau in {2, 5, 10}, the four step sizes of the grid around Fig. 9's 1e-4 (2.15e-5
+    to 2.15e-4; the larger ones do not converge in 60 rounds on the tuning seed), the quick
+    R = 60 and the tolerance 1e-6: in 60 rounds almost no run reaches the full 1e-8 (1 of 6
+    with eta in {1e-4, 1e-3}: the figure was one point per panel), at 1e-6 8 of these 12 do,
+    so the quick figure shows uploads against eta per tau. Its verdicts exercise the code path
+    only."""
     rounds = figures(quick)[9].runs[0].rounds
     if quick:
-        return Sweep((2, 5, 10), (1e-4, 1e-3), rounds)
+        return Sweep((2, 5, 10), SWEEP_STEPS[1:5], rounds, rel_tol=1e-6)
     return Sweep((2, 5, 10, 15, 20), SWEEP_STEPS, rounds)
 
 
@@ -896,19 +914,26 @@ _AXIS = {
 }
 
 
-def _plot(fig: Figure, results: dict[str, History], path: Path, styles: Styles) -> None:
-    """One figure of the paper: a column per (panel, x axis), a row per y axis; every label
-    keeps its look across the report's figures (``styles``), and the legend of each panel says
-    which curves lie on top of another."""
-    import matplotlib
+def _plot(fig: Figure, results: dict[str, History], path: Path, styles: Styles) -> Any:
+    """One figure of the paper: a column per (panel, x axis), a row per y axis; returns the
+    (closed) matplotlib figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    Both axes are logarithmic, the x axes from round 1 (uploads and CPU seconds from their first
+    positive reading): |grad f| falls by orders of magnitude in the first rounds, which a linear
+    axis squeezes against its left edge. The panels of a row share their y axis, so that
+    heights compare across panels. Every label keeps its look across the report's figures
+    (``styles``), and the legend says which curves lie on top of another (one legend below the
+    panels when they all show the same entries)."""
+    plt = pyplot()
     cols = [(title, runs, x) for title, runs in fig.panels for x in fig.x]
     width = 4.0 * len(cols)
     f, axes = plt.subplots(
-        len(fig.y), len(cols), figsize=(width, 3.1 * len(fig.y) + 0.4), squeeze=False
+        len(fig.y),
+        len(cols),
+        figsize=(width, 3.1 * len(fig.y) + 1.0),
+        squeeze=False,
+        sharey="row",
+        layout="constrained",
     )
     for row, y in enumerate(fig.y):
         for col, (title, runs, x) in enumerate(cols):
@@ -916,26 +941,26 @@ def _plot(fig: Figure, results: dict[str, History], path: Path, styles: Styles) 
             curves = {}
             for label, run in runs:
                 h = results[run.key]
-                pts = [(a, b) for a, b in zip(getattr(h, x), getattr(h, y), strict=True) if b > 0]
+                pts = [
+                    (a, b)
+                    for a, b in zip(getattr(h, x), getattr(h, y), strict=True)
+                    if a > 0 and b > 0
+                ]
                 if pts:
                     curves[label] = tuple(zip(*pts, strict=True))
-            under = coinciding(curves)
-            for label, (xs, ys) in curves.items():
-                style = styles.of(label)
-                if label in under:
-                    style["label"] = f"{label} (= {under[label]})"
-                ax.semilogy(xs, ys, **style)
-            ax.set_xlabel(_AXIS[x])
-            ax.set_ylabel(_AXIS[y])
+            for label, style in legend_styles(styles, curves).items():
+                ax.loglog(*curves[label], **style)
+            log_axis(ax, "x")
+            ax.set_xlabel(_AXIS[x] + " (log)")
+            if col == 0:
+                ax.set_ylabel(_AXIS[y])
             if title:
-                ax.set_title(title, fontsize=9)
+                ax.set_title(title, fontsize=TITLE_FONTSIZE)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
+    shared_legend(f, list(axes.flat))
     heading = f"Fig. {fig.number}: {fig.title}"
-    f.suptitle(textwrap.fill(heading, width=max(30, int(11 * width))), fontsize=10)
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    f.suptitle(textwrap.fill(heading, width=max(30, int(11 * width))), fontsize=TITLE_FONTSIZE)
+    return save(f, path)
 
 
 _SHORT = {
@@ -951,31 +976,24 @@ def _plot_sweep(
     results: dict[str, History],
     path: Path,
     styles: Styles,
-) -> None:
+) -> Any:
     """The claim-8 sweep: uploads to the tolerance against tau per rule (held-out seed), and
-    the tuning grid (uploads against eta per tau, tuning seed); unreached points are left out."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    f, (left, right, drift) = plt.subplots(1, 3, figsize=(14.0, 3.8))
+    the tuning grid (uploads against eta per tau, tuning seed); unreached points are left out.
+    Returns the (closed) matplotlib figure."""
+    plt = pyplot()
+    f, (left, right, drift) = plt.subplots(1, 3, figsize=(14.0, 4.6), layout="constrained")
     uploads = setting.uploads(picks, results)
     curves = {}
     for rule, by_tau in uploads.items():
         pts = [(t, u) for t, u in by_tau.items() if math.isfinite(u)]
         if pts:
             curves[_SHORT[rule]] = tuple(zip(*pts, strict=True))
-    under = coinciding(curves)
-    for label, (xs, ys) in curves.items():
-        style = styles.of(label)
-        if label in under:
-            style["label"] = f"{label} (= {under[label]})"
-        left.plot(xs, ys, **(style | {"markevery": 1}))
+    for label, style in legend_styles(styles, curves).items():
+        left.plot(*curves[label], **(style | {"markevery": 1}))
     left.set_xlabel("local steps tau")
     left.set_ylabel("uploads to tolerance")
     left.set_xticks(list(setting.taus))
-    left.set_title(f"held-out seed {setting.report_seed}", fontsize=9)
+    left.set_title(f"held-out seed {setting.report_seed}", fontsize=TITLE_FONTSIZE)
     for t in setting.taus:
         tuning = setting.tuning(results, t)
         pts = [(s, uploads_to_tolerance(h, setting.rel_tol)) for s, h in tuning.items()]
@@ -985,21 +1003,23 @@ def _plot_sweep(
             right.plot(*zip(*pts, strict=True), **style)
             drift.plot([s * t for s, _ in pts], [u for _, u in pts], **style)
     for ax, x in ((right, "step size eta"), (drift, "eta * tau")):
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         ax.set_xlabel(x)
         ax.set_ylabel("uploads to tolerance")
-        ax.set_title(f"tuning seed {setting.tune_seed} (gaps: not reached in R rounds)", fontsize=9)
+        ax.set_title(
+            f"tuning seed {setting.tune_seed} (gaps: not reached in R rounds)",
+            fontsize=TITLE_FONTSIZE,
+        )
     for ax in (left, right, drift):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+    legend(left, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    shared_legend(f, [right, drift])
     f.suptitle(
         f"Fig. 9 sweep: LRMC, RFedProj, |grad f| <= {setting.rel_tol:.0e} |grad f(x^0)|, "
         f"R = {setting.rounds}",
-        fontsize=10,
+        fontsize=TITLE_FONTSIZE,
     )
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    return save(f, path)
 
 
 # --------------------------------------------------------------------------------------- report
@@ -1162,14 +1182,17 @@ def _report(
     data: str | None,
     seconds: float,
     sweep_lines: Sequence[str] = (),
+    cached: str = "",
 ) -> str:
+    """The markdown report; ``cached``: :meth:`_Reuse.sentence` (runs read back, not run)."""
+    when = cached or f"wall time {seconds:.0f} s"
     lines = [
         "# Reproduction of Zhang, Hu, So & Johansson (NeurIPS 2024), Figures "
         + ", ".join(str(n) for n in figs),
         "",
         f"Mode: {'--quick (shortened runs)' if quick else 'full'}; MNIST data: "
         f"{data if data else 'scikit-learn digits (offline stand-in)'}; "
-        f"wall time {seconds:.0f} s. Settings the paper leaves open are listed in "
+        f"{when}. Settings the paper leaves open are listed in "
         "`riemfl/experiments/zhang2024.py` (module docstring) and `docs/federated/`.",
         "",
         "## Claims (Zhang et al. 2024, Secs. 3 and 5, App. A.4)",
@@ -1219,14 +1242,56 @@ def _report(
     return "\n".join(lines)
 
 
+@dataclass
+class _Reuse:
+    """What a reproduction read back from ``out/checkpoints`` instead of computing: finished
+    runs (``reused``, and the wall time they took when they were computed) and interrupted ones
+    it continued (``resumed``)."""
+
+    runs: int = 0
+    reused: int = 0
+    resumed: int = 0
+    seconds: float = 0.0
+
+    def count(self, run: Run, h: History, computed: int) -> None:
+        """Account for ``run`` (history ``h``), of whose rounds this invocation computed
+        ``computed``."""
+        self.runs += 1
+        if computed == 0 and run.rounds > 0:
+            self.reused += 1
+            self.seconds += float(h.wall_time[-1])
+        elif computed < run.rounds:
+            self.resumed += 1
+
+    def sentence(self, out: Path, seconds: float) -> str:
+        """The report's and the terminal's words on it ("" when every run was computed)."""
+        if not (self.reused or self.resumed):
+            return ""
+        parts = []
+        if self.reused:
+            parts.append(
+                f"reused {self.reused} of {self.runs} runs cached by an earlier invocation "
+                f"(their original compute: {self.seconds:.0f} s wall time)"
+            )
+        if self.resumed:
+            parts.append(f"resumed {self.resumed} interrupted runs from their checkpoints")
+        return (
+            f"this invocation took {seconds:.0f} s and {' and '.join(parts)}; delete "
+            f"{out / 'checkpoints'} to compute them again"
+        )
+
+
 def _run_all(
     runs: Sequence[Run],
     problems: _Problems,
     out: Path,
     bar: ProgressBar,
     results: dict[str, History],
+    reuse: _Reuse,
 ) -> None:
-    """Run (or resume) each run into ``results`` and ``out/runs/KEY.json``, advancing ``bar``."""
+    """Run (or resume) each run into ``results`` and ``out/runs/KEY.json``, advancing ``bar``
+    (by :meth:`~riemfl.progress.ProgressBar.skip` for the rounds a checkpoint held) and
+    counting in ``reuse`` the runs read back from their checkpoints."""
     for i, run in enumerate(runs):
         desc = f"{run.problem} {run.algorithm} tau={run.local_steps} ({i + 1}/{len(runs)})"
         bar.postfix = {"run": desc}
@@ -1236,7 +1301,9 @@ def _run_all(
 
         before = bar.count
         h = _execute(run, problems, out, tick)
-        bar.count = before + run.rounds  # a resumed run skips its completed rounds
+        computed = bar.count - before
+        bar.skip(run.rounds - computed)  # the rounds its checkpoint held
+        reuse.count(run, h, computed)
         results[run.key] = h
         (out / "runs").mkdir(exist_ok=True)
         h.to_json(out / "runs" / f"{run.key}.json")
@@ -1254,7 +1321,9 @@ def reproduce(
     with Fig. 9, also the claim-8 sweep (:func:`sweep`) and ``fig9_sweep.png``.
 
     Returns the claims; completed runs are checkpointed under ``out/checkpoints``, so an
-    interrupted reproduction resumes where it stopped.
+    interrupted reproduction resumes where it stopped, and a rerun reads finished runs back
+    instead of computing them again: the report and a line on stderr say how many (and the
+    wall time they took when they were computed).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -1279,13 +1348,14 @@ def reproduce(
     later = len(SWEEP_RULES) * len(setting.taus) * setting.rounds if setting else 0
     total = sum(r.rounds for r in stage1) + later
     picks = None
+    reuse = _Reuse()
     with ProgressBar(total, "zhang2024", enabled=progress) as bar:
-        _run_all(stage1, problems, out, bar, results)
+        _run_all(stage1, problems, out, bar, results, reuse)
         if setting is not None:
             picks = setting.choices(results)
             held_out = [r for r in setting.report_runs(picks) if r.key not in results]
-            bar.total = bar.count + sum(r.rounds for r in held_out)
-            _run_all(held_out, problems, out, bar, results)
+            bar.total = bar.count + sum(r.rounds for r in held_out)  # the estimate, made exact
+            _run_all(held_out, problems, out, bar, results, reuse)
     claims = check_claims(figs, results, problems, setting)
     styles = Styles()  # one look per label across all the figures
     for n, fig in figs.items():
@@ -1295,6 +1365,9 @@ def reproduce(
         _plot_sweep(setting, picks, results, out / "fig9_sweep.png", styles)
         sweep_lines = _sweep_section(setting, picks, results, claims)
     seconds = time.perf_counter() - t0
+    cached = reuse.sentence(out, seconds)
+    if cached:
+        print(f"zhang2024: {cached}", file=sys.stderr)
     (out / "report.md").write_text(
         _report(
             figs,
@@ -1304,6 +1377,7 @@ def reproduce(
             data=data,
             seconds=seconds,
             sweep_lines=sweep_lines,
+            cached=cached,
         )
     )
     summary = {
@@ -1311,6 +1385,9 @@ def reproduce(
         "data": data,
         "figures": chosen,
         "seconds": seconds,
+        "reused_runs": reuse.reused,
+        "resumed_runs": reuse.resumed,
+        "reused_runs_seconds": reuse.seconds,
         "claims": [asdict(c) | {"verdict": c.verdict, "label": c.label} for c in claims],
         "sweep": None
         if setting is None or picks is None
