@@ -164,6 +164,12 @@ class _NumpyOps:
     ones_like = staticmethod(np.ones_like)
 
     @staticmethod
+    def safe_sqrt(a):
+        r""":math:`\sqrt{\max(a, 0)}`; in torch its derivative is 0 where :math:`a \le 0`
+        (see :meth:`_TorchOps.safe_sqrt`)."""
+        return np.sqrt(np.maximum(a, 0.0))
+
+    @staticmethod
     def sum(a, axis=None, keepdims=False):
         return np.sum(a, axis=axis, keepdims=keepdims)
 
@@ -263,6 +269,12 @@ class _NumpyOps:
             return value
 
     @staticmethod
+    def tiny(a) -> float:
+        """The smallest positive normal number of ``a``'s floating dtype (float64's else)."""
+        dt = a.dtype
+        return float(np.finfo(dt if np.issubdtype(dt, np.floating) else np.float64).tiny)
+
+    @staticmethod
     def detach(a):
         return a
 
@@ -304,6 +316,23 @@ class _TorchOps:
 
     def where(self, c, a, b):
         return self.t.where(c, a, b)
+
+    def safe_sqrt(self, a):
+        r""":math:`\sqrt{\max(a, 0)}` with the derivative 0 (not :math:`\infty`) where
+        :math:`a \le 0`: the distance and norm of riemfl's maps at coincident points.
+
+        :math:`\frac{d}{da}\sqrt a = 1/(2\sqrt a)` is infinite at 0, and the chain rule then
+        multiplies it by the derivative of the argument, which is 0 there (a squared norm has a
+        zero gradient at 0): ``0 * inf = NaN``. Here the square root is taken of
+        ``where(a <= 0, 1, a)`` and replaced by 0 where :math:`a \le 0`, so both branches of
+        the ``where`` have finite derivatives and the gradient at 0 is the zero subgradient
+        (higher derivatives stay finite too). NaN propagates (``NaN <= 0`` is false), and no
+        value leaves the device (no host synchronisation).
+        """
+        t = self.t
+        zero = a <= 0
+        root = t.sqrt(t.where(zero, t.ones_like(a), a))
+        return t.where(zero, t.zeros_like(a), root)
 
     def maximum(self, a, b):
         if not isinstance(b, self.t.Tensor):
@@ -400,6 +429,10 @@ class _TorchOps:
             value = float(self.t.finfo(a.dtype).eps) if a.is_floating_point() else 2.0**-52
             self._eps[a.dtype] = value
             return value
+
+    def tiny(self, a) -> float:
+        """The smallest positive normal number of ``a``'s floating dtype (float64's else)."""
+        return float(self.t.finfo(a.dtype if a.is_floating_point() else self.t.float64).tiny)
 
     @staticmethod
     def detach(a):

@@ -46,7 +46,7 @@ def skew(a: Array) -> Array:
 def _inv_sqrt(lam):
     r"""Elementwise :math:`\lambda^{-1/2}` (clamped at the smallest normal number)."""
     ops = ops_for(lam)
-    return 1.0 / ops.sqrt(ops.maximum(lam, _tiny(lam)))
+    return 1.0 / ops.sqrt(ops.maximum(lam, ops.tiny(lam)))
 
 
 def _inv_sqrt_divided_differences(lam, f_lam):
@@ -56,10 +56,6 @@ def _inv_sqrt_divided_differences(lam, f_lam):
     s = 1.0 / f_lam
     si, sj = s[..., :, None], s[..., None, :]
     return -1.0 / (si * sj * (si + sj))
-
-
-def _tiny(a) -> float:
-    return float(np.finfo(np.float32 if "32" in str(a.dtype) else np.float64).tiny)
 
 
 def spd_inv_sqrt(g: Array) -> tuple[Array, Array]:

@@ -108,6 +108,8 @@ class Manifold(ABC):
             return False, self.unsupported[method]
         if method == "dist" and type(self)._dist is Manifold._dist:
             return self.supports("log")
+        if method == "squared_dist" and type(self)._squared_dist is Manifold._squared_dist:
+            return self.supports("dist")
         impl = getattr(type(self), "_" + method, None)
         base = getattr(Manifold, "_" + method, None)
         if impl is None or (base is not None and impl is base and method not in _DEFAULTED):
@@ -304,8 +306,29 @@ class Manifold(ABC):
         return self._run_map("log", _XY, False, x, y)
 
     def dist(self, x: Array, y: Array) -> Array:
-        """Geodesic distance; reduces the point axes."""
+        """Geodesic distance :math:`d(x, y)`; reduces the point axes.
+
+        In torch its gradient is finite everywhere, also at ``y = x``, where :math:`d` is not
+        differentiable and the gradient is the zero subgradient wherever the computed distance
+        is exactly 0 (:meth:`squared_dist` is the smooth function to differentiate there).
+        """
         return self._run_map("dist", _XY, True, x, y)
+
+    def squared_dist(self, x: Array, y: Array) -> Array:
+        r"""Squared geodesic distance :math:`d(x, y)^2`; reduces the point axes.
+
+        Equal to ``dist(x, y)**2`` to rounding, and defined wherever ``dist`` is. Unlike
+        :math:`d`, :math:`d^2` is smooth at :math:`y = x` (within the injectivity radius):
+        :math:`\nabla_y \tfrac12 d(x, y)^2 = -\mathrm{Log}_y(x)`, which vanishes at
+        :math:`y = x`. Every family evaluates it without a square root of a vanishing
+        argument, so its torch gradient is finite everywhere and 0 at :math:`y = x` (up to the
+        rounding of the computed :math:`\mathrm{Log}_x(x)`; exactly 0 where that is 0): a
+        Karcher mean :math:`\arg\min_y \sum_i d(x_i, y)^2` can start at a data point. The
+        default is :math:`\langle \mathrm{Log}_x y, \mathrm{Log}_x y\rangle_x` where ``dist``
+        is the norm of ``log``, and :math:`d^2` otherwise (families with a closed-form
+        distance override it).
+        """
+        return self._run_map("squared_dist", _XY, True, x, y)
 
     def transport(self, x: Array, y: Array, u: Array) -> Array:
         """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
@@ -420,8 +443,7 @@ class Manifold(ABC):
         return ops_for(u, v).sum(u * v, axis=self._axes)
 
     def _norm(self, x, u):
-        ops = ops_for(u)
-        return ops.sqrt(ops.maximum(self._inner(x, u, u), 0.0))
+        return ops_for(u).safe_sqrt(self._inner(x, u, u))
 
     @abstractmethod
     def _retract(self, x, u): ...
@@ -437,6 +459,18 @@ class Manifold(ABC):
 
     def _dist(self, x, y):
         return self._norm(x, self._log(x, y))
+
+    def _squared_dist(self, x, y):
+        if type(self)._dist is Manifold._dist:  # dist = |log|: its square without the root
+            return self._squared_log_norm(x, y)
+        d = self._dist(x, y)
+        return d * d
+
+    def _squared_log_norm(self, x, y):
+        r""":math:`\langle \mathrm{Log}_x y, \mathrm{Log}_x y\rangle_x` (clamped at 0): smooth
+        at :math:`y = x` wherever ``log`` is."""
+        v = self._log(x, y)
+        return ops_for(v).maximum(self._inner(x, v, v), 0.0)
 
     def _transport(self, x, y, u):
         return self._to_tangent(y, u)
@@ -473,6 +507,14 @@ def delegated_map(method: str, via: str) -> Any:
 
     run.__name__ = run.__qualname__ = "_" + method
     return run
+
+
+def dist_from_squared(self: Manifold, x: Array, y: Array) -> Array:
+    r"""A private map ``_dist`` for a family whose closed form is ``_squared_dist``:
+    :math:`d = \sqrt{d^2}` by ``safe_sqrt``, whose torch derivative at :math:`d^2 = 0`
+    (coincident points) is the zero subgradient instead of NaN. Assign it:
+    ``_dist = dist_from_squared``."""
+    return ops_for(x, y).safe_sqrt(self._squared_dist(x, y))
 
 
 def result_checked(*maps: str, **first: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
@@ -520,4 +562,4 @@ _XGHU = (
 _XYU = ("point x", "point y", "tangent vector u")
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
-_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "point_gap"}
+_DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "squared_dist", "point_gap"}

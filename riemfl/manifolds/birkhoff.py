@@ -13,6 +13,7 @@ import numpy as np
 from ..backend import Array, ops_for, to_like
 from ..errors import ConvergenceError, ParameterError, ProjectionError
 from .base import Manifold
+from .elementary import nonzero
 
 __all__ = ["BirkhoffPolytope", "sinkhorn"]
 
@@ -83,7 +84,9 @@ class BirkhoffPolytope(Manifold):
       whose Christoffel term on the positive orthant is :math:`-uv/(2x)`);
     * ``retract``: :math:`\mathrm{Sinkhorn}(X\odot\exp(U\oslash X))` (Douik & Hassibi 2019),
       first order, not second order (its covariant acceleration is :math:`\Pi_X(U\odot U
-      \oslash (2X))`);
+      \oslash (2X))`); an entry whose exact value underflows to 0 is returned as the
+      smallest normal number (:func:`~riemfl.manifolds.elementary.nonzero`), so the result has
+      positive entries;
     * ``transport``: :math:`\Pi_Y(U\odot\sqrt{Y\oslash X})`, the Fisher parallel transport of
       the positive orthant (flat in :math:`2\sqrt x`) followed by the projection, so that its
       derivative at Y = X is the Levi-Civita connection;
@@ -202,7 +205,10 @@ class BirkhoffPolytope(Manifold):
         return ops_for(x, u, v).sum(u * v / x, axis=(-2, -1))
 
     def _retract(self, x, u):
-        return self._sinkhorn(x * ops_for(x, u).exp(u / x), "X exp(U / X) in retract")
+        # an entry of X exp(U / X) that underflowed to 0 stays 0 through Sinkhorn: made the
+        # smallest normal number after it (no row underflows entirely: U 1 = 0)
+        step = self._sinkhorn(x * ops_for(x, u).exp(u / x), "X exp(U / X) in retract")
+        return nonzero(step)
 
     def _transport(self, x, y, u):
         return self._to_tangent(y, u * ops_for(x, y, u).sqrt(y / x))

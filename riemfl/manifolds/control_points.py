@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend import Array, ops_for
 from ..errors import NotOnManifoldError, ParameterError
-from .base import Manifold
+from .base import Manifold, dist_from_squared
 
 __all__ = ["ControlPoints"]
 
@@ -123,9 +123,10 @@ class ControlPoints(Manifold):
     def _log(self, x, y):
         return self.base._log(x, y)
 
-    def _dist(self, x, y):
-        d = self.base._dist(x, y)
-        return ops_for(d).sqrt(self._reduce(d * d))
+    def _squared_dist(self, x, y):
+        return self._reduce(self.base._squared_dist(x, y))
+
+    _dist = dist_from_squared
 
     def _transport(self, x, y, u):
         return self.base._transport(x, y, u)

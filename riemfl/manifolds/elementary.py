@@ -25,9 +25,11 @@ __all__ = [
     "atan_sqrt_over",
     "acosh1p_over_sinh",
     "angle_over_sine",
+    "squared_angle",
     "tanh_sqrt_over",
     "artanh_sqrt_over",
     "asinh_sqrt_over",
+    "nonzero",
     "d_cos_sqrt",
     "d_sinc_sqrt",
     "d_cosm1_over",
@@ -133,6 +135,26 @@ def angle_over_sine(c: Array, s2: Array) -> Array:
     return ops.where(small, 1.0 + s2 / 6.0, ops.arctan2(s, c) / s)
 
 
+def squared_angle(c: Array, s2: Array) -> Array:
+    r""":math:`\theta^2` with :math:`\theta = \operatorname{atan2}(\sqrt{s^2}, c)`, smooth
+    where :math:`\theta` is (for :math:`\theta < \pi`).
+
+    For :math:`c > 0` (:math:`\theta < \pi/2`) it is :math:`s^2\,(\theta/\sin\theta)^2` with
+    :func:`angle_over_sine` (no square root of :math:`s^2`, so the derivative at
+    :math:`s^2 = 0` is finite); the obtuse branch is fed :math:`s^2 = 0, c = 1` there, so that
+    its derivatives are finite too. For :math:`c \le 0` it is the square of the ``atan2``, with
+    the square root of :math:`s^2` taken by ``safe_sqrt`` (a zero subgradient at the antipode
+    :math:`s^2 = 0`, where :math:`\theta = \pi` is a maximum).
+    """
+    ops = ops_for(c, s2)
+    s2 = ops.maximum(s2, 0.0)
+    acute = c > 0
+    sa = ops.where(acute, s2, 0.0 * s2)
+    ratio = angle_over_sine(ops.where(acute, c, ops.ones_like(c)), sa)
+    far = ops.arctan2(ops.safe_sqrt(s2), c)
+    return ops.where(acute, sa * ratio * ratio, far * far)
+
+
 def tanh_sqrt_over(lam: Array) -> Array:
     r""":math:`\tanh(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's exponential map)."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
@@ -155,6 +177,24 @@ def asinh_sqrt_over(lam: Array) -> Array:
     r""":math:`\operatorname{arsinh}(\sqrt\lambda)/\sqrt\lambda` (the Poincare ball's logarithm)."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
     return _where(ops, small, lam, (1.0, -1 / 6, 3 / 40), ops.arcsinh(s) / s)
+
+
+def nonzero(a: Array) -> Array:
+    r"""``a`` with its exact zeros replaced by the smallest positive normal number of its dtype.
+
+    For maps onto open sets bounded by :math:`a_i = 0` (the positive orthant, the simplex, the
+    Birkhoff polytope) whose entries are positive in exact arithmetic, such as :math:`x
+    e^{u/x}` or a softmax: an entry whose exact value is below the underflow threshold
+    rounds to 0, on the boundary. Only such entries change (by less than the smallest normal
+    number); NaN and infinities pass unchanged, and so does every other entry, bit for bit
+    (in numpy the array itself is returned when it has no zero). Not a function of
+    :math:`\lambda` like the others here: a guard for their results. In torch the replaced
+    entries have a zero derivative (the exact value's is below the underflow threshold too).
+    """
+    ops = ops_for(a)
+    if not ops.is_torch and a.all():
+        return a
+    return ops.where(a == 0, ops.ones_like(a) * ops.tiny(a), a)
 
 
 def d_cos_sqrt(lam: Array) -> Array:

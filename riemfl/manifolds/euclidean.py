@@ -53,6 +53,7 @@ class Euclidean(Manifold):
         "exp",
         "log",
         "dist",
+        "squared_dist",
         to_tangent=(0,),
         egrad_to_rgrad=(0,),
         inner=(0,),

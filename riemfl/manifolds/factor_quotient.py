@@ -43,11 +43,11 @@ def horizontal_projection(y: Array, b: Array) -> Array:
 
 def _gram_lyapunov(m: np.ndarray, c: np.ndarray) -> np.ndarray:
     r"""Solve :math:`MS + SM = C` for a symmetric positive-definite M (numpy): with
-    :math:`M = Q\Lambda Q^	op`, :math:`S = Q\,[(Q^	op C Q)_{ij}/(\lambda_i + \lambda_j)]\,Q^	op`
+    :math:`M = Q\Lambda Q^\top`, :math:`S = Q\,[(Q^\top C Q)_{ij}/(\lambda_i + \lambda_j)]\,Q^\top`
     (one k x k eigendecomposition instead of the dense solve of size :math:`k^2`, 5 to 10 times
     faster from k = 10). Where some :math:`\lambda_i + \lambda_j \le 0` (a factor of rank below
     k) it is the dense solve of :func:`~riemfl.linalg.solve_lyapunov`, which raises. Not used
-    for torch, whose eigh has no finite derivative at repeated eigenvalues (:math:`Y^	op Y = I`).
+    for torch, whose eigh has no finite derivative at repeated eigenvalues (:math:`Y^\top Y = I`).
     """
     lam, q = np.linalg.eigh(m)
     denom = lam[..., :, None] + lam[..., None, :]

@@ -17,7 +17,7 @@ import numpy as np
 from ..backend import Array, ops_for
 from ..errors import CutLocusError, ParameterError
 from ..linalg import polar, require_finite, sym_function
-from .base import Manifold, result_checked
+from .base import Manifold, dist_from_squared, result_checked
 from .elementary import (
     atan_sqrt_over,
     cos_sqrt,
@@ -46,7 +46,9 @@ class Grassmann(Manifold):
       :math:`M = (I - XX^\top)Y(X^\top Y)^{-1}` (Edelman et al. sec. 2.5.1); undefined where
       :math:`X^\top Y` is singular (a principal angle of :math:`\pi/2`: ``CutLocusError``);
     * ``dist``: :math:`\|\theta\|_2`, principal angles :math:`\theta_i =
-      \arctan\sqrt{\lambda_i(M^\top M)}`;
+      \arctan\sqrt{\lambda_i(M^\top M)}`; ``squared_dist`` :math:`\sum_i \theta_i^2 =
+      \sum_i\lambda_i(\arctan\sqrt{\lambda_i}/\sqrt{\lambda_i})^2` (no square root of the
+      eigenvalues, which all vanish at :math:`Y = X`);
     * parallel transport along the geodesic (Edelman et al. Thm 2.4), written without SVD as
       :math:`\tau V = V - X\,\mathrm{sinc}(\sqrt G)\,U^\top V + U\,h(G)\,U^\top V` with
       :math:`h(\lambda) = (\cos\sqrt\lambda - 1)/\lambda`, then moved to the representative Y;
@@ -144,7 +146,7 @@ class Grassmann(Manifold):
         g = ops_for(m).mT(m) @ m
         return m @ sym_function(g, atan_sqrt_over, d_atan_sqrt_over)
 
-    def _dist(self, x, y):
+    def _squared_dist(self, x, y):
         ops = ops_for(x, y)
         m = self._tan_direction(x, y)
         require_finite(m, f"tangent of the principal angles in {self.name}.dist")
@@ -154,8 +156,11 @@ class Grassmann(Manifold):
             lam = torch.linalg.eigvalsh(ops.mT(m) @ m)
         else:
             lam = np.linalg.eigvalsh(np.swapaxes(m, -1, -2) @ m)
-        theta = ops.arctan(ops.sqrt(ops.maximum(lam, 0.0)))
-        return ops.sqrt(ops.sum(theta * theta, axis=-1))
+        lam = ops.maximum(lam, 0.0)
+        ratio = atan_sqrt_over(lam)  # theta_i / tan(theta_i)
+        return ops.sum(lam * ratio * ratio, axis=-1)
+
+    _dist = dist_from_squared
 
     def _parallel_transport(self, x, y, v):
         ops = ops_for(x, y, v)

@@ -13,7 +13,7 @@ import numpy as np
 from ..backend import Array, ops_for
 from ..errors import ParameterError, ProjectionError
 from .base import Manifold, result_checked
-from .elementary import acosh1p_over_sinh, cosh_sqrt, sinhc_sqrt
+from .elementary import acosh1p_over_sinh, asinh_sqrt_over, cosh_sqrt, sinhc_sqrt
 
 __all__ = ["Lorentz", "minkowski_inner"]
 
@@ -48,6 +48,9 @@ class Lorentz(Manifold):
     * :math:`d(x,y) = \sqrt\beta\,\mathrm{arccosh}(-\langle x,y\rangle_L/\beta)`, evaluated as
       :math:`2\sqrt\beta\,\mathrm{arcsinh}(\|x-y\|_L/(2\sqrt\beta))` for close points (no
       cancellation; :math:`\langle x - y, x - y\rangle_L = 4\beta\sinh^2(\theta_{xy}/2)`);
+      ``squared_dist`` :math:`2\beta e\,(\operatorname{arsinh}\sqrt{e/2}/\sqrt{e/2})^2`,
+      :math:`e = \cosh\theta_{xy} - 1`, a function of e without its square root (smooth at
+      :math:`y = x`);
     * :math:`\mathrm{Log}_x(y) = \frac{\theta_{xy}}{\sinh\theta_{xy}}(y + \langle x,
       y\rangle_L\, x/\beta)`;
     * parallel transport :math:`v + \frac{\langle y, v\rangle_L}{\beta - \langle x,
@@ -217,7 +220,12 @@ class Lorentz(Manifold):
     def _dist(self, x, y):
         ops = ops_for(x, y)
         e = self._cosh_minus_one(x, y)
-        return 2.0 * math.sqrt(self.beta) * ops.arcsinh(ops.sqrt(0.5 * e))[..., 0]
+        return 2.0 * math.sqrt(self.beta) * ops.arcsinh(ops.safe_sqrt(0.5 * e))[..., 0]
+
+    def _squared_dist(self, x, y):
+        e = self._cosh_minus_one(x, y)
+        ratio = asinh_sqrt_over(0.5 * e)
+        return (2.0 * self.beta * e * ratio * ratio)[..., 0]
 
     def _parallel_transport(self, x, y, v):
         coef = minkowski_inner(y, v, keepdims=True) / (

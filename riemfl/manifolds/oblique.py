@@ -17,7 +17,8 @@ import numpy as np
 
 from ..backend import ops_for, to_numpy
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from .base import Manifold, delegated_map
+from .base import Manifold, delegated_map, dist_from_squared
+from .elementary import squared_angle
 from .sphere import Sphere
 
 __all__ = ["Oblique"]
@@ -64,7 +65,8 @@ class Oblique(Manifold):
     * ``log``: the sphere's per column, :math:`\theta_j\,w_j/\|w_j\|` with :math:`w_j = y_j -
       \langle x_j, y_j\rangle x_j`, :math:`\theta_j = \mathrm{atan2}(\|w_j\|, \langle x_j,
       y_j\rangle)`; ``CutLocusError`` where a column of Y is antipodal to that of X;
-    * ``dist``: :math:`\sqrt{\sum_j\theta_j^2}` (the product distance);
+    * ``dist``: :math:`\sqrt{\sum_j\theta_j^2}` (the product distance); ``squared_dist``:
+      :math:`\sum_j\theta_j^2`, each term the sphere's smooth squared angle;
     * ``parallel_transport``: per column along the minimising geodesic, :math:`v_j -
       \frac{\langle y_j, v_j\rangle}{1 + \langle x_j, y_j\rangle}(x_j + y_j)`: the geodesic of a
       product is the product of the geodesics, and so is its parallel transport;
@@ -151,10 +153,11 @@ class Oblique(Manifold):
     def _ehess_to_rhess(self, x, g, h, u):
         return self._to_tangent(x, h) - u * self._column_sphere._dot(x, g)
 
-    def _dist(self, x, y):
+    def _squared_dist(self, x, y):
         ops, c, _, s2 = self._column_sphere._log_parts(x, y)
-        d = ops.arctan2(ops.sqrt(s2), c)  # the column angles, (..., 1, m)
-        return ops.sqrt(ops.sum(d * d, axis=(-2, -1)))
+        return ops.sum(squared_angle(c, s2), axis=(-2, -1))  # the column angles, (..., 1, m)
+
+    _dist = dist_from_squared
 
     def _random_point(self, batch_shape, rng):
         """Independent uniform columns (normalised Gaussian vectors)."""

@@ -24,7 +24,8 @@ geoopt (0.5) instead projects the results of its maps onto the radius :math:`(1 
 lies beyond hyperbolic distance 6.2 from the origin, and its float32 ``dist`` and ``logmap`` of
 points at :math:`1 - 10^{-5}` are off by about 20%. riemfl clamps nothing: a point with
 :math:`c\|x\|^2 \ge 1` fails ``check_point``, and only ``exp``/``retract`` move a result whose
-*rounding* put it on or outside the boundary (see :class:`PoincareBall`).
+*rounding* put it on, outside or within a few units of rounding of the boundary, onto a radius
+from which no summation order of its norm reaches the boundary (:meth:`PoincareBall.pull_inside`).
 
 ``exp`` over a long step is ill-conditioned near the boundary (moving x by one unit of rounding
 moves :math:`\mathrm{Exp}_x(u)` by about :math:`e^{\sqrt c\|u\|_x/2}` units): its float32
@@ -45,6 +46,8 @@ from .elementary import artanh_sqrt_over, asinh_sqrt_over, cosh_sqrt, tanh_sqrt_
 from .lorentz import Lorentz
 
 __all__ = ["PoincareBall", "mobius_add", "mobius_scalar_mul", "gyration", "conformal_sigma"]
+
+_EPS64 = float(np.finfo(np.float64).eps)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -163,11 +166,13 @@ class PoincareBall(Manifold):
       :math:`e^{2\phi}\delta`, :math:`\nabla\phi = c\lambda_x x`);
     * :math:`\mathrm{Exp}_x(u) = x \oplus_c \big(\tanh(\sqrt c\lambda_x\|u\|/2)\,u/(\sqrt c\|u\|)
       \big)` (Ganea, Becigneul & Hofmann 2018, Lemma 2), also ``retract``. If the rounded
-      result has :math:`c\|y\|^2 \ge 1` (the exact point lies within a few units of rounding
-      of the boundary: beyond hyperbolic distance about :math:`15/\sqrt c` from the origin in
-      float32, :math:`35/\sqrt c` in float64), it is moved radially to :math:`\sqrt c\|y\| =
-      1 - 8\varepsilon`, a change of a few units of rounding of :math:`\|y\|`, so that the
-      result is a point of the ball;
+      result lies beyond the radius :math:`\sqrt c\|y\| = r = 1 - 2\varepsilon - (n + 4)
+      \varepsilon_{64}` (:math:`\varepsilon` the eps of its dtype, :math:`\varepsilon_{64}`
+      float64's; the exact point then lies within a few units of rounding of the boundary:
+      beyond hyperbolic distance about :math:`15/\sqrt c` from the origin in float32,
+      :math:`35/\sqrt c` in float64), it is moved radially onto that radius
+      (:meth:`pull_inside`), a change of a few units of rounding of :math:`\|y\|`, so that the
+      result is a point of the ball however its norm is summed;
     * :math:`\mathrm{Log}_x(y) = \tfrac{2}{\sqrt c\lambda_x}\operatorname{artanh}(\sqrt
       c\|w\|)\,w/\|w\|`, :math:`w = -x \oplus_c y`, evaluated as
       :math:`\frac{\operatorname{arsinh}s}{s}\sqrt{\sigma_x}\,\tilde w / \sqrt{D\sigma_y}` with
@@ -175,7 +180,9 @@ class PoincareBall(Manifold):
       :math:`D = \sigma_x\sigma_y + c\|x - y\|^2` and :math:`s^2 = c\|x - y\|^2/(\sigma_x
       \sigma_y)` (also ``inverse_retract``);
     * :math:`d(x, y) = \tfrac{2}{\sqrt c}\operatorname{artanh}(\sqrt c\|{-x}\oplus_c y\|) =
-      \tfrac{2}{\sqrt c}\operatorname{arsinh}(s)`;
+      \tfrac{2}{\sqrt c}\operatorname{arsinh}(s)`; ``squared_dist``
+      :math:`\tfrac4c\,s^2(\operatorname{arsinh}(s)/s)^2` (a function of :math:`s^2`, smooth
+      at :math:`y = x`);
     * parallel transport along the geodesic :math:`\tfrac{\lambda_x}{\lambda_y}
       \operatorname{gyr}[y, -x]\,v` (Ungar 2008; also ``transport``);
     * isometries with the hyperboloid :class:`~riemfl.manifolds.lorentz.Lorentz` with
@@ -246,6 +253,47 @@ class PoincareBall(Manifold):
     def gyration(self, u: Array, v: Array, w: Array) -> Array:
         r""":math:`\operatorname{gyr}[u, v]w` (:func:`gyration` with this ball's c)."""
         return gyration(u, v, w, self.c)
+
+    def pull_inside(self, y: Array) -> Array:
+        r"""``y`` moved radially onto the radius :math:`\sqrt c\|y\| = r = 1 - 2\varepsilon -
+        (n + 4)\varepsilon_{64}` where it lies beyond it, unchanged (bit for bit) elsewhere.
+
+        :math:`\varepsilon` is the eps of y's dtype, :math:`\varepsilon_{64} = 2^{-52}`. The
+        norm is computed once, :math:`q = c\|y\|^2` summed in float64 (the squares of a float32
+        point are exact there), and the *scale factor* :math:`s = r/\sqrt q` (where
+        :math:`q > r^2`) is applied: :math:`y' = s\,y`, rounded to y's dtype.
+
+        **Why the radius holds for every summation order.** With the unit roundoffs
+        :math:`u = \varepsilon/2` and :math:`u_{64} = \varepsilon_{64}/2`, a float64 sum of n
+        squares has relative error at most :math:`\gamma_n = nu_{64}/(1 - nu_{64})` (the
+        classical bound of a dot product, which holds for every order and blocking of the
+        sum). So :math:`\sqrt q` is within :math:`(n + 3)u_{64}/2` of :math:`\sqrt c\|y\|`,
+        and :math:`\sqrt c\|y'\| \le r(1 + 2u + (n + 4)u_{64}/2)`
+        (the division, the rounding of s to y's dtype and the n products add
+        :math:`u_{64} + 2u`). Any later evaluation of :math:`c\|y'\|^2` accumulated in
+        float64 (numpy's and torch's kernels in any order, BLAS dots of any blocking, and every
+        map of this class, which sums float32 points in float64) adds at most :math:`(n +
+        1)u_{64}`, so it is below :math:`r^2(1 + 4u + (2n + 5)u_{64}) < 1` as soon as
+        :math:`1 - r > 2u + (n + 3)u_{64}`, i.e. :math:`\varepsilon + (n + 3)\varepsilon_{64}/2`:
+        the margin :math:`2\varepsilon + (n + 4)\varepsilon_{64}` is about twice that (more
+        than twice in float64). Points not moved have :math:`q \le r^2` and the same
+        guarantee. For a float32 point the margin is about 2 float32 units of rounding
+        (:math:`2.4\cdot 10^{-7}`), so float32 points keep their digits up to the boundary; a
+        sum of its squares accumulated *in float32* (which riemfl never forms) has an error of
+        up to :math:`(n + 1)\varepsilon/2` and is not covered. In torch the scale is a ``where``
+        on the device (no host synchronisation) and differentiable.
+        """
+        self._shape(y, "point y")
+        ops = ops_for(y)
+        wide = widen(y)
+        q = self.c * _dot(wide, wide)
+        r = 1.0 - 2.0 * ops.eps(y) - (self.n + 4) * _EPS64
+        r2 = r * r
+        beyond = q > r2
+        if not ops.is_torch and not beyond.any():  # numpy: nothing to move, no copy
+            return y
+        scale = ops.where(beyond, r / ops.sqrt(ops.where(beyond, q, r2 + 0.0 * q)), 1.0 + 0.0 * q)
+        return cast_like(scale, y) * y
 
     def local_proximal_smoothness(self, x: Array) -> Array:
         r""":math:`1/\sqrt c - \|x\|`, the distance to the boundary: every ambient a that close
@@ -334,7 +382,7 @@ class PoincareBall(Manifold):
         return (4.0 * _dot(u, v) / (sigma * sigma))[..., 0]
 
     def _norm(self, x, u):
-        return (2.0 * ops_for(u).sqrt(_dot(u, u)) / conformal_sigma(x, self.c))[..., 0]
+        return (2.0 * ops_for(u).safe_sqrt(_dot(u, u)) / conformal_sigma(x, self.c))[..., 0]
 
     def _egrad_to_rgrad(self, x, g):
         sigma = conformal_sigma(x, self.c)
@@ -348,20 +396,14 @@ class PoincareBall(Manifold):
     def _exp(self, x, u):
         r""":math:`x \oplus_c v`, :math:`v = \tanh(t)\,u/(\sqrt c\|u\|)`, :math:`t =
         \sqrt c\|u\|/\sigma_x`, with :math:`\sigma_v = 1/\cosh^2 t` taken from t (v itself
-        may round onto the boundary); results that rounded outside are moved inside (see the
-        class docstring)."""
-        ops = ops_for(x, u)
+        may round onto the boundary); results that rounded within :math:`2\varepsilon +
+        (n + 4)\varepsilon_{64}` of the boundary, or beyond, are moved inside
+        (:meth:`pull_inside`)."""
         sx = conformal_sigma(x, self.c)
         t2 = self.c * _dot(u, u) / (sx * sx)
         v = tanh_sqrt_over(t2) * u / sx
         cosh = cosh_sqrt(t2)
-        y = _add(x, sx, v, 1.0 / (cosh * cosh), self.c)
-        sy = conformal_sigma(y, self.c)
-        if not ops.any(sy <= 0):
-            return y
-        norm = ops.sqrt(_dot(widen(y), widen(y)))
-        limit = (1.0 - 8.0 * ops.eps(y)) / math.sqrt(self.c)
-        return ops.where(sy <= 0, cast_like(limit / norm, y) * y, y)
+        return self.pull_inside(_add(x, sx, v, 1.0 / (cosh * cosh), self.c))
 
     _retract = _exp
 
@@ -382,7 +424,12 @@ class PoincareBall(Manifold):
 
     def _dist(self, x, y):
         ops, *_, s2 = self._log_parts(x, y)
-        return (2.0 / math.sqrt(self.c)) * ops.arcsinh(ops.sqrt(s2))[..., 0]
+        return (2.0 / math.sqrt(self.c)) * ops.arcsinh(ops.safe_sqrt(s2))[..., 0]
+
+    def _squared_dist(self, x, y):
+        *_, s2 = self._log_parts(x, y)
+        ratio = asinh_sqrt_over(s2)
+        return ((4.0 / self.c) * s2 * ratio * ratio)[..., 0]
 
     def _parallel_transport(self, x, y, v):
         sx, sy = conformal_sigma(x, self.c), conformal_sigma(y, self.c)

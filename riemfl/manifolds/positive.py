@@ -15,7 +15,8 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
-from .base import Manifold, result_checked
+from .base import Manifold, dist_from_squared, result_checked
+from .elementary import nonzero
 
 __all__ = ["Positive"]
 
@@ -39,8 +40,12 @@ class Positive(Manifold):
     * ``to_tangent``: the identity (an open set: :math:`T_x = \mathbb{R}^{\text{shape}}`);
       ``egrad_to_rgrad``: :math:`x^2 g` (the metric is :math:`\mathrm{diag}(1/x^2)`);
     * ``exp`` = ``retract``: :math:`x\,e^{u/x}` (the straight line :math:`\log x + tu/x`),
-      defined for every u; ``log`` = ``inverse_retract``: :math:`x\log(y/x)`;
-      ``dist``: :math:`\|\log(y/x)\|`;
+      defined for every u; an entry whose exact value underflows (:math:`u/x` below about
+      -700 in float64, -85 in float32) is the smallest normal number instead of 0
+      (:func:`~riemfl.manifolds.elementary.nonzero`), so the result is always strictly
+      positive (no sum is involved, so no summation order matters); ``log`` =
+      ``inverse_retract``: :math:`x\log(y/x)`;
+      ``dist``: :math:`\|\log(y/x)\|`; ``squared_dist``: :math:`\|\log(y/x)\|^2`;
     * ``parallel_transport``: :math:`(y/x)\,u` (constant in log coordinates); ``transport`` is
       the same map (the default projection would be the identity, which is not an isometry);
     * ``ehess_to_rhess``: :math:`x^2 h + x\,u\,g`. The Christoffel symbols of
@@ -143,7 +148,7 @@ class Positive(Manifold):
         return ops_for(x, u, v).sum(u * v / (x * x), axis=self._axes)
 
     def _exp(self, x, u):
-        return x * _lib(x, u).exp(u / x)
+        return nonzero(x * _lib(x, u).exp(u / x))
 
     def _log(self, x, y):
         return x * _lib(x, y).log(y / x)
@@ -151,10 +156,11 @@ class Positive(Manifold):
     _retract = _exp
     _inverse_retract = _log
 
-    def _dist(self, x, y):
-        ops = ops_for(x, y)
+    def _squared_dist(self, x, y):
         z = _lib(x, y).log(y / x)
-        return ops.sqrt(ops.sum(z * z, axis=self._axes))
+        return ops_for(z).sum(z * z, axis=self._axes)
+
+    _dist = dist_from_squared
 
     def _parallel_transport(self, x, y, u):
         return (y / x) * u

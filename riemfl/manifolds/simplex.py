@@ -23,7 +23,7 @@ import numpy as np
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold
-from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
+from .elementary import angle_over_sine, cos_sqrt, nonzero, sinc_sqrt, squared_angle
 
 __all__ = ["Simplex", "project_closed_simplex"]
 
@@ -109,7 +109,10 @@ class Simplex(Manifold):
     * ``retract``: the entropic (exponentiated-gradient) step
       :math:`R_p(u) = p\odot e^{u/p} / \sum_i p_i e^{u_i/p_i} = \mathrm{softmax}(\log p +
       u/p)`, the exponential weights of FLoRAL (Almansoori et al. 2024, eqs. (5), (34)) with the
-      Fisher-Rao gradient step :math:`u = -\eta\,p\odot(f - \langle p, f\rangle)`. First order:
+      Fisher-Rao gradient step :math:`u = -\eta\,p\odot(f - \langle p, f\rangle)`. A weight
+      :math:`e^{z_i - \max z}` that underflows to 0 is the smallest normal number instead
+      (:func:`~riemfl.manifolds.elementary.nonzero`), so every component stays positive for
+      every step (the normalising sum only scales them: its order does not matter). First order:
       :math:`R_p(tu) = p + tu + \tfrac{t^2}{2}(u^2/p - p\sum_i u_i^2/p_i) + O(t^3)`; not
       second order (the geodesic's :math:`t^2` term is half of that: the EG curve is the
       exponential-family e-geodesic, not the Levi-Civita one). Defined for every u.
@@ -125,11 +128,14 @@ class Simplex(Manifold):
       :math:`\le 0`; a geodesic segment inside the open orthant is shorter than
       :math:`\pi/2`, and for :math:`\theta < \pi` a component crosses 0 at most once).
       It is defined on the whole Fisher ball of radius :meth:`local_injectivity_radius`
-      :math:`= 2\arcsin\sqrt{\min_i p_i}`, the distance from p to the boundary.
+      :math:`= 2\arcsin\sqrt{\min_i p_i}`, the distance from p to the boundary. A positive
+      component of the square root whose square underflows is squared to the smallest normal
+      number instead of 0 (:func:`~riemfl.manifolds.elementary.nonzero`).
     * ``log``: :math:`\mathrm{Log}_p(q) = 2\sqrt p\odot\frac{\alpha}{\sin\alpha}(\sqrt q -
       \cos\alpha\sqrt p)`, :math:`\cos\alpha = \sum_i\sqrt{p_i q_i}`; ``dist``:
       :math:`d(p, q) = 2\arccos\sum_i\sqrt{p_i q_i}` (evaluated as :math:`2\,\mathrm{atan2}
-      (\|\sqrt q - \cos\alpha\sqrt p\|, \cos\alpha)`, accurate for close points). Both are
+      (\|\sqrt q - \cos\alpha\sqrt p\|, \cos\alpha)`, accurate for close points; ``squared_dist``
+      :math:`4\alpha^2` with the sphere's smooth squared angle). Both are
       defined everywhere: the open orthant is convex with angles below :math:`\pi/2`, so the
       minimising geodesic is unique and stays inside.
     * ``parallel_transport``: the sphere's along the minimising geodesic, :math:`v = u/(2x)`,
@@ -255,7 +261,7 @@ class Simplex(Manifold):
     def _retract(self, x, u):
         ops = ops_for(x, u)
         z = _lib(x).log(x) + u / x
-        e = _lib(z).exp(z - ops.amax(z, axis=-1, keepdims=True))
+        e = nonzero(_lib(z).exp(z - ops.amax(z, axis=-1, keepdims=True)))
         return e / ops.sum(e, axis=-1, keepdims=True)
 
     def _inverse_retract(self, x, y):
@@ -286,7 +292,7 @@ class Simplex(Manifold):
                 f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
                 f"2 arcsin(sqrt(min p)))"
             )
-        q = y * y
+        q = nonzero(y * y)
         return q / ops.sum(q, axis=-1, keepdims=True)
 
     def _sphere_log_parts(self, x, y):
@@ -303,7 +309,11 @@ class Simplex(Manifold):
 
     def _dist(self, x, y):
         ops, _, _, c, _, s2 = self._sphere_log_parts(x, y)
-        return 2.0 * ops.arctan2(ops.sqrt(s2), c)[..., 0]
+        return 2.0 * ops.arctan2(ops.safe_sqrt(s2), c)[..., 0]
+
+    def _squared_dist(self, x, y):
+        _, _, _, c, _, s2 = self._sphere_log_parts(x, y)
+        return 4.0 * squared_angle(c, s2)[..., 0]
 
     def _parallel_transport(self, x, y, u):
         ops, rx, ry, c, _, _ = self._sphere_log_parts(x, y)

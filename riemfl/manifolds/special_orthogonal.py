@@ -20,7 +20,7 @@ from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, ParameterError, ProjectionError
 from ..linalg import polar, qr_positive, skew, special_polar, sym, sym_function
 from .base import Manifold, result_checked
-from .elementary import angle_over_sine, cosm1_over, sinc_sqrt
+from .elementary import angle_over_sine, cosm1_over, sinc_sqrt, squared_angle
 from .stiefel import Stiefel
 
 __all__ = ["SpecialOrthogonal"]
@@ -117,6 +117,8 @@ class SpecialOrthogonal(Manifold):
       \theta)/2)`, sum to at most :math:`10^3\varepsilon\,\sigma_1`;
     * ``dist``: :math:`\|\log R\|_F = \sqrt{2\sum_k\theta_k^2}`; for n = 2, 3 the closed form
       :math:`\sqrt2\,\mathrm{atan2}(\|S\|_F/\sqrt2, \cos\theta)`, defined at the cut locus too;
+      ``squared_dist`` :math:`\|\log R\|_F^2`, for n = 2, 3 :math:`2\theta^2` without the square
+      root of :math:`\|S\|_F^2` (:func:`~riemfl.manifolds.elementary.squared_angle`);
     * ``parallel_transport`` along the geodesic :math:`X\exp(tL)`, :math:`L = \log R`:
       :math:`\Gamma(X\Omega) = X E\,\Omega\,E = Y E^\top\Omega E` with :math:`E = \exp(L/2)`.
       (Left-trivialised, :math:`V(t) = \gamma(t)B(t)`; the Levi-Civita connection of a
@@ -292,7 +294,13 @@ class SpecialOrthogonal(Manifold):
         if self.n > 3:
             return self._norm(x, self._log(x, y))
         ops, c, _, s2 = self._plane_parts(ops_for(x, y).mT(x) @ y)
-        return math.sqrt(2.0) * ops.arctan2(ops.sqrt(s2), c)[..., 0, 0]
+        return math.sqrt(2.0) * ops.arctan2(ops.safe_sqrt(s2), c)[..., 0, 0]
+
+    def _squared_dist(self, x, y):
+        if self.n > 3:
+            return self._squared_log_norm(x, y)
+        _, c, _, s2 = self._plane_parts(ops_for(x, y).mT(x) @ y)
+        return 2.0 * squared_angle(c, s2)[..., 0, 0]
 
     def _parallel_transport(self, x, y, u):
         ops = ops_for(x, y, u)

@@ -9,7 +9,7 @@ import numpy as np
 from ..backend import ops_for
 from ..errors import CutLocusError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
-from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt
+from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt, squared_angle
 
 __all__ = ["Sphere"]
 
@@ -22,7 +22,10 @@ class Sphere(Manifold):
     * :math:`\mathrm{Log}_x(y) = \theta\,(y - \langle x,y\rangle x)/\|y - \langle x,y\rangle x\|`
       with :math:`\theta = \operatorname{atan2}(\|y - \langle x, y\rangle x\|, \langle x,
       y\rangle)` (accurate for small and large angles); undefined at antipodes
-      (``CutLocusError``).
+      (``CutLocusError``). :math:`d(x, y) = \theta`, and ``squared_dist`` :math:`\theta^2 =
+      \|w\|^2(\theta/\sin\theta)^2` for :math:`\theta < \pi/2` (no square root of
+      :math:`\|w\|^2`: smooth at :math:`y = x`), :math:`\theta^2` itself beyond
+      (:func:`~riemfl.manifolds.elementary.squared_angle`).
     * Parallel transport along the minimising geodesic (Absil, Mahony, Sepulchre 2008, eq. 8.1.3
       form): :math:`\Gamma_{x\to y}(v) = v - \frac{\langle y, v\rangle}{1 + \langle x,
       y\rangle}(x + y)`.
@@ -59,7 +62,8 @@ class Sphere(Manifold):
     injectivity_radius = math.pi
 
     # every non-finite argument reaches the result (see Manifold._result_checked): x is not read
-    # by the metric; dist (atan2 saturates) and parallel_transport check their arguments first
+    # by the metric; dist, squared_dist (atan2 saturates) and parallel_transport check their
+    # arguments first
     _result_checked = result_checked(
         "to_tangent",
         "egrad_to_rgrad",
@@ -135,7 +139,11 @@ class Sphere(Manifold):
 
     def _dist(self, x, y):
         ops, c, _, s2 = self._log_parts(x, y)
-        return ops.arctan2(ops.sqrt(s2), c)[..., 0]
+        return ops.arctan2(ops.safe_sqrt(s2), c)[..., 0]
+
+    def _squared_dist(self, x, y):
+        _, c, _, s2 = self._log_parts(x, y)
+        return squared_angle(c, s2)[..., 0]
 
     def _parallel_transport(self, x, y, u):
         c = self._dot(x, y)

@@ -63,7 +63,12 @@ from .config import (
 
 __all__ = ["ManifoldTests", "METHODS"]
 
-_NEEDS = {"log": ("exp", "log"), "dist": ("exp", "dist"), "parallel_transport": ("exp",)}
+_NEEDS = {
+    "log": ("exp", "log"),
+    "dist": ("exp", "dist"),
+    "squared_dist": ("exp", "squared_dist"),
+    "parallel_transport": ("exp",),
+}
 
 
 #: CUDA configurations are parametrised only where a device exists (no wall of skips elsewhere)
@@ -155,7 +160,7 @@ class ManifoldTests:
             return [x, u], ["point", "tangent"]
         if method == "inverse_retract":
             return [x, np.asarray(m.retract(x, u))], ["point", "point"]
-        if method in ("log", "dist"):
+        if method in ("log", "dist", "squared_dist"):
             return [x, np.asarray(m.exp(x, u))], ["point", "point"]
         if method == "transport":
             return [x, np.asarray(m.retract(x, u)), v], ["point", "point", "tangent"]
@@ -241,6 +246,27 @@ class ManifoldTests:
         self.require("exp", "log", "dist")
         x, (u,) = self.draw_frame(data, 1)
         checks.check_exp_log(self.manifold, config.convert(x), config.convert(u), self.tol(config))
+
+    @given(data=st.data())
+    def test_squared_dist(self, config, data):
+        """``squared_dist = dist**2``, symmetric, non-negative and 0 at ``y = x``."""
+        self.require("squared_dist")
+        x, (u,) = self.draw_frame(data, 1)
+        y = self.manifold.retract(x, u)
+        c = config.convert
+        checks.check_squared_dist(self.manifold, c(x), c(y), self.tol(config))
+
+    @given(data=st.data())
+    def test_torch_distance_gradients_at_coincident_points(self, data):
+        """torch gradients of ``dist`` and ``squared_dist`` at ``y = x``: finite; 0 for
+        ``squared_dist`` (to the rounding of the computed distance), and for ``dist`` where the
+        computed distance is 0 (the zero subgradient)."""
+        if not torch_available():
+            pytest.skip("torch is not installed")
+        self.require("squared_dist")
+        x = data.draw(rst.points(self.manifold, (self.batch_size,)))
+        rng = np.random.default_rng(data.draw(rst.seeds()))
+        checks.check_distance_gradients_at_coincident_points(self.manifold, x, rng)
 
     @given(data=st.data())
     def test_transport(self, config, data):

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-geoopt = pytest.importorskip("geoopt")
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+geoopt = importorskip("geoopt")
+torch = importorskip("torch")
 
 from riemfl.adapters.geoopt import FromGeoopt, from_geoopt, to_geoopt  # noqa: E402
 
@@ -755,6 +757,12 @@ class TestFromGeooptSPD(NotAmbientGeodesics, ManifoldTests):
         geoopt.SymmetricPositiveDefinite(), (3, 3), diameter=math.inf, injectivity_radius=math.inf
     )
 
+    def test_torch_distance_gradients_at_coincident_points(self):
+        pytest.skip(
+            "geoopt's SymmetricPositiveDefinite.dist has a NaN torch gradient at x = y (the "
+            "square root of a vanishing sum of squared log-eigenvalues); riemfl's SPD passes"
+        )
+
 
 @pytest.mark.slow
 class TestFromGeooptPoincareBall(NotAmbientGeodesics, ManifoldTests):
@@ -777,6 +785,12 @@ class TestFromGeooptPoincareBallExact(NotAmbientGeodesics, ManifoldTests):
         diameter=2 / math.sqrt(0.7),
         injectivity_radius=math.inf,
     )
+
+    def test_torch_distance_gradients_at_coincident_points(self):
+        pytest.skip(
+            "geoopt's PoincareBallExact.dist has a non-zero torch gradient at x = y (a norm "
+            "clamped away from 0 before its derivative); riemfl's PoincareBall passes"
+        )
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from riemfl.manifolds.bezier import BezierCurve, bernstein_weights
 from riemfl.manifolds.bezier_arclength import gauss_legendre_length
 from riemfl.manifolds.bezier_buffers import tensors_overlap
 from riemfl.manifolds.bezier_closest import newton_closest
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
 degrees = st.integers(1, 6)
@@ -159,7 +160,7 @@ def test_closest_point_on_a_sphere_curve_by_multistart_newton():
 
 
 def test_gradients_with_respect_to_control_points():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(1)
     base = rng.standard_normal((3, 4))
     direction = rng.standard_normal((3, 4))
@@ -184,7 +185,7 @@ def test_gradients_with_respect_to_control_points():
 
 
 def test_float32_and_torch_keep_types():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     cp = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32)
     assert BezierCurve(cp)(np.linspace(0, 1, 4)).dtype == np.float32
     out = BezierCurve(torch.as_tensor(cp))(0.5)
@@ -228,7 +229,7 @@ def test_out_on_a_manifold_base_copies_the_point():
 
 
 def test_out_and_buffer_errors():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     cp = np.random.default_rng(4).standard_normal((3, 5))
     curve = BezierCurve(cp)
     with pytest.raises(ShapeError, match="out has shape"):
@@ -281,7 +282,7 @@ def test_out_and_buffer_errors():
 
 
 def test_buffer_overlap_is_decided_by_shared_memory_not_by_address_bounds():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     # numpy: a buffer inside the address range of strided control points but sharing none of
     # their elements is accepted (numpy.shares_memory is exact); one sharing an element is not
     base = np.random.default_rng(5).standard_normal((3, 10))
@@ -306,7 +307,7 @@ def test_buffer_overlap_is_decided_by_shared_memory_not_by_address_bounds():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_torch_out_and_grad_buffer(dtype):
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(5)
     cp = torch.tensor(rng.standard_normal((3, 6)), dtype=getattr(torch, dtype), requires_grad=True)
     g = torch.tensor(rng.standard_normal(6), dtype=cp.dtype)
@@ -337,7 +338,7 @@ def test_torch_out_and_grad_buffer(dtype):
 
 
 def test_bernstein_contraction_gradcheck():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(6)
     cp = torch.tensor(rng.standard_normal((4, 5)), requires_grad=True)
     ts = torch.tensor([0.1, 0.6, 1.2], dtype=torch.float64, requires_grad=True)
@@ -362,7 +363,7 @@ def test_bernstein_contraction_gradcheck():
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("t", [0.37, np.array([0.2, 0.7, 1.1])])
 def test_point_and_grad_matches_autograd(backend, t):
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(7)
     cp64 = rng.standard_normal((3, 2, 4))
     g64 = rng.standard_normal(np.shape(t) + (2, 4))
@@ -399,7 +400,7 @@ def _closest_by_roots(cp, a):
 @pytest.mark.parametrize("n_queries", [1, 3, 12])  # one matrix-vector product each, or a gemm
 @pytest.mark.parametrize("backend", ["numpy", "torch", "torch-grad"])
 def test_fused_closest_point_matches_the_cubic_formula(n_queries, backend):
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(8 + n_queries)
     cp = rng.standard_normal((3, 50))
     queries = cp[0] + rng.standard_normal((n_queries, 50)) * 1.5
@@ -523,7 +524,7 @@ def test_polynomial_closest_point_degenerate_curves():
 
 
 def test_polynomial_closest_point_on_a_far_curve_and_in_torch():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(5)
     cp = rng.standard_normal((4, 6)) + 1e6  # far from the origin: nothing may cancel
     curve = BezierCurve(cp)

@@ -127,3 +127,18 @@ def test_constants_and_typed_errors():
         m.proximal_smoothness  # noqa: B018
     with pytest.raises(NotImplementedError, match="not complete"):
         m.injectivity_radius  # noqa: B018
+
+
+def test_retract_keeps_entries_positive_when_one_underflows():
+    """A point with an entry of 6e-301 and a step with U/X = -100 there: X exp(U/X) underflows
+    to 0 at that entry (Sinkhorn keeps a zero), and retract returns the smallest normal number
+    instead, so every entry of the result is positive."""
+    m = BirkhoffPolytope(3)
+    a = np.ones((3, 3)) + np.eye(3)
+    a[0, 1] = 1e-300
+    x = m.project(a)
+    u = -100.0 * x[0, 1] * np.array([[-1.0, 1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
+    m.check_tangent(x, u)
+    y = m.retract(x, u)
+    assert y[0, 1] == np.finfo(np.float64).tiny and np.all(y > 0)
+    m.check_point(y)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from riemfl import Oblique, Positive, SkewSymmetric, SpecialOrthogonal, Symmetric
+from riemfl.testing import importorskip
 from riemfl.testing.checks import quadratic_function
 
-torch = pytest.importorskip("torch")
+torch = importorskip("torch")
 
 MANIFOLDS = [
     SpecialOrthogonal(2),

@@ -7,7 +7,7 @@ import pytest
 from riemfl import Grassmann, Sphere, Stiefel
 from riemfl.manifolds import Simplex
 from riemfl.manifolds.catalogue import FAMILIES, examples
-from riemfl.testing import Tolerance, checks
+from riemfl.testing import Tolerance, checks, importorskip
 
 SEEDS = range(5)
 TOL = Tolerance(atol=1e-10, rtol=1e-10)
@@ -51,7 +51,7 @@ def test_simplex_hessian_is_the_spheres_pulled_back_through_the_square_root(seed
 def test_the_formulas_of_pymanopts_own_manifolds(name):
     """pymanopt 2.2's Sphere, Stiefel and Grassmann: the same maps (Grassmann for a function of
     the subspace, where X^T grad is symmetric and the symmetric part changes nothing)."""
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     ours, theirs = {
         "Sphere": (Sphere(6), pymanopt.manifolds.Sphere(6)),
         "Stiefel": (Stiefel(6, 3), pymanopt.manifolds.Stiefel(6, 3)),

@@ -3,7 +3,6 @@ raw exception at the geometry layer, now with the outcome of the input policy.""
 
 import numpy as np
 import pytest
-import torch
 
 from riemfl import (
     SPD,
@@ -25,7 +24,7 @@ from riemfl import (
 from riemfl.backend import is_torch
 from riemfl.errors import DTypeError, NonFiniteError
 from riemfl.manifolds import BezierCurve, BezierGraph, FixedRank, Simplex
-from riemfl.testing import FLOAT32_EPS_MULTIPLES, checks
+from riemfl.testing import FLOAT32_EPS_MULTIPLES, checks, importorskip
 
 CURVE = BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 0.2], [2.0, 0.0, 0.4]]))
 
@@ -153,6 +152,7 @@ def test_float16_is_refused_with_a_typed_error(name):
     x, u = _point_and_tangent(m)
     with pytest.raises(DTypeError, match="float16.*cast to float32"):
         m.retract(x.astype(np.float16), u)
+    torch = importorskip("torch")
     with pytest.raises(DTypeError, match="bfloat16"):
         m.project(torch.as_tensor(x).to(torch.bfloat16))
 
@@ -181,6 +181,7 @@ def test_lists_are_arrays(name):
 
 @pytest.mark.parametrize("name", MANIFOLDS)
 def test_mixed_numpy_and_torch_is_a_torch_call(name):
+    torch = importorskip("torch")
     m = MANIFOLDS[name]
     x, u = _point_and_tangent(m)
     tx = torch.as_tensor(x, dtype=torch.float32)
@@ -207,6 +208,7 @@ def test_empty_batches_give_empty_results(name):
 
 # ------------------------------------------------------------------ float32 and broadcasting
 def test_torch_float32_stiefel_exp_is_accurate():
+    importorskip("torch")
     m = Stiefel(3, 2)
     x = np.eye(3)[:, :2]
     u = np.array([[0.0, 0.5], [-0.5, 0.0], [0.0, 0.0]])
@@ -216,6 +218,7 @@ def test_torch_float32_stiefel_exp_is_accurate():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_float32_polar_projection_batch_equals_single_calls(seed):
+    torch = importorskip("torch")
     m = Stiefel(20, 5)  # seed 4 differed by 6.5 float32 eps through the eigenvalues of A^T A
     rng = np.random.default_rng(seed)
     a = torch.as_tensor(rng.standard_normal((8, 20, 5)), dtype=torch.float32)
@@ -260,6 +263,7 @@ _ROLES = {
     "inverse_retract": ("point x", "point y"),
     "log": ("point x", "point y"),
     "dist": ("point x", "point y"),
+    "squared_dist": ("point x", "point y"),
     "transport": ("point x", "point y", "tangent vector u"),
     "parallel_transport": ("point x", "point y", "tangent vector u"),
 }
@@ -293,6 +297,7 @@ def _valid_args(m, method):
 def test_maps_checked_through_the_result_name_each_non_finite_argument(name, backend):
     """Every entry position (first, last, all) and value (NaN, +-inf) of every argument of every
     map the manifold checks through its result: NonFiniteError naming that argument."""
+    torch = importorskip("torch") if backend == "torch" else None
     m = RESULT_CHECKED[name]
     assert m._result_checked, "the manifold checks some map through its result"
     points, u = _valid_args(m, None)

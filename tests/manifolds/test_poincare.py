@@ -4,6 +4,7 @@ geodesic equation, the Hessian, and float32 near the boundary (geoopt's trouble 
 points to 1 - 4e-3 in float32)."""
 
 import math
+from fractions import Fraction
 
 import hessian_reference as reference
 import numpy as np
@@ -14,11 +15,11 @@ from hypothesis import strategies as st
 from riemfl import Lorentz, PoincareBall
 from riemfl.errors import NotOnManifoldError, ParameterError, ProjectionError
 from riemfl.manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
-from riemfl.testing import checks
+from riemfl.testing import checks, importorskip
 from riemfl.testing import strategies as rst
 
-torch = pytest.importorskip("torch")
-mpmath = pytest.importorskip("mpmath")
+torch = importorskip("torch")
+mpmath = importorskip("mpmath")
 
 curvatures = st.sampled_from([1.0, 0.7, 3.0])
 F32 = float(np.finfo(np.float32).eps)
@@ -114,7 +115,7 @@ def test_parameters_and_constants():
 # --------------------------------------------------------------------------- against geoopt
 @given(c=curvatures, seed=rst.seeds(), norm=st.floats(0.01, 2.0))
 def test_maps_match_geoopt(c, seed, norm):
-    geoopt = pytest.importorskip("geoopt")
+    geoopt = importorskip("geoopt")
     m, x, u, rng = frame(4, c, seed, norm)
     ref = geoopt.PoincareBall(c=torch.tensor(c, dtype=torch.float64))
     y, v, w = m.random_point(rng=rng), m.random_tangent(x, rng=rng), rng.standard_normal(4)
@@ -315,7 +316,7 @@ def test_float64_near_the_boundary_against_50_digits(delta):
 
 def test_maps_match_geoopt_in_float64_near_the_boundary():
     """At 1 - 1e-3 (inside geoopt's float64 clamp, 1 - 1e-5) geoopt is right in float64."""
-    geoopt = pytest.importorskip("geoopt")
+    geoopt = importorskip("geoopt")
     m, ref = PoincareBall(3), geoopt.PoincareBall()
     x, y = near_boundary(3, 1.0, 1e-3, seed=3)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
@@ -328,22 +329,121 @@ def test_maps_match_geoopt_in_float64_near_the_boundary():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_exp_and_retract_stay_inside(dtype):
     """A step of hyperbolic length 60 from near the boundary: the exact endpoint rounds onto the
-    sphere c|y|^2 = 1 in both precisions; exp moves it radially to 1 - 8 eps, a point of the
-    ball, whose direction is the exact one."""
+    sphere c|y|^2 = 1 in both precisions; exp moves it radially onto the pull-back radius r = 1 -
+    2 eps - (n + 4) eps_64, a point of the ball, whose direction is the exact one. The exact
+    radius of the result is within the rounding bound of pull_inside, r (1 +- (eps + (n + 4)
+    eps_64 / 2)), and its norm summed in any order in float64 is below 1/sqrt(c)."""
     m = PoincareBall(3, c=2.0)
     x64, _ = near_boundary(3, 2.0, 1e-2, seed=4)
     x = x64.astype(dtype)
     u = np.array([0.3, 0.5, -0.2])
     u = (u * (60.0 / float(m.norm(x64, u)))).astype(dtype)
+    eps = float(np.finfo(dtype).eps)
+    r = pull_back_radius(3, dtype)
+    slack = eps + 7 * EPS64 / 2
     for y in (m.exp(x, u), m.retract(x, u)):
         assert y.dtype == dtype
         m.check_point(y)
-        radius = math.sqrt(2.0) * float(np.linalg.norm(y.astype(np.float64)))
-        eps = float(np.finfo(dtype).eps)
-        assert radius > 1.0 - 16 * eps and radius < 1.0
+        radius2 = exact_squared_radius(y, 2.0)
+        assert Fraction(r * (1 - slack)) ** 2 <= radius2 <= Fraction(r * (1 + slack)) ** 2 < 1
+        assert_inside_for_every_order(y, 2.0)
     exact = mp_exp(x64, u.astype(np.float64), 2.0)
     direction = exact / np.linalg.norm(exact)
     close(m.exp(x, u) / np.linalg.norm(m.exp(x, u)), direction, 64 * float(np.finfo(dtype).eps))
+
+
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+def pull_back_radius(n, dtype):
+    """The radius sqrt(c)|y| of PoincareBall.pull_inside: 1 - 2 eps - (n + 4) eps_64."""
+    return 1.0 - 2.0 * float(np.finfo(dtype).eps) - (n + 4) * EPS64
+
+
+def exact_squared_radius(y, c):
+    """c |y|^2 in exact rational arithmetic (no rounding at all)."""
+    return Fraction(c) * sum(Fraction(float(v)) ** 2 for v in np.asarray(y).ravel())
+
+
+def assert_inside_for_every_order(y, c):
+    """c |y|^2 < 1 however the squares are summed in float64: BLAS dot (np.dot, matmul, the
+    kernel OPENBLAS_CORETYPE picks), numpy's pairwise sum, sequential sums forwards, backwards
+    and over a random permutation, torch's reduction, the correctly rounded fsum, the norm."""
+    v = np.asarray(y, dtype=np.float64)
+    squares = v * v
+    perm = np.random.default_rng(len(v)).permutation(len(v))
+    sums = {
+        "dot": float(np.dot(v, v)),
+        "matmul": (v[None, :] @ v[:, None]).item(),
+        "pairwise": float(np.sum(squares)),
+        "forwards": float(np.cumsum(squares)[-1]),
+        "backwards": float(np.cumsum(squares[::-1])[-1]),
+        "permuted": float(np.cumsum(squares[perm])[-1]),
+        "torch": float(torch.as_tensor(v).square().sum()),
+        "fsum": math.fsum(squares),
+        "norm": float(np.linalg.norm(v)) ** 2,
+    }
+    for how, total in sums.items():
+        assert c * total < 1.0, (how, 1.0 - c * total)
+    assert float(conformal_sigma(v, c)[0]) > 0.0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_long_steps_stay_inside_for_every_summation_order(dtype, backend):
+    """The pull-back invariant as a property: from many points near the boundary, steps of
+    hyperbolic length 5 to 80 (most of whose endpoints round onto or beyond the sphere), in
+    dimensions 2 to 64 and curvatures 0.5 and 2, batched, one point at a time and with the
+    coordinates permuted (each changes riemfl's own summation order): every result has exact
+    radius sqrt(c)|y| below r (1 + eps + (n + 4) eps_64 / 2) < 1, the bound of pull_inside,
+    and c|y|^2 < 1 however it is summed in float64 (the OPENBLAS_CORETYPE kernels included)."""
+    convert = (lambda a: a) if backend == "numpy" else torch.as_tensor
+    pulled = 0
+    for n, c in ((2, 2.0), (3, 0.5), (7, 2.0), (16, 1.0), (64, 0.5)):
+        m = PoincareBall(n, c=c)
+        rng = np.random.default_rng(n)
+        direction = rng.standard_normal((12, n))
+        direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
+        x64 = direction * ((1.0 - 10.0 ** rng.uniform(-7, -1, (12, 1))) / math.sqrt(c))
+        u64 = rng.standard_normal((12, n))
+        lengths = rng.uniform(5.0, 80.0, 12)
+        u64 *= (lengths / np.asarray(m.norm(x64, u64)))[:, None]
+        x, u = x64.astype(dtype), u64.astype(dtype)
+        perm = rng.permutation(n)
+        results = [np.asarray(m.exp(convert(x), convert(u)))]
+        results.append(
+            np.stack([np.asarray(m.exp(convert(a), convert(b))) for a, b in zip(x, u, strict=True)])
+        )
+        results.append(np.asarray(m.retract(convert(x[:, perm]), convert(u[:, perm]))))
+        slack = float(np.finfo(dtype).eps) + (n + 4) * EPS64 / 2
+        low, high = (Fraction(pull_back_radius(n, dtype) * (1 + s)) ** 2 for s in (-slack, slack))
+        for y in results:
+            assert y.dtype == dtype
+            m.check_point(y)
+            for point in y:
+                radius2 = exact_squared_radius(point, c)
+                assert radius2 <= high < 1
+                pulled += int(radius2 >= low)
+                assert_inside_for_every_order(point, c)
+    assert 45 < pulled < 180  # long steps met the pull-back; the others ended inside it
+
+
+def test_pull_inside_leaves_interior_points_and_is_differentiable():
+    """pull_inside changes nothing below the radius (numpy: the array itself; torch: bit for
+    bit), moves points beyond it onto it, and has finite torch gradients on both sides."""
+    m = PoincareBall(4, c=0.5)
+    x = m.random_point(5, rng=0)
+    assert m.pull_inside(x) is x
+    xt = torch.as_tensor(x)
+    assert torch.equal(m.pull_inside(xt), xt)
+    edge = x / np.linalg.norm(x, axis=-1, keepdims=True) * math.sqrt(2.0)  # on the sphere
+    both = torch.as_tensor(np.concatenate([x, edge])).requires_grad_(True)
+    moved = m.pull_inside(both)
+    (grad,) = torch.autograd.grad(moved.square().sum(), both)
+    assert bool(torch.isfinite(grad).all())
+    bound = Fraction(pull_back_radius(4, np.float64) * (1 + 9 * EPS64 / 2)) ** 2
+    for point in moved.detach().numpy()[5:]:
+        assert exact_squared_radius(point, 0.5) <= bound < 1
 
 
 def test_check_point_is_strict_and_names_the_value():

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riemfl import NotOnManifoldError, ParameterError, Positive, ProjectionError
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
 
@@ -28,7 +29,7 @@ def test_exp_solves_the_geodesic_equation():
 
 @given(seed=rst.seeds(), norm=st.floats(0.0, 3.0))
 def test_matches_pymanopt_and_log_coordinates(seed, norm):
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     ref = pymanopt.manifolds.Positive(4, 2, use_parallel_transport=True)
     m = Positive(4, 2)
     rng = np.random.default_rng(seed)
@@ -87,3 +88,18 @@ def test_parameters_and_names():
     assert Positive(4, 2).name == "Positive(4, 2)" and Positive(4, 2).dim == 8
     with pytest.raises(ParameterError, match="positive integer"):
         Positive(0)
+
+
+def test_exp_of_steps_that_underflow_stays_positive():
+    """x e^(u/x) with u/x = -1000 underflows to 0 in float64 (-200 in float32): exp returns the
+    smallest normal number there, a point of the open orthant, and the distance stays finite
+    and equal to |u|_x (log coordinates are exact up to the floor)."""
+    m = Positive(3)
+    for dtype, ratio in ((np.float64, -1000.0), (np.float32, -200.0)):
+        x = np.array([1.0, 2.0, 0.5], dtype=dtype)
+        u = (x * np.array([ratio, 0.5, -0.25])).astype(dtype)
+        y = m.exp(x, u)
+        assert y.dtype == dtype and y[0] == np.finfo(dtype).tiny and y[1] > 0
+        m.check_point(y)
+        assert np.isfinite(m.dist(x, y)) and np.isfinite(m.squared_dist(x, y))
+        np.testing.assert_array_equal(m.retract(x, u), y)

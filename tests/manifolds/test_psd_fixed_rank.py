@@ -13,6 +13,7 @@ from riemfl import (
     ProjectionError,
     PSDFixedRank,
 )
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
 
@@ -23,7 +24,7 @@ def _orthogonal(rng, k):
 
 @given(seed=rst.seeds())
 def test_matches_pymanopt(seed):
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     ref = pymanopt.manifolds.PSDFixedRank(5, 2)
     m = PSDFixedRank(5, 2)
     rng = np.random.default_rng(seed)

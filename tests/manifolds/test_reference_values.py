@@ -8,11 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riemfl import Grassmann, Lorentz, Sphere, Stiefel
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
-pymanopt = pytest.importorskip("pymanopt")
-torch = pytest.importorskip("torch")
-geoopt = pytest.importorskip("geoopt")
+pymanopt = importorskip("pymanopt")
+torch = importorskip("torch")
+geoopt = importorskip("geoopt")
 
 
 def tangent(m, x, norm, seed):

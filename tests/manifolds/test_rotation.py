@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from riemfl import ShapeError
 from riemfl.manifolds.rotation import PlaneRotation
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
 
@@ -53,7 +54,7 @@ def test_degenerate_cases():
 
 
 def test_torch_matches_numpy_and_is_differentiable():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     rng = np.random.default_rng(0)
     u, w, x = (rng.standard_normal(6) for _ in range(3))
     ref = PlaneRotation(u, w)(x)

@@ -303,3 +303,40 @@ def test_random_point_is_dirichlet():
     p = Simplex(3).random_point(20000, rng=1)
     np.testing.assert_allclose(p.mean(axis=0), 1 / 3, atol=0.01)
     np.testing.assert_allclose(p.var(axis=0), 2 / 36, atol=0.005)  # Dirichlet(1,1,1): 2/(9*4)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_long_entropic_steps_keep_every_component_positive(backend):
+    """The entropic retraction of steps so long that weights e^(z_i - max z) underflow (the
+    exact components are below the smallest normal number): every component stays positive
+    (nonzero), batched and one point at a time, in every dimension and dtype."""
+    if backend == "torch" and not torch_available():
+        pytest.skip("torch is not installed")
+    for c, scale in itertools.product((2, 5, 40), (1e3, 1e5)):
+        m = Simplex(c)
+        rng = rng_of(c)
+        for dtype in (np.float64, np.float32):
+            x = m.random_point(8, rng=rng)
+            u = scale * m.random_tangent(x, rng=rng)
+            args = [a.astype(dtype) for a in (x, u)]
+            if backend == "torch":
+                import torch
+
+                args = [torch.as_tensor(a) for a in args]
+            batched = np.asarray(m.retract(*args))
+            single = np.stack([np.asarray(m.retract(a, b)) for a, b in zip(*args, strict=True)])
+            for y in (batched, single):
+                assert y.dtype == dtype and np.all(y > 0)
+                m.check_point(y)
+
+
+def test_exp_whose_square_root_underflows_when_squared_stays_positive():
+    """Exp towards a face from a component of 1e-300: the endpoint's square root keeps a
+    positive component of about 1e-163, whose square (1e-326) underflows; the component is the
+    smallest normal number instead of 0, so the result is a point of the open simplex."""
+    m = Simplex(3)
+    p = np.array([1e-300, 0.5, 0.5 - 1e-300])
+    u = 2e-300 * (1 - 1e-13) * np.array([-1.0, 1.0, 0.0])
+    y = m.exp(p, u)
+    assert 0 < y[0] <= np.finfo(np.float64).tiny  # the floor, divided by the sum (1 + 1e-16)
+    m.check_point(y)

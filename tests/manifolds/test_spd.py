@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from riemfl import SPD
 from riemfl.errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from riemfl.manifolds.spd import METRICS, dexpm, dlogm, logm, lyapunov
-from riemfl.testing import checks
+from riemfl.testing import checks, importorskip
 from riemfl.testing import strategies as rst
 
-torch = pytest.importorskip("torch")
+torch = importorskip("torch")
 
 sizes = st.sampled_from([1, 2, 3, 5])
 
@@ -82,7 +82,7 @@ def checks_maps():
 # --------------------------------------------------------------------------- affine-invariant
 @given(n=sizes, seed=rst.seeds(), norm=st.floats(0.01, 3.0))
 def test_affine_invariant_closed_forms_against_scipy_and_pymanopt(n, seed, norm):
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     m, x, u, rng = frame(n, "affine-invariant", seed, norm)
     ref = pymanopt.manifolds.SymmetricPositiveDefinite(n)
     root = scipy.linalg.sqrtm(x).real
@@ -105,7 +105,7 @@ def test_affine_invariant_closed_forms_against_scipy_and_pymanopt(n, seed, norm)
 
 
 def test_affine_invariant_distance_matches_geoopt():
-    geoopt = pytest.importorskip("geoopt")
+    geoopt = importorskip("geoopt")
     m = SPD(4)
     x, y = m.random_point(2, rng=3)
     ref = geoopt.SymmetricPositiveDefinite().dist(torch.as_tensor(x), torch.as_tensor(y))
@@ -274,7 +274,7 @@ def test_ehess_to_rhess(metric, seed, norm):
 
 
 def test_ehess_to_rhess_affine_invariant_matches_pymanopt():
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     m, x, u, rng = frame(4, "affine-invariant", 1, 0.7)
     g, h = rng.standard_normal((2, 4, 4))
     ref = pymanopt.manifolds.SymmetricPositiveDefinite(4).euclidean_to_riemannian_hessian
@@ -395,7 +395,7 @@ def test_float32_on_ill_conditioned_points(metric, backend):
 def test_divided_differences_are_accurate_for_close_and_far_arguments():
     """exp^[1], log^[1] and the second differences against 50-digit arithmetic, over gaps from
     1e-14 to 10 (relative), where the plain quotients cancel."""
-    mpmath = pytest.importorskip("mpmath")
+    mpmath = importorskip("mpmath")
     mpmath.mp.dps = 50
     from riemfl.manifolds.spd import (
         exp_divided_difference,
@@ -469,3 +469,36 @@ def test_elementary_functions_join_their_series_smoothly():
         t = torch.tensor(lam, requires_grad=True)
         (grad,) = torch.autograd.grad(f(t).sum(), t)
         assert bool(torch.isfinite(grad).all())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("metric", ["affine-invariant", "log-euclidean"])
+def test_long_steps_stay_positive_definite_within_the_representable_condition(metric, backend):
+    """exp of steps up to |U|_X = 15 in float64 (5 in float32) from points of condition <= 4:
+    kappa(Y) <= 4 e^(2 |U|_X) < 1/(c n eps) with a margin of 10 or more for c = 16 (the
+    class docstring's bound), so the rounded result is positive definite whatever order its
+    sums are taken in: eigvalsh and Cholesky (numpy and torch) accept it, batched and one point
+    at a time. The second-order retraction (affine-invariant) stays positive definite for steps
+    of |U|_X = 1e5, far below (kappa n eps)^(-1/2) = 1.7e7."""
+    n = 4
+    m = SPD(n, metric=metric)
+    rng = np.random.default_rng(0)
+    convert = (lambda a: a) if backend == "numpy" else torch.as_tensor
+    x = m.random_point(16, rng=rng)
+    direction = m.random_tangent(x, rng=rng)
+    direction /= np.asarray(m.norm(x, direction))[:, None, None]
+    steps = [("exp", 15.0, np.float64), ("exp", 5.0, np.float32)]
+    if metric == "affine-invariant":
+        steps.append(("retract", 1e5, np.float64))
+    for method, length, dtype in steps:
+        args = [convert(a.astype(dtype)) for a in (x, length * direction)]
+        batched = np.asarray(getattr(m, method)(*args))
+        single = np.stack(
+            [np.asarray(getattr(m, method)(a, b)) for a, b in zip(*args, strict=True)]
+        )
+        for y in (batched, single):
+            wide = y.astype(np.float64)
+            assert np.all(np.linalg.eigvalsh(wide)[..., 0] > 0), (method, length)
+            np.linalg.cholesky(wide)
+            torch.linalg.cholesky(torch.as_tensor(wide))
+            m.check_point(y)

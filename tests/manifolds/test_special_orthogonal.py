@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from riemfl import CutLocusError, NotOnManifoldError, ProjectionError, SpecialOrthogonal
 from riemfl.linalg import special_polar
 from riemfl.manifolds.stiefel import inverse_polar_retraction
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
-torch = pytest.importorskip("torch")
+torch = importorskip("torch")
 
 
 def rotation_in_plane(n, angle, rng, other=0.0):
@@ -49,7 +50,7 @@ def test_exp_log_match_the_matrix_functions(n, seed, norm):
 @given(seed=rst.seeds(), norm=st.floats(0.01, 3.0))
 def test_matches_pymanopt(seed, norm):
     """pymanopt stores tangent vectors as Omega = X^T U (the Lie algebra), riemfl as U."""
-    pymanopt = pytest.importorskip("pymanopt")
+    pymanopt = importorskip("pymanopt")
     ref = pymanopt.manifolds.SpecialOrthogonalGroup(4)
     m = SpecialOrthogonal(4)
     x = m.random_point(rng=seed)

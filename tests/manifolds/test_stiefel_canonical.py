@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from riemfl import ConvergenceError, CutLocusError, ParameterError, Sphere, Stiefel
 from riemfl.manifolds.stiefel_canonical import cayley_retraction
-from riemfl.testing import checks
+from riemfl.testing import checks, importorskip
 
 SHAPES = [(5, 2), (4, 3), (6, 1), (3, 3)]  # p < n/2, p > n/2, the sphere, O(p)
 
@@ -116,7 +116,7 @@ def test_torch_gradient_of_log_is_that_of_the_implicit_function(length):
     """d/ds <W, Log_{X(s)}(Y(s))> by autograd (implicit differentiation, GMRES) against central
     differences along retraction curves of both points; at distance 2 the fixed point's Jacobian
     has a spectral radius near 1, where a Neumann series would not do."""
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     m = Stiefel(6, 2, metric="canonical")
     x, u = frame(m, 5, 1.0)
     y = m.exp(x, length * u)
@@ -187,8 +187,8 @@ def test_cayley_is_geoopts_canonical_retraction():
     """geoopt 0.5's CanonicalStiefel.retr (= expmap) builds Wen and Yin's W = u x^T - x u^T from
     its argument itself, so retr(x, u_hat) with u_hat = (I - XX^T/2) U is riemfl's R_X(U). (Its
     retr(x, U) has the velocity U + X X^T U at 0: a retraction only for X^T U = 0.)"""
-    torch = pytest.importorskip("torch")
-    geoopt = pytest.importorskip("geoopt")
+    torch = importorskip("torch")
+    geoopt = importorskip("geoopt")
     m = Stiefel(7, 3, metric="canonical")
     x, u = frame(m, 4, 1.2)
     uhat = u - 0.5 * x @ (x.T @ u)
