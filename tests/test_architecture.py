@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDATION = {"errors", "tuning", "progress"}
-CORE = FOUNDATION | {"backend", "linalg"}
+CORE = FOUNDATION | {"backend", "linalg", "extras"}
 #: top-level module or package of riemfl -> what of riemfl it may import
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "progress": set(),
     "backend": {"errors"},
     "linalg": {"backend", "errors"},
+    "extras": {"errors"},
     "manifolds": CORE,
     "problems": CORE | {"manifolds"},
     "testing": CORE | {"manifolds"},

@@ -5,6 +5,7 @@ import pytest
 
 from riemfl.backend import as_generator, is_torch, to_numpy
 from riemfl.errors import ParameterError
+from riemfl.testing import importorskip
 
 
 def test_to_numpy_passes_numpy_through_and_converts_scalars_and_lists():
@@ -16,7 +17,7 @@ def test_to_numpy_passes_numpy_through_and_converts_scalars_and_lists():
 
 
 def test_to_numpy_detaches_torch_and_keeps_dtype_unless_asked():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     t = torch.arange(4.0, dtype=torch.float32, requires_grad=True) * 2
     out = to_numpy(t)
     assert isinstance(out, np.ndarray) and out.dtype == np.float32

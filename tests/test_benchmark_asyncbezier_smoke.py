@@ -11,8 +11,10 @@ import math
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+from riemfl.testing import importorskip
+
+importorskip("torch")
+importorskip("sklearn")
 
 
 def test_quick_benchmark_structure(tmp_path, load_benchmark):

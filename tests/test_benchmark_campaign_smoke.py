@@ -13,7 +13,9 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")  # the harness reports torch's threads; FLoRAL runs on torch
+from riemfl.testing import importorskip
+
+importorskip("torch")  # the harness reports torch's threads; FLoRAL runs on torch
 
 
 @pytest.fixture

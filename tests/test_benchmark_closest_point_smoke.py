@@ -10,8 +10,11 @@ import json
 
 import pytest
 
+from riemfl.testing import importorskip
+
 
 def test_quick_benchmark_structure(tmp_path, load_benchmark):
+    importorskip("torch")  # the benchmark times the torch path too
     bench = load_benchmark("bench_closest_point")
     out = tmp_path / "bench_closest_point.json"
     result = bench.main(["--quick", "--out", str(out)])

@@ -12,7 +12,9 @@ import math
 
 import pytest
 
-pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+importorskip("torch")
 
 # seconds per test (simulations, reproductions, benchmark runs): part of the full run only
 pytestmark = pytest.mark.slow

@@ -13,7 +13,9 @@ import math
 
 import pytest
 
-pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+importorskip("torch")
 
 EAGER_TRAIN = ("base", "FLoRAL(1%)", "FLoRAL(10%)", "FLoRAL(1%) base grads", "FLoRAL(1%) no router")
 INFER = ("base", "FLoRAL(1%) unmerged", "FLoRAL(1%) merged")

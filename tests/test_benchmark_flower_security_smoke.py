@@ -9,8 +9,10 @@ import math
 
 import pytest
 
+from riemfl.testing import importorskip
+
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl[flower]')")
-pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
+importorskip("torch")  # the benchmark harness reports torch's thread settings
 
 
 @pytest.mark.slow

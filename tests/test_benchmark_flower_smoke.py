@@ -11,9 +11,11 @@ import math
 
 import pytest
 
+from riemfl.testing import importorskip
+
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'riemfl[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray (flwr[simulation])")
-pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
+importorskip("torch")  # the benchmark harness reports torch's thread settings
 
 # seconds per test (simulations, reproductions, benchmark runs): part of the full run only
 pytestmark = pytest.mark.slow

@@ -11,9 +11,11 @@ import math
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("geoopt")
-pytest.importorskip("pymanopt")
+from riemfl.testing import importorskip
+
+importorskip("torch")
+importorskip("geoopt")
+importorskip("pymanopt")
 
 
 STIEFEL_OPS = {

@@ -13,7 +13,9 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
+from riemfl.testing import importorskip
+
+importorskip("torch")  # the benchmark harness reports torch's thread settings
 
 # seconds per test (simulations, reproductions, benchmark runs): part of the full run only
 pytestmark = pytest.mark.slow

@@ -4,10 +4,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from riemfl.cli import main
 from riemfl.manifolds.catalogue import examples
+from riemfl.testing import importorskip
 
 
 def test_cli_table_and_json(tmp_path, capsys):
@@ -58,10 +60,33 @@ def test_run_help_lists_every_problem_and_algorithm_with_defaults(capsys):
     ]:
         assert summary, name
         assert f"\n  {name} " in text and summary.split()[0] in text, name
-    assert "communication rounds R >= 1 (async: server steps) (default: 200)" in " ".join(
-        text.split()
-    )
+    words = " ".join(text.split())
+    assert "communication rounds R >= 1 (async: server steps; default: the problem's" in words
+    for name, entry in PROBLEMS.items():  # each problem's defaults, and why
+        defaults = f"Defaults: {entry.step.describe()}; {entry.rounds} rounds"
+        assert defaults in words, name
+    assert "Theorem 4.3" in words and "tau >= 1 (default: 10)" in words
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def _small_mnist(path):
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 256, (200, 6, 6), dtype=np.uint8), y=np.arange(200) % 10)
+    return path
+
+
+def test_the_solve_for_f_star_shows_its_progress_on_the_command_line_only(tmp_path, capsys):
+    """logreg-mnist solves for f* (L-BFGS) before its first round: a progress bar on stderr
+    says so (before the rounds' bar), and --no-progress silences it."""
+    importorskip("matplotlib")
+    data = _small_mnist(tmp_path / "small.npz")
+    argv = ["run", "logreg-mnist", "--data", str(data), "--algorithm", "rfedavg", "--rounds", "2"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "solving for f* (L-BFGS) [" in err and "iteration=" in err, err
+    assert err.index("solving for f*") < err.index("rfedavg"), err
+    assert main([*argv, "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_readme_names_every_problem_algorithm_rule_and_reproduction():

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from riemfl.cli import main
+from riemfl.errors import ParameterError
 from riemfl.experiments import zhang2024
 from riemfl.federated import History
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 SYNTH = ("run", "kpca-synthetic", "--algorithm", "rfedavg", "--rounds", "2", "--no-progress")
 
@@ -263,3 +265,102 @@ def test_reproduce_strict_exits_1_when_a_claim_fails(tmp_path, capsys, monkeypat
 @pytest.mark.parametrize("paper", ["floral", "licudi2025", "licudi2025-baselines"])
 def test_reproduce_strict_is_refused_where_there_are_no_claims(tmp_path, capsys, paper):
     _error(capsys, ["reproduce", paper, "--strict", "--out", str(tmp_path)], "--strict", paper)
+
+
+# ---------------------------------------------------------------- stalls (oscillating runs)
+def _history(values, column="grad_norm"):
+    h = History()
+    for r, v in enumerate(values):
+        h.append(round=r, **{column: v})
+    return h
+
+
+def test_check_stall_rule():
+    oscillating = _history([6.0, 1.0, *([0.57, 0.54] * 40)])
+    entry = oscillating.check_stall(window=20)
+    assert entry["kind"] == "stall" and entry["metric"] == "grad_norm"
+    assert entry["round"] == len(oscillating) - 20 and entry["value"] == 0.54
+    assert "oscillates" in entry["reason"] and "--step" in entry["reason"]
+    assert oscillating.check_stall(window=20) == entry and len(oscillating.warnings) == 1
+    # progress, however slow; convergence to the rounding floor; too few rows: no warning
+    assert _history(6.0 * 0.999 ** np.arange(80)).check_stall(window=20) is None
+    converged = _history([6.0, 1e-3, *([3e-15, 4e-15] * 40)])
+    assert converged.check_stall(window=20) is None
+    assert _history([6.0, 1.0, *([0.5] * 40)]).check_stall(window=20, floor=0.1) is None
+    assert _history([6.0, 1.0, 0.5, 0.5]).check_stall(window=20) is None
+    # a stalled gradient norm with a gap still falling is progress
+    h = _history([6.0, 1.0, *([0.5] * 40)])
+    h.metrics["optimality_gap"] = list(1.0 * 0.9 ** np.arange(len(h)))
+    assert h.check_stall(window=20) is None
+    for bad in ({"window": 0}, {"factor": 1.0}, {"floor": -0.1}, {"floor": 1.0}):
+        with pytest.raises(ParameterError, match="check_stall"):
+            h.check_stall(**bad)
+
+
+def test_an_oscillating_run_warns_of_a_stall_once(tmp_path, capsys):
+    """kPCA with the step the command line used to default to (its paper's 4e-3, given for
+    tau = 5) at tau = 10: |grad f| alternates between two values for ever."""
+    argv = [*SYNTH[:3], "rfedproj", "--step", "4e-3", "--rounds", "300", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("riemfl: warning: the run stalls: the best grad_norm") == 1, err
+    warnings = json.loads((tmp_path / "history.json").read_text())["warnings"]
+    assert [w["kind"] for w in warnings] == ["stall"]
+
+
+def test_a_converging_run_does_not_warn(tmp_path, capsys):
+    argv = [*SYNTH[:3], "rfedproj", "--rounds", "150", "--no-progress", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "history.json").read_text())["warnings"] == []
+
+
+# ---------------------------------------------------------------- what a rule needs of M
+def _no_reach_problem():
+    """A problem on Sphere(3) x BirkhoffPolytope(3): the Birkhoff polytope has no
+    proximal-smoothness radius, uniform or local."""
+    from riemfl.manifolds import Product, Sphere
+    from riemfl.manifolds.birkhoff import BirkhoffPolytope
+    from riemfl.problems import FunctionProblem
+
+    manifold = Product(Sphere(3), BirkhoffPolytope(3))
+    target = manifold.random_point(rng=np.random.default_rng(1))
+    losses = [lambda x: 0.5 * float(np.sum((x - target) ** 2))] * 2
+    egrads = [lambda x: x - target] * 2
+    return FunctionProblem(manifold, losses, egrads, name="no-reach")
+
+
+def test_fedbuff_refuses_a_manifold_without_a_proximal_radius_before_the_run():
+    from riemfl.federated import FedBuff, ProblemTrainer, run_async
+
+    class NeverTrained(ProblemTrainer):
+        def train(self, *args, **kwargs):
+            raise AssertionError("the run started")
+
+    trainer = NeverTrained(_no_reach_problem(), 0.1, 2)
+    with pytest.raises(ParameterError) as refused:
+        run_async(trainer, FedBuff(2), 4, workers=2)
+    for word in ("FedBuff", "BirkhoffPolytope(3)", "proximal_smoothness", "local_proximal"):
+        assert word in str(refused.value), refused.value
+
+
+def test_the_command_line_refuses_it_in_one_line_and_leaves_no_folder(
+    tmp_path, capsys, monkeypatch
+):
+    from riemfl.experiments.registry import PROBLEMS, ProblemEntry, StepRule
+
+    entry = ProblemEntry(lambda n, k, seed, data, progress: _no_reach_problem(), StepRule(0.1), 2)
+    monkeypatch.setitem(PROBLEMS, "no-reach", entry)
+    out = tmp_path / "out"
+    argv = ["run", "no-reach", "--algorithm", "fedbuff", "--engine", "async", "--out", str(out)]
+    _error(capsys, [*argv, "--no-progress"], "FedBuff", "BirkhoffPolytope(3)", "proximal")
+    assert not out.exists()
+
+
+def test_fedbuff_runs_on_the_hyperbolic_tree(tmp_path, capsys):
+    """Product(PoincareBall(2), ...) has a local radius (each factor's); the run of the report
+    that ended in a NotImplementedError."""
+    argv = ["run", "hyperbolic-tree", "--algorithm", "fedbuff", "--engine", "async"]
+    more = ["--workers", "2", "--rounds", "6", "--out", str(tmp_path), "--no-progress"]
+    assert main([*argv, *more]) == 0
+    assert "fedbuff (async) on hyperbolic-tree" in capsys.readouterr().out

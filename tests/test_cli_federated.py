@@ -9,10 +9,12 @@ import pytest
 
 from riemfl.cli import main
 from riemfl.experiments import zhang2024
+from riemfl.experiments.registry import PROBLEMS, build_problem
 from riemfl.federated import METRICS, History
 from riemfl.federated.checkpoint import load_checkpoint
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 
 def _run(tmp_path, *args):
@@ -29,7 +31,10 @@ def test_run_writes_history_json_csv_and_plot(tmp_path, capsys, algorithm):
     for key in METRICS:
         assert len(data["metrics"][key]) == 7, key
     assert data["config"]["algorithm"]["name"] == algorithm
-    assert data["config"]["algorithm"]["step_size"] == 4e-3  # the paper's default for Fig. 6
+    # the default step 1/(max(tau, 10) L) (L: the largest client smoothness) at tau = 3
+    problem = build_problem("kpca-synthetic")
+    step = PROBLEMS["kpca-synthetic"].default_step(problem, 3)
+    assert data["config"]["algorithm"]["step_size"] == step < 4e-3
     header = (tmp_path / "history.csv").read_text().splitlines()[0]
     assert header.split(",") == list(METRICS)
     assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from riemfl.cli.output import RUN_FILES, run_title, write_history
 from riemfl.federated import FedBuff, ProblemTrainer, RFedProj, run_async, run_sync
 from riemfl.problems import KPCAProblem
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 
 def _problem():

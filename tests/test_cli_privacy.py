@@ -7,8 +7,9 @@ import json
 import pytest
 
 from riemfl.cli import main
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 FAST = ["kpca-synthetic", "--clients", "4", "--rounds", "3", "--local-steps", "2"]
 

@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from riemfl.testing import importorskip
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -62,7 +64,7 @@ class TestOblique(ManifoldTests):
 
 def test_learned_curve_figure_script(tmp_path):
     """docs/learned_curve.py learns a curve that avoids the ridge, and draws it."""
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -85,6 +87,8 @@ def test_curves_doc_example_runs():
 
 
 def test_adapters_doc_runs():
+    for module in ("torch", "geoopt", "pymanopt"):  # the page's blocks use all three
+        importorskip(module)
     namespace: dict = {}
     for block in python_blocks(ROOT / "docs" / "adapters.md"):  # the blocks assert their results
         exec(block, namespace)  # noqa: S102 - our own documentation

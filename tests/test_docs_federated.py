@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from riemfl.testing import ManifoldTests
+from riemfl.testing import ManifoldTests, importorskip
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "federated"
@@ -106,7 +106,7 @@ def test_rfedsvrg_page():
 
 
 def test_engine_page(in_tmp):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     ns = run_page("engine.md")
     assert (in_tmp / "history.json").is_file() and (in_tmp / "run.ckpt").is_file()
     assert ns["history"].participants == [0, 7, 7, 7, 7]

@@ -4,10 +4,11 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+from riemfl.testing import importorskip
+
+importorskip("torch")
+importorskip("sklearn")
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "floral.md"
 

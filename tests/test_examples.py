@@ -6,10 +6,12 @@ import math
 
 import pytest
 
+from riemfl.testing import importorskip
+
 
 def test_asyncbezier_logreg(tmp_path, capsys, load_example):
-    pytest.importorskip("matplotlib")
-    pytest.importorskip("sklearn")
+    importorskip("matplotlib")
+    importorskip("sklearn")
     summary = load_example("asyncbezier_logreg").main(["--steps", "30", "--out", str(tmp_path)])
     assert set(summary) == {"FedAsync", "FedBuff (K = 3)", "AsyncBezier", "AsyncBezierED"}
     for name, s in summary.items():
@@ -24,8 +26,8 @@ def test_asyncbezier_logreg(tmp_path, capsys, load_example):
 
 @pytest.mark.slow
 def test_flower_kpca_quick(capsys, load_example):
-    pytest.importorskip("flwr")
-    pytest.importorskip("ray")
+    importorskip("flwr")
+    importorskip("ray")
     load_example("flower_kpca").main(["--quick"])
     out = capsys.readouterr().out
     assert "same iterates as in-process" in out

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("hypothesis")
-
-from riemfl.testing import ManifoldTests  # noqa: E402
+from riemfl.testing import ManifoldTests
 
 #: a user's test file: several manifold classes sharing the kit's methods
 USER_SUITE = """

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from riemfl.testing import importorskip
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -139,7 +141,7 @@ MATHJAX = ROOT / "docs" / "javascripts" / "vendor" / "mathjax"
 
 
 def _mkdocs_assets() -> list[str]:
-    yaml = pytest.importorskip("yaml")
+    yaml = importorskip("yaml")
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     return [*config.get("extra_javascript", []), *config.get("extra_css", [])]
 

@@ -7,9 +7,11 @@ import math
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
-pytest.importorskip("matplotlib")
+from riemfl.testing import importorskip
+
+importorskip("torch")
+importorskip("sklearn")
+importorskip("matplotlib")
 
 # seconds per test (simulations, reproductions, benchmark runs): part of the full run only
 pytestmark = pytest.mark.slow

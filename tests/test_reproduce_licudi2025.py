@@ -9,9 +9,11 @@ import re
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
-pytest.importorskip("matplotlib")
+from riemfl.testing import importorskip
+
+importorskip("torch")
+importorskip("sklearn")
+importorskip("matplotlib")
 
 # seconds per test (simulations, reproductions, benchmark runs): part of the full run only
 pytestmark = pytest.mark.slow

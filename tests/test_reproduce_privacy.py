@@ -9,8 +9,9 @@ import pytest
 
 from riemfl.cli import main
 from riemfl.experiments import privacy
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 
 def _tiny() -> privacy.Settings:

@@ -20,6 +20,7 @@ from riemfl.experiments.styles import (
     pyplot,
     shared_legend,
 )
+from riemfl.testing import importorskip
 
 
 def test_a_label_keeps_its_look_and_neighbours_differ():
@@ -104,7 +105,7 @@ def _legend_covers_a_panel(fig):
 
 
 def test_zhang2024_figures_say_when_curves_lie_on_each_other(tmp_path):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     from riemfl.experiments import zhang2024
 
     h = _kpca_history(3)
@@ -122,7 +123,7 @@ def test_zhang2024_figures_start_at_round_1_on_a_log_axis_and_share_y(tmp_path):
     """Figs. 1 and 5 squeezed the curves against the left edge (|grad f| falls by orders of
     magnitude in the first rounds, which a linear axis from round 0 gives no room); Fig. 2's
     panels had each their own y range."""
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     from riemfl.experiments import zhang2024
 
     h, g = _kpca_history(40), _kpca_history(10)
@@ -148,7 +149,7 @@ def test_zhang2024_figures_start_at_round_1_on_a_log_axis_and_share_y(tmp_path):
 def test_a_narrow_log_axis_labels_plain_numbers_that_do_not_collide():
     """privacy.png: epsilon from 2 to 40 on a log axis labelled every minor tick ("2x10^0
     3x10^0 4x10^0 ..."), the labels running into each other."""
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.3, 3.6))
     ax.plot([1.95, 39.3], [10.4, 3.2], "o-")
@@ -174,7 +175,7 @@ def test_a_narrow_log_axis_labels_plain_numbers_that_do_not_collide():
 
 
 def test_one_legend_below_panels_that_show_the_same_curves_else_one_per_panel():
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, layout="constrained")
     for ax in axes:
@@ -195,7 +196,7 @@ def test_one_seed_is_not_called_a_mean():
 
 
 def test_privacy_figure_tick_labels_do_not_collide(tmp_path):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     from riemfl.experiments import privacy
 
     s = privacy.Settings(rounds={"kpca-synthetic": 3, "logreg-digits": 2}, noise=(1.0, 10.0))
@@ -216,7 +217,7 @@ def test_privacy_figure_tick_labels_do_not_collide(tmp_path):
 
 
 def test_floral_curves_legend_covers_no_curve(tmp_path):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     from riemfl.experiments import floral
 
     s = floral.Settings(seeds=(0,), columns=("Full R", "Full LS"))
@@ -239,7 +240,7 @@ def test_floral_curves_legend_covers_no_curve(tmp_path):
 
 @pytest.mark.parametrize("seeds", [(0,), (0, 1)])
 def test_licudi2025_says_one_seed_and_draws_no_error_bar_for_it(tmp_path, seeds):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     from riemfl.experiments import licudi2025
 
     s = licudi2025.Settings(seeds=seeds, methods=("FedAsync", "AsyncBezier"))

@@ -133,7 +133,9 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         data=c["problem-data"] or None,
     )
     problem = spec.build()
-    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(problem)
+    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(
+        problem, int(c["local-steps"]), float(c["global-step-size"])
+    )
     common = {
         "name": c["job"],
         "seed": int(c["seed"]),

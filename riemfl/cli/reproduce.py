@@ -1,7 +1,8 @@
 """``riemfl reproduce PAPER``: a paper's experiments, its report and plots.
 
-:data:`PAPERS` is the one table of the reproducible papers: the parser's choices, the dispatch
-and the ``--strict`` check all read it.
+:data:`PAPERS` is the one table of the reproducible papers: the parser's choices, the dispatch,
+the ``--strict`` check and the check of the optional dependencies (``Paper.extras``, before
+anything runs) all read it.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ class Paper:
     no_verdicts : str
         Empty for a paper whose report has pass/fail claims (``--strict`` applies); else why
         ``--strict`` does not apply.
+    extras : tuple of str
+        The extras it needs (keys of :data:`riemfl.extras.EXTRAS`); a missing
+        one is a one-line error naming its ``pip install`` command.
     """
 
     run: Callable[[argparse.Namespace, str], list[str]]
     no_verdicts: str = ""
+    extras: tuple[str, ...] = ("data",)
 
 
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
@@ -85,12 +90,18 @@ _TABLES_ONLY = "it reports tables and plots, with no pass/fail claims"
 #: the reproducible papers, by the name ``riemfl reproduce`` takes
 PAPERS: dict[str, Paper] = {
     "zhang2024": Paper(_zhang2024),
-    "licudi2025": Paper(_licudi2025, _TABLES_ONLY),
-    "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY),
+    "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
+    "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
     "floral": Paper(
-        _floral, "its report compares with the paper's numbers in prose, with no pass/fail claims"
+        _floral,
+        "its report compares with the paper's numbers in prose, with no pass/fail claims",
+        ("torch", "data"),
     ),
-    "privacy": Paper(_privacy, "it reports utility against epsilon, with no pass/fail claims"),
+    "privacy": Paper(
+        _privacy,
+        "it reports utility against epsilon, with no pass/fail claims",
+        ("privacy", "data"),
+    ),
 }
 
 
@@ -107,6 +118,9 @@ def reproduce(args: argparse.Namespace) -> int:
         raise ParameterError(
             f"--figure: selects figures of zhang2024 only; got it with {args.paper}"
         )
+    from ..extras import require_extras
+
+    require_extras(paper.extras, f"riemfl reproduce {args.paper}")
     out = args.out or f"results/{args.paper}" + ("-quick" if args.quick else "")
     failed = paper.run(args, out)
     print(f"report: {out}/report.md")

@@ -3,6 +3,13 @@
 Writes ``history.json``, ``history.csv`` and ``history.png`` into the output folder
 (:mod:`.output`) and checkpoints there every ``--checkpoint-every`` steps; the same command
 resumes an interrupted run.
+
+Before the folder is made, every check that can fail does: the options, the optional
+dependencies (:data:`RUN_EXTRAS`, the problem's and the method's ``extras`` in the registry,
+:data:`DP_EXTRAS`), the problem, and the maps and constants the method needs of the problem's
+manifold (the method's ``validate``, which the engines also call when they start). After the
+run, a divergence or a stall (:meth:`~riemfl.federated.History.check_divergence`,
+:meth:`~riemfl.federated.History.check_stall`) is recorded in the history and said on stderr.
 """
 
 from __future__ import annotations
@@ -13,9 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, ParameterError
-from .output import CHECKPOINT_NAME, OutputFolder
+from .output import CHECKPOINT_NAME, OutputFolder, write_history
 
-__all__ = ["run", "ASYNC_DEFAULTS", "SYNC_ONLY"]
+__all__ = ["run", "ASYNC_DEFAULTS", "SYNC_ONLY", "RUN_EXTRAS", "DP_EXTRAS"]
+
+#: The extras every ``riemfl run`` needs: matplotlib draws ``history.png``.
+RUN_EXTRAS = ("data",)
+#: The extras of a run with differential privacy (``--dp-clip``): the epsilon's accountant.
+DP_EXTRAS = ("privacy",)
 
 #: Options of the asynchronous engine and their defaults (``None`` in the parser, so that an
 #: option given with ``--engine sync`` is refused rather than ignored).
@@ -114,13 +126,32 @@ def _privacy(args: argparse.Namespace) -> Any:
     return DPSettings(args.dp_clip, args.dp_noise, delta, args.dp_mode or "central")
 
 
+def _require_extras(args: argparse.Namespace, private: bool) -> None:
+    """Refuse a run whose problem, method or options (``private``: differential privacy) need
+    an optional dependency that is not installed: one line naming the ``pip install`` command,
+    before anything is built."""
+    from ..experiments.registry import ALGORITHMS, ASYNC_RULES, PROBLEMS
+    from ..extras import require_extras
+
+    method = (ALGORITHMS if args.engine == "sync" else ASYNC_RULES)[args.algorithm]
+    dp = DP_EXTRAS if private else ()
+    needed = (*RUN_EXTRAS, *PROBLEMS[args.problem].extras, *method.extras, *dp)
+    engine = "" if args.engine == "sync" else " --engine async"
+    require_extras(needed, f"riemfl run {args.problem} --algorithm {args.algorithm}{engine}")
+
+
 def _build_problem(args: argparse.Namespace) -> Any:
     """The problem of ``riemfl run``; a data error names ``--data`` and the file."""
     from ..experiments.registry import build_problem
 
     try:
         return build_problem(
-            args.problem, clients=args.clients, k=args.k, seed=args.seed, data=args.data
+            args.problem,
+            clients=args.clients,
+            k=args.k,
+            seed=args.seed,
+            data=args.data,
+            progress=not args.no_progress,
         )
     except DataError as exc:
         if args.data is None:
@@ -146,8 +177,15 @@ def run(args: argparse.Namespace) -> int:
         )
     _check_applicable(args)
     privacy = _privacy(args)
+    _require_extras(args, privacy is not None)
+    entry = PROBLEMS[args.problem]
+    if args.rounds is None:
+        args.rounds = entry.rounds
     problem = _build_problem(args)
-    step = args.step if args.step is not None else PROBLEMS[args.problem].default_step(problem)
+    step = args.step
+    if step is None:
+        eta_g = 1.0 if args.global_step is None else args.global_step
+        step = entry.default_step(problem, args.local_steps, eta_g)
     if not sync:
         trainer, rule, timing = _async_parts(args, problem, step, privacy)
         with OutputFolder(args) as out:
@@ -166,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             f"--clients-per-round: expected at most the {problem.n_clients} clients of "
             f"{args.problem}, got {args.clients_per_round}"
         )
+    algorithm.validate(problem)  # the maps it needs of the manifold, before the folder is made
     with OutputFolder(args) as out:
         history = run_sync(
             problem,
@@ -179,12 +218,10 @@ def run(args: argparse.Namespace) -> int:
             grad_tol=args.grad_tol,
             privacy=privacy,
         )
-    _warn_divergence(history)
+    _warn(history, args)
     history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
-    history.to_json(out / "history.json")
-    history.to_csv(out / "history.csv")
     y = ("grad_norm", "optimality_gap") if problem.optimum is not None else ("grad_norm", "loss")
-    history.plot(out / "history.png", y=y)
+    write_history(history, out, y)
     print(
         f"{algorithm.name} on {problem.name}: {history.round[-1]} rounds, "
         f"|grad f| {history.grad_norm[0]:.3e} -> {history.grad_norm[-1]:.3e}, "
@@ -204,9 +241,21 @@ def _epsilon(history: Any, args: argparse.Namespace) -> str:
     return f", epsilon {eps[-1]:.3g} (delta {delta:g})"
 
 
-def _warn_divergence(history: Any) -> None:
-    """Record a divergence warning in ``history.warnings`` and print it on stderr."""
+def _warn(history: Any, args: argparse.Namespace) -> None:
+    """Record a divergence, else a stall, in ``history.warnings`` and print it on stderr.
+
+    A stall is watched only while the gradient norm is above the problem's tolerance (the
+    registry's, relative to its initial value) and above ``--grad-tol``.
+    """
+    from ..experiments.registry import PROBLEMS
+
     entry = history.check_divergence()
+    if entry is None:
+        floor = PROBLEMS[args.problem].tolerance
+        g = history.metrics.get("grad_norm", [])
+        if args.grad_tol and g and g[0] > 0:
+            floor = max(floor, args.grad_tol / g[0])
+        entry = history.check_stall(floor=floor) if floor < 1 else None
     if entry is not None:
         print(f"riemfl: warning: {entry['reason']}", file=sys.stderr)
 
@@ -248,6 +297,7 @@ def _async_parts(
         vartheta=1.0 if args.vartheta is None else args.vartheta,
         privacy=privacy,
     )
+    rule.validate(problem.manifold)  # the maps and constants it needs, before the folder
     curve = args.algorithm in CURVE_RULE_NAMES
     curve_only = (args.warmup_steps, args.curve_steps, args.vartheta)
     if not curve and any(v is not None for v in curve_only):
@@ -287,12 +337,10 @@ def _run_async(
         progress=not args.no_progress,
         **_checkpointing(args, out),
     )
-    _warn_divergence(history)
+    _warn(history, args)
     history.config["problem"] = problem.describe()
     history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
-    history.to_json(out / "history.json")
-    history.to_csv(out / "history.csv")
-    history.plot(out / "history.png", y=("grad_norm", "optimality_gap"))
+    write_history(history, out, ("grad_norm", "optimality_gap"))
     g = history.metrics["grad_norm"]
     stats = history.staleness_stats()
     print(

@@ -11,7 +11,16 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def single_torch_thread() -> Iterator[None]:
     """One torch intra-op thread (and one BLAS thread, through threadpoolctl when installed)
-    inside the block; the previous settings are restored after it."""
+    inside the block; the previous settings are restored after it.
+
+    Raises
+    ------
+    MissingDependencyError
+        Without torch, naming its extra (:func:`~riemfl.extras.require_extras`).
+    """
+    from ..extras import require_extras
+
+    require_extras(("torch",), "the torch-based reproductions (single_torch_thread)")
     import torch
 
     previous = torch.get_num_threads()

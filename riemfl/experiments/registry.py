@@ -1,16 +1,46 @@
-"""Named problems and algorithms of the command line (``riemfl run PROBLEM --algorithm ALG``).
+r"""Named problems and methods of the command line (``riemfl run PROBLEM --algorithm ALG``).
 
-Each problem name maps to a builder and to the default step size the paper uses for it
-(Zhang et al. 2024, App. A.4): eta = 1/beta for the MNIST/digits kPCA, 4e-3 for the synthetic
-kPCA (Fig. 6), 1e-4 for LRMC (not stated in the paper; chosen by trial runs: at tau = 5,
-eta = 1e-3 stalls and 1e-4 converges).
+Every entry declares what ``riemfl run`` needs to know about it: how to build it, the optional
+dependencies it needs (keys of :data:`riemfl.extras.EXTRAS`, checked before anything runs)
+and, for a problem, its default step-size rule, number of rounds and the tolerance that those
+defaults reach.
 
-The problems on the manifolds of issue 19 have no paper step size; theirs were chosen by trial
-runs at the command line's defaults (10 local steps, approximate operators, 50 rounds): every
-synchronous algorithm converges with them, while twice the step takes the clients out of the
-domain of the approximate operators' inverse retraction (SPD's affine-invariant one needs
-Y > X/2, SO(3)'s polar one angles below pi/2: ``CutLocusError``) for spd-mean (eta = 0.1) and
-rotation-averaging (eta = 0.2); hyperbolic-tree converges at 0.3 and barely moves at 0.1.
+Default step sizes (:class:`StepRule`). Zhang et al. 2024 (Theorem 4.3, eq. (11)) bound the
+*effective* step :math:`\tilde\eta = \eta\,\eta_g\,\tau` by a constant over the smoothness L of
+the clients' objectives (with :math:`\eta_g` the global and :math:`\tau` the local steps), not
+:math:`\eta` itself: each default is :math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)`, so that
+``--local-steps`` >= 10 and ``--global-step`` leave :math:`\tilde\eta` where it was chosen; with
+fewer local steps :math:`\eta` stays at its value for tau = 10, as the local steps need of
+:math:`\eta` itself (gradient descent on one client, :math:`\eta L < 2`; a retraction step that
+stays where the inverse retraction of the upload is defined: on SPD(3) RFedAvg's clients leave
+that domain at tau = 2 with :math:`\eta` = 0.25, the step that would keep spd-mean's
+:math:`\tilde\eta`). The theory's constant
+(:math:`c \le 1/(24 M_c)`) is far too small to be useful; c comes from trial runs of RFedProj
+(tau = 2 ... 40), about a factor 2 or more below the step at which it stops converging:
+
+* kPCA (``kpca-*``): L = :math:`\max_i \lambda_{\max}(A_i^\top A_i)`, the largest client's
+  smoothness, and c = 1 (:math:`\tilde\eta = 1/L`, the step of the descent lemma). On the
+  synthetic data (L = 122) RFedProj converges up to :math:`\tilde\eta \approx 0.016` and
+  oscillates from 0.02 on at tau >= 10 (Zhang et al. 2024's Fig. 6 step 4e-3 was for tau = 5,
+  where the product is 0.02; at the command line's tau = 10 it is 0.04 and the run never
+  converges); on the digits the limit is about 4/L.
+* softmax regression (``logreg-*``): L = :math:`\max_i \beta_i` (:mod:`riemfl.problems.logreg`),
+  an upper bound loose enough that c = 20 is stable (from c = 80 the runs stop converging at
+  tau = 5; c = 40 still converges).
+* rotation averaging: L = 1 (the chordal objective) and c = 1: eta = 0.1 at tau = 10, where
+  twice the step takes the clients beyond the domain of SO(3)'s polar inverse retraction
+  (angles below pi/2: ``CutLocusError``).
+* the problems without a smoothness constant (L = 1, c is :math:`\tilde\eta`), from trial runs:
+  LRMC 1e-3 (eta = 1e-4 at tau = 10; Zhang et al. 2024 state none, and 5e-3 stalls);
+  spd-mean 0.5 (twice the step takes the clients beyond the domain of SPD's affine-invariant
+  inverse retraction, Y > X/2: ``CutLocusError``); hyperbolic-tree 3 (at 6 the loss stalls 6%
+  above the reference; 1 needs twice the rounds).
+
+The defaults of every problem, with RFedProj, reach the problem's ``tolerance`` on the relative
+gradient norm :math:`\|\operatorname{grad} f(x^R)\| / \|\operatorname{grad} f(x^0)\|` in its
+``rounds`` (``tests/test_registry.py`` runs them). RFedAvg and RFedProx, whose clients drift
+towards their own minimisers, stop at a floor that grows with :math:`\tilde\eta` and the
+clients' heterogeneity (Li & Ma 2022): the stall warning of ``riemfl run`` says so.
 """
 
 from __future__ import annotations
@@ -19,6 +49,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..errors import DataError, ParameterError
 from ..federated import AsyncRule, RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
@@ -37,39 +69,132 @@ __all__ = [
     "PROBLEMS",
     "ALGORITHMS",
     "ASYNC_RULES",
+    "DEFAULT_LOCAL_STEPS",
     "SyncSettings",
     "AsyncSettings",
     "AsyncRuleEntry",
+    "AlgorithmEntry",
     "ALGORITHM_NAMES",
     "ASYNC_RULE_NAMES",
     "CURVE_RULE_NAMES",
     "ProblemEntry",
+    "StepRule",
     "build_problem",
     "build_algorithm",
     "build_async_rule",
 ]
 
+#: tau, the local steps of ``riemfl run`` when ``--local-steps`` is not given (Zhang et al.
+#: 2024's kPCA experiments)
+DEFAULT_LOCAL_STEPS = 10
+
+
+@dataclass(frozen=True)
+class StepRule:
+    r"""A default local step :math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)` (module docstring;
+    10 is :data:`DEFAULT_LOCAL_STEPS`).
+
+    Attributes
+    ----------
+    scale : float
+        c, the effective step :math:`\tilde\eta = \eta\,\eta_g\,\tau` times L.
+    smoothness : callable or None
+        ``smoothness(problem) -> L``, the clients' smoothness constant; None for a problem
+        without one (L = 1: ``scale`` is then :math:`\tilde\eta` itself, from trial runs).
+    constant : str
+        What L is, for ``riemfl run --help``.
+    """
+
+    scale: float
+    smoothness: Callable[[FederatedProblem], float] | None = None
+    constant: str = ""
+
+    def __call__(
+        self, problem: FederatedProblem, local_steps: int, global_step: float = 1.0
+    ) -> float:
+        """The step size eta for ``local_steps`` (tau) and the global step ``global_step``.
+
+        Raises
+        ------
+        DataError
+            When L is not a finite number > 0 (degenerate data, e.g. all-zero features).
+        """
+        lipschitz = 1.0 if self.smoothness is None else float(self.smoothness(problem))
+        if not (math.isfinite(lipschitz) and lipschitz > 0):
+            raise DataError(
+                f"problem {problem.name!r}: the default step needs a smoothness L > 0, got "
+                f"L = {lipschitz} (degenerate data, e.g. all-zero features); pass a step size "
+                "(--step)"
+            )
+        steps = max(local_steps, DEFAULT_LOCAL_STEPS)
+        return self.scale / (steps * global_step * lipschitz)
+
+    def describe(self) -> str:
+        """The rule in one line, for ``riemfl run --help``."""
+        tau = f"max(tau, {DEFAULT_LOCAL_STEPS})"
+        if self.smoothness is None:
+            return f"eta = {self.scale:g}/({tau} eta_g)"
+        return f"eta = {self.scale:g}/({tau} eta_g L), L = {self.constant}"
+
 
 @dataclass(frozen=True)
 class ProblemEntry:
-    """How to build a named problem and its default step size."""
+    r"""How to build a named problem, what it needs and its defaults (module docstring).
+
+    Attributes
+    ----------
+    build : callable
+        ``build(n_clients, k, seed, data, progress) -> FederatedProblem``.
+    step : StepRule
+        The default step size.
+    default_clients : int
+    needs_data : bool
+        Whether it reads a data file (``--data``).
+    summary : str
+        One line for ``riemfl run --help``.
+    extras : tuple of str
+        Keys of :data:`~riemfl.extras.EXTRAS` it needs (besides those of ``riemfl run`` itself).
+    rounds : int
+        The default number of rounds.
+    tolerance : float
+        The relative gradient norm :math:`\|\operatorname{grad} f(x^R)\| /
+        \|\operatorname{grad} f(x^0)\|` that RFedProj reaches with every default; below it
+        ``riemfl run`` does not warn of a stall.
+    """
 
     build: Callable[..., FederatedProblem]
-    default_step: Callable[[FederatedProblem], float]
+    step: StepRule
     default_clients: int
     needs_data: bool = False
     summary: str = ""
+    extras: tuple[str, ...] = ()
+    rounds: int = 200
+    tolerance: float = 1e-3
+
+    def default_step(
+        self,
+        problem: FederatedProblem,
+        local_steps: int = DEFAULT_LOCAL_STEPS,
+        global_step: float = 1.0,
+    ) -> float:
+        """The default step size eta of ``problem`` for tau = ``local_steps`` and eta_g =
+        ``global_step`` (:class:`StepRule`)."""
+        return self.step(problem, local_steps, global_step)
 
 
-def _inverse_beta(problem: FederatedProblem) -> float:
-    """The default step 1/beta; refused (rather than divided by zero) when beta is not > 0."""
-    beta = float(problem.smoothness)
-    if not (math.isfinite(beta) and beta > 0):
-        raise DataError(
-            f"problem {problem.name!r}: the default step 1/beta needs a smoothness beta > 0, got "
-            f"beta = {beta} (degenerate data, e.g. all-zero features); pass a step size (--step)"
-        )
-    return 1.0 / beta
+def _kpca_smoothness(problem: KPCAProblem) -> float:
+    """L = max_i lambda_max(A_i^T A_i): the largest smoothness constant of the clients'
+    f_i(x) = -tr(x^T A_i^T A_i x) / 2."""
+    return float(np.linalg.eigvalsh(problem.covariances)[:, -1].max())
+
+
+def _smoothness(problem: FederatedProblem) -> float:
+    """L = the problem's own ``smoothness`` (NaN when it has none)."""
+    return math.nan if problem.smoothness is None else float(problem.smoothness)
+
+
+_KPCA_STEP = StepRule(1.0, _kpca_smoothness, "max_i lambda_max(A_i^T A_i)")
+_LOGREG_STEP = StepRule(20.0, _smoothness, "max_i beta_i (riemfl.problems.logreg)")
 
 
 def _no_k(name: str, k: int | None) -> dict[str, Any]:
@@ -81,74 +206,89 @@ def _no_k(name: str, k: int | None) -> dict[str, Any]:
 
 def _seeded(name: str, build: Callable[..., FederatedProblem]) -> Callable[..., FederatedProblem]:
     """The builder of a generated problem without components: ``build(n_clients=, seed=)``."""
-    return lambda n, k, seed, data: build(n_clients=n, seed=seed, **_no_k(name, k))
+    return lambda n, k, seed, data, progress: build(n_clients=n, seed=seed, **_no_k(name, k))
 
 
 PROBLEMS: dict[str, ProblemEntry] = {
     "kpca-synthetic": ProblemEntry(
-        lambda n, k, seed, data: KPCAProblem.synthetic(n_clients=n, k=k or 5, seed=seed),
-        lambda p: 4e-3,
+        lambda n, k, seed, data, progress: KPCAProblem.synthetic(n_clients=n, k=k or 5, seed=seed),
+        _KPCA_STEP,
         30,
         summary="kPCA on St(20, 5), 30 clients with A_i ~ N(0, 2i/n) (Figs. 6-7)",
+        rounds=1000,
+        tolerance=1e-3,
     ),
     "kpca-digits": ProblemEntry(
-        lambda n, k, seed, data: KPCAProblem.digits(n_clients=n, k=k or 2),
-        _inverse_beta,
+        lambda n, k, seed, data, progress: KPCAProblem.digits(n_clients=n, k=k or 2),
+        _KPCA_STEP,
         10,
         summary="label-sorted kPCA on scikit-learn's digits, the offline MNIST stand-in",
+        extras=("data",),
+        rounds=500,
+        tolerance=1e-3,
     ),
     "kpca-mnist": ProblemEntry(
-        lambda n, k, seed, data: KPCAProblem.mnist(data, n_clients=n, k=k or 2),
-        _inverse_beta,
+        lambda n, k, seed, data, progress: KPCAProblem.mnist(data, n_clients=n, k=k or 2),
+        _KPCA_STEP,
         10,
         needs_data=True,
         summary="label-sorted kPCA on the user's MNIST file (--data; Figs. 1-3, 5)",
+        rounds=500,
+        tolerance=1e-3,
     ),
     "lrmc-synthetic": ProblemEntry(
-        lambda n, k, seed, data: LRMCProblem.synthetic(n_clients=n, k=k or 2, seed=seed),
-        lambda p: 1e-4,
+        lambda n, k, seed, data, progress: LRMCProblem.synthetic(n_clients=n, k=k or 2, seed=seed),
+        StepRule(1e-3),
         10,
         summary="low-rank matrix completion on St(100, 2), 1000 columns (Figs. 4, 8, 9)",
+        tolerance=1e-8,
     ),
     "logreg-digits": ProblemEntry(
-        lambda n, k, seed, data: SoftmaxRegressionProblem.digits(
-            n_clients=n, seed=seed, **_no_k("logreg-digits", k)
+        lambda n, k, seed, data, progress: SoftmaxRegressionProblem.digits(
+            n_clients=n, seed=seed, progress=progress, **_no_k("logreg-digits", k)
         ),
-        _inverse_beta,
+        _LOGREG_STEP,
         10,
         summary="softmax regression on R^(65 x 10), scikit-learn's digits, Dirichlet(0.5) "
         "clients: Euclidean, so the curve rules (asyncbezier) run on it",
+        extras=("data",),
+        rounds=500,
+        tolerance=1e-2,
     ),
     "logreg-mnist": ProblemEntry(
-        lambda n, k, seed, data: SoftmaxRegressionProblem.mnist(
-            data, n_clients=n, seed=seed, **_no_k("logreg-mnist", k)
+        lambda n, k, seed, data, progress: SoftmaxRegressionProblem.mnist(
+            data, n_clients=n, seed=seed, progress=progress, **_no_k("logreg-mnist", k)
         ),
-        _inverse_beta,
+        _LOGREG_STEP,
         10,
         needs_data=True,
         summary="softmax regression on the user's MNIST file (--data), Dirichlet(0.5) clients",
+        tolerance=2e-2,
     ),
     "spd-mean": ProblemEntry(
         _seeded("spd-mean", SPDMeanProblem.synthetic),
-        lambda p: 0.05,
+        StepRule(0.5),
         10,
         summary="Karcher mean of 20 SPD(3) matrices per client around per-client centres "
         "(affine-invariant metric; f* by the Karcher iteration)",
+        tolerance=1e-8,
     ),
     "rotation-averaging": ProblemEntry(
         _seeded("rotation-averaging", RotationAveragingProblem.synthetic),
-        lambda p: 0.1,
+        StepRule(1.0, _smoothness, "1 (the chordal objective)"),
         10,
         summary="chordal L2 mean of 20 noisy rotations per client on SO(3), biased per client "
         "(f* closed form)",
+        tolerance=1e-8,
     ),
     "hyperbolic-tree": ProblemEntry(
         _seeded("hyperbolic-tree", HyperbolicEmbeddingProblem.tree),
-        lambda p: 0.3,
+        StepRule(3.0),
         4,
         summary="Nickel-Kiela embedding of a balanced binary tree of depth 3 on "
         "(PoincareBall(2))^15, relations split among clients (f* unknown: reference_loss of "
-        "a centralised run)",
+        "a centralised run; |grad f| stays away from 0 at the kinks of the loss)",
+        tolerance=0.2,
     ),
 }
 
@@ -167,10 +307,12 @@ class SyncSettings:
 
 @dataclass(frozen=True)
 class AlgorithmEntry:
-    """How to build a named synchronous algorithm, and what it is in one line."""
+    """How to build a named synchronous algorithm, what it is in one line, and the keys of
+    :data:`~riemfl.extras.EXTRAS` it needs."""
 
     build: Callable[[SyncSettings], SyncAlgorithm]
     summary: str
+    extras: tuple[str, ...] = ()
 
 
 #: the synchronous algorithms, by name (``riemfl run ... --algorithm NAME``)
@@ -233,11 +375,13 @@ class AsyncSettings:
 class AsyncRuleEntry:
     """How to build a named asynchronous rule; ``learns_curves``: its clients learn a Bezier
     curve (it needs the problem's manifold, and a Euclidean problem for
-    :class:`~riemfl.federated.BezierProblemTrainer`)."""
+    :class:`~riemfl.federated.BezierProblemTrainer`); ``extras``: the keys of
+    :data:`~riemfl.extras.EXTRAS` it needs."""
 
     build: Callable[[AsyncSettings], AsyncRule]
     summary: str
     learns_curves: bool = False
+    extras: tuple[str, ...] = ()
 
 
 def _async_rules() -> dict[str, AsyncRuleEntry]:
@@ -310,7 +454,13 @@ CURVE_RULE_NAMES = tuple(name for name, entry in ASYNC_RULES.items() if entry.le
 
 
 def build_problem(
-    name: str, *, clients: int | None = None, k: int | None = None, seed: int = 0, data: Any = None
+    name: str,
+    *,
+    clients: int | None = None,
+    k: int | None = None,
+    seed: int = 0,
+    data: Any = None,
+    progress: bool = False,
 ) -> FederatedProblem:
     """The problem called ``name`` (a key of :data:`PROBLEMS`).
 
@@ -326,6 +476,9 @@ def build_problem(
         Seed of the synthetic data and splits.
     data : str, PathLike or None
         The data file of a problem that reads one (``needs_data``); refused by the others.
+    progress : bool
+        Show the progress of a long set-up on stderr (the L-BFGS solve for f* of the softmax
+        regressions); the others ignore it.
 
     Raises
     ------
@@ -353,7 +506,7 @@ def build_problem(
             f"problem {name!r}: expected a number of clients (--clients) that is an int >= 1, "
             f"got {clients!r}"
         )
-    return entry.build(clients, k, seed, data)
+    return entry.build(clients, k, seed, data, progress)
 
 
 def build_algorithm(

@@ -53,6 +53,8 @@ __all__ = [
     "ASGD",
     "FedBuff",
     "SumBuffer",
+    "proximal_radius",
+    "require_proximal_radius",
     "DCASGD",
     "AsyncFedED",
     "OrthoCorrect",
@@ -559,13 +561,56 @@ class AsyncFedED(AsyncRule):
         return self.operators.step(manifold, a.current, rate * self.trusted_update(manifold, a, u))
 
 
-def _reach_at(manifold: Manifold, x: Array) -> float:
-    """The radius around x within which P_M is single-valued: the uniform proximal smoothness,
-    or, for manifolds without one (FixedRank, Simplex), ``local_proximal_smoothness(x)``."""
+def proximal_radius(manifold: Manifold, x: Array) -> float:
+    """The radius around x within which P_M is single-valued.
+
+    ``local_proximal_smoothness(x)`` where the manifold has it (FixedRank, Simplex, SPD, the
+    Poincare ball: manifolds whose uniform constant is 0), else the uniform
+    ``proximal_smoothness``.
+
+    Raises
+    ------
+    NotImplementedError
+        When the manifold has neither (e.g. the Birkhoff polytope, or a product with such a
+        factor), with the reasons the manifold gives.
+    """
     local = getattr(manifold, "local_proximal_smoothness", None)
+    why_local = None
     if callable(local):
-        return float(local(x))
-    return float(manifold.proximal_smoothness)
+        try:
+            return float(local(x))
+        except NotImplementedError as exc:
+            why_local = str(exc)
+    try:
+        return float(manifold.proximal_smoothness)
+    except NotImplementedError as exc:
+        why = why_local or f"{manifold.name}: {exc}; and no local_proximal_smoothness(x)"
+        raise NotImplementedError(why) from None
+
+
+def require_proximal_radius(owner: str, manifold: Manifold) -> None:
+    """Refuse a manifold on which :func:`proximal_radius` cannot be computed (tried at a
+    random point when the manifold has no uniform constant), before a run starts.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``owner``, the manifold (or the factor that lacks the constant) and what is
+        needed.
+    """
+    try:
+        float(manifold.proximal_smoothness)
+        return
+    except NotImplementedError:
+        pass
+    try:
+        proximal_radius(manifold, manifold.random_point(rng=np.random.default_rng(0)))
+    except NotImplementedError as exc:
+        raise ParameterError(
+            f"{owner} projects its server step onto the manifold and needs the radius within "
+            "which that projection is unique (proximal_smoothness, or "
+            f"local_proximal_smoothness(x)): {exc}"
+        ) from None
 
 
 class SumBuffer(Checkpointable):
@@ -667,9 +712,12 @@ class FedBuff(AsyncRule):
         return not self.staleness_scaling
 
     def validate(self, manifold):
+        """Refuse a manifold without the projection or its proximal-smoothness radius (which
+        :meth:`apply` checks every server step against), before the run."""
         ok, why = manifold.supports("project")
         if not ok:
             raise ParameterError(f"FedBuff needs {manifold.name}.project: {why}")
+        require_proximal_radius("FedBuff (fedbuff)", manifold)
 
     _state_helpers = ("privacy",)
 
@@ -710,7 +758,7 @@ class FedBuff(AsyncRule):
         total = self.buffer.total()
         step = self.server_lr * (total if self.privacy is None else self.privacy.flush(total))
         self.buffer.clear()
-        reach = _reach_at(manifold, a.current)
+        reach = proximal_radius(manifold, a.current)
         if math.isfinite(reach):
             length = float(np.sqrt(float(ops_for(step).sum(step * step))))
             if length >= reach:

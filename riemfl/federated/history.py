@@ -12,8 +12,9 @@ A :class:`History` holds
   client-level differential privacy (:mod:`riemfl.federated.privacy`);
 * ``log``: one entry per client update (``client``, ``staleness``, ``weight``, ``time``,
   ``version``, ``applied``) for engines that log updates (asynchronous runs, FLoRAL rounds);
-* ``warnings``: every dropped client or arrival with where and why, and a divergence found by
-  :meth:`History.check_divergence` (``riemfl run`` checks every run);
+* ``warnings``: every dropped client or arrival with where and why, and a divergence or a stall
+  found by :meth:`History.check_divergence` and :meth:`History.check_stall` (``riemfl run``
+  checks every run);
 * ``summary``: run-level scalars (e.g. ``peak_versions`` of the asynchronous version store).
 
 Columns read as attributes (``history.grad_norm`` is ``history.metrics["grad_norm"]``). A
@@ -44,6 +45,10 @@ __all__ = [
     "MEASURED_COLUMNS",
     "DIVERGENCE_FACTOR",
     "DIVERGENCE_COLUMNS",
+    "STALL_WINDOW",
+    "STALL_FACTOR",
+    "STALL_FLOOR",
+    "STALL_COLUMNS",
 ]
 
 #: :meth:`History.check_divergence`: a run diverges when a watched column grows beyond this
@@ -51,6 +56,17 @@ __all__ = [
 DIVERGENCE_FACTOR = 1e3
 #: The columns :meth:`History.check_divergence` watches (each where its initial value is > 0).
 DIVERGENCE_COLUMNS = ("grad_norm", "optimality_gap", "loss")
+#: :meth:`History.check_stall`: the rows of the window in which a run must make progress.
+STALL_WINDOW = 50
+#: :meth:`History.check_stall`: progress is a best value in the window below this factor times
+#: the best value before it.
+STALL_FACTOR = 0.99
+#: :meth:`History.check_stall`: a run whose best ``grad_norm`` is at most this factor times its
+#: initial value has converged (down to the rounding floor) and is not watched.
+STALL_FLOOR = 1e-6
+#: The columns :meth:`History.check_stall` watches: a run stalls when none of them (that it
+#: records, with an initial value > 0) makes progress.
+STALL_COLUMNS = ("grad_norm", "optimality_gap")
 
 #: The columns of a synchronous run, in order (the CLI's ``history.json`` / ``history.csv``).
 METRICS = (
@@ -100,6 +116,18 @@ def _column_equal(a: list[Any], b: list[Any]) -> bool:
 
 def _columns_equal(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> bool:
     return a.keys() == b.keys() and all(_column_equal(a[k], b[k]) for k in a)
+
+
+def _extend(target: list[Any], item: Any, where: str) -> None:
+    """``target`` extended by ``item`` = ``[start, values]`` (:meth:`History.since`)."""
+    ok = type(item) is list and len(item) == 2 and type(item[0]) is int
+    if not ok or type(item[1]) is not list:
+        raise ParameterError(f"history entries: {where} is not [start, values]")
+    if item[0] != len(target):
+        raise ParameterError(
+            f"history entries: {where} starts at entry {item[0]}, the history holds {len(target)}"
+        )
+    target.extend(item[1])
 
 
 @dataclass(eq=False)
@@ -255,6 +283,91 @@ class History:
             return entry
         return None
 
+    def check_stall(
+        self,
+        window: int = STALL_WINDOW,
+        factor: float = STALL_FACTOR,
+        floor: float = STALL_FLOOR,
+    ) -> dict[str, Any] | None:
+        """Find a stall, a run that no longer makes progress, and record it in :attr:`warnings`
+        (once).
+
+        The rule: over its last ``window`` rows, none of :data:`STALL_COLUMNS` (``grad_norm``,
+        ``optimality_gap``; those recorded with a finite initial value > 0) reached a value
+        below ``factor`` times its best value before them, while the best ``grad_norm`` is
+        still above ``floor`` times its initial value. This catches oscillations (the
+        gradient norm alternating between two values for ever) and plateaus (client drift,
+        mini-batch noise), and leaves alone runs that converge, however slowly, and runs that
+        have converged down to the rounding floor. NaN rows are skipped; a history with at
+        most ``window`` rows after the first is not judged.
+
+        Parameters
+        ----------
+        window : int
+            Rows of the window, >= 1 (default :data:`STALL_WINDOW`, 50).
+        factor : float
+            The progress asked of the window, in (0, 1) (default :data:`STALL_FACTOR`).
+        floor : float
+            The relative ``grad_norm`` below which a run counts as converged, in [0, 1)
+            (default :data:`STALL_FLOOR`; ``riemfl run`` passes its problem's tolerance).
+
+        Returns
+        -------
+        dict or None
+            The warning, ``{"client": None, "kind": "stall", "metric", "row", "value",
+            "initial", "window", "reason"}`` plus ``round`` or ``step`` (of the window's first
+            row) where the history has that column, also appended to :attr:`warnings` unless an
+            equal entry is there; None when the run made progress.
+
+        Raises
+        ------
+        ParameterError
+            For a ``window``, ``factor`` or ``floor`` out of range.
+        """
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ParameterError(f"check_stall: expected an int window >= 1, got {window!r}")
+        if not (isinstance(factor, (int, float)) and 0 < factor < 1):
+            raise ParameterError(f"check_stall: expected a factor in (0, 1), got {factor!r}")
+        if not (isinstance(floor, (int, float)) and 0 <= floor < 1):
+            raise ParameterError(f"check_stall: expected a floor in [0, 1), got {floor!r}")
+        n = len(self)
+        if n <= window + 1:
+            return None
+        stalled = []
+        for name in STALL_COLUMNS:
+            values = np.asarray(self.metrics.get(name, []), dtype=float)
+            if values.size != n or not (math.isfinite(values[0]) and values[0] > 0):
+                continue
+            before, recent = values[: n - window], values[n - window :]
+            if not (np.isfinite(before).any() and np.isfinite(recent).any()):
+                continue
+            best_before, best = float(np.nanmin(before)), float(np.nanmin(recent))
+            if name == "grad_norm" and min(best, best_before) <= floor * values[0]:
+                return None  # converged
+            if best < factor * best_before:
+                return None  # progress
+            stalled.append((name, best, float(values[0])))
+        if not stalled:
+            return None
+        name, best, initial = stalled[0]
+        row = n - window
+        entry: dict[str, Any] = {"client": None, "kind": "stall", "metric": name}
+        where = f"the last {window} rows"
+        for column in ("round", "step"):
+            if column in self.metrics:
+                entry[column] = _plain(self.metrics[column][row])
+                where = f"the last {window} rows ({column} {entry[column]} on)"
+                break
+        entry.update(row=row, value=best, initial=initial, window=window)
+        entry["reason"] = (
+            f"the run stalls: the best {name} of {where}, {best:.3e} ({best / initial:.1e} x "
+            f"its initial {initial:.3e}), is not below {factor:g} x the best before them: it "
+            "oscillates or stopped improving (try a smaller step size, --step)"
+        )
+        if entry not in self.warnings:
+            self.warnings.append(entry)
+        return entry
+
     @property
     def peak_versions(self) -> int | None:
         """Most global model versions held at once (asynchronous runs)."""
@@ -263,6 +376,80 @@ class History:
     @peak_versions.setter
     def peak_versions(self, value: int) -> None:
         self.summary["peak_versions"] = int(value)
+
+    # ------------------------------------------------------------------ appended entries
+    def mark(self) -> dict[str, Any]:
+        """How many entries each list holds now, for :meth:`since`.
+
+        Returns
+        -------
+        dict
+            ``{"metrics": {column: n}, "log": {column: n}, "warnings": n}``.
+        """
+        return {
+            "metrics": {k: len(v) for k, v in self.metrics.items()},
+            "log": {k: len(v) for k, v in self.log.items()},
+            "warnings": len(self.warnings),
+        }
+
+    def since(self, mark: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The entries appended since ``mark``, which :meth:`extend` appends to a history that
+        stands at ``mark`` (the engines only ever append: rows, log entries, warnings).
+
+        Parameters
+        ----------
+        mark : dict or None
+            An earlier :meth:`mark` of this history; None: the empty history (everything).
+
+        Returns
+        -------
+        dict or None
+            ``{"metrics": {column: [start, values]}, "log": {column: [start, values]},
+            "warnings": [start, entries]}`` with every column (new ones from 0, with the NaN
+            they hold in the earlier rows); None when something was removed since ``mark``
+            (a list is shorter, a column gone), so that the entries cannot say what changed.
+        """
+        mark = mark or {"metrics": {}, "log": {}, "warnings": 0}
+        part: dict[str, Any] = {}
+        for name in ("metrics", "log"):
+            columns, before = getattr(self, name), mark[name]
+            if any(k not in columns or len(columns[k]) < n for k, n in before.items()):
+                return None
+            part[name] = {k: [before.get(k, 0), v[before.get(k, 0) :]] for k, v in columns.items()}
+        n = mark["warnings"]
+        if len(self.warnings) < n:
+            return None
+        part["warnings"] = [n, self.warnings[n:]]
+        return part
+
+    def extend(self, part: Any) -> None:
+        """Append the entries of :meth:`since` (e.g. read back from a checkpoint).
+
+        Raises
+        ------
+        ParameterError
+            When ``part`` is not such entries, or does not continue this history (a list
+            starts elsewhere than where this history's ends); naming the list. The history may
+            then hold part of the entries.
+        """
+        if type(part) is not dict or set(part) != {"metrics", "log", "warnings"}:
+            raise ParameterError(
+                "history entries are a dict with 'metrics', 'log' and 'warnings', got "
+                f"{sorted(part) if isinstance(part, dict) else type(part).__name__}"
+            )
+        for name in ("metrics", "log"):
+            if type(part[name]) is not dict:
+                raise ParameterError(f"history entries: {name!r} is not a dict of columns")
+            columns = getattr(self, name)
+            for key, item in part[name].items():
+                _extend(columns.setdefault(key, []), item, f"{name}[{key!r}]")
+        n = len(self.warnings)
+        _extend(self.warnings, part["warnings"], "warnings")
+        if not all(type(w) is dict for w in self.warnings[n:]):
+            raise ParameterError("history entries: a warning is not a dict")
+        lengths = {len(v) for v in self.metrics.values()}
+        if len(lengths) > 1:
+            raise ParameterError(f"history columns have different lengths: {sorted(lengths)}")
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from .config import (
     Config,
     Tolerance,
     cuda_available,
+    importorskip,
     to_numpy,
     torch_available,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "CONFIGS",
     "CUDA_CONFIGS",
     "cuda_available",
+    "importorskip",
     "Tolerance",
     "TOLERANCES",
     "FLOAT32_EPS_MULTIPLES",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import backend
+from ..extras import extra_of
 
 __all__ = [
     "Config",
@@ -28,8 +30,30 @@ __all__ = [
     "CUDA_CONFIGS",
     "torch_available",
     "cuda_available",
+    "importorskip",
     "to_numpy",
 ]
+
+
+def importorskip(module: str, reason: str | None = None) -> Any:
+    """``pytest.importorskip(module)``, with a skip reason that names the extra installing it.
+
+    The extra comes from :data:`riemfl.extras.EXTRAS` (``importorskip("sklearn")`` skips with
+    "sklearn is not installed: pip install 'riemfl[data]'"); ``reason`` replaces the message,
+    e.g. for a module that an extra installs indirectly (Flower's Ray).
+
+    Returns
+    -------
+    module
+        The imported module.
+    """
+    import pytest
+
+    if reason is None:
+        extra = extra_of(module)
+        how = f": pip install 'riemfl[{extra}]'" if extra else ""
+        reason = f"{module} is not installed{how}"
+    return pytest.importorskip(module, reason=reason)
 
 
 def torch_available() -> bool:
@@ -76,6 +100,7 @@ METHODS = (
     "exp",
     "log",
     "dist",
+    "squared_dist",
     "transport",
     "parallel_transport",
     "ehess_to_rhess",
@@ -97,6 +122,7 @@ FLOAT32_EPS_MULTIPLES: dict[str, float] = {
     "exp": 32.0,
     "log": 64.0,
     "dist": 64.0,
+    "squared_dist": 64.0,
     "transport": 32.0,
     "parallel_transport": 32.0,
     "ehess_to_rhess": 16.0,

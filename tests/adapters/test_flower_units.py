@@ -48,6 +48,7 @@ from riemfl.adapters.flower.node_state import NodeState  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.errors import ParameterError  # noqa: E402
+from riemfl.experiments.registry import PROBLEMS  # noqa: E402
 from riemfl.federated import (  # noqa: E402
     AsyncBezier,
     AsyncBezierED,
@@ -473,7 +474,9 @@ def test_run_config_builds_jobs():
     job = deploy.job_from_run_config({"problem-clients": 4, "rounds": 2, "batch-size": 3})
     assert isinstance(job, SyncJob) and isinstance(job.algorithm, RFedProj)
     assert job.rounds == 2 and job.batch_size == 3 and job.clients_per_round is None
-    assert job.algorithm.step_size == 4e-3  # the registry's default for kpca-synthetic
+    # the registry's default for kpca-synthetic at the run config's tau = 5
+    default = PROBLEMS["kpca-synthetic"].default_step(job.resolved, 5)
+    assert job.algorithm.step_size == default
     assert job.resolved.n_clients == 4
     assert deploy.job_from_run_config({"problem-clients": 4, "rounds": 2, "batch-size": 3}) is job
     other = deploy.job_from_run_config(

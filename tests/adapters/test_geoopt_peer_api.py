@@ -12,8 +12,10 @@ import math
 import numpy as np
 import pytest
 
-geoopt = pytest.importorskip("geoopt")
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+geoopt = importorskip("geoopt")
+torch = importorskip("torch")
 
 from riemfl.adapters.geoopt import to_geoopt  # noqa: E402
 

@@ -8,8 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-pymanopt = pytest.importorskip("pymanopt")
-matplotlib = pytest.importorskip("matplotlib")
+from riemfl.testing import importorskip
+
+pymanopt = importorskip("pymanopt")
+matplotlib = importorskip("matplotlib")
 matplotlib.use("Agg")  # pymanopt's diagnostics plot; no display here
 
 from pymanopt.tools import diagnostics  # noqa: E402
@@ -87,7 +89,7 @@ def kpca_function_problem(problem, backend):
 
 @pytest.mark.parametrize("backend", ["autograd", "torch"])
 def test_trust_regions_on_the_sum_of_a_federated_problems_clients_with_autodiff(backend):
-    pytest.importorskip(backend)
+    importorskip(backend)
     problem = kpca(seed=1)
     federated = kpca_function_problem(problem, backend)
     result = solve(federated, "trust_regions", backend, max_iterations=100, min_gradient_norm=1e-10)
@@ -199,7 +201,7 @@ def test_trust_regions_converge_quadratically_on_kpca_with_the_exact_hessian():
 def test_trust_regions_on_kpca_with_autodiff_use_the_exact_hessian(backend):
     """The federated kPCA written for autograd or torch: pymanopt's Hessian-vector products
     through the adapter give the same quadratic local phase as the explicit -C u."""
-    pytest.importorskip(backend)
+    importorskip(backend)
     problem = kpca()
     federated = kpca_function_problem(problem, backend)
     result, norms = gradient_norms(problem=federated, backend=backend, min_gradient_norm=1e-13)

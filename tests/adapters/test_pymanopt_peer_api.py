@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-pymanopt = pytest.importorskip("pymanopt")
+from riemfl.testing import importorskip
+
+pymanopt = importorskip("pymanopt")
 
 from pymanopt import manifolds as pm  # noqa: E402
 from riemfl.adapters.pymanopt import to_pymanopt  # noqa: E402

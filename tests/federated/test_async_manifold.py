@@ -31,6 +31,7 @@ from riemfl.federated.async_manifold import _first_crossing, chordal_root
 from riemfl.federated.timing import ExponentialTime
 from riemfl.manifolds.bezier import BezierCurve
 from riemfl.problems.base import FederatedProblem
+from riemfl.testing import importorskip
 
 
 class LeastSquares(FederatedProblem):
@@ -323,7 +324,7 @@ def test_bad_arguments(kwargs):
 
 
 def test_torch_bezier_client(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     from riemfl.nn import MLP, BezierClientTrainer, TorchClientTrainer, digits_clients
 
     torch.manual_seed(0)
@@ -354,6 +355,7 @@ def test_torch_bezier_client(tmp_path):
 
 
 def test_manifold_quality_on_a_parabolic_valley(tmp_path):
+    importorskip("matplotlib")  # the plot of the loss along the path
     from riemfl.federated.curve_quality import manifold_quality, path_losses, plot_loss_along_path
 
     def loss(x):  # the valley x2 = 1 - x1^2
@@ -417,7 +419,7 @@ def test_asynccurve_translation_rotation_and_step():
 
 
 def test_lorentz_prox_formula_gradient_and_overflow():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     from riemfl.nn import lorentz_prox
 
     rng = np.random.default_rng(0)
@@ -442,7 +444,7 @@ def test_lorentz_prox_formula_gradient_and_overflow():
 
 
 def test_curve_client_and_asynccurve_run():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     from riemfl.federated import AsyncCurve
     from riemfl.nn import MLP, CurveClientTrainer, TorchClientTrainer, digits_clients
 

@@ -17,6 +17,7 @@ from riemfl.federated.client_blocks import BlockAssembler, StackOutcome, block_r
 from riemfl.federated.engine import StackedClients
 from riemfl.problems import KPCAProblem
 from riemfl.problems.checks import client_index
+from riemfl.testing import importorskip
 
 UPLOAD_BYTES = 7 * 3 * 8  # one client's upload on St(7, 3) in float64 (the stiefel_problem)
 
@@ -132,7 +133,7 @@ def test_failed_positions_are_reported_in_stack_coordinates_and_left_out():
 
 
 def test_torch_blocks_assemble_on_the_tensor_s_dtype():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     given = {"c": torch.zeros(4, 2, dtype=torch.float32)}
     assembler = BlockAssembler(4, given)
     for block in block_ranges(4, 3):

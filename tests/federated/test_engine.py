@@ -22,6 +22,7 @@ from riemfl.federated import (
     run_sync,
 )
 from riemfl.federated import checkpoint as checkpoint_module
+from riemfl.testing import importorskip
 
 TRAJECTORY = ("round", "loss", "optimality_gap", "grad_norm", "uplink_matrices", "participants")
 
@@ -233,7 +234,7 @@ def test_history_rows_pad_missing_and_late_columns_with_nan():
 
 
 def test_history_plot_writes_a_png(tmp_path, stiefel_problem):
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     a = run_sync(stiefel_problem, RFedProj(0.02, 2), 3)
     b = run_sync(stiefel_problem, RFedAvg(0.02, 2), 3)
     a.plot(tmp_path / "p.png", y=("grad_norm",), others=[b])
@@ -251,7 +252,7 @@ def test_progress_bar_reports_rounds(capsys, stiefel_problem):
 @pytest.mark.parametrize("algorithm", [RFedProj(0.02, 3), RFedAvg(0.02, 3), RFedSVRG(0.02, 3)])
 def test_torch_oracles_and_points_run_through_the_engine(stiefel_problem, algorithm):
     """A torch loss (gradients by torch.autograd) and a torch start give the numpy trajectory."""
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     from riemfl.problems import FunctionProblem
 
     P = stiefel_problem

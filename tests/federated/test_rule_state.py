@@ -50,8 +50,9 @@ from riemfl.federated import (
     switch_schedule,
 )
 from riemfl.federated.rule_state import Checkpointable
+from riemfl.testing import importorskip
 
-torch = pytest.importorskip("torch")
+torch = importorskip("torch")
 
 K = 8  # arrivals before the snapshot in the deterministic tests
 

@@ -15,7 +15,9 @@ import shutil
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
 
 from floral_helpers import randomise  # noqa: E402
 

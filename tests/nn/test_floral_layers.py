@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -8,7 +8,9 @@ import pickle
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
 
 from floral_helpers import randomise, use_reference_merge  # noqa: E402
 from torch import nn  # noqa: E402

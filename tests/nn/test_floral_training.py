@@ -7,8 +7,10 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
+importorskip("sklearn")
 
 from torch import nn  # noqa: E402
 

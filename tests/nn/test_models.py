@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
 
 from riemfl.errors import ParameterError, ShapeError  # noqa: E402
 from riemfl.nn import (  # noqa: E402

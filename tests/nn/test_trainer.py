@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
 
 from riemfl.errors import DataError, ParameterError, ShapeError  # noqa: E402
 from riemfl.nn import (  # noqa: E402
@@ -199,7 +201,7 @@ def test_bad_datasets():
 
 
 def test_digits_clients_with_small_cnn():
-    pytest.importorskip("sklearn")
+    importorskip("sklearn")
     data = digits_clients(n_clients=5, alpha=0.5, seed=0)
     assert len(data) == 5
     assert sum(len(d[0]) + len(d[2]) for d in data) == 1797
@@ -226,7 +228,7 @@ def test_digits_clients_with_small_cnn():
     ties=st.booleans(),
 )
 def test_metrics_match_sklearn(y, seed, ties):
-    sk = pytest.importorskip("sklearn.metrics")
+    sk = importorskip("sklearn.metrics")
     y = np.array(y)
     s = np.random.default_rng(seed).standard_normal(y.size)
     if ties:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from riemfl import ParameterError, RiemflError
 from riemfl.errors import DataError, MissingDependencyError
 from riemfl.problems import label_sorted_indices, label_sorted_split, load_digits, load_mnist
+from riemfl.testing import importorskip
 
 
 # ---------------------------------------------------------------------- split
@@ -238,7 +239,7 @@ def test_npz_corrupt(tmp_path):
 
 # ---------------------------------------------------------------------- digits
 def test_load_digits():
-    pytest.importorskip("sklearn")
+    importorskip("sklearn")
     x, y = load_digits()
     assert x.shape == (1797, 64) and y.shape == (1797,)
     assert x.dtype == np.float64 and x.min() == 0.0 and x.max() == 1.0

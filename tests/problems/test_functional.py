@@ -7,6 +7,7 @@ from riemfl import Euclidean, ParameterError, ShapeError, Sphere, Stiefel
 from riemfl.backend import is_torch
 from riemfl.errors import MissingDependencyError
 from riemfl.problems import FunctionProblem, KPCAProblem
+from riemfl.testing import importorskip
 
 RNG = np.random.default_rng(0)
 MATS = [RNG.standard_normal((4, 4)) for _ in range(3)]
@@ -20,13 +21,13 @@ def _numpy_problem(**kw):
 
 
 def _autograd_problem():
-    anp = pytest.importorskip("autograd.numpy")
+    anp = importorskip("autograd.numpy")
     losses = [lambda x, m=m: 0.5 * anp.sum(x * (m @ x)) + anp.sum(anp.sin(x)) for m in MATS]
     return FunctionProblem(Stiefel(4, 2), losses, differentiation="autograd")
 
 
 def _torch_problem():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     tm = [torch.as_tensor(m) for m in MATS]
     losses = [lambda x, m=m: 0.5 * (x * (m.to(x.dtype) @ x)).sum() + torch.sin(x).sum() for m in tm]
     return FunctionProblem(Stiefel(4, 2), losses, differentiation="torch")
@@ -50,7 +51,7 @@ def test_gradients_match_finite_differences(make, assert_grad_matches_fd):
 
 
 def test_torch_in_torch_out():
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     problem = _torch_problem()
     xs = torch.as_tensor(problem.manifold.random_point(2, rng=3), dtype=torch.float32)
     g = problem.client_egrads([1, 2], xs)
@@ -108,7 +109,7 @@ def test_minibatches_with_a_kpca_reference():
     )
     np.testing.assert_allclose(fp.client_losses(range(3), xs), kp.client_losses(range(3), xs))
     np.testing.assert_allclose(fp.client_egrads(range(3), xs), kp.client_egrads(range(3), xs))
-    ag = pytest.importorskip("autograd.numpy")
+    ag = importorskip("autograd.numpy")
 
     def ad_loss(a):
         p = a.shape[0]
@@ -177,7 +178,7 @@ def test_oracle_errors():
         problem.client_egrads([1], np.zeros((1, 2)))
     with pytest.raises(ParameterError, match="need n_samples"):
         problem.client_egrads([0], np.zeros((1, 2)), np.zeros((1, 1), dtype=int))
-    torch = pytest.importorskip("torch")
+    torch = importorskip("torch")
     with pytest.raises(ParameterError, match="differentiation=.torch."):
         problem.client_egrads([0], torch.zeros((1, 2)))
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from riemfl import ParameterError, ShapeError, Stiefel
 from riemfl.problems import KPCAProblem, sample_batches
+from riemfl.testing import importorskip
 
 
 def _blocks(rng, sizes, d):
@@ -180,7 +181,7 @@ def test_from_labelled_uses_label_sorted_blocks():
 
 
 def test_digits_problem():
-    pytest.importorskip("sklearn")
+    importorskip("sklearn")
     problem = KPCAProblem.digits(n_clients=10, k=2)
     assert problem.manifold.point_shape == (64, 2)
     assert sum(problem.n_samples) == 1797

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from riemfl import ParameterError, ShapeError
 from riemfl.problems import SoftmaxRegressionProblem
+from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
 
@@ -27,6 +28,7 @@ def problem():
 
 @pytest.fixture(scope="module")
 def digits():
+    importorskip("sklearn")  # scikit-learn ships the digits
     return SoftmaxRegressionProblem.digits(6, seed=3)
 
 
@@ -149,3 +151,19 @@ def test_oracle_errors(problem):
         problem.client_egrads([3], w[None])
     with pytest.raises(ParameterError, match="indices outside"):
         problem.client_egrads([0], w[None], np.array([[0, 7]]))
+
+
+def test_the_solve_for_f_star_prints_only_when_asked(capsys):
+    """A library call is silent; ``progress=True`` (the command line's) draws a bar of the
+    L-BFGS solve on stderr, ending at 100/100 with the same minimiser."""
+    quiet = _problem()
+    assert capsys.readouterr() == ("", "")
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((m, 3)) * 1.5 for m in (7, 4, 9)]
+    ys = [rng.integers(0, 4, size=m) for m in (7, 4, 9)]
+    shown = SoftmaxRegressionProblem(xs, ys, 4, l2=0.05, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("solving for f* (L-BFGS) [")
+    assert "100/100" in err.splitlines()[-1] and "grad=" in err
+    assert shown.optimum == quiet.optimum
+    np.testing.assert_array_equal(shown.solution, quiet.solution)
