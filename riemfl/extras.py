@@ -9,12 +9,14 @@ MissingDependencyError`), and the test-suite's skips name it
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Iterable
+from types import ModuleType
 
 from .errors import MissingDependencyError, ParameterError
 
-__all__ = ["EXTRAS", "extra_of", "installed", "missing_extras", "require_extras"]
+__all__ = ["EXTRAS", "extra_of", "installed", "import_extra", "missing_extras", "require_extras"]
 
 #: Each extra of ``pyproject.toml`` that brings a module riemfl imports, and what it installs
 #: (the module to import -> the package that provides it). ``all`` is every one of them;
@@ -93,3 +95,32 @@ def require_extras(extras: Iterable[str], what: str) -> None:
             f"{what} needs {', '.join(packages)}, which {verb} not installed: "
             f'pip install "riemfl[{",".join(missing)}]"'
         )
+
+
+def import_extra(module: str, what: str) -> ModuleType:
+    """Import ``module`` (a module of :data:`EXTRAS`, or a submodule of one), or say which extra
+    installs it.
+
+    Parameters
+    ----------
+    module : str
+        The module, e.g. ``"sklearn.datasets"``.
+    what : str
+        What needs it, named in the message (``"load_digits"``).
+
+    Raises
+    ------
+    MissingDependencyError
+        ``load_digits needs scikit-learn, which is not installed: pip install "riemfl[data]"``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        extra = extra_of(module)
+        top = module.partition(".")[0]
+        if extra is None:  # not an optional dependency of riemfl: a broken install
+            raise
+        package = EXTRAS[extra][top]
+        raise MissingDependencyError(
+            f'{what} needs {package}, which is not installed: pip install "riemfl[{extra}]"'
+        ) from exc

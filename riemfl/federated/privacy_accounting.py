@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
+from ..extras import import_extra
 
 __all__ = ["ClientLevelAccountant", "REPLACE_ONE"]
 
@@ -40,13 +41,7 @@ REPLACE_ONE = "replace_one_client"
 
 
 def _dp() -> Any:
-    try:
-        import dp_accounting
-    except ImportError as exc:  # pragma: no cover - the extra is part of dev installs
-        raise ParameterError(
-            "differential privacy needs the dp-accounting package: pip install 'riemfl[privacy]'"
-        ) from exc
-    return dp_accounting
+    return import_extra("dp_accounting", "the accounting of differential privacy")
 
 
 def _orders() -> np.ndarray:

@@ -12,20 +12,15 @@
   :class:`FloralModel`, :class:`EnsembleModel`, :class:`FloralTrainer`, :func:`run_floral`).
 """
 
-from ..errors import MissingDependencyError
+from ..extras import import_extra
 
-try:
-    import torch  # noqa: F401
-except ImportError as exc:  # pragma: no cover - torch is installed in the test environment
-    raise MissingDependencyError(
-        "riemfl.nn needs torch; install the 'riemfl[torch]' extra (pip install 'riemfl[torch]')"
-    ) from exc
+import_extra("torch", "riemfl.nn")  # a one-line MissingDependencyError without torch
 
-from . import floral
-from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox
-from .floral import EnsembleModel, FloralModel, FloralTrainer, floralize, run_floral
-from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters
-from .trainer import (
+from . import floral  # noqa: E402 - after the torch check
+from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox  # noqa: E402 - after the torch check
+from .floral import EnsembleModel, FloralModel, FloralTrainer, floralize, run_floral  # noqa: E402 - after the torch check
+from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters  # noqa: E402 - after the torch check
+from .trainer import (  # noqa: E402 - after the torch check
     LOSSES,
     TorchClientTrainer,
     average_precision,

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, MissingDependencyError, ParameterError
+from ..errors import DataError, ParameterError
+from ..extras import import_extra
 from .checks import float_matrix, is_int
 
 __all__ = [
@@ -319,12 +320,6 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     MissingDependencyError
         When scikit-learn is not installed (``pip install 'riemfl[data]'``).
     """
-    try:
-        from sklearn.datasets import load_digits as _sk_load_digits
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "load_digits needs scikit-learn, which ships the digits data set; install the "
-            "'riemfl[data]' extra (pip install 'riemfl[data]')"
-        ) from exc
-    x, y = _sk_load_digits(return_X_y=True)
+    datasets = import_extra("sklearn.datasets", "load_digits (scikit-learn ships the digits)")
+    x, y = datasets.load_digits(return_X_y=True)
     return np.asarray(x, dtype=np.float64) / 16.0, np.asarray(y, dtype=np.int64)

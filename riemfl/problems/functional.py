@@ -12,7 +12,6 @@ matters (as :class:`~riemfl.problems.KPCAProblem` does).
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..backend import is_torch
-from ..errors import MissingDependencyError, ParameterError, ShapeError
+from ..errors import ParameterError, ShapeError
+from ..extras import import_extra
 from ..manifolds.base import Manifold
 from .base import FederatedProblem
 from .checks import batch_array, client_index
@@ -31,14 +31,8 @@ __all__ = ["FunctionProblem"]
 DIFFERENTIATIONS = ("explicit", "autograd", "torch")
 
 
-def _import(module: str, extra: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"FunctionProblem(differentiation={extra!r}) needs {module.split('.')[0]}; install the "
-            f"'riemfl[{extra}]' extra (pip install 'riemfl[{extra}]')"
-        ) from exc
+def _import(module: str, differentiation: str) -> Any:
+    return import_extra(module, f"FunctionProblem(differentiation={differentiation!r})")
 
 
 class FunctionProblem(FederatedProblem):
