@@ -86,6 +86,16 @@ def cosh_sqrt(lam: Array) -> Array:
     return _where(ops, small, lam, (1.0, 1 / 2, 1 / 24), ops.cosh(s))
 
 
+def sech2_sqrt(lam: Array) -> Array:
+    r""":math:`1/\cosh^2\sqrt\lambda = 4e^{-2s}/(1 + e^{-2s})^2`, :math:`s = \sqrt\lambda`:
+    no overflow for large :math:`\lambda` (where :math:`\cosh` itself overflows to inf and the
+    result is 0), the series :math:`1 - \lambda + \tfrac23\lambda^2 - \tfrac{17}{45}\lambda^3`
+    near 0."""
+    ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)
+    e = ops.exp(-2.0 * s)
+    return _where(ops, small, lam, (1.0, -1.0, 2 / 3, -17 / 45), 4.0 * e / ((1.0 + e) * (1.0 + e)))
+
+
 def sinhc_sqrt(lam: Array) -> Array:
     r""":math:`\sinh(\sqrt\lambda)/\sqrt\lambda`."""
     ops, lam, small, s = _split(lam, _VALUE_SMALL, fast=True)

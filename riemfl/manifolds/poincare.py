@@ -42,7 +42,7 @@ import numpy as np
 from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
-from .elementary import artanh_sqrt_over, asinh_sqrt_over, cosh_sqrt, tanh_sqrt_over
+from .elementary import artanh_sqrt_over, asinh_sqrt_over, sech2_sqrt, tanh_sqrt_over
 from .lorentz import Lorentz
 
 __all__ = ["PoincareBall", "mobius_add", "mobius_scalar_mul", "gyration", "conformal_sigma"]
@@ -402,8 +402,7 @@ class PoincareBall(Manifold):
         sx = conformal_sigma(x, self.c)
         t2 = self.c * _dot(u, u) / (sx * sx)
         v = tanh_sqrt_over(t2) * u / sx
-        cosh = cosh_sqrt(t2)
-        return self.pull_inside(_add(x, sx, v, 1.0 / (cosh * cosh), self.c))
+        return self.pull_inside(_add(x, sx, v, sech2_sqrt(t2), self.c))
 
     _retract = _exp
 

@@ -471,3 +471,17 @@ def test_project_and_the_local_radius():
     assert float(m.local_proximal_smoothness(edge)) == pytest.approx(
         1e-12 / math.sqrt(0.5), rel=1e-3
     )
+
+
+def test_sech2_of_the_exp_step_matches_cosh_and_never_overflows():
+    """exp's conformal factor of the step, 1 / cosh^2 t, from e^(-2t): equal to the direct form
+    where cosh is finite (within a few eps: both are a few roundings from the true value), 0
+    with no overflow warning where cosh overflows, and the series near 0."""
+    from riemfl.manifolds.elementary import sech2_sqrt
+
+    lam = np.concatenate([[0.0], np.geomspace(1e-12, 5e5, 200)])
+    with np.errstate(over="ignore"):
+        direct = 1.0 / np.cosh(np.sqrt(lam)) ** 2
+    np.testing.assert_allclose(sech2_sqrt(lam), direct, rtol=1e-13, atol=1e-300)
+    with np.errstate(over="raise"):
+        assert sech2_sqrt(np.array([1e6, 1e12])).tolist() == [0.0, 0.0]
