@@ -44,6 +44,19 @@ Memory is measured in a fresh subprocess per configuration.
    peak RSS of the bare loop, and the tracemalloc figures (numpy's allocations are traced).
    Peaks are read from ``/proc/self/status`` (``VmHWM``), reset after the problem is built
    (``/proc/self/clear_refs``), so they are the run's own.
+5. **Checkpoints against the length of the run.** (a) ``run_sync`` (RFedProj, tau = 1) on
+   :class:`HalfSquareProblem` with 30 clients of 100 floats (client state of 24 kB, as
+   ``kpca-synthetic``'s corrections, with rounds of a fraction of a millisecond): run to 1,000
+   and to 20,000 recorded rows with one checkpoint at the end, then resume and run a window of
+   rounds with a checkpoint every 10. The cost of a checkpoint is the interval of the round
+   after it less the median interval of the other rounds (wall and CPU); also the bytes
+   written per checkpoint (every ``os.write`` of the process, counted) and the size of the
+   history as JSON (what each checkpoint rewrote before the append-only format). Goal: the
+   median at 20,000 rows <= 1.5x the median at 1,000 (flat). (b) The command ``riemfl run
+   kpca-synthetic --algorithm rfedproj --rounds 8000 --no-progress`` with ``--checkpoint-every
+   10`` against ``--checkpoint-every 0``, in fresh processes, interleaved: median wall-clock
+   seconds of the command (goal: ratio <= 1.2), its CPU seconds (user and system, which a
+   loaded machine disturbs less) and the run's own seconds (the history's last ``wall_time``).
 
 Usage::
 
@@ -109,6 +122,7 @@ __all__ = [
     "bench_events",
     "bench_checkpoint",
     "bench_scale",
+    "bench_history",
     "run_benchmark",
     "format_tables",
     "main",
@@ -136,9 +150,14 @@ class Settings:
     scale : dict
         ``n, d, k, p, tau``, ``rounds`` per timed run, ``repeats``, ``memory_rounds`` (rounds
         of the memory subprocesses).
+    history : dict
+        Part 5: ``dim`` and ``clients`` of the problem, ``rows`` (the history lengths compared),
+        ``window`` (rounds run after each), ``every`` (checkpoint interval); ``cli_rounds``,
+        ``cli_every`` and ``cli_repeats`` of the command.
     goals : dict
         ``overhead`` (ratio), ``event_us``, ``scale_time`` (ratio), ``scale_memory`` (peak RSS
-        / data).
+        / data), ``checkpoint_flat`` (ratio of the medians), ``checkpoint_overhead`` (ratio of
+        the command's seconds).
     is_quick : bool
     """
 
@@ -177,12 +196,26 @@ class Settings:
             "storage": "covariances",
         }
     )
+    history: dict[str, Any] = field(
+        default_factory=lambda: {
+            "dim": 100,
+            "clients": 30,
+            "rows": (1000, 20000),
+            "window": 500,
+            "every": 10,
+            "cli_rounds": 8000,
+            "cli_every": 10,
+            "cli_repeats": 3,
+        }
+    )
     goals: dict[str, float] = field(
         default_factory=lambda: {
             "overhead": 1.05,
             "event_us": 10.0,
             "scale_time": 1.3,
             "scale_memory": 1.2,
+            "checkpoint_flat": 1.5,
+            "checkpoint_overhead": 1.2,
         }
     )
     is_quick: bool = False
@@ -217,6 +250,16 @@ class Settings:
                 "repeats": 1,
                 "memory_rounds": 1,
                 "storage": "covariances",
+            },
+            history={
+                "dim": 100,
+                "clients": 30,
+                "rows": (100, 400),
+                "window": 60,
+                "every": 10,
+                "cli_rounds": 200,
+                "cli_every": 10,
+                "cli_repeats": 1,
             },
             is_quick=True,
         )
@@ -734,11 +777,121 @@ def bench_scale(s: Settings) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------------------- part 5
+@contextlib.contextmanager
+def _counted_writes() -> Iterator[list[int]]:
+    """Count the bytes of every ``os.write`` of this process (checkpoints write through it)."""
+    written: list[int] = []
+    real = os.write
+
+    def counting(fd: int, data: Any) -> int:
+        n = real(fd, data)
+        written.append(n)
+        return n
+
+    os.write = counting
+    try:
+        yield written
+    finally:
+        os.write = real
+
+
+def _checkpoints_at(
+    problem: HalfSquareProblem, rows: int, h: dict[str, Any], folder: Path
+) -> dict[str, Any]:
+    """Cost of the checkpoints of a run that holds ``rows`` rows (part 5a)."""
+    path = folder / f"history-{rows}.rfl"
+    path.unlink(missing_ok=True)
+    run_sync(problem, RFedProj(0.1, 1), rows, checkpoint=path, checkpoint_every=rows)
+    stamps: dict[int, Stamp] = {}
+    end, every = rows + h["window"], h["every"]
+    with _gc_paused(), _counted_writes() as written:
+        history = run_sync(
+            problem,
+            RFedProj(0.1, 1),
+            end,
+            checkpoint=path,
+            checkpoint_every=every,
+            on_round=lambda r, _: stamps.__setitem__(r, _stamp()),
+        )
+    # on_round(r) comes before the checkpoint of round r: it lies in the interval to r + 1
+    cpu = {r: stamps[r + 1][0] - stamps[r][0] for r in stamps if r + 1 in stamps}
+    wall = {r: stamps[r + 1][1] - stamps[r][1] for r in stamps if r + 1 in stamps}
+    saved = [r for r in wall if r % every == 0]
+    plain = [r for r in wall if r % every != 0]
+    base_wall, base_cpu = median(wall[r] for r in plain), median(cpu[r] for r in plain)
+    return {
+        "rows": rows,
+        "checkpoints": len(saved),
+        "ms_median": 1e3 * (median(wall[r] for r in saved) - base_wall),
+        "ms_mean": 1e3 * (sum(wall[r] for r in saved) / len(saved) - base_wall),
+        "cpu_ms_median": 1e3 * (median(cpu[r] for r in saved) - base_cpu),
+        "round_ms": 1e3 * base_wall,
+        "bytes_per_checkpoint": sum(written) / (h["window"] // every),
+        "history_json_bytes": len(history.to_json()),
+        "file_bytes": path.stat().st_size,
+    }
+
+
+def _command_seconds(rounds: int, every: int, out: Path) -> dict[str, float]:
+    """Seconds of ``riemfl run kpca-synthetic``: the command's wall-clock and CPU time (user and
+    system), and the run's own wall-clock time (its history's last ``wall_time``)."""
+    import resource
+
+    from riemfl.federated import History
+
+    cmd = [sys.executable, "-m", "riemfl", "run", "kpca-synthetic", "--algorithm", "rfedproj"]
+    cmd += ["--rounds", str(rounds), "--checkpoint-every", str(every), "--no-progress"]
+    cmd += ["--out", str(out), "--overwrite"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env=child_env(), timeout=3600)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"s": wall, "cpu_s": cpu, "run_s": History.from_json(out / "history.json").wall_time[-1]}
+
+
+def bench_history(s: Settings, folder: Path) -> dict[str, Any]:
+    """Checkpoint cost at two lengths of the history, and the command's overhead (part 5)."""
+    h = s.history
+    problem = HalfSquareProblem(h["dim"], h["clients"])
+    cells = [_checkpoints_at(problem, rows, h, folder) for rows in h["rows"]]
+    flat = cells[-1]["ms_median"] / cells[0]["ms_median"]
+    runs: dict[int, list[dict[str, float]]] = {h["cli_every"]: [], 0: []}
+    for rep in range(h["cli_repeats"]):
+        for every in sorted(runs, reverse=rep % 2 == 0):  # the order alternates
+            runs[every].append(_command_seconds(h["cli_rounds"], every, folder / "cli"))
+    command: dict[str, Any] = {
+        "rounds": h["cli_rounds"],
+        "every": h["cli_every"],
+        "checkpoints": h["cli_rounds"] // h["cli_every"],
+        "samples": {str(k): v for k, v in runs.items()},
+    }
+    for key in ("s", "cpu_s", "run_s"):
+        with_ckpt = median(r[key] for r in runs[h["cli_every"]])
+        without = median(r[key] for r in runs[0])
+        command[f"with_{key}"], command[f"without_{key}"] = with_ckpt, without
+        command[f"ratio_{key}"] = with_ckpt / without
+    command["ms_per_checkpoint"] = (
+        1e3 * (command["with_run_s"] - command["without_run_s"]) / command["checkpoints"]
+    )
+    return {
+        "cells": cells,
+        "flat_ratio": flat,
+        "flat_goal": s.goals["checkpoint_flat"],
+        "flat_met": bool(flat <= s.goals["checkpoint_flat"]),
+        "command": command,
+        "overhead_goal": s.goals["checkpoint_overhead"],
+        "overhead_met": bool(command["ratio_s"] <= s.goals["checkpoint_overhead"]),
+    }
+
+
 # --------------------------------------------------------------------------------------- all
 def run_benchmark(
     quick: bool = False, *, out: str | os.PathLike[str] | None = DEFAULT_OUT, **options: Any
 ) -> dict[str, Any]:
-    """Run the four parts; return the results as a JSON-ready dict (written to ``out``).
+    """Run the five parts; return the results as a JSON-ready dict (written to ``out``).
 
     Parameters
     ----------
@@ -752,8 +905,8 @@ def run_benchmark(
     Returns
     -------
     dict
-        ``{"machine", "settings", "overhead", "events", "checkpoint", "scale", "goals",
-        "total_s"}``.
+        ``{"machine", "settings", "overhead", "events", "checkpoint", "scale", "history",
+        "goals", "total_s"}``.
     """
     from _harness import machine_info, single_thread, steady_allocator
 
@@ -776,12 +929,16 @@ def run_benchmark(
         result["checkpoint"] = bench_checkpoint(s, Path(tmp))
         say("part 4: scale")
         result["scale"] = bench_scale(s)
+        say("part 5: checkpoints against the length of the run")
+        result["history"] = bench_history(s, Path(tmp))
     result["settings"]["checkpoint_folder"] = tempfile.gettempdir()
     goals = {
         "overhead_mnist_size": next(c["met"] for c in result["overhead"] if "goal" in c),
         "event_us": all(c["met"] for c in result["events"]["cells"]),
         "scale_time": result["scale"]["time_met"],
         "scale_memory": result["scale"]["memory_met"],
+        "checkpoint_flat": result["history"]["flat_met"],
+        "checkpoint_overhead": result["history"]["overhead_met"],
     }
     result["goals"] = {"met": sum(goals.values()), "checked": len(goals), **goals}
     result["total_s"] = time.perf_counter() - started
@@ -797,7 +954,7 @@ def _mb(n: float) -> str:
 
 
 def format_tables(result: dict[str, Any]) -> str:
-    """The four parts as fixed-width tables."""
+    """The five parts as fixed-width tables."""
     rows = [
         [
             c["problem"],
@@ -962,6 +1119,36 @@ def format_tables(result: dict[str, Any]) -> str:
         ["(peak engine - peak bare) / data", f"{sc['engine_extra_over_bare']:.2f}"],
     ]
     parts.append(table(["scale", "value"], rows, left=(0, 1)))
+    hi = result["history"]
+    columns: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+        ("history rows", lambda c: c["rows"]),
+        ("checkpoints", lambda c: c["checkpoints"]),
+        ("ms median", lambda c: f"{c['ms_median']:.2f}"),
+        ("ms mean", lambda c: f"{c['ms_mean']:.2f}"),
+        ("CPU ms median", lambda c: f"{c['cpu_ms_median']:.2f}"),
+        ("kB written each", lambda c: f"{c['bytes_per_checkpoint'] / 1e3:.1f}"),
+        ("history JSON kB", lambda c: f"{c['history_json_bytes'] / 1e3:.0f}"),
+        ("file kB", lambda c: f"{c['file_bytes'] / 1e3:.0f}"),
+    ]
+    parts.append(
+        table([name for name, _ in columns], [[f(c) for _, f in columns] for c in hi["cells"]])
+        + f"\nflat: {hi['flat_ratio']:.2f} (goal <= {hi['flat_goal']}): "
+        + verdict(hi["flat_met"])
+    )
+    c = hi["command"]
+    rows = [
+        ["command", f"riemfl run kpca-synthetic --algorithm rfedproj --rounds {c['rounds']}"],
+        ["seconds with / without checkpoints", f"{c['with_s']:.1f} / {c['without_s']:.1f}"],
+        ["CPU seconds with / without", f"{c['with_cpu_s']:.1f} / {c['without_cpu_s']:.1f}"],
+        ["run's own seconds with / without", f"{c['with_run_s']:.1f} / {c['without_run_s']:.1f}"],
+        [
+            f"ratio, --checkpoint-every {c['every']} / 0 (goal <= {hi['overhead_goal']})",
+            f"{c['ratio_s']:.3f}: {verdict(hi['overhead_met'])}",
+        ],
+        ["ratio of CPU seconds", f"{c['ratio_cpu_s']:.3f}"],
+        ["ms per checkpoint (run's seconds)", f"{c['ms_per_checkpoint']:.2f}"],
+    ]
+    parts.append(table(["checkpoints in a command", "value"], rows, left=(0, 1)))
     g = result["goals"]
     parts.append(f"goals met: {g['met']}/{g['checked']}; total {result['total_s']:.1f} s")
     return "\n\n".join(parts)

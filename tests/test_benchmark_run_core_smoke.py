@@ -13,7 +13,9 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")  # the benchmark harness reports torch's thread settings
+from riemfl.testing import importorskip
+
+importorskip("torch")  # the benchmark harness reports torch's thread settings
 
 
 @pytest.fixture
@@ -68,12 +70,29 @@ def test_quick_benchmark_structure(tmp_path, bench):
     assert sc["memory_met"] == (sc["memory_ratio"] <= goals["scale_memory"])
     assert sc["rss_import"] <= sc["rss_baseline"] and _positive(sc["peak_engine"], sc["peak_bare"])
 
+    hi, s = result["history"], result["settings"]["history"]
+    small, large = hi["cells"]
+    assert [small["rows"], large["rows"]] == list(s["rows"])
+    for c in hi["cells"]:
+        assert c["checkpoints"] == s["window"] // s["every"] - 1  # the last has no next round
+        assert _positive(c["round_ms"], c["bytes_per_checkpoint"], c["file_bytes"])
+        assert math.isfinite(c["ms_median"]) and math.isfinite(c["cpu_ms_median"])
+    # the bytes a checkpoint writes do not grow with the history (they did: all of it)
+    assert large["bytes_per_checkpoint"] <= 1.05 * small["bytes_per_checkpoint"]
+    assert large["history_json_bytes"] > 2 * small["history_json_bytes"]
+    assert hi["flat_ratio"] == pytest.approx(large["ms_median"] / small["ms_median"])
+    assert hi["flat_met"] == (hi["flat_ratio"] <= goals["checkpoint_flat"])
+    c = hi["command"]
+    assert c["checkpoints"] == s["cli_rounds"] // s["cli_every"]
+    assert _positive(c["with_s"], c["without_s"], c["with_cpu_s"], c["with_run_s"])
+    assert c["ratio_s"] == pytest.approx(c["with_s"] / c["without_s"])
+    assert hi["overhead_met"] == (c["ratio_s"] <= goals["checkpoint_overhead"])
+
     g = result["goals"]
-    assert g["checked"] == 4
-    assert g["met"] == sum(
-        g[k] for k in ("overhead_mnist_size", "event_us", "scale_time", "scale_memory")
-    )
-    assert len(bench.format_tables(result).split("\n\n")) >= 6
+    names = ("overhead_mnist_size", "event_us", "scale_time", "scale_memory")
+    names += ("checkpoint_flat", "checkpoint_overhead")
+    assert g["checked"] == len(names) and g["met"] == sum(g[k] for k in names)
+    assert len(bench.format_tables(result).split("\n\n")) >= 8
 
 
 def test_plain_rounds_end_where_run_sync_ends(bench):

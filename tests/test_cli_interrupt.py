@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -11,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from riemfl.cli import CHECKPOINT_NAME, EXIT_INTERRUPTED
+from riemfl.cli import CHECKPOINT_NAME, EXIT_INTERRUPTED, main
 from riemfl.federated import History
 from riemfl.federated.checkpoint import load_checkpoint
+from riemfl.testing import importorskip
 
-pytest.importorskip("matplotlib")
+importorskip("matplotlib")
 
 RUNS = {
     "sync": ["kpca-synthetic", "--algorithm", "rfedproj", "--rounds", "600"],
@@ -48,8 +51,35 @@ def _command(out: Path, args: list[str]) -> list[str]:
     ]
 
 
-def _start_and_signal(out: Path, args: list[str], signum: int) -> subprocess.CompletedProcess:
-    """Start the run, send ``signum`` once its first checkpoint exists, wait for the exit."""
+def test_a_checkpoint_of_the_previous_format_is_refused_by_name(tmp_path, capsys):
+    """A folder left by a riemfl that rewrote the whole history at every checkpoint (format 2):
+    one line naming the format and the way out, exit status 2, the file left as it was."""
+    out = tmp_path / "run"
+    out.mkdir()
+    old = b"RIEMFL-CHECKPOINT 2\n" + bytes(range(256)) * 4
+    (out / CHECKPOINT_NAME).write_bytes(old)
+    argv = ["run", *RUNS["sync"][:3], "--rounds", "3", "--no-progress", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("riemfl: error: cannot read checkpoint") and "\n" not in err
+    assert "format '2'" in err and "--overwrite" in err
+    assert (out / CHECKPOINT_NAME).read_bytes() == old
+
+
+def _written(path: Path) -> tuple[int, int] | None:
+    """When and how large ``path`` was last written (None while there is none)."""
+    with contextlib.suppress(FileNotFoundError):
+        stat = path.stat()
+        return stat.st_mtime_ns, stat.st_size
+    return None
+
+
+def _start_and_signal(
+    out: Path, args: list[str], signum: int, delay: float = 0.0
+) -> subprocess.CompletedProcess:
+    """Start the run, send ``signum`` ``delay`` seconds after it has written its checkpoint
+    (once, if there was one before), wait for the exit."""
+    before = _written(out / CHECKPOINT_NAME)
     proc = subprocess.Popen(
         _command(out, args),
         stdout=subprocess.PIPE,
@@ -58,12 +88,28 @@ def _start_and_signal(out: Path, args: list[str], signum: int) -> subprocess.Com
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     deadline = time.monotonic() + 120
-    while not (out / CHECKPOINT_NAME).exists() and proc.poll() is None:
+    while _written(out / CHECKPOINT_NAME) in (None, before) and proc.poll() is None:
         assert time.monotonic() < deadline, "the run wrote no checkpoint within 120 s"
         time.sleep(0.005)
+    time.sleep(delay)
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _finish_like_an_uninterrupted_run(tmp_path: Path, args: list[str]) -> None:
+    """Run the command again in ``tmp_path/run`` (a resume) and afresh in ``tmp_path/ref``: the
+    same results, and no temporary file left."""
+    for out in ("run", "ref"):
+        done = subprocess.run(
+            _command(tmp_path / out, args), capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+    got = History.from_json(tmp_path / "run" / "history.json")
+    want = History.from_json(tmp_path / "ref" / "history.json")
+    got.config.pop("command"), want.config.pop("command")  # the --out folders differ
+    assert got.same_results(want)
+    assert not list((tmp_path / "run").glob("*.tmp"))
 
 
 @pytest.mark.slow
@@ -81,19 +127,23 @@ def test_a_signal_saves_prints_one_line_and_the_same_command_resumes(tmp_path, e
     step = load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME)["step"]
     assert f"after step {step} " in lines[0]
     assert not (tmp_path / "run" / "history.json").exists()  # the run did not finish
-    resumed = subprocess.run(
-        _command(tmp_path / "run", args), capture_output=True, text=True, timeout=300
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    reference = subprocess.run(
-        _command(tmp_path / "ref", args), capture_output=True, text=True, timeout=300
-    )
-    assert reference.returncode == 0, reference.stderr
-    got = History.from_json(tmp_path / "run" / "history.json")
-    want = History.from_json(tmp_path / "ref" / "history.json")
-    got.config.pop("command"), want.config.pop("command")  # the --out folders differ
-    assert got.same_results(want)
-    assert not list((tmp_path / "run").glob("*.tmp"))
+    _finish_like_an_uninterrupted_run(tmp_path, args)
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGKILL (no handler, no last checkpoint) lands in a round or in the middle of appending a
+    checkpoint record: the same command resumes from the last complete record each time and
+    ends exactly where the uninterrupted run ends."""
+    args = RUNS["sync"]
+    delays = random.Random(7)
+    steps = []
+    for _ in range(3):
+        killed = _start_and_signal(tmp_path / "run", args, signal.SIGKILL, delays.uniform(0, 0.4))
+        assert killed.returncode in (-signal.SIGKILL, 0), killed.stderr
+        steps.append(load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME)["step"])
+    assert steps == sorted(set(steps)) and steps[0] > 0  # each attempt saved once at least
+    _finish_like_an_uninterrupted_run(tmp_path, args)
 
 
 @pytest.mark.slow

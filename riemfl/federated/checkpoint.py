@@ -1,15 +1,31 @@
-"""Checkpoint files for long federated runs: no pickle, a SHA-256 hash, atomic writes.
+"""Checkpoint files for long federated runs: no pickle, SHA-256 hashes, appended records.
 
-File layout (format 2; all integers little-endian)::
+A run saves its checkpoint many times. Each save **appends one record** to the file: the rows the
+run recorded since the previous save and the run's full state (small, and of a size that does not
+grow with the run), so that the cost of a save does not grow with the length of the history. The
+checkpoint is the state of the file's last complete record, with the rows of that record and of
+every record before it.
 
-    b"RIEMFL-CHECKPOINT 2\\n"  magic and format line (20 bytes)
-    hash                      32 bytes: SHA-256 of every byte after it, to the end of the file
+File layout (format 3; all integers little-endian)::
+
+    b"RIEMFL-CHECKPOINT 3\\n"  magic and format line (20 bytes)
+    record, record, ...       back to back, to the end of the file
+
+    a record:
+    R, S                      8 bytes each: unsigned lengths of its rows part and its state part
+    check                     8 bytes: the first 8 bytes of the SHA-256 of the 16 bytes of R, S
+    digest                    32 bytes: SHA-256 of the previous record's digest (32 zero bytes
+                              for the first record), the 16 bytes of R, S and the R + S bytes
+    rows part                 R bytes: row entries, each an 8-byte length and a tree
+    state part                S bytes: one tree, the payload
+
+    a tree:
     n                         8 bytes: unsigned length of the header
     header                    n bytes of ASCII JSON: {"arrays": [[dtype, shape], ...],
                               "payload": tree}
     array bytes               each array's C-order bytes, in the order of "arrays", back to back
 
-The file ends right after the last array. ``dtype`` is numpy's ``dtype.str`` (``"<f8"``,
+A tree ends right after its last array. ``dtype`` is numpy's ``dtype.str`` (``"<f8"``,
 ``"|b1"``, ``">i4"``); ``shape`` a list of ints. In ``tree``, JSON strings, ``true``/``false``,
 ``null``, lists, integers and finite floats stand for themselves (floats are written with
 ``repr``, so they come back bit-exact); everything else is an object with one key, its tag:
@@ -26,15 +42,30 @@ The file ends right after the last array. ``dtype`` is numpy's ``dtype.str`` (``
                                      torch dtype (``"bfloat16"``), its device, ``requires_grad``
 ===================================  ===========================================================
 
-Loading checks the magic line, then the hash over the whole rest of the file, and only then
-parses the JSON header and builds arrays with :func:`numpy.frombuffer`: no code from the file is
-ever run, and any truncation or changed byte raises :class:`~riemfl.errors.CheckpointError`.
+**Reading** checks the magic line, then each record's check and digest, and only then parses
+JSON and builds arrays with :func:`numpy.frombuffer`: no code from the file is ever run. A record
+whose head or body runs past the end of the file is a *torn tail*, what a process killed while
+appending leaves: it is dropped, and the record before it is the checkpoint. Any other damage (a
+changed byte anywhere, a file with no complete record, a file of another kind or format) raises
+:class:`~riemfl.errors.CheckpointError` naming it. The check tells a torn tail from a damaged
+length: a length changed by damage fails its check instead of looking like a tail cut short.
 
-A save writes ``{name}.{pid}.{host}-{random}.tmp`` in the target's directory, fsyncs it, renames
-it over the target (``os.replace`` is atomic on POSIX and Windows) and fsyncs the directory, so
-that a process killed at any moment leaves the previous checkpoint or the new one. Saves and
-loads delete the temporary files of the same checkpoint left by writers (of this host) that are
-no longer running. On Windows, which has no harmless liveness probe, such files are kept.
+**Writing.** :meth:`CheckpointFile.write` (and :func:`save_checkpoint`) makes a new file of one
+record atomically: ``{name}.{pid}.{host}-{random}.tmp`` in the target's directory, fsynced,
+renamed over the target (``os.replace`` is atomic on POSIX and Windows), the directory fsynced.
+:meth:`CheckpointFile.save` cuts the file back to the end of the last record it wrote or read
+(dropping a torn tail), appends one record and syncs its data (``fdatasync``; with
+``background_sync``, in a thread, waited for by the next call): a process killed at any moment
+leaves the previous checkpoint or the new one. The state parts of all records but the
+last are superseded; when they would exceed both the live bytes (what a file of one record would
+hold) and :data:`COMPACT_MIN_BYTES`, the save instead writes a new file (atomically, as above) of
+one record: the rows parts of every record (kept by the writer, copied byte for byte) and the new
+state. So a file holds at most twice its live bytes or its live bytes plus
+:data:`COMPACT_MIN_BYTES`, and a save writes on average about twice the bytes of its own record,
+however long the run.
+
+Saves and loads delete the temporary files of the same checkpoint left by writers (of this host)
+that are no longer running. On Windows, which has no harmless liveness probe, such files are kept.
 """
 
 from __future__ import annotations
@@ -49,7 +80,9 @@ import reprlib
 import secrets
 import socket
 import struct
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +91,36 @@ import numpy as np
 from ..errors import CheckpointError, ParameterError
 from ._payload import PayloadError, decode_payload, encode_payload
 
-__all__ = ["save_checkpoint", "load_checkpoint", "require", "require_layout", "CHECKPOINT_FORMAT"]
+__all__ = [
+    "CheckpointFile",
+    "save_checkpoint",
+    "load_checkpoint",
+    "require",
+    "require_layout",
+    "CHECKPOINT_FORMAT",
+    "COMPACT_MIN_BYTES",
+]
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
+
+#: Dead bytes (superseded states) a file may hold before a save compacts it, whatever its size.
+COMPACT_MIN_BYTES = 4 << 20
 
 _MAGIC_PREFIX = b"RIEMFL-CHECKPOINT "
 _MAGIC = _MAGIC_PREFIX + f"{CHECKPOINT_FORMAT}\n".encode()
-_DIGEST_SIZE = 32
 _LENGTH = struct.Struct("<Q")
-_CHUNK = 1 << 24
+_LENGTHS = struct.Struct("<QQ")
+_CHECK_SIZE = 8
+_DIGEST_SIZE = 32
+_HEAD_SIZE = _LENGTHS.size + _CHECK_SIZE + _DIGEST_SIZE
+_NO_DIGEST = bytes(_DIGEST_SIZE)
 _DTYPE_STR = re.compile(r"[<>|][biufc][0-9]{1,2}")
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _READ_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, OverflowError)
 _READ_ERRORS += (RecursionError, RuntimeError, struct.error)
+
+#: Byte strings written one after the other (``bytes`` or flat ``uint8`` arrays).
+_Chunks = list[Any]
 
 
 # ----------------------------------------------------------------------------- validation
@@ -163,76 +213,281 @@ def require_layout(saved: Any, fresh: Mapping[str, Any], where: str) -> dict[str
     return dict(saved)
 
 
-# ----------------------------------------------------------------------------- saving
+# ----------------------------------------------------------------------------- the file of a run
+class CheckpointFile:
+    """The checkpoint file of one run, saved again and again (layout: module docstring).
+
+    :meth:`save` appends one record (the rows recorded since the previous save and the whole
+    state) to the file that this object last wrote or read, so that a save costs the same at
+    any length of the run, and compacts the file when half of it is superseded states;
+    :meth:`write` makes a new file; :meth:`load` reads one. The object keeps the rows parts of
+    the file's records (the bytes a compaction copies: about the size of the history as JSON),
+    where the file ends and the digest of its last record.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint file; its directory is created on the first write if needed.
+    background_sync : bool
+        Sync an appended record to disk (``fdatasync``) in a background thread, so that the
+        caller computes on while the disk catches up (a sync can take longer than the rest
+        of a save). The record is in the operating system's cache when :meth:`save` returns,
+        so a killed process leaves it; the next call of any method, and :meth:`wait`, first
+        waits for the sync (and raises its error). Default: sync before :meth:`save` returns.
+
+    Attributes
+    ----------
+    path : Path
+    dropped : int
+        Bytes of a torn last record that :meth:`load` found and left out (what a process killed
+        while appending leaves); the next :meth:`save` cuts them off.
+    """
+
+    def __init__(self, path: str | Path, *, background_sync: bool = False) -> None:
+        self.path = Path(path)
+        self.background_sync = background_sync
+        self._syncing: threading.Thread | None = None
+        self._sync_error: OSError | None = None
+        self.dropped = 0
+        self._end: int | None = None  # where the last record written or read ends
+        self._digest = _NO_DIGEST
+        self._identity: tuple[int, int] | None = None
+        self._rows = bytearray()  # the rows parts of every record, back to back
+
+    # ------------------------------------------------------------------ reading
+    def load(
+        self,
+        required: Mapping[str, type | None | tuple[type | None, ...]] | None = None,
+        *,
+        rows: bool = True,
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """The checkpoint: the last complete record's payload, and the row entries.
+
+        Parameters
+        ----------
+        required : mapping, optional
+            ``{key: type or tuple of types}`` of the top-level entries the caller needs
+            (checked with :func:`require`), e.g. ``{"step": int, "state": dict}``.
+        rows : bool
+            Decode the row entries (False: the list is empty, the payload alone is decoded).
+
+        Returns
+        -------
+        payload : dict
+            Equal to the payload saved last.
+        entries : list
+            The row entries of every record up to the last, in the order they were saved.
+
+        Raises
+        ------
+        CheckpointError
+            If the file is missing, has no complete record, is changed in any byte, of another
+            kind or format (a pickle included: it is never unpickled), or lacks a required entry
+            or has one of another type; the message names the damage.
+        OSError
+            Only the error of this object's pending background sync (:meth:`wait`).
+        """
+        self.wait()
+        _remove_stale_temporaries(self.path)
+        try:
+            with open(self.path, "rb") as fh:
+                stat = os.fstat(fh.fileno())
+                scan = _scan(fh, stat.st_size)
+            payload = _decode_tree(scan.state)
+            entries = [
+                entry
+                for k, part in enumerate(scan.rows if rows else ())
+                for entry in _decode_entries(part, k)
+            ]
+        except _READ_ERRORS as exc:
+            raise CheckpointError(f"cannot read checkpoint {str(self.path)!r}: {exc}") from exc
+        if type(payload) is not dict:
+            raise CheckpointError(
+                f"cannot read checkpoint {str(self.path)!r}: its payload is a "
+                f"{type(payload).__name__}, expected a dict"
+            )
+        for key, types in (required or {}).items():
+            require(payload, key, types, where=f"checkpoint {str(self.path)!r}")
+        self._end, self._digest = scan.end, scan.digest
+        self._identity = (stat.st_dev, stat.st_ino)
+        self._rows = bytearray().join(scan.rows)
+        self.dropped = stat.st_size - scan.end
+        return payload, entries
+
+    # ------------------------------------------------------------------ writing
+    def write(self, payload: dict[str, Any], rows: Sequence[Any] = ()) -> None:
+        """Replace the file, atomically, by one record of ``rows`` and ``payload``.
+
+        Parameters
+        ----------
+        payload : dict
+            Nested dicts (str or int keys), lists, tuples, None, bool, int, float, str, numpy
+            arrays and scalars (bool, int, float, complex dtypes) and torch tensors (any dtype;
+            strided, with data). :meth:`load` gives back an equal structure: tuples as tuples,
+            floats bit for bit, arrays C-contiguous and writable with the same dtype, tensors
+            with the same dtype on the same device (CPU when that device is gone).
+        rows : sequence
+            Row entries (each of the same kinds of values).
+
+        Raises
+        ------
+        CheckpointError
+            If ``payload`` or an entry holds anything else (or a cycle); the message names
+            where, e.g. ``payload['clients']['x']: object of type Foo``. Nothing is written then.
+        OSError
+            If writing fails; the previous file at ``path`` is left as it was.
+        """
+        entries = b"".join(_entry_chunks(rows, self.path))
+        state = _state_chunks(payload, self.path)
+        self.wait()
+        self._replace(entries, state)
+
+    def save(self, payload: dict[str, Any], rows: Sequence[Any] = ()) -> None:
+        """Add ``rows`` (the entries since the previous save) and the new ``payload``.
+
+        Appends one record to the file this object wrote or read last. Writes a new file of
+        one record instead (atomically, as :meth:`write`, with the rows of every record so far)
+        when there is none yet, when the file is no longer the one it wrote or read (deleted,
+        replaced or cut short since), and when the superseded states would exceed both the live
+        bytes and :data:`COMPACT_MIN_BYTES` (a compaction).
+
+        Parameters
+        ----------
+        payload, rows
+            As for :meth:`write`.
+
+        Raises
+        ------
+        CheckpointError
+            If ``payload`` or an entry cannot be saved (nothing is written).
+        OSError
+            If writing fails (the file then still holds its previous checkpoint), or if the
+            sync of this record or of the previous one does (the record is written).
+        """
+        entries = b"".join(_entry_chunks(rows, self.path))
+        state = _state_chunks(payload, self.path)
+        self.wait()
+        if self._end is not None:
+            size = _HEAD_SIZE + len(entries) + _size(state)
+            live = len(_MAGIC) + len(self._rows) + size
+            if self._end + size - live <= max(live, COMPACT_MIN_BYTES):
+                if self._append(entries, state):
+                    return
+        self._replace(self._rows + entries, state)
+
+    def wait(self) -> None:
+        """Return once the last record appended is on disk (at once without
+        ``background_sync``).
+
+        Raises
+        ------
+        OSError
+            The error of that record's sync, if it failed (the record may then be lost in a
+            power cut, though not when the process is killed).
+        """
+        thread, self._syncing = self._syncing, None
+        if thread is not None:
+            thread.join()
+        error, self._sync_error = self._sync_error, None
+        if error is not None:
+            raise error
+
+    def _append(self, entries: bytes, state: _Chunks) -> bool:
+        """Append one record; False (nothing written) when the file is not the one known."""
+        record, digest = _record(self._digest, [entries], state)
+        try:
+            fd = os.open(self.path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            return False
+        ours = False
+        try:
+            stat = os.fstat(fd)
+            ours = (stat.st_dev, stat.st_ino) == self._identity and stat.st_size >= self._end
+            if ours:
+                os.ftruncate(fd, self._end)  # a torn record left by a killed writer goes
+                os.lseek(fd, self._end, os.SEEK_SET)
+                _write_all(fd, record)
+        except BaseException:
+            if ours:  # the previous checkpoint stays the last record
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._end)
+            os.close(fd)
+            raise
+        if not ours:
+            os.close(fd)
+            return False
+        self._end += _size(record)
+        self._digest = digest
+        self._rows += entries
+        if self.background_sync:
+            self._syncing = threading.Thread(target=self._sync, args=(fd,), name="riemfl-sync")
+            self._syncing.start()
+        else:
+            self._sync(fd)
+            self.wait()
+        return True
+
+    def _sync(self, fd: int) -> None:
+        """Sync the data of ``fd`` to disk and close it; an error is kept for :meth:`wait`."""
+        try:
+            getattr(os, "fdatasync", os.fsync)(fd)
+        except OSError as exc:
+            self._sync_error = exc
+        finally:
+            os.close(fd)
+
+    def _replace(self, entries: bytes | bytearray, state: _Chunks) -> None:
+        """A new file of one record, written atomically."""
+        record, digest = _record(_NO_DIGEST, [entries], state)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(self.path)
+        tmp = _temporary_path(self.path, os.getpid())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            try:
+                _write_all(fd, [_MAGIC, *record])
+                os.fsync(fd)
+                stat = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_directory(self.path.parent)
+        self._end, self._digest = len(_MAGIC) + _size(record), digest
+        self._identity = (stat.st_dev, stat.st_ino)
+        self._rows = bytearray(entries)
+        self.dropped = 0
+
+
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically (layout: module docstring).
+    """Write ``payload`` to ``path`` atomically, as a file of one record without rows
+    (:meth:`CheckpointFile.write`).
 
     Parameters
     ----------
     path : str or Path
         The checkpoint file; its directory is created if needed.
     payload : dict
-        Nested dicts (str or int keys), lists, tuples, None, bool, int, float, str, numpy arrays
-        and scalars (bool, int, float, complex dtypes) and torch tensors (any dtype; strided,
-        with data). :func:`load_checkpoint` gives back an equal structure: tuples as tuples,
-        floats bit for bit, arrays C-contiguous and writable with the same dtype, tensors with
-        the same dtype on the same device (CPU when that device is gone).
+        What :meth:`CheckpointFile.write` takes; :func:`load_checkpoint` gives it back.
 
     Raises
     ------
     CheckpointError
-        If ``payload`` holds anything else (or a cycle); the message names where, e.g.
-        ``payload['clients']['x']: object of type Foo``. Nothing is written then.
+        If ``payload`` is not a dict or holds anything else than the supported values (or a
+        cycle); the message names where. Nothing is written then.
     OSError
         If writing fails; the previous checkpoint at ``path`` is left as it was.
     """
-    path = Path(path)
-    if type(payload) is not dict:
-        raise CheckpointError(
-            f"cannot save checkpoint {str(path)!r}: the payload must be a dict, "
-            f"got {type(payload).__name__}"
-        )
-    try:
-        tree, arrays = encode_payload(payload)
-    except PayloadError as exc:
-        raise CheckpointError(f"cannot save checkpoint {str(path)!r}: {exc}") from None
-    table = [[a.dtype.str, list(a.shape)] for a in arrays]
-    header = json.dumps({"arrays": table, "payload": tree}, separators=(",", ":"), allow_nan=False)
-    body = [_LENGTH.pack(len(header)), header.encode("ascii"), *map(_as_bytes, arrays)]
-    hasher = hashlib.sha256()
-    for part in body:
-        hasher.update(part)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(path)
-    tmp = _temporary_path(path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_MAGIC)
-            fh.write(hasher.digest())
-            for part in body:
-                fh.write(part)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_directory(path.parent)
+    CheckpointFile(path).write(payload)
 
 
-def _as_bytes(array: np.ndarray) -> np.ndarray:
-    """The bytes of a C-contiguous array, as a flat uint8 view (no copy)."""
-    return array.reshape(-1).view(np.uint8)
-
-
-# ----------------------------------------------------------------------------- loading
 def load_checkpoint(
     path: str | Path, required: Mapping[str, type | None | tuple[type | None, ...]] | None = None
 ) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`.
+    """The payload of the last complete record of ``path`` (:meth:`CheckpointFile.load`).
 
     Parameters
     ----------
@@ -244,63 +499,160 @@ def load_checkpoint(
     Returns
     -------
     dict
-        The payload, equal to the one saved.
+        The payload, equal to the one saved last.
 
     Raises
     ------
     CheckpointError
-        If the file is missing, empty, truncated, changed in any byte, of another format (a
-        pickle included: it is never unpickled), or lacks a required entry or has one of another
-        type. Never another exception type.
+        As :meth:`CheckpointFile.load`. Never another exception type.
     """
-    path = Path(path)
-    _remove_stale_temporaries(path)
-    try:
-        with open(path, "rb") as fh:
-            payload = _read(fh, os.fstat(fh.fileno()).st_size)
-    except _READ_ERRORS as exc:
-        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {exc}") from exc
+    return CheckpointFile(path).load(required, rows=False)[0]
+
+
+# ----------------------------------------------------------------------------- encoding
+def _state_chunks(payload: Any, path: Path) -> _Chunks:
     if type(payload) is not dict:
         raise CheckpointError(
-            f"cannot read checkpoint {str(path)!r}: its payload is a "
-            f"{type(payload).__name__}, expected a dict"
+            f"cannot save checkpoint {str(path)!r}: the payload must be a dict, "
+            f"got {type(payload).__name__}"
         )
-    for key, types in (required or {}).items():
-        require(payload, key, types, where=f"checkpoint {str(path)!r}")
-    return payload
+    return _tree_chunks(payload, path, "")
 
 
-def _read(fh: Any, size: int) -> Any:
-    """The payload of the open file ``fh`` of ``size`` bytes (ValueError when it is not one)."""
+def _entry_chunks(entries: Iterable[Any], path: Path) -> _Chunks:
+    chunks: _Chunks = []
+    for k, entry in enumerate(entries):
+        tree = _tree_chunks(entry, path, f"row entry {k}: ")
+        chunks += [_LENGTH.pack(_size(tree)), *tree]
+    return chunks
+
+
+def _tree_chunks(value: Any, path: Path, what: str) -> _Chunks:
+    try:
+        tree, arrays = encode_payload(value)
+    except PayloadError as exc:
+        raise CheckpointError(f"cannot save checkpoint {str(path)!r}: {what}{exc}") from None
+    table = [[a.dtype.str, list(a.shape)] for a in arrays]
+    header = json.dumps({"arrays": table, "payload": tree}, separators=(",", ":"), allow_nan=False)
+    return [_LENGTH.pack(len(header)), header.encode("ascii"), *map(_as_bytes, arrays)]
+
+
+def _as_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array, as a flat uint8 view (no copy)."""
+    return array.reshape(-1).view(np.uint8)
+
+
+def _size(chunks: _Chunks) -> int:
+    return sum(len(chunk) for chunk in chunks)
+
+
+def _check(lengths: bytes) -> bytes:
+    return hashlib.sha256(lengths).digest()[:_CHECK_SIZE]
+
+
+def _record(previous: bytes, entries: _Chunks, state: _Chunks) -> tuple[_Chunks, bytes]:
+    """The chunks of a record after the one of digest ``previous``, and its digest."""
+    lengths = _LENGTHS.pack(_size(entries), _size(state))
+    hasher = hashlib.sha256(previous)
+    hasher.update(lengths)
+    for chunk in (*entries, *state):
+        hasher.update(chunk)
+    digest = hasher.digest()
+    return [lengths + _check(lengths) + digest, *entries, *state], digest
+
+
+def _write_all(fd: int, chunks: _Chunks) -> None:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
+
+
+# ----------------------------------------------------------------------------- decoding
+@dataclass
+class _Scan:
+    """The complete records of a file: where they end, the last digest, their parts."""
+
+    end: int
+    digest: bytes
+    state: memoryview
+    rows: list[bytes]  # the rows part of each record
+
+
+def _scan(fh: Any, size: int) -> _Scan:
+    """The complete records of the open file ``fh`` up to byte ``size`` (ValueError naming the
+    damage when they are not a checkpoint)."""
     magic = fh.read(len(_MAGIC))
     if magic != _MAGIC:
         raise ValueError(_not_a_checkpoint(magic))
-    expected = fh.read(_DIGEST_SIZE)
-    start = fh.tell()
-    hasher, buffer = hashlib.sha256(), bytearray(_CHUNK)
-    view = memoryview(buffer)
-    while n := fh.readinto(buffer):
-        hasher.update(view[:n])
-    if hasher.digest() != expected:
-        raise ValueError("its content does not match its SHA-256 hash (truncated or corrupt)")
-    fh.seek(start)
-    (length,) = _LENGTH.unpack(_read_exact(fh, _LENGTH.size))
-    if length > size - fh.tell():
-        raise ValueError(f"its header length {length} exceeds the file size {size}")
-    header = json.loads(_read_exact(fh, length).decode("ascii"), parse_constant=_no_constant)
+    pos, k, digest = len(_MAGIC), 0, _NO_DIGEST
+    rows: list[bytes] = []
+    state = memoryview(b"")
+    while size - pos >= _HEAD_SIZE:
+        head = _read_exact(fh, _HEAD_SIZE)
+        lengths, check = head[: _LENGTHS.size], head[_LENGTHS.size : -_DIGEST_SIZE]
+        if _check(lengths) != check:
+            raise ValueError(f"the lengths of its record {k} (at byte {pos}) are damaged")
+        r, s = _LENGTHS.unpack(lengths)
+        if r + s > size - pos - _HEAD_SIZE:
+            break  # a torn tail: the record was being appended when its writer stopped
+        body = bytearray(r + s)
+        _read_exact_into(fh, body)
+        hasher = hashlib.sha256(digest)
+        hasher.update(lengths)
+        hasher.update(body)
+        if hasher.digest() != head[-_DIGEST_SIZE:]:
+            raise ValueError(
+                f"its record {k} (bytes {pos} to {pos + _HEAD_SIZE + r + s}) does not match its "
+                "SHA-256 hash (damaged)"
+            )
+        rows.append(bytes(body[:r]))
+        state, digest = memoryview(body)[r:], hasher.digest()
+        pos, k = pos + _HEAD_SIZE + r + s, k + 1
+    if k == 0:
+        raise ValueError(f"it holds no complete record (truncated to {size} bytes)")
+    return _Scan(pos, digest, state, rows)
+
+
+def _decode_entries(part: bytes, k: int) -> list[Any]:
+    """The row entries of the rows part of record ``k``."""
+    view, pos, entries = memoryview(part), 0, []
+    while pos < len(view):
+        n = _LENGTH.unpack_from(view, pos)[0] if len(view) - pos >= _LENGTH.size else -1
+        if not 0 <= n <= len(view) - pos - _LENGTH.size:
+            raise ValueError(f"its record {k}'s row entry {len(entries)} overruns the record")
+        pos += _LENGTH.size
+        try:
+            entries.append(_decode_tree(view[pos : pos + n]))
+        except _READ_ERRORS as exc:
+            raise ValueError(f"its record {k}'s row entry {len(entries)}: {exc}") from exc
+        pos += n
+    return entries
+
+
+def _decode_tree(view: memoryview) -> Any:
+    """The value of a tree (ValueError when the bytes are not one)."""
+    if len(view) < _LENGTH.size:
+        raise ValueError(f"a tree of {len(view)} bytes has no header length")
+    (length,) = _LENGTH.unpack_from(view)
+    pos = _LENGTH.size + length
+    if pos > len(view):
+        raise ValueError(f"its header length {length} exceeds the {len(view)} bytes of its tree")
+    text = bytes(view[_LENGTH.size : pos]).decode("ascii")
+    header = json.loads(text, parse_constant=_no_constant)
     if type(header) is not dict or set(header) != {"arrays", "payload"}:
         raise ValueError("its header is not an object with 'arrays' and 'payload'")
     if type(header["arrays"]) is not list:
         raise ValueError("its header's 'arrays' is not a list")
     specs = [_array_spec(entry, k) for k, entry in enumerate(header["arrays"])]
-    total = sum(dtype.itemsize * math.prod(shape) for dtype, shape in specs)
-    if total != size - fh.tell():
-        raise ValueError(f"its arrays need {total} bytes, the file has {size - fh.tell()} left")
+    sizes = [dtype.itemsize * math.prod(shape) for dtype, shape in specs]
+    if sum(sizes) != len(view) - pos:
+        raise ValueError(f"its arrays need {sum(sizes)} bytes, the tree has {len(view) - pos} left")
     arrays = []
-    for dtype, shape in specs:
-        data = bytearray(dtype.itemsize * math.prod(shape))
-        _read_exact_into(fh, data)
+    for (dtype, shape), n in zip(specs, sizes, strict=True):
+        data = bytearray(view[pos : pos + n])  # writable, aligned, owned by the array
         arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape))
+        pos += n
     return decode_payload(header["payload"], arrays)
 
 
@@ -311,6 +663,12 @@ def _not_a_checkpoint(start: bytes) -> str:
         return f"the file is truncated ({len(start)} bytes)"
     if start.startswith(_MAGIC_PREFIX):
         found = start[len(_MAGIC_PREFIX) :].split(b"\n")[0].decode("ascii", "replace")
+        if found == "2":
+            return (
+                "it has checkpoint format '2', a single hashed copy of the whole run rewritten at "
+                "every save (riemfl before format 3); this riemfl reads format 3, which appends a "
+                "record per save. Start the run afresh: resume=False, or `riemfl run --overwrite`"
+            )
         return f"it has checkpoint format {found!r}; this riemfl reads format {CHECKPOINT_FORMAT}"
     if start[:1] == b"\x80":
         return (

@@ -260,8 +260,9 @@ def run_sync(
     batch_size : int, optional
         Mini-batch size b of the local gradients (default: full local gradients).
     checkpoint : path, optional
-        File for the full run state (server and client states, RNG state, history), written
-        atomically every ``checkpoint_every`` rounds, at the end and when interrupted.
+        File for the full run state (server and client states, RNG state, history): a record
+        (the new rows and the state) appended every ``checkpoint_every`` rounds, at the end and
+        when interrupted (:mod:`riemfl.federated.checkpoint`).
     resume : bool
         When ``checkpoint`` exists, continue from it (it must come from the same problem, data,
         algorithm and settings; :class:`~riemfl.errors.CheckpointError` otherwise).

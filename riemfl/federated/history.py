@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
+from ..extras import import_extra
 from .serialise import dump_json, from_json_float, json_float, load_json
 
 __all__ = [
@@ -525,13 +526,9 @@ class History:
         Returns the matplotlib figure; saves it to ``path`` when given. Needs matplotlib
         (``riemfl[data]``).
         """
-        try:
-            import matplotlib
+        import_extra("matplotlib", "History.plot").use("Agg", force=False)
+        import matplotlib.pyplot as plt
 
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("History.plot needs matplotlib: pip install 'riemfl[data]'") from exc
         if y is None:
             y = [k for k in ("grad_norm", "optimality_gap") if self._plottable(k)] or ["loss"]
         if x is None:

@@ -4,7 +4,8 @@ Inside :func:`handle_interrupts` the first SIGINT or SIGTERM only sets a flag; e
 checks :func:`interrupt_requested` between two steps, writes its checkpoint and raises
 :class:`RunInterrupted`, so nothing computed is lost and the same call resumes. A second signal
 raises :class:`KeyboardInterrupt` at once (the user insists; the last checkpoint written stays
-valid, because checkpoints are written atomically).
+valid, because a checkpoint's record is either whole or, cut short, dropped as a torn tail:
+:mod:`riemfl.federated.checkpoint`).
 
 Signal handlers can only be installed by the main thread; in other threads (e.g. runs in a
 thread pool) :func:`handle_interrupts` does nothing and the loops see the flag set by the main

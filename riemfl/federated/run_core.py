@@ -9,10 +9,14 @@ output point, or personalised per-client metrics). :func:`run_steps` owns everyt
   outside the steps' own ``cpu_time``);
 * the progress bar;
 * checkpoints: every ``checkpoint_every`` steps, at the end, at an early stop and at an
-  interruption, the steps' full state (:meth:`Steps.state_dict`) with the history and a
-  fingerprint of the run (its configuration and a hash of the clients' data) in the verified
-  format of :mod:`riemfl.federated.checkpoint`; a run given an existing checkpoint resumes from
-  it and ends exactly (bit for bit) where the uninterrupted run ends;
+  interruption, one record appended to the checkpoint file (:class:`~riemfl.federated.
+  checkpoint.CheckpointFile`): the history's entries since the previous checkpoint
+  (:meth:`History.since`), the steps' full state (:meth:`Steps.state_dict`), the history's
+  lengths and summary, and a fingerprint of the run (its configuration and a hash of the
+  clients' data), so that a checkpoint costs the same at any length of the run (its sync to disk
+  overlaps the next steps, and is waited for before the next save, at an interruption and at
+  the end); a run given an existing checkpoint rebuilds the history from the file's entries,
+  resumes from the state, and ends exactly (bit for bit) where the uninterrupted run ends;
 * interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
   stops the loop at the next step boundary, writes the checkpoint and raises
   :class:`~riemfl.federated.interrupt.RunInterrupted`;
@@ -25,7 +29,9 @@ Client sampling and fault handling are shared through :mod:`riemfl.federated.rou
 
 from __future__ import annotations
 
+import contextlib
 import json
+import reprlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointFile, require
 from .history import History
 from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested
 from .serialise import dump_json
@@ -162,6 +168,26 @@ def _fill(history: History, loaded: History) -> None:
     history.summary.update(loaded.summary)
 
 
+def _rebuilt(entries: list[Any], saved: Any, where: str) -> History:
+    """The history of a checkpoint: its row entries appended in order, checked against the
+    lengths its state records, with its summary."""
+    lengths = require(saved, "lengths", dict, where=f"{where}['history']")
+    summary = require(saved, "summary", dict, where=f"{where}['history']")
+    loaded = History(log={})
+    for k, part in enumerate(entries):
+        try:
+            loaded.extend(part)
+        except ParameterError as exc:
+            raise CheckpointError(f"{where}: its row entry {k} does not fit: {exc}") from None
+    if loaded.mark() != lengths:
+        raise CheckpointError(
+            f"{where}: its row entries add up to {len(loaded)} rows "
+            f"({reprlib.repr(loaded.mark())}), its state records {reprlib.repr(lengths)}"
+        )
+    loaded.summary.update(summary)
+    return loaded
+
+
 def _ordered(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     head = {k: row[k] for k in columns if k in row}
     return {**head, **{k: v for k, v in row.items() if k not in head}}
@@ -180,14 +206,17 @@ class _Loop:
         self.fingerprint, self.options = _canonical(fingerprint), options
         self.start = 0
         self.wall0 = time.perf_counter()
+        path = options.checkpoint
+        # a checkpoint's sync to disk overlaps the next steps (waited for before the next save)
+        self.file = None if path is None else CheckpointFile(path, background_sync=True)
+        self.saved: dict[str, Any] | None = None  # the history's mark at the last save
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
         path = self.options.checkpoint
-        if path is None or not self.options.resume or not Path(path).exists():
+        if self.file is None or not self.options.resume or not Path(path).exists():
             return False
-        state = load_checkpoint(
-            path,
+        state, entries = self.file.load(
             required={
                 "step": int,
                 "state": dict,
@@ -210,9 +239,9 @@ class _Loop:
                 f"checkpoint {str(path)!r} is at step {state['step']}, beyond the "
                 f"{self.options.steps} steps asked for"
             )
+        loaded = _rebuilt(entries, state["history"], f"checkpoint {str(path)!r}")
         try:
             self.steps.load_state_dict(state["state"])
-            loaded = History.from_dict(state["history"])
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -221,23 +250,28 @@ class _Loop:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         _fill(self.history, loaded)
+        self.saved = self.history.mark()
         self.start = state["step"]
         self.wall0 = time.perf_counter() - state["wall"]
         return True
 
     def save(self, step: int) -> None:
-        if self.options.checkpoint is None:
+        if self.file is None:
             return
-        save_checkpoint(
-            self.options.checkpoint,
-            {
-                "step": int(step),
-                "state": self.steps.state_dict(),
-                "history": self.history.to_dict(),
-                "fingerprint": self.fingerprint,
-                "wall": float(time.perf_counter() - self.wall0),
-            },
-        )
+        mark = self.history.mark()
+        payload = {
+            "step": int(step),
+            "state": self.steps.state_dict(),
+            "history": {"lengths": mark, "summary": dict(self.history.summary)},
+            "fingerprint": self.fingerprint,
+            "wall": float(time.perf_counter() - self.wall0),
+        }
+        part = self.history.since(self.saved)
+        if part is None:  # something was removed from the history: the whole of it, anew
+            self.file.write(payload, [self.history.since(None)])
+        else:
+            self.file.save(payload, [part])
+        self.saved = mark
 
     # ------------------------------------------------------------------ rows
     def record(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -250,6 +284,18 @@ class _Loop:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> History:
+        try:
+            history = self._run()
+        except BaseException:
+            if self.file is not None:  # the error that stops the run is the one to raise
+                with contextlib.suppress(OSError):
+                    self.file.wait()
+            raise
+        if self.file is not None:
+            self.file.wait()  # the last checkpoint is on disk when the run returns
+        return history
+
+    def _run(self) -> History:
         opts = self.options
         if not self.resume():
             self.record(self.steps.row())
@@ -301,6 +347,8 @@ class _Loop:
     def interrupt(self, done: int, last_saved: int) -> None:
         if done != last_saved:
             self.save(done)
+        if self.file is not None:
+            self.file.wait()  # "saved" means on disk
         path = self.options.checkpoint
         raise RunInterrupted(done, None if path is None else str(path))
 

@@ -1,4 +1,5 @@
-"""The checkpoint file format (no pickle, SHA-256 digest, atomic writes) and the data digest."""
+"""The checkpoint file format (no pickle, SHA-256 digests, appended records, atomic writes) and
+the data digest."""
 
 from __future__ import annotations
 
@@ -24,16 +25,19 @@ from riemfl.federated import checkpoint as checkpoint_module
 from riemfl.federated._tensors import tensor_to_numpy
 from riemfl.federated.checkpoint import (
     CHECKPOINT_FORMAT,
+    CheckpointFile,
     load_checkpoint,
     require,
     save_checkpoint,
 )
 from riemfl.federated.fingerprint import data_digest
 from riemfl.problems import KPCAProblem, LRMCProblem, SoftmaxRegressionProblem
+from riemfl.testing import importorskip
 
-torch = pytest.importorskip("torch")
+torch = importorskip("torch")
 
-MAGIC = b"RIEMFL-CHECKPOINT 2\n"
+MAGIC = b"RIEMFL-CHECKPOINT 3\n"
+HEAD = 56  # a record's lengths (16 bytes), check (8) and digest (32)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -69,15 +73,33 @@ def _round_trip(path, payload):
     return load_checkpoint(path)
 
 
+def _record(previous, rows, state):
+    """A record of the documented layout (written here independently of the module)."""
+    lengths = struct.pack("<QQ", len(rows), len(state))
+    digest = hashlib.sha256(previous + lengths + rows + state).digest()
+    return lengths + hashlib.sha256(lengths).digest()[:8] + digest + rows + state, digest
+
+
+def _records(data):
+    """``[(start, end, rows part, state part)]`` of the records of a valid file's bytes."""
+    out, pos = [], len(MAGIC)
+    while pos < len(data):
+        r, s = struct.unpack("<QQ", data[pos : pos + 16])
+        body = pos + HEAD
+        out.append((pos, body + r + s, data[body : body + r], data[body + r : body + r + s]))
+        pos = body + r + s
+    return out
+
+
 def _rewrite_header(path, edit):
-    """Apply ``edit`` to the JSON header of ``path`` and write a valid digest (a crafted file)."""
-    data = path.read_bytes()
-    start = len(MAGIC) + 32
-    n = int.from_bytes(data[start : start + 8], "little")
-    header = edit(json.loads(data[start + 8 : start + 8 + n]))
+    """Apply ``edit`` to the JSON header of the state of ``path`` (a file of one record) and
+    write valid lengths, check and digest (a crafted file)."""
+    ((_, _, rows, state),) = _records(path.read_bytes())
+    n = int.from_bytes(state[:8], "little")
+    header = edit(json.loads(state[8 : 8 + n]))
     text = header if isinstance(header, bytes) else json.dumps(header).encode()
-    body = len(text).to_bytes(8, "little") + text + data[start + 8 + n :]
-    path.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
+    state = len(text).to_bytes(8, "little") + text + state[8 + n :]
+    path.write_bytes(MAGIC + _record(bytes(32), rows, state)[0])
 
 
 def _tmp_files(folder):
@@ -211,7 +233,30 @@ def test_a_tensor_from_a_missing_device_comes_back_on_the_cpu(tmp_path):
 def test_the_format_number_is_in_the_magic_line(tmp_path):
     path = tmp_path / "run.ckpt"
     save_checkpoint(path, {"round": 1})
-    assert CHECKPOINT_FORMAT == 2 and path.read_bytes().startswith(MAGIC)
+    assert CHECKPOINT_FORMAT == 3 and path.read_bytes().startswith(MAGIC)
+
+
+def test_the_file_is_the_documented_layout(tmp_path):
+    """Magic line, then records of lengths, check, chained digest, rows part, state part."""
+    path = tmp_path / "run.ckpt"
+    f = CheckpointFile(path)
+    f.save({"round": 1, "x": np.arange(3.0)}, [{"loss": [0, [1.5]]}])
+    f.save({"round": 2, "x": np.arange(3.0)}, [{"loss": [1, [0.5]]}, {"loss": [2, [0.25]]}])
+    data = path.read_bytes()
+    first, second = _records(data)
+    assert second[1] == len(data)
+    rebuilt, digest = _record(bytes(32), first[2], first[3])
+    assert MAGIC + rebuilt == data[: first[1]]
+    assert _record(digest, second[2], second[3])[0] == data[second[0] :]
+    entries = second[2]  # two entries, each an 8-byte length and a tree
+    n = int.from_bytes(entries[:8], "little")
+    assert int.from_bytes(entries[8 + n : 16 + n], "little") == len(entries) - 16 - n
+    payload, rows = CheckpointFile(path).load()
+    assert payload["round"] == 2 and rows == [
+        {"loss": [0, [1.5]]},
+        {"loss": [1, [0.5]]},
+        {"loss": [2, [0.25]]},
+    ]
 
 
 # ----------------------------------------------------------------------------- integrity
@@ -219,8 +264,10 @@ def test_every_single_byte_flip_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
     save_checkpoint(path, _realistic_payload())
     good = path.read_bytes()
-    header_end = len(MAGIC) + 40 + int.from_bytes(good[52:60], "little")
-    regions = [(0, len(MAGIC)), (len(MAGIC), 52), (52, header_end), (header_end, len(good))]
+    ((start, end, _, state),) = _records(good)
+    header_end = start + HEAD + 8 + int.from_bytes(state[:8], "little")
+    regions = [(0, len(MAGIC)), (start, start + 16), (start + 16, start + 24)]
+    regions += [(start + 24, start + HEAD), (start + HEAD, header_end), (header_end, end)]
     rng = np.random.default_rng(2024)
     positions = np.concatenate([rng.integers(lo, hi, 25) for lo, hi in regions])
     for pos in positions:
@@ -231,7 +278,7 @@ def test_every_single_byte_flip_is_refused(tmp_path):
             load_checkpoint(path)
 
 
-def test_every_truncation_is_refused(tmp_path):
+def test_every_truncation_of_a_file_of_one_record_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
     save_checkpoint(path, _realistic_payload())
     good = path.read_bytes()
@@ -246,7 +293,9 @@ def test_every_truncation_is_refused(tmp_path):
     [
         (b"", "empty"),
         (pickle.dumps({"format": 1, "round": 3}), "pickle"),
-        (b"RIEMFL-CHECKPOINT 3\n" + bytes(100), "format '3'"),
+        (b"RIEMFL-CHECKPOINT 2\n" + bytes(100), r"format '2'.*--overwrite"),
+        (b"RIEMFL-CHECKPOINT 4\n" + bytes(100), "format '4'"),
+        (MAGIC + bytes(30), "no complete record"),
         (bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8)), "not a riemfl"),
         (MAGIC[:7], "truncated"),
     ],
@@ -316,6 +365,140 @@ def test_a_crafted_header_with_a_valid_digest_is_a_checkpoint_error(tmp_path, ed
     _rewrite_header(path, edit)
     with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         load_checkpoint(path)
+
+
+# ----------------------------------------------------------------------------- appended records
+def _saved(path, rounds, start=1, x_size=4):
+    """A file saved ``rounds`` times by one writer: record r holds the entry ``{"r": r}`` and the
+    state ``{"round": r, "x": [r, ...]}``."""
+    f = CheckpointFile(path)
+    for r in range(start, start + rounds):
+        f.save({"round": r, "x": np.full(x_size, float(r))}, [{"r": r}])
+    return f
+
+
+def test_each_save_appends_a_record_and_a_load_gives_the_last_state_and_every_entry(tmp_path):
+    path = tmp_path / "run.ckpt"
+    f = _saved(path, 5)
+    sizes = [end for _, end, _, _ in _records(path.read_bytes())]
+    assert len(sizes) == 5 and sizes == sorted(sizes)
+    payload, entries = CheckpointFile(path).load()
+    assert payload["round"] == 5 and np.all(payload["x"] == 5.0)
+    assert entries == [{"r": r} for r in range(1, 6)]
+    assert load_checkpoint(path)["round"] == 5
+    assert CheckpointFile(path).load(rows=False)[1] == []
+    f.write({"round": 0}, [{"r": 0}])  # a new file: the previous records are gone
+    assert len(_records(path.read_bytes())) == 1
+    assert CheckpointFile(path).load() == ({"round": 0}, [{"r": 0}])
+
+
+def test_a_torn_last_record_is_dropped_and_cut_off_by_the_next_save(tmp_path):
+    path = tmp_path / "run.ckpt"
+    _saved(path, 3)
+    good = path.read_bytes()
+    first_end, last_start = _records(good)[0][1], _records(good)[-1][0]
+    cuts = [last_start + 1, last_start + 20, last_start + HEAD]
+    for n in [*cuts, *range(last_start + 60, len(good), 9)]:
+        path.write_bytes(good[:n])  # what a writer killed while appending leaves
+        f = CheckpointFile(path)
+        payload, entries = f.load()
+        assert payload["round"] == 2 and entries == [{"r": 1}, {"r": 2}]
+        assert f.dropped == n - last_start
+    f.save({"round": 3, "x": np.full(4, 3.0)}, [{"r": 3}])  # the resumed writer
+    assert path.read_bytes() == good  # the same bytes as if nothing had happened
+    for n in range(len(MAGIC), first_end):  # no complete record left: refused
+        path.write_bytes(good[:n])
+        with pytest.raises(CheckpointError, match="no complete record"):
+            load_checkpoint(path)
+
+
+@pytest.mark.parametrize("record", [0, 1, 2])
+def test_a_damaged_record_is_refused_by_its_number_wherever_it_is(tmp_path, record):
+    path = tmp_path / "run.ckpt"
+    _saved(path, 3)
+    good = path.read_bytes()
+    start, end, _, _ = _records(good)[record]
+    rng = np.random.default_rng(record)
+    for pos in [start, start + 17, start + 30, *rng.integers(start + HEAD, end, 20)]:
+        bad = bytearray(good)
+        bad[pos] ^= 0x10
+        path.write_bytes(bytes(bad))
+        with pytest.raises(CheckpointError, match=f"record {record} .*damaged"):
+            load_checkpoint(path)
+
+
+def test_records_cannot_be_dropped_or_reordered_in_the_middle(tmp_path):
+    path = tmp_path / "run.ckpt"
+    _saved(path, 3)
+    good = path.read_bytes()
+    (a, b, c) = [good[start:end] for start, end, _, _ in _records(good)]
+    for forged in (MAGIC + a + c, MAGIC + b + c, MAGIC + a + c + b):
+        path.write_bytes(forged)
+        with pytest.raises(CheckpointError, match="does not match its SHA-256 hash"):
+            load_checkpoint(path)
+
+
+def test_a_save_compacts_the_file_when_most_of_it_is_superseded_states(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint_module, "COMPACT_MIN_BYTES", 0)
+    path = tmp_path / "run.ckpt"
+    f = CheckpointFile(path)
+    counts = []
+    for r in range(1, 41):
+        f.save({"round": r, "x": np.full(500, float(r))}, [{"r": r, "rows": [r] * 20}])
+        data = path.read_bytes()
+        records = _records(data)
+        counts.append(len(records))
+        live = len(MAGIC) + HEAD + sum(len(rows) for _, _, rows, _ in records)
+        assert len(data) <= 2 * (live + len(records[-1][3]))  # superseded states <= live bytes
+    assert 1 in counts[1:] and max(counts) > 2  # appended, and compacted now and then
+    payload, entries = CheckpointFile(path).load()
+    assert payload["round"] == 40 and entries == [{"r": r, "rows": [r] * 20} for r in range(1, 41)]
+    assert _tmp_files(tmp_path) == []
+
+
+def test_a_file_deleted_or_replaced_during_the_run_is_written_anew(tmp_path):
+    path = tmp_path / "run.ckpt"
+    f = _saved(path, 2)
+    path.unlink()
+    f.save({"round": 3, "x": np.full(4, 3.0)}, [{"r": 3}])
+    assert CheckpointFile(path).load()[1] == [{"r": 1}, {"r": 2}, {"r": 3}]
+    save_checkpoint(path, {"round": 99})  # another writer's file
+    f.save({"round": 4, "x": np.full(4, 4.0)}, [{"r": 4}])
+    payload, entries = CheckpointFile(path).load()
+    assert payload["round"] == 4 and entries == [{"r": r} for r in range(1, 5)]
+
+
+def _failing_sync(monkeypatch):
+    def failing(fd):
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(os, "fdatasync", failing, raising=False)
+    monkeypatch.setattr(os, "fsync", failing)
+
+
+def test_a_background_sync_is_waited_for_and_its_error_raised_once(tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    f = CheckpointFile(path, background_sync=True)
+    f.save({"round": 1}, [{"r": 1}])  # the first save writes a new file (synced at once)
+    f.save({"round": 2}, [{"r": 2}])  # appended; synced in the background
+    f.wait()
+    assert load_checkpoint(path)["round"] == 2
+    _failing_sync(monkeypatch)
+    f.save({"round": 3}, [{"r": 3}])  # returns before its sync fails
+    with pytest.raises(OSError, match="the disk is gone"):
+        f.save({"round": 4}, [{"r": 4}])  # waits for the previous sync first: nothing written
+    f.wait()  # the error is raised once
+    monkeypatch.undo()
+    assert CheckpointFile(path).load()[1] == [{"r": 1}, {"r": 2}, {"r": 3}]
+
+
+def test_an_entry_that_cannot_be_saved_is_named_and_nothing_is_written(tmp_path):
+    path = tmp_path / "run.ckpt"
+    f = _saved(path, 1)
+    good = path.read_bytes()
+    with pytest.raises(CheckpointError, match=r"row entry 1: payload\['w'\]: object of type"):
+        f.save({"round": 2}, [{"r": 2}, {"w": object()}])
+    assert path.read_bytes() == good
 
 
 # ----------------------------------------------------------------------------- validation
@@ -402,21 +585,23 @@ def test_leftovers_of_dead_writers_are_removed_and_no_others(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from riemfl.federated.checkpoint import save_checkpoint
-path, r = sys.argv[1], int(sys.argv[2])
+from riemfl.federated.checkpoint import CheckpointFile
+f = CheckpointFile(sys.argv[1])
+r = f.load()[0]["round"]  # a resumed writer appends to the file it read
 while True:
-    save_checkpoint(path, {"round": r, "x": np.full(2_000_000, float(r))})
     r += 1
+    f.save({"round": r, "x": np.full(300_000, float(r))}, [{"r": r, "row": [0.5] * (r % 50)}])
 """
 
 
 @pytest.mark.slow
 def test_a_writer_killed_at_random_moments_leaves_a_complete_checkpoint(tmp_path):
+    """Appends and compactions (a 2.4 MB state: one every few saves) killed at random."""
     path = tmp_path / "run.ckpt"
-    save_checkpoint(path, {"round": 0, "x": np.zeros(2_000_000)})
+    CheckpointFile(path).write({"round": 0, "x": np.zeros(300_000)})
     rng = np.random.default_rng(11)
     last = 0
-    for _ in range(5):
+    for _ in range(8):
         args = [sys.executable, "-c", textwrap.dedent(_WRITER), str(path), str(last + 1)]
         writer = subprocess.Popen(args)
         while load_checkpoint(path)["round"] == last and writer.poll() is None:
@@ -424,11 +609,12 @@ def test_a_writer_killed_at_random_moments_leaves_a_complete_checkpoint(tmp_path
         time.sleep(float(rng.uniform(0.0, 0.3)))
         writer.send_signal(signal.SIGKILL)
         writer.wait()
-        state = load_checkpoint(path)  # the previous checkpoint or the new one, never torn
+        state, entries = CheckpointFile(path).load()  # the previous or the new checkpoint
         assert state["round"] > last and np.all(state["x"] == state["round"])
+        assert entries == [{"r": r, "row": [0.5] * (r % 50)} for r in range(1, state["round"] + 1)]
         last = state["round"]
-        save_checkpoint(path, state)
-        assert _tmp_files(tmp_path) == []
+        assert _tmp_files(tmp_path) == []  # a killed compaction's file is removed by the load
+    assert path.stat().st_size < 4 * 2.4e6 + checkpoint_module.COMPACT_MIN_BYTES
 
 
 # ----------------------------------------------------------------------------- data digest

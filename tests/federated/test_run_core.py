@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from _problems import QuadraticProblem
 
 import riemfl
-from riemfl.errors import CheckpointError, ClientFailureError
+from riemfl.errors import CheckpointError, ClientFailureError, ParameterError
 from riemfl.federated import (
     DCASGD,
     AsyncBezier,
@@ -17,6 +19,7 @@ from riemfl.federated import (
     ExponentialTime,
     FedAsync,
     FedBuff,
+    History,
     ProblemTrainer,
     RFedProj,
     RFedSVRG,
@@ -24,7 +27,8 @@ from riemfl.federated import (
     run_async,
     run_sync,
 )
-from riemfl.federated.checkpoint import load_checkpoint
+from riemfl.federated import checkpoint as checkpoint_module
+from riemfl.federated.checkpoint import CheckpointFile, load_checkpoint
 from riemfl.federated.interrupt import handle_interrupts, interrupt_requested, request_interrupt
 
 pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedWarning")
@@ -293,12 +297,10 @@ def test_a_checkpoint_of_another_async_configuration_is_refused(tmp_path):
 
 # ----------------------------------------------------------------------------- crafted files
 def _crafted(path, edit):
-    """Rewrite a checkpoint (valid digest) after ``edit(payload)``: a file written by hand."""
-    from riemfl.federated.checkpoint import save_checkpoint
-
-    payload = load_checkpoint(path)
+    """Rewrite a checkpoint (valid digests) after ``edit(payload)``: a file written by hand."""
+    payload, entries = CheckpointFile(path).load()
     edit(payload)
-    save_checkpoint(path, payload)
+    CheckpointFile(path).write(payload, entries)
 
 
 @pytest.mark.parametrize(
@@ -333,6 +335,120 @@ def test_an_async_file_with_a_model_of_another_shape_is_refused(tmp_path):
     _crafted(path, edit)
     with pytest.raises(CheckpointError, match="model version"):
         run_async(trainer, rule(), 8, checkpoint=path, **kw)
+
+
+# ----------------------------------------------------------------------------- checkpoint records
+def _checkpoint_bytes(monkeypatch, run):
+    """Bytes that ``run()`` hands to ``os.write`` (every checkpoint write goes through it)."""
+    written = []
+    real = os.write
+
+    def counting(fd, data):
+        n = real(fd, data)
+        written.append(n)
+        return n
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", counting)
+        run()
+    return sum(written)
+
+
+@pytest.mark.parametrize("compact_min", [None, 0], ids=["appends", "with-compactions"])
+def test_the_bytes_written_per_checkpoint_do_not_grow_with_the_run(
+    tmp_path, monkeypatch, stiefel_problem, compact_min
+):
+    """A checkpoint appends the rows since the previous one and the (fixed-size) state, so the
+    bytes per checkpoint stay flat while the history grows 10x (they grew with it when every
+    checkpoint rewrote the whole history). Compactions (forced here by a threshold of 0 bytes)
+    included, on average."""
+    if compact_min is not None:
+        monkeypatch.setattr(checkpoint_module, "COMPACT_MIN_BYTES", compact_min)
+    per_checkpoint, history = {}, {}
+    for rounds in (40, 400):
+        path = tmp_path / f"{rounds}.ckpt"
+
+        def run(rounds=rounds, path=path):
+            history[rounds] = run_sync(
+                stiefel_problem, RFedProj(0.02, 2), rounds, checkpoint=path, checkpoint_every=2
+            )
+
+        per_checkpoint[rounds] = _checkpoint_bytes(monkeypatch, run) / (rounds // 2)
+    # a compaction copies the rows every (live bytes / state bytes) checkpoints: on average
+    # one more state per checkpoint in a long run, half a one in a short run
+    assert per_checkpoint[400] <= (1.05 if compact_min is None else 1.3) * per_checkpoint[40]
+    everything = len(history[400].to_json())  # what a checkpoint rewrote before
+    assert per_checkpoint[400] < everything / 5
+    resumed = run_sync(stiefel_problem, RFedProj(0.02, 2), 400, checkpoint=tmp_path / "400.ckpt")
+    assert resumed == history[400]  # the file holds the whole history
+
+
+def test_a_checkpoint_cut_inside_its_last_record_resumes_from_the_one_before(
+    tmp_path, stiefel_problem
+):
+    """What a SIGKILL during an append leaves: the torn record is dropped, the lost rounds are
+    recomputed, and the result is the uninterrupted one."""
+    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 4}
+    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, **kw)
+    path = tmp_path / "run.ckpt"
+    run_sync(stiefel_problem, RFedSVRG(0.02, 3), 9, checkpoint=path, checkpoint_every=3, **kw)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])  # the record of round 9 torn
+    assert load_checkpoint(path)["step"] == 6
+    resumed = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, **kw)
+    assert resumed.same_results(ref)
+    np.testing.assert_array_equal(resumed.final_point, ref.final_point)
+
+
+def test_a_history_that_lost_entries_is_saved_whole(tmp_path, stiefel_problem):
+    """The entries since the previous checkpoint cannot say that a warning was removed: such a
+    checkpoint rewrites the whole history, and a resume still equals the uninterrupted run."""
+
+    def forget(r, history):
+        if r == 5:
+            history.warnings.clear()
+
+    def run(rounds, **kw):
+        return run_sync(stiefel_problem, ComplexFor(bad=2), rounds, on_round=forget, **kw)
+
+    ref = run(10)
+    path = tmp_path / "run.ckpt"
+    run(7, checkpoint=path, checkpoint_every=2)
+    resumed = run(10, checkpoint=path, checkpoint_every=2)
+    assert resumed.same_results(ref) and [w["round"] for w in ref.warnings] == [6, 7, 8, 9, 10]
+
+
+def test_a_checkpoint_that_cannot_be_synced_stops_the_run(tmp_path, monkeypatch, stiefel_problem):
+    """A checkpoint's sync to disk runs while the next rounds compute; its failure is not
+    lost: the run raises it (at the next checkpoint, or at the end)."""
+    path = tmp_path / "run.ckpt"
+    run_sync(stiefel_problem, RFedProj(0.02, 2), 2, checkpoint=path, checkpoint_every=2)
+
+    def failing(fd):
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(os, "fdatasync", failing, raising=False)
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="the disk is gone"):
+        run_sync(stiefel_problem, RFedProj(0.02, 2), 3, checkpoint=path, checkpoint_every=2)
+
+
+def test_history_entries_since_a_mark_rebuild_it(stiefel_problem):
+    h = run_sync(stiefel_problem, ComplexFor(bad=2), 3)
+    first, mark = h.since(None), h.mark()
+    h.record({"round": 4, "loss": 1.0, "late": 2.0})  # a column that appears late: NaN before
+    h.warnings.append({"client": 1, "reason": "test"})
+    h.log["client"].append(3)
+    rebuilt = History(config=h.config, log={})
+    rebuilt.extend(first)
+    rebuilt.extend(h.since(mark))
+    rebuilt.summary.update(h.summary)
+    assert rebuilt == h and list(rebuilt.metrics) == list(h.metrics)
+    assert np.isnan(rebuilt.late[:4]).all() and rebuilt.late[4] == 2.0
+    with pytest.raises(ParameterError, match=r"metrics\['round'\] starts at entry 0, the hist"):
+        rebuilt.extend(first)  # does not continue where the history ends
+    h.warnings.clear()
+    assert h.since(mark) is None  # entries were removed: not an extension of the mark
 
 
 # ----------------------------------------------------------------------------- client state

@@ -200,8 +200,9 @@ def run_floral(
     eval_every : int or None
         Evaluate every this many rounds (and at rounds 0 and R); None: only at 0 and R.
     checkpoint : path, optional
-        Run-state file, written atomically every ``checkpoint_every`` rounds, at the end and
-        when interrupted.
+        Run-state file: a record (the new rows and the state) appended every
+        ``checkpoint_every`` rounds, at the end and when interrupted
+        (:mod:`riemfl.federated.checkpoint`).
     resume : bool
         Continue from ``checkpoint`` when it exists (same settings and data, else
         ``CheckpointError``).
