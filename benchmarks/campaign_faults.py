@@ -82,7 +82,7 @@ from riemfl.federated import (  # noqa: E402
     run_async,
     run_sync,
 )
-from riemfl.federated.checkpoint import load_checkpoint  # noqa: E402
+from riemfl.federated.checkpoint import CheckpointFile, load_checkpoint  # noqa: E402
 from riemfl.problems import KPCAProblem  # noqa: E402
 
 __all__ = [
@@ -133,8 +133,9 @@ class Settings:
         every subprocess).
     flips : dict
         ``sync`` and ``async``: the number of byte flips of each engine's checkpoint, of which
-        ``per_region`` land in each region of the file (magic line, hash, header length, JSON
-        header, arrays) and the rest in equal slices of the whole file; ``rounds``: the run's
+        ``per_region`` land in each kind of region of the file (magic line; each record's
+        lengths, their check, its digest, its rows part and its state part) and the rest in
+        equal slices of the whole file; ``rounds``: the run's
         length (the checkpoint is written half-way).
     faults : dict
         ``rate`` (per client-round), ``sync_rounds``, ``async_steps`` (FedBuff server steps of
@@ -246,6 +247,22 @@ def _read_checkpoint(path: Path) -> dict[str, Any] | None:
         return load_checkpoint(copy)
 
 
+def _torn_tail(path: Path) -> int:
+    """Bytes of a record cut short at the end of the checkpoint (what a kill inside an append
+    leaves; the next save drops them), 0 if none or no checkpoint; read from a copy."""
+    if not path.exists():
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copyfile(path, copy)
+        reader = CheckpointFile(copy)
+        try:
+            reader.load(rows=False)
+        except CheckpointError:  # counted by _checkpoint_step as corrupt
+            return 0
+        return reader.dropped
+
+
 def _checkpoint_step(path: Path) -> int | str | None:
     try:
         payload = _read_checkpoint(path)
@@ -313,6 +330,7 @@ def _chain(
         a |= {"delay_s": delay, "step_before": before, "resumed": before is not None}
         if a["killed"]:
             a["tmp_after_kill"] = _temporaries(path.parent) if path.parent.exists() else []
+            a["torn_tail_after_kill"] = _torn_tail(path)
             a["step_after"] = _checkpoint_step(path)
         attempts.append(a)
         kills += a["killed"]
@@ -383,7 +401,11 @@ def _kill_summary(
         "reference_wall_s": t_ref,
         "chains": len(chains),
         "kills": len(killed),
-        "kills_during_checkpoint_write": sum(bool(a["tmp_after_kill"]) for a in killed),
+        # a kill inside the first (atomic) write leaves a temporary file, one inside an append
+        # a torn tail
+        "kills_during_checkpoint_write": sum(
+            bool(a["tmp_after_kill"]) or a["torn_tail_after_kill"] > 0 for a in killed
+        ),
         "kills_before_first_checkpoint": sum(a["step_after"] is None for a in killed),
         "corrupt_after_kill": sum(isinstance(x, str) for x in steps),
         "resumes": sum(a["resumed"] for a in attempts),
@@ -425,30 +447,36 @@ def _flip_runner(engine: str, every: int) -> Callable[..., History]:
 
 
 def _regions(data: bytes) -> list[tuple[str, int]]:
-    """(region, end offset) of a checkpoint: magic line, hash, header length, header, arrays."""
-    magic = data.index(b"\n") + 1
-    length = int.from_bytes(data[magic + 32 : magic + 40], "little")
-    return [
-        ("magic", magic),
-        ("hash", magic + 32),
-        ("header_length", magic + 40),
-        ("header", magic + 40 + length),
-        ("arrays", len(data)),
-    ]
+    """(region, end offset) of a checkpoint (format 3): the magic line, then per record its two
+    lengths, their check, its digest, its rows part and its state part."""
+    end = data.index(b"\n") + 1
+    regions = [("magic", end)]
+    while end + 56 <= len(data):
+        rows, state = (int.from_bytes(data[end + i : end + i + 8], "little") for i in (0, 8))
+        for name, size in (("lengths", 16), ("check", 8), ("digest", 32), ("rows", rows)):
+            end += size
+            regions.append((name, end))
+        end += state
+        regions.append(("state", end))
+    return regions
 
 
 def flip_positions(
     rng: np.random.Generator, regions: list[tuple[str, int]], n: int, per_region: int
 ) -> list[int]:
-    """``per_region`` positions drawn in each region, the others one in each of equal slices of
-    the whole file (sorted)."""
+    """``per_region`` positions drawn in each kind of region (a name may stand for a region of
+    every record: the first draw of a kind in its first region, the others in one drawn at
+    random), the others one in each of equal slices of the whole file (sorted)."""
     starts = [0] + [end for _, end in regions[:-1]]
-    targeted = [
-        int(rng.integers(a, b))
-        for a, (_, b) in zip(starts, regions, strict=True)
-        for _ in range(per_region)
-        if b > a
-    ]
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for start, (name, end) in zip(starts, regions, strict=True):
+        if end > start:
+            spans.setdefault(name, []).append((start, end))
+    targeted = []
+    for kind in spans.values():
+        for k in range(per_region):
+            a, b = kind[0] if k == 0 else kind[int(rng.integers(len(kind)))]
+            targeted.append(int(rng.integers(a, b)))
     m, size = n - len(targeted), regions[-1][1]
     spread = [
         int(rng.integers(j * size // m, max((j + 1) * size // m, j * size // m + 1)))

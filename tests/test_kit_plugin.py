@@ -21,6 +21,8 @@ from riemfl.testing import ManifoldTests
 {classes}
 """
 N_CLASSES = 3
+#: options of every inner run: no cache files; no pytest-benchmark, which warns under xdist
+INNER = ("-p", "no:cacheprovider", "-p", "no:benchmark")
 
 
 def _user_suite(n: int) -> str:
@@ -45,7 +47,7 @@ def test_the_settings_chain_stays_short_with_the_plugin_and_grows_without(pytest
     fn = ManifoldTests.test_batch_equals_loop
     pytester.makepyfile(test_user=_user_suite(N_CLASSES))
     before = _depth(fn)
-    args = ["-q", "-p", "no:cacheprovider", "-k", "test_batch_equals_loop"]
+    args = ["-q", *INNER, "-k", "test_batch_equals_loop"]
     if not plugin:
         args += ["-p", "no:_riemfl_pytestplugin"]
     saved = fn._hypothesis_internal_use_settings
@@ -66,7 +68,7 @@ def test_a_users_suite_collects_the_kits_slow_marker_strictly_and_without_warnin
     """A fresh process (the marker is looked up when the kit's module is imported), with
     ``--strict-markers`` and warnings as errors; ``-m slow`` selects the kit's larger families."""
     pytester.makepyfile(test_user=_user_suite(1))
-    args = ["-p", "no:cacheprovider", "--co", "-q", "--strict-markers", "-W", "error", "-m", "slow"]
+    args = [*INNER, "--co", "-q", "--strict-markers", "-W", "error", "-m", "slow"]
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == 0, result.stdout.str()
     assert "test_user.py::TestM0::test_bad_input" in result.stdout.str()
@@ -75,15 +77,7 @@ def test_a_users_suite_collects_the_kits_slow_marker_strictly_and_without_warnin
 def test_without_the_plugin_the_marker_is_unknown(pytester):
     """The failure the plugin prevents (so that the test above can fail)."""
     pytester.makepyfile(test_user=_user_suite(1))
-    args = [
-        "-p",
-        "no:cacheprovider",
-        "--co",
-        "-q",
-        "--strict-markers",
-        "-p",
-        "no:_riemfl_pytestplugin",
-    ]
+    args = [*INNER, "--co", "-q", "--strict-markers", "-p", "no:_riemfl_pytestplugin"]
     result = pytester.runpytest_subprocess(*args)
     assert result.ret != 0 and "'slow' not found in `markers`" in result.stdout.str()
 
@@ -93,5 +87,5 @@ def test_an_old_conftest_that_lists_the_module_registers_the_plugin_once(pyteste
     with the entry point loaded too, pytest must not refuse a second registration."""
     pytester.makeconftest('pytest_plugins = ["riemfl.testing.pytest_plugin"]\n')
     pytester.makepyfile(test_user=_user_suite(1))
-    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "--co")
+    result = pytester.runpytest_inprocess("-q", *INNER, "--co")
     assert result.ret == 0, result.stdout.str()
