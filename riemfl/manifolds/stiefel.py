@@ -17,6 +17,7 @@ from ..backend import Array, is_torch, ops_for
 from ..errors import ConvergenceError, ParameterError
 from ..linalg import polar, qr_positive, solve_inverse_qr, solve_lyapunov
 from .base import Manifold, result_checked
+from .implicit_log import implicit_log
 from .stiefel_canonical import (
     canonical_egrad_to_rgrad,
     canonical_ehess_to_rhess,
@@ -194,6 +195,36 @@ def stiefel_log(
         )
         return xi.to(x.dtype) if ops.is_torch else xi.astype(x.dtype)
     tol = 1e3 * eps if tol is None else tol
+    if ops.is_torch and _wants_gradient(x, y):
+        return implicit_log(
+            lambda xa, ya: _anderson_log(ops, xa, ya, tol, max_iter, memory),
+            _embedded_fixed_point,
+            x,
+            y,
+            tol,
+            max_iter,
+            _adjoint_failed,
+        )
+    return _anderson_log(ops, x, y, tol, max_iter, memory)
+
+
+def _wants_gradient(x, y) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+
+
+def _embedded_fixed_point(x, y, xi):
+    r"""The map whose fixed point the log is: :math:`P_{T_X}(\xi + Y - \mathrm{Exp}_X(\xi))`."""
+    return stiefel_to_tangent(x, xi + y - stiefel_exp(x, xi))
+
+
+def _adjoint_failed(what: str) -> ConvergenceError:
+    return ConvergenceError(f"Stiefel log: {what}; the points are probably too far apart")
+
+
+def _anderson_log(ops, x, y, tol, max_iter, memory):
+    """The iteration of :func:`stiefel_log` (float64 or wider inputs)."""
     shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(y.shape)))
     flat = shape[:-2] + (shape[-2] * shape[-1], 1)
 

@@ -26,6 +26,7 @@ import numpy as np
 from ..backend import Array, cast_like, ops_for, widen
 from ..errors import ConvergenceError, CutLocusError
 from ..linalg import sym
+from .implicit_log import implicit_log
 
 __all__ = [
     "canonical_inner",
@@ -345,59 +346,17 @@ def _rotation_log(v):
 
 def _implicit_log(x, y, tol, max_iter):
     """canonical_log with the derivative of the implicit function Exp_X(xi) = Y (torch)."""
-    import torch
 
     def fixed_point(xa, ya, xi):  # xi = P_X(xi + Y - Exp_X(xi)) at the solution
         d = xi + ya - canonical_exp(xa, xi)
         return d - xa @ sym(xa.mT @ d)
 
-    class _Log(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, xa, ya):
-            xi = _zimmermann(xa, ya, tol, max_iter)
-            ctx.save_for_backward(xa, ya, xi)
-            return xi
-
-        @staticmethod
-        def backward(ctx, grad):
-            xa, ya, xi = (a.detach() for a in ctx.saved_tensors)
-            with torch.enable_grad():
-                xa, ya, xi = (a.requires_grad_(True) for a in (xa, ya, xi))
-                out = fixed_point(xa, ya, xi)
-
-                def operator(w):  # (I - J^T) w, J the Jacobian of the fixed point in xi
-                    (jw,) = torch.autograd.grad(out, xi, w, retain_graph=True)
-                    return w - jw
-
-                w = _gmres(operator, grad, tol, max_iter)
-                gx, gy = torch.autograd.grad(out, (xa, ya), w)
-            return gx, gy
-
-    return _Log.apply(x, y)
-
-
-def _gmres(operator, b, tol, max_iter):
-    """GMRES without restarts (Saad and Schultz 1986) for ``operator(w) = b``, torch tensors of
-    any shape (the whole batch is one system); the small least-squares problems in numpy."""
-    size = float(b.norm())
-    if size == 0.0:
-        return b
-    basis, hess = [b / size], np.zeros((max_iter + 1, max_iter))
-    residual = math.inf
-    for j in range(max_iter):
-        w = operator(basis[j])
-        for i, v in enumerate(basis):  # modified Gram-Schmidt
-            hess[i, j] = float((w * v).sum())
-            w = w - hess[i, j] * v
-        hess[j + 1, j] = float(w.norm())
-        rhs = np.zeros(j + 2)
-        rhs[0] = size
-        coef = np.linalg.lstsq(hess[: j + 2, : j + 1], rhs, rcond=None)[0]
-        residual = float(np.linalg.norm(hess[: j + 2, : j + 1] @ coef - rhs))
-        if residual <= tol * size or hess[j + 1, j] <= 1e-14 * size:
-            return sum(c * v for c, v in zip(coef, basis, strict=False))
-        basis.append(w / hess[j + 1, j])
-    raise _far_apart(
-        f"the adjoint system of the log's derivative did not converge in {max_iter} GMRES steps "
-        f"(relative residual {residual / size:.3e})"
+    return implicit_log(
+        lambda xa, ya: _zimmermann(xa, ya, tol, max_iter),
+        fixed_point,
+        x,
+        y,
+        tol,
+        max_iter,
+        _far_apart,
     )

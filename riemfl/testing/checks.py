@@ -683,22 +683,27 @@ def check_autograd(
         for g, d in zip(grads, directions, strict=True)
         if g is not None
     )
-    h = 1e-6
 
-    def value(sign):
+    def value(step):
         moved = [
-            manifold.retract(a, sign * h * d) if role == "point" else np.asarray(a) + sign * h * d
+            manifold.retract(a, step * d) if role == "point" else np.asarray(a) + step * d
             for a, d, role in zip(args, directions, roles, strict=True)
         ]
         with torch.no_grad():
             res = getattr(manifold, method)(*[torch.as_tensor(m) for m in moved])
         return float((weights * res).sum())
 
-    fd = (value(1.0) - value(-1.0)) / (2 * h)
-    if abs(fd - auto) > 1e-5 * max(1.0, abs(fd)):
+    # Central differences err by O(h^2) (truncation) plus e / h, where e is the accuracy of the
+    # map's value: rounding for closed forms, but the solver's tolerance for iterative maps
+    # (Stiefel's log stops within ~1e-11, so at h = 1e-6 the quotient is off by ~1e-5, and where
+    # it lands depends on the BLAS kernel). The derivative is right when it matches at either of
+    # two steps, one small (truncation-bound) and one larger (noise-bound); a wrong derivative
+    # matches at neither.
+    fds = [(value(h) - value(-h)) / (2 * h) for h in (1e-6, 1e-4)]
+    if all(abs(fd - auto) > 1e-5 * max(1.0, abs(fd)) for fd in fds):
         raise AssertionError(
             f"{manifold.name}.{method}: autograd directional derivative {auto:.8e} differs from "
-            f"the finite difference {fd:.8e}"
+            f"the finite differences {fds[0]:.8e} (h = 1e-6) and {fds[1]:.8e} (h = 1e-4)"
         )
 
 
