@@ -14,7 +14,7 @@ File layout (format 3; all integers little-endian)::
     a record:
     R, S                      8 bytes each: unsigned lengths of its rows part and its state part
     check                     8 bytes: the first 8 bytes of the SHA-256 of the 16 bytes of R, S
-    digest                    32 bytes: SHA-256 of the previous record's digest (32 zero bytes
+    chain hash                32 bytes: SHA-256 of the previous record's chain hash (32 zero bytes
                               for the first record), the 16 bytes of R, S and the R + S bytes
     rows part                 R bytes: row entries, each an 8-byte length and a tree
     state part                S bytes: one tree, the payload
@@ -42,7 +42,7 @@ A tree ends right after its last array. ``dtype`` is numpy's ``dtype.str`` (``"<
                                      torch dtype (``"bfloat16"``), its device, ``requires_grad``
 ===================================  ===========================================================
 
-**Reading** checks the magic line, then each record's check and digest, and only then parses
+**Reading** checks the magic line, then each record's check and chain hash, and only then parses
 JSON and builds arrays with :func:`numpy.frombuffer`: no code from the file is ever run. A record
 whose head or body runs past the end of the file is a *torn tail*, what a process killed while
 appending leaves: it is dropped, and the record before it is the checkpoint. Any other damage (a
@@ -113,7 +113,7 @@ _LENGTHS = struct.Struct("<QQ")
 _CHECK_SIZE = 8
 _DIGEST_SIZE = 32
 _HEAD_SIZE = _LENGTHS.size + _CHECK_SIZE + _DIGEST_SIZE
-_NO_DIGEST = bytes(_DIGEST_SIZE)
+_NO_CHAIN = bytes(_DIGEST_SIZE)
 _DTYPE_STR = re.compile(r"[<>|][biufc][0-9]{1,2}")
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _READ_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, OverflowError)
@@ -222,7 +222,7 @@ class CheckpointFile:
     any length of the run, and compacts the file when half of it is superseded states;
     :meth:`write` makes a new file; :meth:`load` reads one. The object keeps the rows parts of
     the file's records (the bytes a compaction copies: about the size of the history as JSON),
-    where the file ends and the digest of its last record.
+    where the file ends and the chain hash of its last record.
 
     Parameters
     ----------
@@ -250,7 +250,7 @@ class CheckpointFile:
         self._sync_error: OSError | None = None
         self.dropped = 0
         self._end: int | None = None  # where the last record written or read ends
-        self._digest = _NO_DIGEST
+        self._chain = _NO_CHAIN
         self._identity: tuple[int, int] | None = None
         self._rows = bytearray()  # the rows parts of every record, back to back
 
@@ -308,7 +308,7 @@ class CheckpointFile:
             )
         for key, types in (required or {}).items():
             require(payload, key, types, where=f"checkpoint {str(self.path)!r}")
-        self._end, self._digest = scan.end, scan.digest
+        self._end, self._chain = scan.end, scan.chain
         self._identity = (stat.st_dev, stat.st_ino)
         self._rows = bytearray().join(scan.rows)
         self.dropped = stat.st_size - scan.end
@@ -394,7 +394,7 @@ class CheckpointFile:
 
     def _append(self, entries: bytes, state: _Chunks) -> bool:
         """Append one record; False (nothing written) when the file is not the one known."""
-        record, digest = _record(self._digest, [entries], state)
+        record, chain = _record(self._chain, [entries], state)
         try:
             fd = os.open(self.path, os.O_RDWR | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
@@ -417,7 +417,7 @@ class CheckpointFile:
             os.close(fd)
             return False
         self._end += _size(record)
-        self._digest = digest
+        self._chain = chain
         self._rows += entries
         if self.background_sync:
             self._syncing = threading.Thread(target=self._sync, args=(fd,), name="riemfl-sync")
@@ -438,7 +438,7 @@ class CheckpointFile:
 
     def _replace(self, entries: bytes | bytearray, state: _Chunks) -> None:
         """A new file of one record, written atomically."""
-        record, digest = _record(_NO_DIGEST, [entries], state)
+        record, chain = _record(_NO_CHAIN, [entries], state)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(self.path)
         tmp = _temporary_path(self.path, os.getpid())
@@ -456,7 +456,7 @@ class CheckpointFile:
                 tmp.unlink()
             raise
         _fsync_directory(self.path.parent)
-        self._end, self._digest = len(_MAGIC) + _size(record), digest
+        self._end, self._chain = len(_MAGIC) + _size(record), chain
         self._identity = (stat.st_dev, stat.st_ino)
         self._rows = bytearray(entries)
         self.dropped = 0
@@ -551,14 +551,14 @@ def _check(lengths: bytes) -> bytes:
 
 
 def _record(previous: bytes, entries: _Chunks, state: _Chunks) -> tuple[_Chunks, bytes]:
-    """The chunks of a record after the one of digest ``previous``, and its digest."""
+    """The chunks of a record after the one of chain hash ``previous``, and its chain hash."""
     lengths = _LENGTHS.pack(_size(entries), _size(state))
     hasher = hashlib.sha256(previous)
     hasher.update(lengths)
     for chunk in (*entries, *state):
         hasher.update(chunk)
-    digest = hasher.digest()
-    return [lengths + _check(lengths) + digest, *entries, *state], digest
+    chain = hasher.digest()
+    return [lengths + _check(lengths) + chain, *entries, *state], chain
 
 
 def _write_all(fd: int, chunks: _Chunks) -> None:
@@ -571,10 +571,10 @@ def _write_all(fd: int, chunks: _Chunks) -> None:
 # ----------------------------------------------------------------------------- decoding
 @dataclass
 class _Scan:
-    """The complete records of a file: where they end, the last digest, their parts."""
+    """The complete records of a file: where they end, the last chain hash, their parts."""
 
     end: int
-    digest: bytes
+    chain: bytes
     state: memoryview
     rows: list[bytes]  # the rows part of each record
 
@@ -585,7 +585,7 @@ def _scan(fh: Any, size: int) -> _Scan:
     magic = fh.read(len(_MAGIC))
     if magic != _MAGIC:
         raise ValueError(_not_a_checkpoint(magic))
-    pos, k, digest = len(_MAGIC), 0, _NO_DIGEST
+    pos, k, chain = len(_MAGIC), 0, _NO_CHAIN
     rows: list[bytes] = []
     state = memoryview(b"")
     while size - pos >= _HEAD_SIZE:
@@ -598,7 +598,7 @@ def _scan(fh: Any, size: int) -> _Scan:
             break  # a torn tail: the record was being appended when its writer stopped
         body = bytearray(r + s)
         _read_exact_into(fh, body)
-        hasher = hashlib.sha256(digest)
+        hasher = hashlib.sha256(chain)
         hasher.update(lengths)
         hasher.update(body)
         if hasher.digest() != head[-_DIGEST_SIZE:]:
@@ -607,11 +607,11 @@ def _scan(fh: Any, size: int) -> _Scan:
                 "SHA-256 hash (damaged)"
             )
         rows.append(bytes(body[:r]))
-        state, digest = memoryview(body)[r:], hasher.digest()
+        state, chain = memoryview(body)[r:], hasher.digest()
         pos, k = pos + _HEAD_SIZE + r + s, k + 1
     if k == 0:
         raise ValueError(f"it holds no complete record (truncated to {size} bytes)")
-    return _Scan(pos, digest, state, rows)
+    return _Scan(pos, chain, state, rows)
 
 
 def _decode_entries(part: bytes, k: int) -> list[Any]:

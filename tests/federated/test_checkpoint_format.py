@@ -450,7 +450,7 @@ def test_a_save_compacts_the_file_when_most_of_it_is_superseded_states(tmp_path,
         counts.append(len(records))
         live = len(MAGIC) + HEAD + sum(len(rows) for _, _, rows, _ in records)
         assert len(data) <= 2 * (live + len(records[-1][3]))  # superseded states <= live bytes
-    assert 1 in counts[1:] and max(counts) > 2  # appended, and compacted now and then
+    assert max(counts) > 2 and 1 in counts[1:]  # compacted now and then, and appended
     payload, entries = CheckpointFile(path).load()
     assert payload["round"] == 40 and entries == [{"r": r, "rows": [r] * 20} for r in range(1, 41)]
     assert _tmp_files(tmp_path) == []
