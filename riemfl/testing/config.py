@@ -11,14 +11,13 @@ hyperbolic points) can widen them with a per-manifold ``tolerance_scale``.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import backend
-from ..extras import extra_of
+from ..extras import extra_of, installed
 
 __all__ = [
     "Config",
@@ -58,7 +57,7 @@ def importorskip(module: str, reason: str | None = None) -> Any:
 
 def torch_available() -> bool:
     """Whether torch can be imported (torch configurations are skipped otherwise)."""
-    return importlib.util.find_spec("torch") is not None
+    return installed("torch")
 
 
 def cuda_available() -> bool:
