@@ -3,25 +3,39 @@ r"""An asynchronous riemfl server rule on a Flower grid: apply each reply as it 
 Flower's strategies are synchronous (``Grid.send_and_receive`` waits for a whole round), so the
 ServerApp runs its own loop over ``Grid.push_messages`` / ``Grid.pull_messages``:
 
-1. after the handshake, every client (at most ``workers`` at a time) is dispatched with the
-   current global model, whose version is held in a :class:`riemfl.federated.VersionStore`;
+1. after the handshake, the clients are dispatched in queue order with the current global
+   model, whose version is held in a :class:`riemfl.federated.VersionStore`: at most
+   ``workers`` clients at a time, and at most ``node_workers`` (default 1) per node, so a
+   client whose node is busy keeps its place in the queue until the node's reply arrives;
 2. the loop pulls whatever replies have arrived (polling from 1 ms up to ``max_poll``); for
    each, in arrival order, it checks the upload (a local model: finite, on the manifold within
    ``atol``; a curve rule's control points: also starting at the model the client received),
    builds the :class:`~riemfl.federated.Arrival` (base = the version the client received,
    staleness = current version minus that one) and calls the rule's ``apply`` (FedAsync,
    FedBuff, AsyncBezier, ... - the same code as :func:`riemfl.federated.run_async`);
-3. the client is dispatched again at once with the current model, until ``server_steps``
-   server steps have been taken.
+3. the client rejoins the queue and is dispatched again with the current model as soon as its
+   node is free, until ``server_steps`` server steps have been taken;
+4. the replies still in flight are awaited (up to ``drain_timeout``) and not applied; one that
+   says its node is gone still excludes the node.
+
+The queue is the one of :func:`riemfl.federated.run_async` (first in, first out; a handled
+client rejoins at the back; at most ``workers`` in flight), with one more bound: the node.
+A node's messages share that node's compute (in simulation, a pool of Ray actors that every
+node shares, one message per actor at a time), so several messages to one node buy little
+speed, and they let a node that hangs hold several of the simulation's actors: with two actors
+(a 2-core machine) and two messages to a hanging node, both actors hang, the healthy nodes'
+messages wait behind them, and every node times out. With one message per node, a hanging
+node holds one actor, the others serve the healthy nodes, and only the hanging node is
+excluded, ``reply_timeout`` seconds after its message was sent.
 
 Faults never stop the loop and never make it spin. A faulty reply (an exception the ClientApp
 raised, an upload that fails the checks) is logged with its reason, not applied, and the client
 is dispatched again; after ``max_failures`` faulty replies in a row the client is excluded. A
 node that is gone (a reply saying that its ClientApp process died, e.g. Ray's
 ``ActorDiedError``, or a message unanswered for ``reply_timeout`` seconds) is excluded with all
-its clients at once. Exclusions are recorded in ``history.config["excluded"]`` and emitted as a
-:class:`~riemfl.federated.ClientDroppedWarning`; when no client is left the run raises
-:class:`~riemfl.adapters.flower.NoProgressError`.
+its clients at once; its late reply, if any, is ignored. Exclusions are recorded in
+``history.config["excluded"]`` and emitted as a :class:`~riemfl.federated.ClientDroppedWarning`;
+when no client is left the run raises :class:`~riemfl.adapters.flower.NoProgressError`.
 
 Unlike the in-process simulator, the order of arrivals is the real one (compute and messaging
 times), so a run is not reproducible arrival for arrival; the per-update log records what
@@ -33,7 +47,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +106,7 @@ class _AsyncRun:
                 "rule": rule.describe(),
                 "n_clients": self.problem.n_clients,
                 "workers": self.workers,
+                "node_workers": job.node_workers,
                 "engine": "flower",
                 "job": job.name,
                 "seed": job.seed,
@@ -112,10 +127,17 @@ class _AsyncRun:
 
     # ------------------------------------------------------------------ messages
     def dispatch(self) -> None:
-        """Send the current model to waiting clients while fewer than ``workers`` are busy."""
-        items, sent = [], []
+        """Send the current model to waiting clients, in queue order, while fewer than
+        ``workers`` are busy; a client whose node has ``node_workers`` messages in flight keeps
+        its place in the queue."""
+        busy = Counter(self.owner[client] for client, _, _ in self.in_flight.values())
+        items, sent, waiting = [], [], []
         while len(self.in_flight) + len(items) < self.workers and self.queue:
             client = self.queue.popleft()
+            if busy[self.owner[client]] >= self.job.node_workers:
+                waiting.append(client)
+                continue
+            busy[self.owner[client]] += 1
             version = self.store.acquire()
             epochs = self._epochs(client) if self._epochs is not None else None
             config = {
@@ -130,6 +152,7 @@ class _AsyncRun:
             self.dispatched += 1
             items.append((self.owner[client], encode(config, {"x": self.store.model})))
             sent.append((client, version))
+        self.queue.extendleft(reversed(waiting))
         if not items:
             return
         ids = push(self.grid, items, ASYNC, f"{self.job.name}:{self.dispatched}")
@@ -293,7 +316,7 @@ class _AsyncRun:
                 if self.store.current < job.server_steps:
                     self.arrive(reply, client, version)
                 else:  # arrived with others after the last step: not applied
-                    self.store.release(version)
+                    self.late(reply, client, version)
             if self.store.current < job.server_steps:
                 self.dispatch()
         self.drain()
@@ -305,24 +328,34 @@ class _AsyncRun:
             self.evaluate()
         return h
 
+    def late(self, reply: Any, client: int, version: int) -> None:
+        """A reply after the last server step: not applied; its version released. One that
+        says its node is gone still excludes the node (recorded as during the run)."""
+        self.store.release(version)
+        if node_lost(reply):
+            self.lose_node(self.owner[client], reply_error(reply))
+
     def drain(self) -> None:
-        """Wait (up to ``drain_timeout``) for the replies still in flight; do not apply them."""
+        """Wait (up to ``drain_timeout``) for the replies still in flight; handle each with
+        :meth:`late`."""
         deadline = time.monotonic() + self.job.drain_timeout
         poller = Poller(self.job.max_poll)
-        waiting = dict(self.in_flight)
-        while waiting and time.monotonic() < deadline:
-            got = list(self.grid.pull_messages(list(waiting)))
+        while self.in_flight and time.monotonic() < deadline:
+            got = list(self.grid.pull_messages(list(self.in_flight)))
             for reply in got:
-                waiting.pop(reply.metadata.reply_to_message_id, None)
+                key = reply.metadata.reply_to_message_id
+                if key in self.in_flight:  # not forgotten with an excluded node
+                    client, version, _ = self.in_flight.pop(key)
+                    self.late(reply, client, version)
             if got:
                 poller.reset()
             else:
                 poller.wait()
-        if waiting:
+        if self.in_flight:
             log.warning(
                 "job %s: %d replies still in flight after %g s",
                 self.job.name,
-                len(waiting),
+                len(self.in_flight),
                 self.job.drain_timeout,
             )
         for _, version, _ in self.in_flight.values():

@@ -2,11 +2,14 @@
 
 ``make_client_app(jobs, mods=[CorruptReplies("sync", partition=1, faults=("nan",))])`` makes
 node 1 return a NaN upload for its first client in every round of job ``"sync"``; the server
-must drop that client with its reason (and only that client). Two faults act on the whole node
+must drop that client with its reason (and only that client). Three faults act on the whole node
 instead of a row: ``faults=("raise",)`` makes the node's ClientApp raise (Flower then returns an
 error reply), ``faults=("die",)`` makes it kill its own process with ``os._exit(1)`` (in
 simulation the Ray actor running it dies; Flower answers with an error reply such as
-``ActorDiedError``), as a crash or the OOM killer would.
+``ActorDiedError``), as a crash or the OOM killer would, and ``faults=("hang",)`` makes it
+sleep ``hang_for`` seconds before it answers (in simulation it holds a Ray actor all that
+time), as a node stuck in I/O or a deadlock would: the server excludes it after its
+``reply_timeout`` and ignores the late reply.
 
 ``SecAggDropout(partition=1)`` makes node 1 fail inside Flower's SecAgg+ protocol instead (at
 the stage that collects the masked vectors, by default): a node that drops out of a secure
@@ -16,15 +19,17 @@ aggregation after it joined it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import ParameterError
+from .jobs import _check_positive
 from .wire import ASYNC, SYNC, decode, encode
 
-__all__ = ["CorruptReplies", "SecAggDropout", "FAULTS", "NODE_FAULTS"]
+__all__ = ["CorruptReplies", "SecAggDropout", "FAULTS", "NODE_FAULTS", "HANG_FOR"]
 
 #: what a fault does to one uploaded row (a point or vector of the manifold's point shape)
 FAULTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -39,16 +44,29 @@ FAULTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _raise(job: str, partition: int) -> None:
+#: default seconds a hanging node (the ``"hang"`` fault) sleeps before it answers
+HANG_FOR = 600.0
+
+
+def _raise(job: str, partition: int, hang_for: float) -> None:
     raise RuntimeError(f"fault injected on node {partition} (job {job!r})")
 
 
-def _die(job: str, partition: int) -> None:
+def _die(job: str, partition: int, hang_for: float) -> None:
     os._exit(1)  # the ClientApp's process ends at once, as in a crash (no exception, no reply)
 
 
-#: faults of the whole node: the ClientApp raises, or its process dies, instead of answering
-NODE_FAULTS: dict[str, Callable[[str, int], None]] = {"raise": _raise, "die": _die}
+def _hang(job: str, partition: int, hang_for: float) -> None:
+    time.sleep(hang_for)  # the ClientApp holds its process (a Ray actor in simulation)
+
+
+#: faults of the whole node, each called as ``fault(job, partition, hang_for)``: the ClientApp
+#: raises, its process dies, or it sleeps ``hang_for`` seconds before it answers
+NODE_FAULTS: dict[str, Callable[[str, int, float], None]] = {
+    "raise": _raise,
+    "die": _die,
+    "hang": _hang,
+}
 
 
 class CorruptReplies:
@@ -65,11 +83,20 @@ class CorruptReplies:
         uploads gets ``faults[j]``; rows beyond are left alone). Asynchronous replies have one
         row, the local model (or a curve rule's control points). Or a single fault of
         :data:`NODE_FAULTS`: ``("raise",)``, the ClientApp raises instead of answering;
-        ``("die",)``, its process exits (``os._exit(1)``) on each training message of the
-        job.
+        ``("die",)``, its process exits (``os._exit(1)``); ``("hang",)``, it sleeps
+        ``hang_for`` seconds, then answers normally; on each training message of the job.
+    hang_for : float
+        Seconds a ``"hang"`` fault sleeps (default :data:`HANG_FOR`). A simulation ends only
+        once every ClientApp call has returned, so a test keeps it short.
     """
 
-    def __init__(self, job: str, partition: int, faults: Sequence[str] = ("nan",)) -> None:
+    def __init__(
+        self,
+        job: str,
+        partition: int,
+        faults: Sequence[str] = ("nan",),
+        hang_for: float = HANG_FOR,
+    ) -> None:
         faults = tuple(faults)
         node_faults = [f for f in faults if f in NODE_FAULTS]
         unknown = [f for f in faults if f not in FAULTS and f not in NODE_FAULTS]
@@ -79,6 +106,7 @@ class CorruptReplies:
                 f"alone; got {list(faults)} (unknown faults {unknown})"
             )
         self.job, self.partition, self.faults = job, int(partition), faults
+        self.hang_for = _check_positive("hang_for", hang_for)
 
     def __call__(self, message: Any, context: Any, call_next: Callable[..., Any]) -> Any:
         kind = message.metadata.message_type
@@ -88,7 +116,8 @@ class CorruptReplies:
             and decode(message.content)[0].get("job") == self.job
         )
         if targeted and self.faults[0] in NODE_FAULTS:
-            NODE_FAULTS[self.faults[0]](self.job, self.partition)
+            NODE_FAULTS[self.faults[0]](self.job, self.partition, self.hang_for)
+            return call_next(message, context)  # after a hang: a late, unchanged reply
         reply = call_next(message, context)
         if not targeted or reply.has_error():
             return reply
@@ -115,14 +144,17 @@ class SecAggDropout:
         The SecAgg+ stage whose message it fails on: ``"setup"``, ``"share_keys"``,
         ``"collect_masked_vectors"`` (default: while it would send its masked upload) or
         ``"unmask"``.
-    fault : {"raise", "die"}
-        Raise in the ClientApp, or kill its process (:data:`NODE_FAULTS`).
+    fault : {"raise", "die", "hang"}
+        Raise in the ClientApp, kill its process, or sleep ``hang_for`` seconds before
+        answering (:data:`NODE_FAULTS`).
     rounds : sequence of int, optional
         The rounds it fails in (default: every one).
     job : str, optional
         Fail only in the secure aggregations of this job (default: of every job): the node
         holds that job's contribution of that round (:class:`~riemfl.adapters.flower.secure.
         Contribution`) when its SecAgg+ run starts.
+    hang_for : float
+        Seconds a ``"hang"`` fault sleeps (default :data:`HANG_FOR`).
     """
 
     STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
@@ -134,6 +166,7 @@ class SecAggDropout:
         fault: str = "raise",
         rounds: Sequence[int] | None = None,
         job: str | None = None,
+        hang_for: float = HANG_FOR,
     ) -> None:
         if stage not in self.STAGES or fault not in NODE_FAULTS:
             raise ParameterError(
@@ -143,6 +176,7 @@ class SecAggDropout:
         self.partition, self.stage, self.fault = int(partition), stage, fault
         self.rounds = None if rounds is None else {int(r) for r in rounds}
         self.job = job
+        self.hang_for = _check_positive("hang_for", hang_for)
 
     def _targets(self, message: Any, context: Any) -> bool:
         r = int(message.metadata.group_id)
@@ -162,5 +196,5 @@ class SecAggDropout:
             and int(context.node_config.get("partition-id", -1)) == self.partition
             and self._targets(message, context)
         ):
-            NODE_FAULTS[self.fault](f"SecAgg+ {self.stage}", self.partition)
+            NODE_FAULTS[self.fault](f"SecAgg+ {self.stage}", self.partition, self.hang_for)
         return call_next(message, context)

@@ -301,7 +301,7 @@ class AsyncJob(_Job):
         Seed of the initial point (as ``run_async``) and of the clients' mini-batches.
     x0 : array, optional
     workers : int, optional
-        Clients in flight at once (default: all).
+        Clients in flight at once (default: all), at most ``node_workers`` per node.
     weights : {"samples", "uniform"}
         :math:`w_i` of the rule's rate, as in ``run_async``.
     max_staleness : int, optional
@@ -315,14 +315,23 @@ class AsyncJob(_Job):
     reply_timeout : float
         Seconds to wait for the reply to one dispatch; a node with a message unanswered for
         longer is taken for dead and excluded with its clients (as is a node whose reply says
-        that its ClientApp process died). When no client is left, the run stops with
-        :class:`~riemfl.adapters.flower.NoProgressError` (``ReplyTimeoutError`` when the last
-        ones timed out): the longest wait of a run whose nodes all die.
+        that its ClientApp process died); its late reply, if any, is ignored. When no client is
+        left, the run stops with :class:`~riemfl.adapters.flower.NoProgressError`
+        (``ReplyTimeoutError`` when the last ones timed out): the longest wait of a run whose
+        nodes all die.
     max_failures : int
         Exclude a client after this many faulty replies in a row (an exception its ClientApp
         raised, or an upload that fails the checks: malformed, non-finite, complex, wrong shape
         or dtype, off the manifold). Each faulty reply is logged with its reason and the client
         is dispatched again until then.
+    node_workers : int
+        Messages in flight to one node at once (default 1): a node's other clients wait in the
+        queue until its reply arrives. A node's messages share its compute (in simulation, a
+        pool of Ray actors that every node shares, one message per actor), and one message per
+        node keeps a node that hangs from holding more than one of the simulation's actors,
+        which would starve the healthy nodes (their messages would wait behind it until every
+        node timed out). More only helps a node that runs messages in parallel; in simulation,
+        keep it below the number of actors.
     drain_timeout : float
         After the last server step, seconds to wait for the replies still in flight (they are
         not applied; waiting keeps a node from running a stale task into the next job).
@@ -367,6 +376,7 @@ class AsyncJob(_Job):
     freeze_end: bool = True
     registration_timeout: float = REGISTRATION_TIMEOUT
     max_failures: int = MAX_FAILURES
+    node_workers: int = 1
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -381,6 +391,7 @@ class AsyncJob(_Job):
         _check_count("max_staleness", self.max_staleness, 0)
         _check_count("eval_every", self.eval_every, 1)
         self.max_failures = _check_count("max_failures", self.max_failures, 1)
+        self.node_workers = _check_count("node_workers", self.node_workers, 1)
         if self.weights not in ("samples", "uniform"):
             raise ParameterError(f"weights must be 'samples' or 'uniform', got {self.weights!r}")
         self.atol = _check_positive("atol", self.atol)

@@ -2,15 +2,17 @@
 
 Fast part (no Ray): the asynchronous loop on a stand-in for Flower's ``Grid`` whose nodes are
 real ClientApps (``make_client_app``, with ``CorruptReplies`` mods) called in this process, or
-nodes that answer as a dead or silent node does. Slow part: one Flower simulation with a node
-process that dies (``os._exit``) in a synchronous and in an asynchronous job, complex uploads
-on both paths, and a last job that cannot make progress, whose failure must keep the earlier
-jobs' results.
+nodes that answer as a dead or silent node does (also behind a pool of two actors, as in a
+simulation on a 2-core machine). Slow part: one Flower simulation with a node process that dies
+(``os._exit``) in a synchronous and in an asynchronous job, complex uploads on both paths, and
+a last job that cannot make progress, whose failure must keep the earlier jobs' results; and
+one with two actors and a node that hangs in an asynchronous job.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +57,7 @@ from riemfl.federated import ClientDroppedWarning, FedAsync, RFedAvg, RFedProj  
 NODES = 3
 KPCA = ProblemSpec("kpca-synthetic", clients=6, seed=1)
 ETA = 4e-3
-DEAD, COMPLEX = 1, 2  # partition-ids of the faulty nodes
+DEAD, COMPLEX, HANG = 1, 2, 1  # partition-ids of the faulty nodes
 
 
 def clients_of(partition: int, n: int = 6) -> list[int]:
@@ -80,6 +82,9 @@ def test_fault_arguments():
         CorruptReplies("job", 0, faults=("die", "nan"))
     with pytest.raises(ParameterError, match="unknown faults"):
         CorruptReplies("job", 0, faults=("zero",))
+    assert CorruptReplies("job", 0, faults=("hang",), hang_for=2).hang_for == 2.0
+    with pytest.raises(ParameterError, match="hang_for"):
+        CorruptReplies("job", 0, faults=("hang",), hang_for=0)
 
 
 def test_backend_config_restarts_actors_and_binds_to_loopback():
@@ -106,6 +111,8 @@ def test_timeouts_and_failures_are_job_parameters():
         SyncJob(KPCA, RFedProj(ETA), 1, registration_timeout=0)
     with pytest.raises(ParameterError, match="max_failures"):
         AsyncJob(KPCA, FedAsync(), 2, ETA, max_failures=0)
+    with pytest.raises(ParameterError, match="node_workers"):
+        AsyncJob(KPCA, FedAsync(), 2, ETA, node_workers=0)
     config = {
         "engine": "async",
         "problem-clients": 6,
@@ -143,12 +150,28 @@ def task_identity(monkeypatch):
 class FakeGrid:
     """Flower's ``Grid`` without its engine: node p (node id = partition-id) answers each pushed
     message at once with ``answer(p, message)``: a reply, or ``None`` (it stays silent).
-    Raises when more than ``limit`` messages are pushed: a loop that spins fails the test."""
+    Raises when more than ``limit`` messages are pushed: a loop that spins fails the test.
 
-    def __init__(self, answer, limit: int = 500) -> None:
-        self.answer, self.limit = answer, limit
+    With ``actors``, the messages of every node are served in order by that many actors, as by
+    Flower's simulation engine: a silent node's message holds its actor for good (a node that
+    hangs), and the messages behind it wait for a free actor."""
+
+    def __init__(self, answer, limit: int = 500, actors: int | None = None) -> None:
+        self.answer, self.limit, self.actors = answer, limit, actors
         self.sent: list[tuple[int, str]] = []  # (node, message type) of every message
         self.replies: dict[str, object] = {}
+        self.waiting: list[tuple[str, int, object]] = []  # (id, node, message) not yet served
+        self.held = 0  # actors held by a silent node's message
+
+    def serve(self) -> None:
+        """Answer the waiting messages in order while an actor is free."""
+        while self.waiting and self.held < self.actors:
+            mid, node, message = self.waiting.pop(0)
+            reply = self.answer(node, message)
+            if reply is None:
+                self.held += 1
+            else:
+                self.replies[mid] = reply
 
     def get_node_ids(self) -> list[int]:
         return list(range(NODES))
@@ -162,13 +185,18 @@ class FakeGrid:
             self.sent.append((node, message.metadata.message_type))
             if len(self.sent) > self.limit:
                 raise AssertionError(f"{len(self.sent)} messages pushed: the loop spins")
+            ids.append(mid)
+            if self.actors is not None:
+                self.waiting.append((mid, node, message))
+                continue
             reply = self.answer(node, message)
             if reply is not None:
                 self.replies[mid] = reply
-            ids.append(mid)
         return ids
 
     def pull_messages(self, message_ids):
+        if self.actors is not None:
+            self.serve()
         return [self.replies.pop(i) for i in message_ids if i in self.replies]
 
     def dispatched(self, node: int) -> int:
@@ -226,7 +254,7 @@ def test_async_dead_node_is_excluded_and_the_run_goes_on(task_identity):
         history = run_async_job(grid, job, list(range(NODES)))
     assert any("excluded" in str(w.message) for w in caught)
     assert history.metrics["step"][-1] == 8
-    assert grid.dispatched(DEAD) == 2  # each of its clients once, then never again
+    assert grid.dispatched(DEAD) == 1  # one message in flight per node; never again
     reasons = excluded(history)
     assert sorted(reasons) == clients_of(DEAD)
     assert all("could not run the ClientApp" in w for w in reasons.values())
@@ -277,7 +305,23 @@ def test_async_silent_nodes_are_excluded_after_the_reply_timeout(task_identity):
     assert isinstance(info.value, NoProgressError)
     assert "every client is excluded" in str(info.value)
     assert "no reply within the job's reply_timeout (0.2 s)" in str(info.value)
-    assert all(grid.dispatched(p) == 2 for p in range(NODES))
+    assert all(grid.dispatched(p) == 1 for p in range(NODES))  # one message per node
+
+
+def test_async_hanging_node_does_not_starve_the_others(task_identity):
+    """Two actors serve every node's messages (Flower's simulation on a 2-core machine) and node
+    HANG never answers: its message holds one actor for good. With one message in flight per
+    node, the other actor serves the healthy nodes and the run ends; a loop that sends each of
+    HANG's clients its own message lets them hold both actors: every node times out."""
+    job = small_async("hang", reply_timeout=2.0, drain_timeout=0.1)
+    grid = FakeGrid(nodes(job, silent={HANG}), actors=2)
+    with warnings.catch_warnings():  # HANG is excluded if the run outlasts its reply_timeout
+        warnings.simplefilter("ignore", ClientDroppedWarning)
+        history = run_async_job(grid, job, list(range(NODES)))
+    assert history.metrics["step"][-1] == 8
+    assert grid.dispatched(HANG) == 1 and grid.held == 1
+    assert set(excluded(history)) <= set(clients_of(HANG))
+    assert not set(history.log["client"]) & set(clients_of(HANG))
 
 
 # --------------------------------------------------------------------------------- simulation
@@ -389,3 +433,42 @@ def test_complex_uploads_are_dropped_async(failure):
 def test_ray_binds_to_loopback(failure):
     assert len(failure.addresses) == NODES + 1  # the ping: all nodes once, then one node
     assert all(ipaddress.ip_address(a).is_loopback for a in failure.addresses)
+
+
+#: the hanging job's reply_timeout (s): far above a healthy round trip (about 0.1 s)
+HANG_TIMEOUT = 4.0
+#: FedAsync on 2 healthy nodes with one message in flight each: Flower's simulation hands each
+#: node at most one message per 0.1 s, so 100 steps take at least 5 s, past HANG_TIMEOUT
+HANG_ASYNC = AsyncJob(
+    KPCA,
+    FedAsync(),
+    100,
+    ETA,
+    2,
+    name="hang-async",
+    reply_timeout=HANG_TIMEOUT,
+    drain_timeout=1.0,
+    eval_every=50,
+)
+
+
+@pytest.mark.slow
+def test_a_hanging_node_is_excluded_alone_async():
+    """Flower's default backend with 2 CPUs (2 ClientApp actors, as on a 2-core machine) and a
+    node that hangs on each message of the job (1.5 s past the reply timeout; the simulation
+    ends once it returns): only its clients are excluded, by the reply timeout, and the healthy
+    nodes finish the run. (Before one message per node, the hanging node's two messages held
+    both actors and every node timed out at server step 3.)"""
+    mods = [CorruptReplies("hang-async", HANG, ("hang",), hang_for=HANG_TIMEOUT + 1.5)]
+    with pytest.warns(ClientDroppedWarning, match="reply_timeout"):
+        results = simulate([HANG_ASYNC], NODES, backend_config=default_backend_config(2), mods=mods)
+    history = results["hang-async"]
+    assert history.metrics["step"][-1] == HANG_ASYNC.server_steps
+    assert history.config["node_workers"] == 1
+    reasons = excluded(history)
+    assert sorted(reasons) == clients_of(HANG)
+    assert all(f"reply_timeout ({HANG_TIMEOUT:g} s)" in w for w in reasons.values())
+    assert all(e["time"] >= HANG_TIMEOUT for e in history.config["excluded"])
+    log = history.log
+    assert not set(log["client"]) & set(clients_of(HANG))  # its late reply is ignored
+    assert all(log["applied"]) and set(log["client"]) == set(range(6)) - set(clients_of(HANG))

@@ -514,6 +514,8 @@ def test_run_config_builds_curve_rule_jobs():
     assert (trainer.warmup_steps, trainer.curve_steps) == (2, 4)
     default = deploy.job_from_run_config({**config, "warmup-steps": -1, "curve-steps": -1})
     assert (default.warmup_steps, default.curve_steps) == (5, 5)  # local-steps each
+    assert default.node_workers == 1  # one message in flight per node unless the config says
+    assert deploy.job_from_run_config({**config, "node-workers": 2}).node_workers == 2
     with pytest.raises(ParameterError, match="needs a Euclidean problem"):
         deploy.job_from_run_config({**config, "problem": "kpca-synthetic"})
     with pytest.raises(TrainerMismatchError, match="settings of the curve client"):
