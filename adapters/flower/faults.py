@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ParameterError
-from .jobs import _check_positive
+from .jobs import check_positive
 from .wire import ASYNC, SYNC, decode, encode
 
 __all__ = ["CorruptReplies", "SecAggDropout", "FAULTS", "NODE_FAULTS", "HANG_FOR"]
@@ -106,7 +106,7 @@ class CorruptReplies:
                 f"alone; got {list(faults)} (unknown faults {unknown})"
             )
         self.job, self.partition, self.faults = job, int(partition), faults
-        self.hang_for = _check_positive("hang_for", hang_for)
+        self.hang_for = check_positive("hang_for", hang_for)
 
     def __call__(self, message: Any, context: Any, call_next: Callable[..., Any]) -> Any:
         kind = message.metadata.message_type
@@ -176,7 +176,7 @@ class SecAggDropout:
         self.partition, self.stage, self.fault = int(partition), stage, fault
         self.rounds = None if rounds is None else {int(r) for r in rounds}
         self.job = job
-        self.hang_for = _check_positive("hang_for", hang_for)
+        self.hang_for = check_positive("hang_for", hang_for)
 
     def _targets(self, message: Any, context: Any) -> bool:
         r = int(message.metadata.group_id)

@@ -108,7 +108,8 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _check_positive(what: str, value: float) -> float:
+def check_positive(what: str, value: float) -> float:
+    """``value`` as a float; raise ParameterError naming ``what`` unless it is finite and > 0."""
     v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise ParameterError(f"{what} must be a finite number > 0, got {value!r}")
@@ -128,7 +129,7 @@ def _check_timeouts(job: Any) -> None:
     """Check (and convert to float) the job's timeouts and polling interval."""
     for what in ("registration_timeout", "reply_timeout", "max_poll"):
         if hasattr(job, what):
-            setattr(job, what, _check_positive(what, getattr(job, what)))
+            setattr(job, what, check_positive(what, getattr(job, what)))
 
 
 def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | None:
@@ -270,7 +271,7 @@ class SyncJob(_Job):
             raise ParameterError(
                 f"{problem.name} has no per-sample losses: batch_size must be None"
             )
-        self.atol = _check_positive("atol", self.atol)
+        self.atol = check_positive("atol", self.atol)
         _check_timeouts(self)
         self.algorithm.validate(problem)
 
@@ -394,8 +395,8 @@ class AsyncJob(_Job):
         self.node_workers = _check_count("node_workers", self.node_workers, 1)
         if self.weights not in ("samples", "uniform"):
             raise ParameterError(f"weights must be 'samples' or 'uniform', got {self.weights!r}")
-        self.atol = _check_positive("atol", self.atol)
-        self.drain_timeout = _check_positive("drain_timeout", self.drain_timeout)
+        self.atol = check_positive("atol", self.atol)
+        self.drain_timeout = check_positive("drain_timeout", self.drain_timeout)
         _check_timeouts(self)
         self.rule.validate(problem.manifold)
         self.trainer()  # validates batch_size against the problem
