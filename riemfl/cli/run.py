@@ -2,7 +2,8 @@
 
 Writes ``history.json``, ``history.csv`` and ``history.png`` into the output folder
 (:mod:`.output`) and checkpoints there every ``--checkpoint-every`` steps; the same command
-resumes an interrupted run.
+resumes an interrupted run, and starts afresh where a run was killed inside its first checkpoint
+write (the temporary file such a writer leaves is removed first).
 
 Before the folder is made, every check that can fail does: the options, the optional
 dependencies (:data:`RUN_EXTRAS`, the problem's and the method's ``extras`` in the registry,
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         step = entry.default_step(problem, args.local_steps, eta_g)
     if not sync:
         trainer, rule, timing = _async_parts(args, problem, step, privacy)
-        with OutputFolder(args) as out:
+        with _output_folder(args) as out:
             return _run_async(args, problem, trainer, rule, timing, out)
     algorithm = build_algorithm(
         args.algorithm,
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.problem}, got {args.clients_per_round}"
         )
     algorithm.validate(problem)  # the maps it needs of the manifold, before the folder is made
-    with OutputFolder(args) as out:
+    with _output_folder(args) as out:
         history = run_sync(
             problem,
             algorithm,
@@ -230,6 +231,16 @@ def run(args: argparse.Namespace) -> int:
         f"{out}/history.json, history.csv, history.png"
     )
     return 0
+
+
+def _output_folder(args: argparse.Namespace) -> OutputFolder:
+    """The ``--out`` folder, once the temporary checkpoint files of writers that are no longer
+    running are gone: a run killed inside its first checkpoint write leaves only such a file,
+    and the same command then starts afresh."""
+    from ..federated.checkpoint import remove_stale_temporaries
+
+    remove_stale_temporaries(Path(args.out) / CHECKPOINT_NAME)
+    return OutputFolder(args)
 
 
 def _epsilon(history: Any, args: argparse.Namespace) -> str:

@@ -18,19 +18,23 @@ trainer: the waiting queue (:mod:`riemfl.federated.async_scheduler`), the stalen
 * **Lazy training.** At dispatch only the version of the global model is recorded; the local
   training runs at the end event, from that version, with the client's own random generator, so
   results are exact and reproducible.
-* **Faults.** An arrival whose training raises, or whose upload has the wrong shape, a complex
-  or non-floating dtype or a non-finite entry, is dropped (recorded in ``History.warnings`` and
-  as a :class:`~riemfl.federated.faults.ClientDroppedWarning`; counted in ``dropped``; logged
-  with ``applied`` False) and the client is dispatched again; after ``max_failures`` consecutive
-  failures it is excluded. The run raises :class:`~riemfl.errors.ClientFailureError` only when
-  every client is excluded.
+* **Faults.** An arrival whose training raises, or whose upload is refused as on every engine
+  (:mod:`riemfl.federated.faults`: the wrong shape, a complex or non-floating dtype, another
+  floating dtype than the model's, a non-finite entry), is dropped (recorded in
+  ``History.warnings`` and as a :class:`~riemfl.federated.faults.ClientDroppedWarning`; counted
+  in ``dropped``; logged with ``applied`` False) and the client is dispatched again; after
+  ``max_failures`` consecutive failures it is excluded. The run raises
+  :class:`~riemfl.errors.ClientFailureError` only when every client is excluded.
 * **Theory mode** (Toghani & Uribe 2022, Assumption 1, eq. (3)): no clock; each arrival is a
   client drawn uniformly from [n] whose base version is drawn uniformly among the last
   ``max_staleness + 1`` versions.
 * **Checkpoints.** The event heap, the virtual clock, the queue, the version store (models
   included), the rule's state (:meth:`~riemfl.federated.AsyncRule.state_dict`), the trainer's
   state where it keeps one, every generator and the history: a resumed run is bit-identical to
-  an uninterrupted one.
+  an uninterrupted one. A checkpoint is resumed only by a run of the same fingerprint (the
+  engine's settings, the rule's, the trainer's settings
+  (:func:`~riemfl.federated.fingerprint.settings`), ``eval_every``, the timing model and a hash
+  of the data), and only when its state agrees with itself (:meth:`EventLoop.validate`).
 """
 
 from __future__ import annotations
@@ -49,9 +53,9 @@ from ..manifolds.euclidean import Euclidean
 from .async_manifold import AsyncManifold, BezierEmbedding
 from .async_rules import Arrival, AsyncRule
 from .async_scheduler import WaitingQueue
-from .checkpoint import require_layout
+from .checkpoint import inconsistent, require_amount, require_count, require_layout
 from .faults import FaultRecorder, failure_reason, upload_problem
-from .fingerprint import data_digest
+from .fingerprint import data_digest, settings
 from .history import LOG_COLUMNS, AsyncHistory, History
 from .run_core import RunOptions, Stateful, check_count, run_steps
 from .staleness import StalenessPolicy
@@ -124,12 +128,6 @@ def _weights(trainer: Any, kind: str) -> np.ndarray:
     raise ParameterError(f"weights must be 'samples' or 'uniform', got {kind!r}")
 
 
-def _describe(obj: Any) -> dict[str, Any]:
-    """A timing model's kind, scalar settings and a hash of its arrays (e.g. traces)."""
-    scalars = {k: v for k, v in vars(obj).items() if isinstance(v, int | float | str | bool)}
-    return {"kind": type(obj).__name__, **scalars, "arrays": data_digest(obj)}
-
-
 # --------------------------------------------------------------------------------------- loop
 class EventLoop:
     """The event loop of the simulator (module docstring); one :meth:`advance` = one server step.
@@ -185,6 +183,7 @@ class EventLoop:
         self.time_rng, self.sched_rng = (np.random.default_rng(s) for s in seqs[1:3])
         self.client_rngs = [np.random.default_rng(s) for s in seqs[3].spawn(self.n)]
         self.expected = {"x": upload_shape(rule, tuple(np.shape(x0)))}
+        self.dtype = getattr(x0, "dtype", None)  # the model's: uploads of another are dropped
         self.curve = self.expected["x"] != tuple(np.shape(x0))
         self.store = VersionStore(x0)
         self.queue = WaitingQueue(scheduler, scheduler_k, self.sched_rng)
@@ -291,7 +290,7 @@ class EventLoop:
             local = self.trainer.train(
                 client, base, self.client_rngs[client], self._epochs_of(client)
             )
-            why = upload_problem({"x": local}, self.expected)
+            why = upload_problem({"x": local}, self.expected, self.dtype)
             if why is not None and self.curve:
                 why += " (a curve rule takes a curve's control points: use a curve trainer, e.g. "
                 why += "BezierProblemTrainer or BezierClientTrainer)"
@@ -357,6 +356,88 @@ class EventLoop:
         if isinstance(self.trainer, Stateful):
             state["trainer"] = self.trainer.state_dict()
         return state
+
+    def validate(self, step: int) -> None:
+        """The loaded state agrees with a checkpoint of server step ``step``.
+
+        The version store holds its current version, which is ``step``; the counters are
+        non-negative with at least ``step`` applied updates, as many as the log holds; the
+        virtual clock is finite; every event of the heap ends at or after it and names a client
+        in ``0..n-1`` and a stored model version, the one its client holds; every client that is
+        not excluded is either in flight or waiting, once.
+
+        Raises
+        ------
+        CheckpointError
+            Naming the first field that disagrees.
+        """
+        self.store.validate("store")
+        if self.store.current != step:
+            current = self.store.current
+            raise inconsistent(
+                "state key 'store.current'", current, f"{step}, the checkpoint's step"
+            )
+        self._validate_counters(step)
+        self._validate_events()
+        for client in (*self.excluded, *self._waiting()):
+            self._validate_client("a client of state key 'excluded' or 'queue'", client)
+        require_count("state key 'failures' (smallest)", int(self.failures.min(initial=0)))
+
+    def _validate_counters(self, step: int) -> None:
+        updates = require_count("state key 'counters.updates'", self.counters["updates"])
+        dropped = require_count("state key 'counters.dropped'", self.counters["dropped"])
+        require_amount("state key 'counters.blocked_time'", self.counters["blocked_time"])
+        if updates - dropped < step:
+            shown = f"at least {step} applied updates ('updates' - 'dropped') for step {step}"
+            raise inconsistent("state key 'counters.dropped'", dropped, shown)
+        logged = len(self.history.log.get("client", ()))
+        if updates != logged:
+            shown = f"{logged}, the client updates its history logs"
+            raise inconsistent("state key 'counters.updates'", updates, shown)
+        now = require_amount("state key 'now' (the virtual clock)", self.now)
+        if self.mode == "theory" and now != updates:
+            raise inconsistent(
+                "state key 'now' (theory mode)", now, f"{float(updates)}, the updates"
+            )
+        require_count("state key 'dispatched'", self.dispatched, len(self.heap))
+
+    def _validate_events(self) -> None:
+        """Every event of the heap: its end, dispatch number, client and model version."""
+        for k, (end, dispatch, client, version) in enumerate(self.heap):
+            field = f"state key 'heap' event {k}"
+            require_amount(f"the end time of {field}", end, self.now)
+            require_count(f"the dispatch number of {field}", dispatch, 0, self.dispatched - 1)
+            self._validate_client(f"the client of {field}", client)
+            if version not in self.store.refs:
+                shown = f"a stored model version (stored: {sorted(self.store.refs)})"
+                raise inconsistent(f"the model version of {field}", version, shown)
+            if self.holding.get(client) != version:
+                shown = f"the version its client {client} holds ({self.holding.get(client)})"
+                raise inconsistent(f"the model version of {field}", version, shown)
+        if len(self.holding) != len(self.heap):
+            shown = f"the {len(self.heap)} clients of the heap's events"
+            raise inconsistent("state key 'holding'", self.holding, shown)
+        for version, count in self.store.refs.items():
+            held = sum(v == version for v in self.holding.values())
+            if count != held:
+                shown = f"{held}, the clients in flight from it"
+                raise inconsistent(f"state key 'store.refs.{version}'", count, shown)
+
+    def _waiting(self) -> list[int]:
+        """The clients of the waiting queue (each once), checked against those in flight."""
+        waiting = [int(c) for c in self.queue.clients()]
+        if self.mode != "events":
+            return waiting
+        idle = sorted([*waiting, *self.holding])
+        expected = sorted(set(range(self.n)) - set(self.excluded))
+        if idle != expected:
+            shown = f"each client that is not excluded ({expected}) once, waiting or in flight"
+            raise inconsistent("state key 'queue' with 'holding'", idle, shown)
+        return waiting
+
+    def _validate_client(self, field: str, client: Any) -> None:
+        if not (isinstance(client, int) and 0 <= client < self.n):
+            raise inconsistent(field, client, f"a client index in 0..{self.n - 1}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         x0 = {"x": self.store.model}
@@ -548,7 +629,10 @@ def run_async(
     )
     fingerprint = {
         **{k: v for k, v in config.items() if k != "server_steps"},
-        "timing": _describe(timing),
+        "scheduler_k": scheduler_k,
+        "trainer": settings(trainer),
+        "eval_every": eval_every,
+        "timing": {**settings(timing), "arrays": data_digest(timing)},
         "max_updates": max_updates,
         "max_failures": max_failures,
         "data": data_digest(trainer),

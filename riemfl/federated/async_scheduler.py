@@ -44,6 +44,10 @@ class WaitingQueue:
     def __len__(self) -> int:
         return len(self._fifo) if self.kind == "fifo" else len(self._items)
 
+    def clients(self) -> list[int]:
+        """The waiting clients, in the queue's order."""
+        return list(self._fifo) if self.kind == "fifo" else [c for _, c in self._items]
+
     def push(self, client: int, now: float, num_batches: int) -> None:
         """Client ``client`` becomes idle at virtual time ``now``."""
         if self.kind == "fifo":

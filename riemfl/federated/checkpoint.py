@@ -65,7 +65,15 @@ state. So a file holds at most twice its live bytes or its live bytes plus
 however long the run.
 
 Saves and loads delete the temporary files of the same checkpoint left by writers (of this host)
-that are no longer running. On Windows, which has no harmless liveness probe, such files are kept.
+that are no longer running (:func:`remove_stale_temporaries`), so a writer killed inside the first
+write of a run leaves a checkpoint that is simply not there yet. On Windows, which has no harmless
+liveness probe, such files are kept.
+
+**Consistency.** The hashes say that the bytes are the ones written, not that the state agrees
+with itself. The run core checks, after the hashes, what it reads of a run's checkpoint (the step,
+the clock, the history's rows) and each engine's state checks its own fields
+(:meth:`~riemfl.federated.run_core.Steps.validate`); :func:`inconsistent`, :func:`require_count`
+and :func:`require_amount` make their errors.
 """
 
 from __future__ import annotations
@@ -97,6 +105,10 @@ __all__ = [
     "load_checkpoint",
     "require",
     "require_layout",
+    "inconsistent",
+    "require_count",
+    "require_amount",
+    "remove_stale_temporaries",
     "CHECKPOINT_FORMAT",
     "COMPACT_MIN_BYTES",
 ]
@@ -213,6 +225,86 @@ def require_layout(saved: Any, fresh: Mapping[str, Any], where: str) -> dict[str
     return dict(saved)
 
 
+# ----------------------------------------------------------------------------- consistency
+def inconsistent(field: str, held: Any, expected: str) -> CheckpointError:
+    """The error for a field of a loaded checkpoint that disagrees with the rest of it.
+
+    The hashes of a checkpoint say that its bytes are the ones written; a state written by hand
+    or by a faulty writer can still contradict itself. Engines check the state they loaded
+    (:meth:`~riemfl.federated.run_core.Steps.validate`) and raise this error.
+
+    Parameters
+    ----------
+    field : str
+        What holds the value, e.g. ``"state key 'round'"``.
+    held : object
+        The value found there.
+    expected : str
+        What the rest of the checkpoint implies, e.g. ``"6, the checkpoint's step"``.
+
+    Returns
+    -------
+    CheckpointError
+        With the message ``"{field} holds {held}; expected {expected}"``.
+    """
+    return CheckpointError(f"{field} holds {reprlib.repr(held)}; expected {expected}")
+
+
+def require_count(field: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value``, checked to be an int (not a bool) in ``[minimum, maximum]``.
+
+    Parameters
+    ----------
+    field : str
+        What holds the value (:func:`inconsistent`).
+    value : object
+        A counter, an index, a step.
+    minimum, maximum : int
+        The bounds (``maximum`` None: none above).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    CheckpointError
+        :func:`inconsistent`, naming ``field``.
+    """
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+    if not ok or value < minimum or (maximum is not None and value > maximum):
+        bound = "" if maximum is None else f" and <= {maximum}"
+        raise inconsistent(field, value, f"an int >= {minimum}{bound}")
+    return int(value)
+
+
+def require_amount(field: str, value: Any, minimum: float = 0.0) -> float:
+    """``value``, checked to be a finite real number >= ``minimum`` (a clock, a total).
+
+    Parameters
+    ----------
+    field : str
+        What holds the value (:func:`inconsistent`).
+    value : object
+        A clock, a total.
+    minimum : float
+        The smallest value accepted.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    CheckpointError
+        :func:`inconsistent`, naming ``field``.
+    """
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < minimum:
+        raise inconsistent(field, value, f"a finite number >= {minimum:g}")
+    return float(value)
+
+
 # ----------------------------------------------------------------------------- the file of a run
 class CheckpointFile:
     """The checkpoint file of one run, saved again and again (layout: module docstring).
@@ -288,7 +380,7 @@ class CheckpointFile:
             Only the error of this object's pending background sync (:meth:`wait`).
         """
         self.wait()
-        _remove_stale_temporaries(self.path)
+        remove_stale_temporaries(self.path)
         try:
             with open(self.path, "rb") as fh:
                 stat = os.fstat(fh.fileno())
@@ -440,7 +532,7 @@ class CheckpointFile:
         """A new file of one record, written atomically."""
         record, chain = _record(_NO_CHAIN, [entries], state)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(self.path)
+        remove_stale_temporaries(self.path)
         tmp = _temporary_path(self.path, os.getpid())
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
@@ -714,8 +806,22 @@ def _temporary_path(path: Path, pid: int) -> Path:
     return path.with_name(f"{path.name}.{pid}.{_HOST}-{secrets.token_hex(8)}.tmp")
 
 
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete ``path``'s temporary files whose writer (on this host) is no longer running."""
+def remove_stale_temporaries(path: str | Path) -> None:
+    """Delete the temporary files of checkpoint ``path`` whose writer (on this host) is no
+    longer running.
+
+    What a writer killed inside :meth:`CheckpointFile.write` leaves (before the rename): a run
+    started on ``path`` then finds no checkpoint, and none of the leftovers. Every load and save
+    calls it; ``riemfl run`` calls it on its ``--out`` folder before judging what the folder
+    holds. A temporary file of a running writer, or any file when liveness cannot be probed
+    (Windows), is kept.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint file (it need not exist); nothing happens when its folder cannot be read.
+    """
+    path = Path(path)
     pattern = re.compile(rf"{re.escape(path.name)}\.([0-9]{{1,10}})\.{_HOST}-[0-9a-f]{{16}}\.tmp")
     try:
         entries = list(os.scandir(path.parent))

@@ -25,6 +25,11 @@ offset and strides instead of being hashed again, so the data are read once; SHA
 arrays' memory without copying contiguous ones (about 2 GB/s on a core with SHA extensions). So
 the hash also tells which reachable arrays share memory, which is the same whenever the object
 is built the same way from the same data.
+
+:func:`settings` is the other half of a fingerprint: the scalar configuration of an object that
+has no fixed schema (e.g. the local trainer of an asynchronous run: its step size, local steps,
+batch size, learning rates): its own and those of the riemfl objects it holds, with the same
+exclusions (``run_state_attributes``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import numpy as np
 from ..errors import ParameterError
 from ._tensors import as_tensor, is_model_part, tensor_to_numpy
 
-__all__ = ["data_digest", "RUN_STATE_ATTRIBUTE"]
+__all__ = ["data_digest", "settings", "RUN_STATE_ATTRIBUTE"]
 
 #: The class attribute that lists an object's run-state attributes (not searched).
 RUN_STATE_ATTRIBUTE = "run_state_attributes"
@@ -92,6 +97,60 @@ def data_digest(obj: Any, *, exclude: Collection[str] = ()) -> str:
         if j is None:
             _hash_c_order(hasher, a)
     return hasher.hexdigest()
+
+
+def settings(obj: Any, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The configuration of ``obj``, JSON-ready: what a checkpoint of a run with it must match.
+
+    ``{"kind": its class name}``, then its ``describe()`` when it has one (the settings it
+    declares, as problems, algorithms and :class:`~riemfl.nn.floral.FloralTrainer` do), else
+    its public scalar attributes (bool, int, float, str and None values, and nested lists and
+    tuples of them, of names without a leading underscore); and, under their attribute names
+    (unless ``describe()`` gave them), the settings of the objects of classes from riemfl among
+    its public attributes, found the same way (e.g. the problem of a
+    :class:`~riemfl.federated.ProblemTrainer`, the trainer a curve trainer wraps). Attributes
+    named in the class's ``run_state_attributes`` or in ``exclude`` are left out: state that
+    changes during a run (a counter, a cache) must be named there, or a checkpoint of the same
+    run would not match. Arrays are left to :func:`data_digest`.
+
+    Parameters
+    ----------
+    obj : object
+        E.g. a trainer.
+    exclude : collection of str
+        Attribute names left out, wherever they occur.
+
+    Returns
+    -------
+    dict
+        Equal for objects built alike (the same classes and settings).
+    """
+    return _settings(obj, frozenset(exclude), {id(obj)})
+
+
+def _settings(obj: Any, exclude: frozenset[str], seen: set[int]) -> dict[str, Any]:
+    state = {*exclude, *getattr(type(obj), RUN_STATE_ATTRIBUTE, ())}
+    public = [(k, v) for k, v in _attributes(obj) if not k.startswith("_") and k not in state]
+    out: dict[str, Any] = {"kind": type(obj).__qualname__}
+    describe = getattr(obj, "describe", None)
+    if callable(describe):
+        out.update(describe())
+    else:
+        out.update((k, v) for k, v in public if _scalars(v))
+    for name, value in public:
+        skip = isinstance(value, type) or is_model_part(value) or callable(value)
+        if skip or name in out or not _from_riemfl(type(value)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        out[name] = _settings(value, exclude, seen)
+    return out
+
+
+def _scalars(value: Any) -> bool:
+    """A setting's value: a bool, int, float, str or None, or a (nested) list or tuple of them."""
+    if isinstance(value, list | tuple):
+        return all(_scalars(v) for v in value)
+    return isinstance(value, int | float | str | bool) or value is None
 
 
 def _leaves(obj: Any, exclude: frozenset[str] = frozenset()) -> list[_Leaf]:

@@ -36,7 +36,7 @@ from ..backend import is_torch
 from ..errors import ClientFailureError, ParameterError
 from ..problems.base import sample_batches
 from .aggregation import Aggregator, PlainSum, server_update
-from .checkpoint import require_layout
+from .checkpoint import inconsistent, require_amount, require_count, require_layout
 from .faults import FaultRecorder, row_problems, stack_problem
 from .run_core import Stateful
 
@@ -383,6 +383,23 @@ class RoundSteps:
         if isinstance(self.aggregator, Stateful):  # e.g. a noise generator and an accountant
             state["aggregator"] = self.aggregator.state_dict()
         return state
+
+    def validate(self, step: int) -> None:
+        """The loaded state agrees with a checkpoint of step ``step``: its ``round`` is
+        ``step``, its totals (uplink, CPU time) are finite and >= 0, and ``participants`` counts
+        at most the population.
+
+        Raises
+        ------
+        CheckpointError
+            Naming the first field that disagrees.
+        """
+        if self.round != step:
+            raise inconsistent("state key 'round'", self.round, f"{step}, the checkpoint's step")
+        for key, value in self.totals.items():
+            require_amount(f"state key 'totals.{key}'", value)
+        n = self.problem.n_clients
+        require_count("state key 'participants'", self.participants, 0, n)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])

@@ -17,6 +17,12 @@ output point, or personalised per-client metrics). :func:`run_steps` owns everyt
   overlaps the next steps, and is waited for before the next save, at an interruption and at
   the end); a run given an existing checkpoint rebuilds the history from the file's entries,
   resumes from the state, and ends exactly (bit for bit) where the uninterrupted run ends;
+* the consistency of a checkpoint, once its hashes are checked: its ``step`` is >= 0, its
+  wall-clock time finite, its history has a row for step 0 and for every ``record_every``-th
+  step up to ``step`` (and no row beyond it), and the steps' own :meth:`Steps.validate` finds
+  their state agreeing with ``step``; anything else is a
+  :class:`~riemfl.errors.CheckpointError` naming the field, what it held and what was
+  expected;
 * interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
   stops the loop at the next step boundary, writes the checkpoint and raises
   :class:`~riemfl.federated.interrupt.RunInterrupted`;
@@ -30,6 +36,7 @@ Client sampling and fault handling are shared through :mod:`riemfl.federated.rou
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import reprlib
 import time
@@ -40,7 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
-from .checkpoint import CheckpointFile, require
+from .checkpoint import CheckpointFile, inconsistent, require, require_amount, require_count
 from .history import History
 from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested
 from .serialise import dump_json
@@ -81,6 +88,19 @@ class Steps(Stateful, Protocol):
 
     def output(self) -> Any:
         """The current model (evaluated for the rows; the run's ``final_point``)."""
+        ...
+
+    def validate(self, step: int) -> None:
+        """Check the state just loaded from a checkpoint of step ``step`` (after
+        :meth:`load_state_dict`): the steps it records agree with ``step``, counters are
+        non-negative, clocks finite, indices name existing clients and models.
+
+        Raises
+        ------
+        CheckpointError
+            For the first field that disagrees (:func:`~riemfl.federated.checkpoint.
+            inconsistent`: the field, what it held, what was expected).
+        """
         ...
 
 
@@ -149,6 +169,16 @@ def _canonical(fingerprint: dict[str, Any]) -> Any:
     return json.loads(dump_json(fingerprint))
 
 
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts of settings as one dict of dotted keys (``trainer.step_size``), so that a
+    mismatch names the setting that differs."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        out.update(_flat(value, f"{name}.") if isinstance(value, dict) and value else {name: value})
+    return out
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal as JSON text (NaN settings, e.g. an unset diagnostic, equal NaN)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -166,6 +196,14 @@ def _fill(history: History, loaded: History) -> None:
     history.warnings[:] = loaded.warnings
     history.summary.clear()
     history.summary.update(loaded.summary)
+
+
+def _consistent(where: str, check: Callable[..., Any], *args: Any) -> None:
+    """``check(*args)``, its :class:`CheckpointError` prefixed with ``where`` (the file)."""
+    try:
+        check(*args)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
 
 
 def _rebuilt(entries: list[Any], saved: Any, where: str) -> History:
@@ -186,6 +224,37 @@ def _rebuilt(entries: list[Any], saved: Any, where: str) -> History:
         )
     loaded.summary.update(summary)
     return loaded
+
+
+#: The column of a row that holds its step (synchronous rounds, asynchronous server steps).
+_STEP_COLUMNS = ("round", "step")
+
+
+def _step_column(history: History) -> str | None:
+    """The name of ``history``'s step column (None when it has none)."""
+    return next((key for key in _STEP_COLUMNS if key in history.metrics), None)
+
+
+def _check_rows(history: History, step: int, record_every: int | None) -> None:
+    """The rows of a history loaded with a checkpoint of step ``step``: each step once and in
+    order, row 0, a row every ``record_every`` steps up to ``step`` (the last step of an earlier,
+    shorter run adds one) and none beyond ``step``."""
+    column = _step_column(history)
+    if column is None:
+        return
+    recorded = history.metrics[column]
+    every = record_every or step + 1
+    expected = [0, *range(every, step + 1, every)]
+    missing = sorted(set(expected) - set(recorded))
+    ordered = all(a < b for a, b in itertools.pairwise(recorded))
+    if missing or not ordered or (recorded and recorded[-1] > step):
+        why = f"{column} {missing[0]} has no row" if missing else "a row repeated, or beyond"
+        raise inconsistent(
+            f"the history's column {column!r}",
+            recorded,
+            f"rows at the {column}s {reprlib.repr(expected)} (every {every} up to the "
+            f"checkpoint's step {step}), each once, in order and none beyond; {why}",
+        )
 
 
 def _ordered(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
@@ -226,7 +295,7 @@ class _Loop:
             },
         )
         if not _same(state["fingerprint"], self.fingerprint):
-            saved, now = state["fingerprint"], self.fingerprint
+            saved, now = _flat(state["fingerprint"]), _flat(self.fingerprint)
             differ = sorted(k for k in {*saved, *now} if not _same(saved.get(k), now.get(k)))
             shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ)
             raise CheckpointMismatchError(
@@ -239,17 +308,21 @@ class _Loop:
                 f"checkpoint {str(path)!r} is at step {state['step']}, beyond the "
                 f"{self.options.steps} steps asked for"
             )
-        loaded = _rebuilt(entries, state["history"], f"checkpoint {str(path)!r}")
+        where = f"checkpoint {str(path)!r}"
+        _consistent(where, require_count, "its 'step'", state["step"])
+        _consistent(where, require_amount, "its wall-clock time 'wall'", state["wall"])
+        loaded = _rebuilt(entries, state["history"], where)
         try:
             self.steps.load_state_dict(state["state"])
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise CheckpointError(
-                f"checkpoint {str(path)!r}: its run state does not fit this run: "
-                f"{type(exc).__name__}: {exc}"
+                f"{where}: its run state does not fit this run: {type(exc).__name__}: {exc}"
             ) from exc
         _fill(self.history, loaded)
+        _consistent(where, self.steps.validate, state["step"])
+        _consistent(where, _check_rows, self.history, state["step"], self.options.record_every)
         self.saved = self.history.mark()
         self.start = state["step"]
         self.wall0 = time.perf_counter() - state["wall"]
@@ -339,10 +412,8 @@ class _Loop:
 
     def _last_recorded(self) -> int | None:
         """The step of the last recorded row (its ``round`` or ``step`` column)."""
-        for key in ("round", "step"):
-            if key in self.history.metrics:
-                return self.history.metrics[key][-1]
-        return None
+        column = _step_column(self.history)
+        return None if column is None else self.history.metrics[column][-1]
 
     def interrupt(self, done: int, last_saved: int) -> None:
         if done != last_saved:

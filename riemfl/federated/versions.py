@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checkpoint import inconsistent, require_count
+
 __all__ = ["VersionStore"]
 
 
@@ -58,6 +60,36 @@ class VersionStore:
             "refs": dict(self._refs),
             "peak": self.peak,
         }
+
+    @property
+    def refs(self) -> dict[int, int]:
+        """The stored versions and how many clients hold each (a copy)."""
+        return dict(self._refs)
+
+    def validate(self, key: str = "store") -> None:
+        """Check a loaded store: its current version is stored, and every stored version is
+        at most the current one with a reference count >= 0.
+
+        Parameters
+        ----------
+        key : str
+            The store's key in its owner's state (named in the errors).
+
+        Raises
+        ------
+        CheckpointError
+            Naming the first field that disagrees.
+        """
+        stored = sorted(self._arrays)
+        if self.current not in self._arrays:
+            shown = f"a stored model version (stored: {stored})"
+            raise inconsistent(f"state key '{key}.current'", self.current, shown)
+        if sorted(self._refs) != stored:
+            raise inconsistent(f"state key '{key}.refs'", self._refs, f"the versions {stored}")
+        for version in stored:
+            require_count(f"state key '{key}.versions' entry", version, 0, self.current)
+            require_count(f"state key '{key}.refs.{version}'", self._refs[version])
+        require_count(f"state key '{key}.peak'", self.peak, len(stored))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.current = int(state["current"])

@@ -282,6 +282,9 @@ class CurveClientTrainer(_WrappedTrainer):
         Lorentz prox weight, temperature (default D) and hyperboloid constant.
     """
 
+    #: a diagnostic counter that grows during a run: not a setting of the run's fingerprint
+    run_state_attributes = ("capped",)
+
     def __init__(
         self,
         trainer: TorchClientTrainer,

@@ -474,3 +474,18 @@ def test_curve_client_and_asynccurve_run():
     assert not np.array_equal(h.final_point, x)
     with pytest.raises(ParameterError):
         CurveClientTrainer(base, gamma=2.0)
+
+
+def test_curve_client_settings_leave_out_its_diagnostic_counter():
+    # the checkpoint fingerprint of an asynchronous run holds the trainer's settings; the
+    # counter of capped prox exponents grows during a run and must not make a resume refused
+    importorskip("torch")
+    from riemfl.federated.fingerprint import settings
+    from riemfl.nn import MLP, CurveClientTrainer, TorchClientTrainer, digits_clients
+
+    data = digits_clients(n_clients=2, alpha=0.5, seed=0)
+    client = CurveClientTrainer(TorchClientTrainer(lambda: MLP([64, 10]), data, lr=1e-2))
+    before = settings(client)
+    client.capped += 3
+    assert settings(client) == before
+    assert settings(CurveClientTrainer(client.trainer, gamma=0.5)) != before

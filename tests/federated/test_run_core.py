@@ -39,6 +39,8 @@ class FaultyTrainer:
     """A trainer whose clients in ``bad`` fail with the fault ``mode``, at each arrival with
     probability ``rate`` (drawn from the client's generator: runs stay reproducible)."""
 
+    run_state_attributes = ("calls",)  # a counter, not a setting of the local training
+
     def __init__(self, inner, bad=(), mode="raise", rate=1.0):
         self.inner, self.bad, self.mode, self.rate = inner, set(bad), mode, rate
         self.manifold, self.n_clients = inner.manifold, inner.n_clients

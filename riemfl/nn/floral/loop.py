@@ -269,5 +269,10 @@ def run_floral(
         columns=("round",),
         on_step=on_round,
     )
-    fingerprint = {**config, "data": data_digest(trainer), "x0": data_digest(x)}
+    fingerprint = {
+        **config,
+        "eval_every": eval_every,
+        "data": data_digest(trainer),
+        "x0": data_digest(x),
+    }
     return run_steps(steps, evaluate, history, fingerprint, options)
