@@ -29,7 +29,8 @@ trainer: the waiting queue (:mod:`riemfl.federated.async_scheduler`), the stalen
   client drawn uniformly from [n] whose base version is drawn uniformly among the last
   ``max_staleness + 1`` versions.
 * **Checkpoints.** The event heap, the virtual clock, the queue, the version store (models
-  included), the rule's state (:meth:`~riemfl.federated.AsyncRule.state_dict`), the trainer's
+  included), the rule's state (:meth:`~riemfl.federated.AsyncRule.state_dict`), the timing
+  model's (:class:`~riemfl.federated.timing.TraceTime`'s position in each trace), the trainer's
   state where it keeps one, every generator and the history: a resumed run is bit-identical to
   an uninterrupted one. A checkpoint is resumed only by a run of the same fingerprint (the
   engine's settings, the rule's, the trainer's settings
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +58,7 @@ from .checkpoint import inconsistent, require_amount, require_count, require_lay
 from .faults import FaultRecorder, failure_reason, upload_problem
 from .fingerprint import data_digest, settings
 from .history import LOG_COLUMNS, AsyncHistory, History
+from .rule_state import has_state
 from .run_core import RunOptions, Stateful, check_count, run_steps
 from .staleness import StalenessPolicy
 from .timing import ProportionalTime, TimingModel
@@ -353,6 +355,8 @@ class EventLoop:
             },
             "rule": self.rule.state_dict(),
         }
+        if has_state(self.timing):
+            state["timing"] = self.timing.state_dict()
         if isinstance(self.trainer, Stateful):
             state["trainer"] = self.trainer.state_dict()
         return state
@@ -364,7 +368,8 @@ class EventLoop:
         non-negative with at least ``step`` applied updates, as many as the log holds; the
         virtual clock is finite; every event of the heap ends at or after it and names a client
         in ``0..n-1`` and a stored model version, the one its client holds; every client that is
-        not excluded is either in flight or waiting, once.
+        not excluded is either in flight or waiting, once; the timing model's state agrees with
+        the durations drawn (:meth:`~riemfl.federated.timing.TimingModel.validate_state`).
 
         Raises
         ------
@@ -382,6 +387,17 @@ class EventLoop:
         for client in (*self.excluded, *self._waiting()):
             self._validate_client("a client of state key 'excluded' or 'queue'", client)
         require_count("state key 'failures' (smallest)", int(self.failures.min(initial=0)))
+        if isinstance(self.timing, TimingModel):
+            self.timing.validate_state("timing", self._drawn())
+
+    def _drawn(self) -> list[int]:
+        """The durations drawn per client so far: one per dispatch, that is per arrival logged
+        and per event in flight (events mode; theory mode draws none)."""
+        if self.mode != "events":
+            return [0] * self.n
+        counts = Counter(c for c in self.history.log.get("client", ()) if type(c) is int)
+        counts.update(self.holding.keys())
+        return [counts[i] for i in range(self.n)]
 
     def _validate_counters(self, step: int) -> None:
         updates = require_count("state key 'counters.updates'", self.counters["updates"])
@@ -466,6 +482,8 @@ class EventLoop:
         for g, s in zip(self.client_rngs, rngs["clients"], strict=True):
             g.bit_generator.state = s
         self.rule.load_state_dict(state["rule"])
+        if has_state(self.timing):  # none in checkpoints of runs before timing models had one
+            self.timing.load_state_dict(state.get("timing", {}))
         if isinstance(self.trainer, Stateful):
             self.trainer.load_state_dict(state["trainer"])
 
@@ -577,6 +595,8 @@ def run_async(
     max_updates = check_count("max_updates", max_updates, 1, optional=True)
     max_failures = check_count("max_failures", max_failures, 1, optional=True)
     timing = ProportionalTime() if timing is None else timing
+    if isinstance(timing, TimingModel):
+        timing.reset(n)
     if x0 is None:
         init_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])
         x0 = manifold.random_point(rng=init_rng)

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ._tensors import as_tensor, is_model_part, tensor_to_numpy
+from .serialise import instance_attributes, public_attributes, public_scalars
 
 __all__ = ["data_digest", "settings", "RUN_STATE_ATTRIBUTE"]
 
@@ -130,27 +131,19 @@ def settings(obj: Any, *, exclude: Collection[str] = ()) -> dict[str, Any]:
 
 def _settings(obj: Any, exclude: frozenset[str], seen: set[int]) -> dict[str, Any]:
     state = {*exclude, *getattr(type(obj), RUN_STATE_ATTRIBUTE, ())}
-    public = [(k, v) for k, v in _attributes(obj) if not k.startswith("_") and k not in state]
     out: dict[str, Any] = {"kind": type(obj).__qualname__}
     describe = getattr(obj, "describe", None)
     if callable(describe):
         out.update(describe())
     else:
-        out.update((k, v) for k, v in public if _scalars(v))
-    for name, value in public:
+        out.update(public_scalars(obj, exclude=state, sequences=True))
+    for name, value in public_attributes(obj, state):
         skip = isinstance(value, type) or is_model_part(value) or callable(value)
         if skip or name in out or not _from_riemfl(type(value)) or id(value) in seen:
             continue
         seen.add(id(value))
         out[name] = _settings(value, exclude, seen)
     return out
-
-
-def _scalars(value: Any) -> bool:
-    """A setting's value: a bool, int, float, str or None, or a (nested) list or tuple of them."""
-    if isinstance(value, list | tuple):
-        return all(_scalars(v) for v in value)
-    return isinstance(value, int | float | str | bool) or value is None
 
 
 def _leaves(obj: Any, exclude: frozenset[str] = frozenset()) -> list[_Leaf]:
@@ -195,7 +188,9 @@ def _visit(
         return []
     seen.add(id(node))
     state = getattr(type(node), RUN_STATE_ATTRIBUTE, ())
-    return [(f"{path}.{name}", name, v) for name, v in _attributes(node) if name not in state]
+    return [
+        (f"{path}.{name}", name, v) for name, v in instance_attributes(node) if name not in state
+    ]
 
 
 def _from_riemfl(cls: type) -> bool:
@@ -207,17 +202,6 @@ def _key(key: Any, i: int) -> str:
     if isinstance(key, str | int | float | bytes | bool) or key is None:
         return repr(key)
     return f"<{type(key).__qualname__} #{i}>"
-
-
-def _attributes(obj: Any) -> list[tuple[str, Any]]:
-    """``vars(obj)`` and the filled ``__slots__`` of its classes."""
-    out = list(getattr(obj, "__dict__", {}).items())
-    for cls in type(obj).__mro__:
-        slots = cls.__dict__.get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
-                out.append((name, getattr(obj, name)))
-    return out
 
 
 def _address(a: np.ndarray) -> int:

@@ -17,10 +17,13 @@ output point, or personalised per-client metrics). :func:`run_steps` owns everyt
   overlaps the next steps, and is waited for before the next save, at an interruption and at
   the end); a run given an existing checkpoint rebuilds the history from the file's entries,
   resumes from the state, and ends exactly (bit for bit) where the uninterrupted run ends;
+* finished runs: a checkpoint of the last step, or of an early stop (it records whether the
+  steps could make no further step, ``exhausted``; a ``stop(row)`` is asked again of its last
+  row), is the finished run: the same call returns its history and makes no step;
 * the consistency of a checkpoint, once its hashes are checked: its ``step`` is >= 0, its
-  wall-clock time finite, its history has a row for step 0 and for every ``record_every``-th
-  step up to ``step`` (and no row beyond it), and the steps' own :meth:`Steps.validate` finds
-  their state agreeing with ``step``; anything else is a
+  wall-clock time finite, its ``exhausted`` a bool where it has one, its history has a row for
+  step 0 and for every ``record_every``-th step up to ``step`` (and no row beyond it), and the
+  steps' own :meth:`Steps.validate` finds their state agreeing with ``step``; anything else is a
   :class:`~riemfl.errors.CheckpointError` naming the field, what it held and what was
   expected;
 * interruption: inside :func:`~riemfl.federated.interrupt.handle_interrupts`, SIGINT or SIGTERM
@@ -279,6 +282,8 @@ class _Loop:
         # a checkpoint's sync to disk overlaps the next steps (waited for before the next save)
         self.file = None if path is None else CheckpointFile(path, background_sync=True)
         self.saved: dict[str, Any] | None = None  # the history's mark at the last save
+        self.exhausted = False  # the steps could make no further step (advance returned False)
+        self.finished = False  # the checkpoint resumed is of the run's end: no step to make
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
@@ -311,6 +316,8 @@ class _Loop:
         where = f"checkpoint {str(path)!r}"
         _consistent(where, require_count, "its 'step'", state["step"])
         _consistent(where, require_amount, "its wall-clock time 'wall'", state["wall"])
+        if "exhausted" in state:  # checkpoints written before early stops were saved lack it
+            self.exhausted = require(state, "exhausted", bool, where=where)
         loaded = _rebuilt(entries, state["history"], where)
         try:
             self.steps.load_state_dict(state["state"])
@@ -326,7 +333,16 @@ class _Loop:
         self.saved = self.history.mark()
         self.start = state["step"]
         self.wall0 = time.perf_counter() - state["wall"]
+        self.finished = self.exhausted or self._stopped(self.start)
         return True
+
+    def _stopped(self, step: int) -> bool:
+        """Whether ``options.stop`` ends the run at its last row, when that row is of ``step``
+        (the row a run that stopped there was stopped by; asked again, so that a run resumed
+        with another tolerance goes on)."""
+        if self.options.stop is None or self._last_recorded() != step:
+            return False
+        return bool(self.options.stop({k: v[-1] for k, v in self.history.metrics.items()}))
 
     def save(self, step: int) -> None:
         if self.file is None:
@@ -338,6 +354,7 @@ class _Loop:
             "history": {"lengths": mark, "summary": dict(self.history.summary)},
             "fingerprint": self.fingerprint,
             "wall": float(time.perf_counter() - self.wall0),
+            "exhausted": self.exhausted,
         }
         part = self.history.since(self.saved)
         if part is None:  # something was removed from the history: the whole of it, anew
@@ -383,12 +400,15 @@ class _Loop:
             advance, last, every = self.steps.advance, opts.steps, opts.checkpoint_every
             record_every, on_step = opts.record_every or last + 1, opts.on_step
             show = bar.update if opts.progress else None
-            for step in range(self.start + 1, last + 1):
+            for step in range(last + 1 if self.finished else self.start + 1, last + 1):
                 if interrupt_requested():
                     self.interrupt(done, last_saved)
-                if not advance(step):  # no further step: record where it stands
+                if not advance(step):  # no further step: record and save where it stands
                     if self._last_recorded() != done:
                         self.record(self.steps.row())
+                    self.exhausted = True
+                    self.save(done)
+                    last_saved = done
                     break
                 done = step
                 stop = False

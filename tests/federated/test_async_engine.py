@@ -247,3 +247,37 @@ def test_history_round_trip_and_staleness_stats(tmp_path, stiefel_trainer):
     assert h.to_csv().splitlines()[0].startswith("step,time,updates,dropped")
     stats = h.staleness_stats()
     assert stats["max"] >= stats["mean"] >= 0
+
+
+def test_trace_time_positions_are_run_state_not_settings():
+    """TraceTime's positions: reset at a run's start, saved and restored, refused when they lie
+    outside a trace, and no part of the run's fingerprint."""
+    from riemfl.errors import CheckpointError
+    from riemfl.federated.fingerprint import settings as fingerprint_settings
+
+    rng = np.random.default_rng(0)
+    trace = TraceTime([[1.0, 2.0, 4.0], [3.0]])
+    before = fingerprint_settings(trace)
+    assert trace.state_dict() == {"position": [0, 0]}
+    assert [trace.duration(0, 1, 2, rng) for _ in range(2)] == [1.0, 2.0]
+    saved = trace.state_dict()
+    assert saved == {"position": [2, 0]}
+    assert fingerprint_settings(trace) == before
+    other = TraceTime([[1.0, 2.0, 4.0], [3.0]])
+    other.load_state_dict(saved)
+    assert other.duration(0, 1, 2, rng) == trace.duration(0, 1, 2, rng) == 4.0
+    trace.reset(2)
+    assert trace.state_dict() == {"position": [0, 0]}
+    with pytest.raises(ParameterError, match="2 traces for 3 clients"):
+        trace.reset(3)
+    assert other.duration(0, 1, 2, rng) == 1.0 and other.state_dict() == {"position": [1, 0]}
+    for bad, words in [
+        ({"position": [0, 1]}, "entry 1 in 0..0"),
+        ({"position": [3, 0]}, r"ints in \[0, 2\]"),
+        ({"position": [0]}, "a list of 2 ints"),
+        ({"position": [0, 0], "next": 1}, "unexpected state key 'next'"),
+    ]:
+        with pytest.raises(CheckpointError, match=words):
+            other.load_state_dict(bad)
+    assert other.state_dict() == {"position": [1, 0]}  # a refused state changes nothing
+    assert ProportionalTime().state_dict() == {}

@@ -27,6 +27,7 @@ from riemfl.federated import (
     History,
     ProblemTrainer,
     RFedProj,
+    TraceTime,
     run_async,
     run_sync,
 )
@@ -159,6 +160,7 @@ ASYNC_EDITS = {
         ["'store.current'", "999", "stored"],
     ),
     "row-missing": (lambda p, h: _drop_row(h, 2), ["history", "step 2"]),
+    "exhausted-not-a-bool": (_set("exhausted", 1), ["'exhausted'", "must be bool", "int 1"]),
 }
 
 
@@ -171,6 +173,51 @@ def test_an_inconsistent_async_checkpoint_is_refused_naming_the_field(tmp_path, 
     _crafted(path, edit)
     with pytest.raises(CheckpointError) as info:
         _async(path, 10)
+    message = str(info.value)
+    for word in words:
+        assert word in message, message
+
+
+def _trace():
+    return TraceTime([[0.3, 1.1, 0.7], [2.0, 0.5], [1.3], [0.9, 0.4, 1.7, 0.2], [0.6, 3.0]])
+
+
+def _position(client, value):
+    return _set("state", "timing", "position", client, value)
+
+
+def _shifted(client):
+    def edit(payload, history):
+        position = payload["state"]["timing"]["position"]
+        position[client] = (position[client] + 1) % len(_trace().traces[client])
+
+    return edit
+
+
+TRACE_EDITS = {
+    "beyond-its-trace": (_position(1, 2), ["TraceTime", "'position'", "[0, 2", "entry 1 in 0..1"]),
+    "negative": (_position(0, -1), ["TraceTime", "'position'", "[-1, ", "ints in [0, 3]"]),
+    "not-the-draws": (_shifted(3), ["'timing.position' entry 3", "durations drawn for client 3"]),
+    "missing": (
+        lambda p, h: p["state"].pop("timing"),
+        ["TraceTime", "'position' is missing"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRACE_EDITS))
+def test_an_inconsistent_trace_position_is_refused_naming_the_field(tmp_path, case):
+    """TraceTime's positions are checkpointed run state, checked like the rest."""
+    edit, words = TRACE_EDITS[case]
+    path = tmp_path / "async.ckpt"
+    _async(path, 6, timing=_trace())
+    assert CheckpointFile(path).load()[0]["state"]["timing"]["position"] != [0] * 5
+    _crafted(path, lambda p, h: None)
+    assert _async(path, 7, timing=_trace()).step[-1] == 7  # unedited: resumed
+    _async(path, 6, timing=_trace(), resume=False)
+    _crafted(path, edit)
+    with pytest.raises(CheckpointError) as info:
+        _async(path, 10, timing=_trace())
     message = str(info.value)
     for word in words:
         assert word in message, message

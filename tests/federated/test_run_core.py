@@ -24,6 +24,7 @@ from riemfl.federated import (
     RFedProj,
     RFedSVRG,
     RunInterrupted,
+    TraceTime,
     run_async,
     run_sync,
 )
@@ -475,3 +476,74 @@ def test_client_state_is_copied_only_when_rows_are_written_in_place(stiefel_prob
     plain = run_sync(stiefel_problem, RFedProj(0.02, 2), 4, seed=1)
     assert not shared.any()
     np.testing.assert_array_equal(full.final_point, plain.final_point)
+
+
+# ----------------------------------------------------------------------------- stateful timing
+def _trace():
+    """Measured durations of the 5 clients of ``_euclid``, of different lengths."""
+    return TraceTime([[0.3, 1.1, 0.7], [2.0, 0.5], [1.3], [0.9, 0.4, 1.7, 0.2], [0.6, 3.0]])
+
+
+def test_async_resume_with_a_trace_timing_is_bit_identical(tmp_path):
+    """TraceTime's position in each trace is run state: a resumed run (a new process builds a
+    new TraceTime) draws the durations the uninterrupted run draws."""
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    kw = {"seed": 4, "eval_every": 3, "workers": 3, **kw}
+    ref = run_async(trainer, rule(), 24, timing=_trace(), **kw)
+    path = tmp_path / "async.ckpt"
+    run_async(trainer, rule(), 9, timing=_trace(), checkpoint=path, checkpoint_every=4, **kw)
+    resumed = run_async(trainer, rule(), 24, timing=_trace(), checkpoint=path, **kw)
+    assert resumed.same_results(ref)
+    np.testing.assert_array_equal(resumed.final_point, ref.final_point)
+
+
+def test_a_trace_timing_starts_every_run_at_the_start_of_its_traces():
+    """One TraceTime given to two runs: the second draws what the first drew."""
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    timing = _trace()
+    first = run_async(trainer, rule(), 12, timing=timing, seed=2, **kw)
+    again = run_async(trainer, rule(), 12, timing=timing, seed=2, **kw)
+    assert again.same_results(first)
+
+
+# ----------------------------------------------------------------------------- early stops
+def test_an_async_early_stop_is_saved_and_the_same_call_redoes_nothing(tmp_path):
+    """``max_updates`` ends the run before ``server_steps``: the checkpoint is written there,
+    and the same call returns the finished run without training a client again."""
+    trainer, rule, kw = _async_cases()["fedbuff"]
+    kw = {"timing": ExponentialTime(1.0), "seed": 4, "max_updates": 23, **kw}
+    ref = run_async(trainer, rule(), 50, **kw)
+    assert ref.step[-1] < 50  # stopped early by max_updates
+    path = tmp_path / "async.ckpt"
+    first = run_async(FaultyTrainer(trainer), rule(), 50, checkpoint=path, checkpoint_every=4, **kw)
+    assert first.same_results(ref)
+    assert load_checkpoint(path)["step"] == ref.step[-1]
+    again = FaultyTrainer(trainer)
+    rerun = run_async(again, rule(), 50, checkpoint=path, checkpoint_every=4, **kw)
+    assert again.calls == 0 and rerun == first  # the rows read back, wall times included
+    np.testing.assert_array_equal(rerun.final_point, ref.final_point)
+    again = FaultyTrainer(trainer)
+    longer = run_async(again, rule(), 80, checkpoint=path, **kw)  # no further step either
+    assert longer.config.pop("server_steps") == 80 and again.calls == 0
+    longer.config["server_steps"] = 50
+    assert longer == first
+
+
+def test_a_sync_stop_at_the_gradient_tolerance_is_final_for_the_same_call(
+    tmp_path, stiefel_problem
+):
+    """A rerun of a run that stopped at ``grad_tol`` returns it, without another round."""
+    plain = run_sync(stiefel_problem, RFedProj(0.02, 2), 30)
+    tol = plain.grad_norm[8]
+    ref = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, grad_tol=tol)
+    assert ref.round[-1] == 8
+    path = tmp_path / "run.ckpt"
+    kw = {"grad_tol": tol, "checkpoint": path, "checkpoint_every": 5}
+    assert run_sync(stiefel_problem, RFedProj(0.02, 2), 30, **kw).same_results(ref)
+    rounds = []
+    rerun = run_sync(
+        stiefel_problem, RFedProj(0.02, 2), 30, on_round=lambda r, h: rounds.append(r), **kw
+    )
+    assert rounds == [] and rerun.same_results(ref)
+    lower = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, **{**kw, "grad_tol": tol / 10})
+    assert lower.round[-1] > 8  # another tolerance continues the run
