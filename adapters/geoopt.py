@@ -19,6 +19,8 @@ riemfl                             geoopt
 ``Euclidean(*shape)``              ``Euclidean(ndim)``
 ``Sphere(n)``                      ``Sphere()``
 ``Stiefel(n, p)``                  ``EuclideanStiefel()``
+``Stiefel(n, p, metric=            ``CanonicalStiefel()`` (``Stiefel()``)
+"canonical")``
 ``Lorentz(n, beta=k)``             ``Lorentz(k)``
 ``PoincareBall(n, c)``             ``PoincareBall(c)``
 ``SPD(n)`` (affine-invariant)      ``SymmetricPositiveDefinite()``
@@ -32,9 +34,49 @@ operations (``mobius_add`` ... ``weighted_midpoint``), ``dist2plane``, ``lambda_
 and ``radius`` for the ball. Every value is computed by riemfl (its maps and gyrovector
 functions, or formulas over them), never by geoopt; the classes
 are ``geoopt.Manifold`` subclasses, not subclasses of geoopt's classes, so ``isinstance(m,
-geoopt.PoincareBall)`` is False. Other riemfl manifolds (SPD with another metric and the
-canonical-metric Stiefel included) get the
-generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
+geoopt.PoincareBall)`` is False. The ball's stand-in is registered as a virtual subclass of
+``geoopt.Stereographic`` (whose whole API it has), so ``isinstance(m, geoopt.Stereographic)``
+is True and ``geoopt.StereographicProductManifold`` takes it. Each stand-in carries its geoopt
+class's ``__scaling__`` table, so ``geoopt.Scaled`` rescales the same methods (``dist0``,
+``expmap0``, ...) as for geoopt's class. The curvature ``k`` of the ball (:math:`-c`) and of
+the hyperboloid (:math:`\beta`) is a module buffer, float64 at first: ``.to()``, ``.float()``,
+``Manifold.dtype`` and ``Manifold.device`` see it (geoopt's ``ProductManifold`` checks that its
+factors share a dtype); the maps compute in their arguments' dtype from riemfl's parameter.
+Other riemfl manifolds (SPD with another metric included) get the generic
+:class:`GeooptManifold`.
+
+Steps that are not tangent
+--------------------------
+geoopt's optimisers hand ``retr``, ``retr_transp`` and ``expmap`` vectors that are not tangent:
+``RiemannianSGD``'s momentum buffer starts as the Euclidean gradient, so its first steps and the
+buffer it transports have a normal part, and ``RiemannianAdam`` divides its first moment
+componentwise by the second where the metric's ``component_inner`` is componentwise. geoopt's own
+classes land on the manifold anyway: a retraction through a projection (``projx(x + u)``, QR,
+Sinkhorn), a re-lift of the result (``Lorentz.expmap`` projects u and re-lifts, ``project=True``),
+a Cayley transform of a skew matrix built from any u. riemfl's maps assume tangent input (``exp``
+of the hyperboloid, the Cayley retraction's low-rank solve): one step with a random ambient vector
+left the hyperboloid and St(20, 10) by distances of order 1. Every stand-in (and the generic
+adapter) therefore first projects the step and the transported vector onto :math:`T_xM` with
+riemfl's ``to_tangent``: ``retr(x, u) = R_x(P_x u)``, ``expmap(x, u) = Exp_x(P_x u)``,
+``transp(x, y, v) = T_{x\to y}(P_x v)``, and so ``retr_transp``, ``expmap_transp``,
+``transp_follow_*``, and the Lorentz maps at the origin. The result is a point of M and a vector
+tangent there, for any u and v; for tangent u and v nothing changes but rounding. The ball needs
+nothing (every vector of :math:`\mathbb{R}^n` is tangent to it).
+
+``retr_transp(x, u, v)`` and ``transp_follow_retr`` carry v by the differential of the
+retraction, :math:`\mathrm{D}R_x(u)[v]` (vector transport by differentiated retraction, Absil,
+Mahony & Sepulchre 2008, Sec. 8.1.2), where riemfl has it (``retraction_transport``; the
+Cayley retraction of the Stiefel manifold, so the canonical-metric Stiefel's default), else by
+``transp``. geoopt's line search (``RiemannianLineSearch``) pairs the gradient at
+:math:`R_x(td)` with ``retr_transp(x, td, d)``: only the retraction's differential makes that
+the derivative of :math:`t \mapsto f(R_x(td))`, which the strong Wolfe conditions test (with
+the projection transport it found no step on the canonical Stiefel).
+
+``inner(None, u, v)`` (and ``norm(None, u)``) is accepted where the metric does not depend on
+the point, as geoopt's ``Euclidean``, ``Sphere``, ``EuclideanStiefel`` and ``Lorentz`` ignore
+x there; the other stand-ins raise :class:`~riemfl.errors.ParameterError`.
+
+Deliberate differences from geoopt's classes:
 
 * ``projx`` is riemfl's metric projection: it raises :class:`~riemfl.errors.ProjectionError`
   where the nearest point does not exist (outside the Poincare ball, an indefinite matrix for
@@ -57,8 +99,17 @@ generic :class:`GeooptManifold`. Deliberate differences from geoopt's classes:
   :math:`\sum_{ij} u_{ij}v_{ij}/x_{ij}` (geoopt's is that divided by n), ``transp`` is
   :math:`\Pi_Y(v \odot \sqrt{Y \oslash X})` (geoopt's is :math:`\Pi_Y(v \odot Y)`), Sinkhorn
   runs to riemfl's tolerance (``tol``, ``max_iter`` are riemfl's; ``eps`` is 0);
+* the canonical Stiefel's ``proju`` is the orthogonal projection onto :math:`T_x` (geoopt's is
+  :math:`u - xu^\top x`, the canonical gradient map, which ``egrad2rgrad`` is in both), its
+  ``retr`` is riemfl's Cayley retraction (geoopt builds the Cayley W as :math:`ux^\top -
+  xu^\top` from its argument: a retraction only for :math:`x^\top u = 0`; geoopt's ``retr(x,
+  (I - xx^\top/2)u)`` is riemfl's :math:`R_x(u)`), its ``expmap`` the exact exponential map
+  (geoopt's is the Cayley transform), and it transports by projection (``transp``; geoopt's
+  class has none) or by the retraction's differential (``retr_transp``; geoopt's rotates v by
+  the Cayley transform);
 * where geoopt's class raises ``NotImplementedError`` (``EuclideanStiefel.logmap`` and
-  ``dist``, ``Lorentz.random``), the stand-in computes riemfl's map;
+  ``dist``, ``CanonicalStiefel.transp``, ``logmap`` and ``dist``, ``Lorentz.random``), the
+  stand-in computes riemfl's map;
 * samplers other than the Euclidean and Poincare normals (where geoopt's recipe is reused, so
   the same torch seed gives the same points) are riemfl's, seeded from torch's generator.
 
@@ -82,7 +133,8 @@ geoopt                        riemfl
 ``logmap(x, y)``              ``log(x, y)``
 ``dist(x, y, keepdim)``       ``dist(x, y)``
 ``transp(x, y, v)``           ``transport(x, y, v)``
-``retr_transp(x, u, v)``      ``(retract(x, u), transport(x, retract(x, u), v))``
+``retr_transp(x, u, v)``      ``(retract(x, u), retraction_transport(x, u, v))``, or
+                              ``transport(x, retract(x, u), v)`` without it
 ``random(*size)``             ``random_point(*batch, rng=..., like=...)``
 ``check_point_on_manifold``   ``check_point`` (``NotOnManifoldError`` -> ``(False, reason)``)
 ============================  ===========================================================
@@ -140,6 +192,7 @@ Differences between the two libraries' maps (measured in ``tests/adapters``)
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -159,6 +212,7 @@ __all__ = [  # noqa: F822
     "GeooptEuclidean",
     "GeooptSphere",
     "GeooptEuclideanStiefel",
+    "GeooptCanonicalStiefel",
     "GeooptLorentz",
     "GeooptPoincareBall",
     "GeooptSymmetricPositiveDefinite",
@@ -282,6 +336,11 @@ def _build_geoopt_manifold() -> type:
         ``NotImplementedError`` for a manifold without a projection. ``random`` seeds riemfl's
         sampler from torch's global generator, as geoopt's own ``random`` uses that generator
         (so ``origin()``, which fixes it, is deterministic).
+
+        ``retr``, ``expmap`` and ``transp`` project their vector onto :math:`T_xM` first
+        (``proju``), so that the non-tangent steps of geoopt's optimisers land on M;
+        ``retr_transp`` and ``transp_follow_retr`` carry vectors by the retraction's differential
+        where the riemfl manifold has ``retraction_transport`` (see the module docstring).
         """
 
         reversible = False
@@ -310,6 +369,11 @@ def _build_geoopt_manifold() -> type:
             return _explain(self.riemfl_manifold.check_tangent, x, u, atol=atol)
 
         # -------------------------------------------------------------- geometry
+        #: whether the metric does not depend on the point, so that ``inner(None, u, v)`` and
+        #: ``norm(None, u)`` are defined (geoopt's Euclidean, Sphere, EuclideanStiefel and
+        #: Lorentz ignore x there); set by the stand-ins of those classes
+        _metric_ignores_point = False
+
         def projx(self, x):
             return self.riemfl_manifold.project(x)
 
@@ -320,17 +384,19 @@ def _build_geoopt_manifold() -> type:
             return self.riemfl_manifold.egrad_to_rgrad(x, u)
 
         def inner(self, x, u, v=None, *, keepdim=False):
+            x = self._base_point(x, u, "inner")
             out = self.riemfl_manifold.inner(x, u, u if v is None else v)
             return self._keep(out, keepdim)
 
         def norm(self, x, u, *, keepdim=False):
+            x = self._base_point(x, u, "norm")
             return self._keep(self.riemfl_manifold.norm(x, u), keepdim)
 
         def retr(self, x, u):
-            return self.riemfl_manifold.retract(x, u)
+            return self.riemfl_manifold.retract(x, self.proju(x, u))
 
         def expmap(self, x, u):
-            return self.riemfl_manifold.exp(x, u)
+            return self.riemfl_manifold.exp(x, self.proju(x, u))
 
         def logmap(self, x, y):
             return self.riemfl_manifold.log(x, y)
@@ -339,7 +405,37 @@ def _build_geoopt_manifold() -> type:
             return self._keep(self.riemfl_manifold.dist(x, y), keepdim)
 
         def transp(self, x, y, v):
-            return self.riemfl_manifold.transport(x, y, v)
+            return self.riemfl_manifold.transport(x, y, self.proju(x, v))
+
+        def retr_transp(self, x, u, v):
+            r""":math:`(R_x(u), \mathcal T(v))` with u and v projected onto :math:`T_xM` and
+            :math:`\mathcal T` the differential of the retraction where riemfl has it
+            (``retraction_transport``), else ``transp``."""
+            u = self.proju(x, u)
+            y = self.retr(x, u)
+            return y, self._follow_retraction(x, u, v, y)
+
+        def transp_follow_retr(self, x, u, v):
+            return self._follow_retraction(x, self.proju(x, u), v)
+
+        def _follow_retraction(self, x, u, v, y=None):
+            """v carried along the retraction step u (tangent) from x to :math:`R_x(u)`."""
+            m = self.riemfl_manifold
+            if m.supports("retraction_transport")[0]:
+                return m.retraction_transport(x, u, self.proju(x, v))
+            return self.transp(x, self.retr(x, u) if y is None else y, v)
+
+        def _base_point(self, x, u, what):
+            """x, or where geoopt ignores it and the metric does not read it, u in its place."""
+            if x is not None:
+                return x
+            if not self._metric_ignores_point:
+                raise ParameterError(
+                    f"{self.name}.{what}: x is None, but the metric of "
+                    f"{self.riemfl_manifold.name} depends on the point; expected the point x "
+                    "(only stand-ins whose metric does not depend on x accept x=None)"
+                )
+            return u  # any array of the point's shape: the metric does not read it
 
         def _keep(self, out, keepdim):
             return out.reshape(tuple(out.shape) + (1,) * self.ndim) if keepdim else out
@@ -377,29 +473,58 @@ def _explain(check, *args, atol: float):
 _GEOOPT_MANIFOLD = LazyClass(__name__, "GeooptManifold", _build_geoopt_manifold)
 
 #: riemfl manifold with a geoopt counterpart -> (adapter class: "Geoopt" + the geoopt class's
-#: name, its API mixin in geoopt_api)
+#: name, its API mixin in geoopt_api); the canonical-metric Stiefel is keyed by its metric
 _PEERS: dict[str, tuple[str, str]] = {
     "Euclidean": ("GeooptEuclidean", "EuclideanAPI"),
     "Sphere": ("GeooptSphere", "SphereAPI"),
     "Stiefel": ("GeooptEuclideanStiefel", "StiefelAPI"),
+    "Stiefel-canonical": ("GeooptCanonicalStiefel", "CanonicalStiefelAPI"),
     "Lorentz": ("GeooptLorentz", "LorentzAPI"),
     "PoincareBall": ("GeooptPoincareBall", "PoincareBallAPI"),
     "SPD": ("GeooptSymmetricPositiveDefinite", "SPDAPI"),
     "BirkhoffPolytope": ("GeooptBirkhoffPolytope", "BirkhoffPolytopeAPI"),
 }
+#: stand-ins that geoopt's isinstance checks accept as a subclass of one of its classes (a
+#: virtual subclass: the stand-in has that class's whole API): StereographicProductManifold
+#: takes only Stereographic factors
+_VIRTUAL_BASES = {"GeooptPoincareBall": "Stereographic"}
 
 
-def _build_peer(mixin: str) -> Any:
+def _build_peer(name: str, mixin: str) -> Any:
     def build() -> type:
+        geoopt = _geoopt(f"riemfl.adapters.geoopt.{name}")
         from . import geoopt_api
 
-        return type(mixin, (getattr(geoopt_api, mixin), _GEOOPT_MANIFOLD.get()), {})
+        peer = getattr(geoopt, name[len("Geoopt") :])
+        cls = type(mixin, (getattr(geoopt_api, mixin), _GEOOPT_MANIFOLD.get()), {})
+        cls.__scaling__ = _scaling_table(peer, cls)
+        if name in _VIRTUAL_BASES:
+            getattr(geoopt, _VIRTUAL_BASES[name]).register(cls)
+        return cls
 
     return build
 
 
+def _scaling_table(peer: type, cls: type) -> Any:
+    """geoopt's ``__scaling__`` table of the peer class, for ``geoopt.Scaled``: how each method
+    scales with the radius (the stand-in's methods have the peer's names and parameters).
+    A method whose scaled parameter the stand-in's method lacks (its own sampler in place of
+    geoopt's ``random``) is marked ``NotCompatible``: ``Scaled`` then raises
+    ``NotImplementedError`` for it."""
+    from geoopt.manifolds.base import ScalingInfo
+
+    table = peer.__scaling__.copy()
+    for method, info in table.items():
+        if info is ScalingInfo.NotCompatible:
+            continue
+        accepted = inspect.signature(getattr(cls, method)).parameters
+        if any(k not in accepted for k in info.kwargs):
+            table[method] = ScalingInfo.NotCompatible
+    return table
+
+
 _PEER_CLASSES = {
-    name: LazyClass(__name__, name, _build_peer(mixin)) for name, mixin in _PEERS.values()
+    name: LazyClass(__name__, name, _build_peer(name, mixin)) for name, mixin in _PEERS.values()
 }
 
 
@@ -412,8 +537,8 @@ def _peer(manifold: Manifold) -> str | None:
         if type(manifold) is kind:
             if kind is SPD and manifold.metric != "affine-invariant":
                 return None  # geoopt implements only the affine-invariant metric ("AIM")
-            if kind is Stiefel and manifold.metric != "embedded":
-                return None  # geoopt's CanonicalStiefel: its expmap is a retraction, no stand-in
+            if kind is Stiefel and manifold.metric == "canonical":
+                return _PEERS["Stiefel-canonical"][0]
             return _PEERS[kind.__name__][0]
     return None
 

@@ -36,6 +36,7 @@ __all__ = [
     "EuclideanAPI",
     "SphereAPI",
     "StiefelAPI",
+    "CanonicalStiefelAPI",
     "LorentzAPI",
     "PoincareBallAPI",
     "SPDAPI",
@@ -66,6 +67,21 @@ def _normal(size, mean, std, dtype, device) -> Tensor:
     return torch.randn(*size, dtype=dtype, device=device) * std + mean
 
 
+class _Curvature:
+    r"""The curvature parameter as a module buffer ``k`` (geoopt keeps its ``k`` as a module
+    parameter), so that ``.to()``, ``.float()``, ``Manifold.dtype`` and ``Manifold.device``
+    see it, as geoopt's ``ProductManifold`` needs to check dtypes. It starts in float64, the
+    precision of riemfl's parameter; the maps are computed by riemfl from its own parameter,
+    in the dtype of their arguments, whatever the buffer's dtype."""
+
+    def __init__(self, manifold: Any) -> None:
+        super().__init__(manifold)
+        self.register_buffer("k", torch.tensor(self._curvature_k(), dtype=torch.float64))
+
+    def _curvature_k(self) -> float:
+        raise NotImplementedError
+
+
 class _Identity:
     """``origin``: the identity matrix (geoopt's Stiefel, SPD and Birkhoff origins)."""
 
@@ -80,6 +96,8 @@ class _Identity:
 # ------------------------------------------------------------------------------- flat and round
 class EuclideanAPI:
     """``geoopt.Euclidean``: normal samples, the zero origin, componentwise inner products."""
+
+    _metric_ignores_point = True
 
     def random_normal(self, *size, mean=0.0, std=1.0, device=None, dtype=None):
         shape = size2shape(*size)
@@ -102,6 +120,7 @@ class SphereAPI:
 
     #: geoopt's projector onto a subspace the sphere is intersected with: riemfl's has none
     projector = None
+    _metric_ignores_point = True
 
     def random_uniform(self, *size, dtype=None, device=None):
         return self._sample(size, dtype, device)
@@ -109,8 +128,9 @@ class SphereAPI:
     random = random_uniform
 
 
-class StiefelAPI(_Identity):
-    """``geoopt.EuclideanStiefel``: Haar samples (riemfl's: QR with positive diag(R))."""
+class _Naive(_Identity):
+    """``random_naive`` (and ``random``): riemfl's sampler (geoopt's Stiefel and Birkhoff
+    classes name theirs so)."""
 
     def random_naive(self, *size, dtype=None, device=None):
         return self._sample(size, dtype, device)
@@ -118,15 +138,36 @@ class StiefelAPI(_Identity):
     random = random_naive
 
 
-# ------------------------------------------------------------------------------- the hyperboloid
-class LorentzAPI:
-    r"""``geoopt.Lorentz(k)``: riemfl's ``Lorentz(n, beta=k)``, maps at the origin
-    :math:`o = (\sqrt k, 0, \dots, 0)`, the Minkowski norm, ``dim=``."""
+class StiefelAPI(_Naive):
+    """``geoopt.EuclideanStiefel``: Haar samples (riemfl's: QR with positive diag(R))."""
 
-    @property
-    def k(self) -> Tensor:
-        """:math:`\\beta` of riemfl's Lorentz (curvature :math:`-1/k`), a float64 tensor."""
-        return torch.tensor(self.riemfl_manifold.beta, dtype=torch.float64)
+    _metric_ignores_point = True
+
+
+class CanonicalStiefelAPI(_Naive):
+    r"""``geoopt.CanonicalStiefel`` (``geoopt.Stiefel()``): riemfl's ``Stiefel(n, p,
+    metric="canonical")``, Haar samples, and ``retr_transp``, ``transp_follow_retr`` by the
+    differential of the retraction (riemfl's ``retraction_transport``, Cayley's by default).
+
+    geoopt's class differs: its ``proju`` (= ``egrad2rgrad``) is :math:`u - xu^\top x`, the
+    canonical gradient map, not a projection (it doubles the skew part of a tangent vector);
+    its ``retr`` and ``expmap`` build the Cayley W as :math:`ux^\top - xu^\top` from their
+    argument, a retraction only for :math:`x^\top u = 0`; it transports by the Cayley rotation
+    itself and has no ``transp``. riemfl's ``expmap`` is the exact exponential map."""
+
+
+# ------------------------------------------------------------------------------- the hyperboloid
+class LorentzAPI(_Curvature):
+    r"""``geoopt.Lorentz(k)``: riemfl's ``Lorentz(n, beta=k)``, maps at the origin
+    :math:`o = (\sqrt k, 0, \dots, 0)`, the Minkowski norm, ``dim=``. The buffer ``k`` is
+    :math:`\beta` (curvature :math:`-1/k`). Steps and transported vectors are projected onto
+    the tangent space first (geoopt's ``expmap`` and ``retr`` project u too, with
+    ``norm_tan=True``)."""
+
+    _metric_ignores_point = True
+
+    def _curvature_k(self) -> float:
+        return self.riemfl_manifold.beta
 
     def _o(self, like: Tensor) -> Tensor:
         o = torch.zeros_like(like)
@@ -144,6 +185,7 @@ class LorentzAPI:
         return _vector(self.riemfl_manifold.egrad_to_rgrad, dim, x, u)
 
     def inner(self, x, u, v=None, *, keepdim=False, dim=-1):
+        x = self._base_point(x, u, "inner")
         return _scalar(self.riemfl_manifold.inner, dim, keepdim, x, u, u if v is None else v)
 
     def norm(self, u, *, keepdim=False, dim=-1):
@@ -152,10 +194,10 @@ class LorentzAPI:
         return _scalar(lambda u: minkowski_inner(u, u).clamp_min(0.0).sqrt(), dim, keepdim, u)
 
     def expmap(self, x, u, *, norm_tan=True, project=True, dim=-1):
-        return _vector(self.riemfl_manifold.exp, dim, x, u)
+        return _vector(lambda x, u: self.riemfl_manifold.exp(x, self.proju(x, u)), dim, x, u)
 
     def retr(self, x, u, *, norm_tan=True, project=True, dim=-1):
-        return _vector(self.riemfl_manifold.retract, dim, x, u)
+        return _vector(lambda x, u: self.riemfl_manifold.retract(x, self.proju(x, u)), dim, x, u)
 
     def logmap(self, x, y, *, dim=-1):
         return _vector(self.riemfl_manifold.log, dim, x, y)
@@ -164,7 +206,8 @@ class LorentzAPI:
         return _scalar(self.riemfl_manifold.dist, dim, keepdim, x, y)
 
     def transp(self, x, y, v, *, dim=-1):
-        return _vector(self.riemfl_manifold.parallel_transport, dim, x, y, v)
+        pt = self.riemfl_manifold.parallel_transport
+        return _vector(lambda x, y, v: pt(x, y, self.proju(x, v)), dim, x, y, v)
 
     def transp_follow_expmap(self, x, u, v, *, dim=-1, project=True):
         return self.transp(x, self.expmap(x, u, dim=dim), v, dim=dim)
@@ -175,7 +218,7 @@ class LorentzAPI:
 
     # maps at the origin
     def expmap0(self, u, *, project=True, dim=-1):
-        return _vector(lambda u: self.riemfl_manifold.exp(self._o(u), u), dim, u)
+        return _vector(lambda u: self.expmap(self._o(u), u), dim, u)
 
     def logmap0(self, y, *, dim=-1):
         return _vector(lambda y: self.riemfl_manifold.log(self._o(y), y), dim, y)
@@ -191,12 +234,10 @@ class LorentzAPI:
         return _scalar(lambda v: minkowski_inner(self._o(v), v), dim, keepdim, v)
 
     def transp0(self, y, u, *, dim=-1):
-        pt = self.riemfl_manifold.parallel_transport
-        return _vector(lambda y, u: pt(self._o(y), y, u), dim, y, u)
+        return _vector(lambda y, u: self.transp(self._o(y), y, u), dim, y, u)
 
     def transp0back(self, x, u, *, dim=-1):
-        pt = self.riemfl_manifold.parallel_transport
-        return _vector(lambda x, u: pt(x, self._o(x), u), dim, x, u)
+        return _vector(lambda x, u: self.transp(x, self._o(x), u), dim, x, u)
 
     # sampling
     def origin(self, *size, dtype=None, device=None, seed=42):
@@ -215,19 +256,19 @@ class LorentzAPI:
 
 
 # ------------------------------------------------------------------------------- the ball
-class PoincareBallAPI:
+class PoincareBallAPI(_Curvature):
     r"""``geoopt.PoincareBall(c)``: riemfl's ``PoincareBall(n, c)``, its gyrovector operations
-    (Ganea, Becigneul & Hofmann 2018), maps at the origin, ``dim=``."""
+    (Ganea, Becigneul & Hofmann 2018), maps at the origin, ``dim=``. The buffer ``k`` is
+    geoopt's signed curvature :math:`-c`. Every vector of :math:`\mathbb{R}^n` is tangent to
+    the (open) ball, so no step needs a projection."""
+
+    def _curvature_k(self) -> float:
+        return -self.riemfl_manifold.c
 
     @property
     def c(self) -> Tensor:
-        """Curvature magnitude (curvature :math:`-c`), a float64 tensor."""
-        return torch.tensor(self.riemfl_manifold.c, dtype=torch.float64)
-
-    @property
-    def k(self) -> Tensor:
-        """geoopt's signed curvature :math:`-c`."""
-        return -self.c
+        """Curvature magnitude :math:`-k` (curvature :math:`-c`)."""
+        return -self.k
 
     @property
     def isp_c(self) -> Tensor:
@@ -253,9 +294,11 @@ class PoincareBallAPI:
         return _vector(self.riemfl_manifold.egrad_to_rgrad, dim, x, u)
 
     def inner(self, x, u, v=None, *, keepdim=False, dim=-1):
+        x = self._base_point(x, u, "inner")
         return _scalar(self.riemfl_manifold.inner, dim, keepdim, x, u, u if v is None else v)
 
     def norm(self, x, u, *, keepdim=False, dim=-1):
+        x = self._base_point(x, u, "norm")
         return _scalar(self.riemfl_manifold.norm, dim, keepdim, x, u)
 
     def expmap(self, x, u, *, project=True, dim=-1):
@@ -477,6 +520,7 @@ class SPDAPI(_Identity):
         return SPDMetric.AIM
 
     def inner(self, x, u, v=None, keepdim=False):
+        x = self._base_point(x, u, "inner")
         return self._keep(self.riemfl_manifold.inner(x, u, u if v is None else v), keepdim)
 
     def dist(self, x, y, keepdim=False):
@@ -486,13 +530,13 @@ class SPDAPI(_Identity):
         return self.riemfl_manifold.log(x, u)
 
     def transp(self, x, y, v):
-        return self.riemfl_manifold.parallel_transport(x, y, v)
+        return self.riemfl_manifold.parallel_transport(x, y, self.proju(x, v))
 
     def extra_repr(self) -> str:
         return "default_metric=SPDMetric.AIM"
 
 
-class BirkhoffPolytopeAPI(_Identity):
+class BirkhoffPolytopeAPI(_Naive):
     """``geoopt.BirkhoffPolytope()``: ``expmap`` is the retraction (geoopt's convention),
     Sinkhorn's ``max_iter`` and ``tol`` are riemfl's."""
 
@@ -509,9 +553,4 @@ class BirkhoffPolytopeAPI(_Identity):
     eps = 0.0
 
     def expmap(self, x, u):
-        return self.riemfl_manifold.retract(x, u)
-
-    def random_naive(self, *size, dtype=None, device=None):
-        return self._sample(size, dtype, device)
-
-    random = random_naive
+        return self.retr(x, u)

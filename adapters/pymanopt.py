@@ -24,13 +24,18 @@ code unchanged.
 ============================================  ===============================================
 pymanopt                                      riemfl
 ============================================  ===============================================
-``inner_product(x, u, v)``, ``norm``          ``inner(x, u, v)``, ``norm(x, u)`` (Python floats)
+``inner_product(x, u, v)``, ``norm``          ``inner(x, u, v)``, ``norm(x, u)`` (numpy float64
+                                              scalars, as pymanopt's; also ``dist``; NaN for a
+                                              non-finite tangent vector)
 ``projection(x, a)``, ``to_tangent_space``    ``to_tangent(x, a)``
 ``euclidean_to_riemannian_gradient``          ``egrad_to_rgrad``
 ``euclidean_to_riemannian_hessian``           ``ehess_to_rhess``
 ``weingarten(x, u, n)``                       ``ehess_to_rhess(x, n, 0, u)`` for metrics induced
                                               by the embedding, else ``NotImplementedError``
 ``retraction``, ``exp``, ``log``, ``dist``    ``retract``, ``exp``, ``log``, ``dist``
+                                              (``retraction`` and ``exp`` of a non-finite
+                                              tangent vector: a point of NaN, as pymanopt's
+                                              maps give and its trust regions expect)
 ``transport(x, y, u)``                        ``transport(x, y, u)``
 ``pair_mean(x, y)``                           ``exp(x, log(x, y) / 2)``, the geodesic midpoint;
                                               without exp/log ``retract(x,
@@ -181,8 +186,26 @@ def _pymanopt(feature: str):
     return require("pymanopt", "pymanopt", feature)
 
 
-def _float(a: Any) -> float:
-    return float(np.asarray(a))
+def _float(a: Any) -> np.float64:
+    """A numpy float64 scalar, as pymanopt's scalar maps return (numpy scalars or 0-d arrays):
+    its solvers divide by them, and a numpy zero gives inf or NaN with a warning where a Python
+    float raises ``ZeroDivisionError`` (steepest descent's initial step at a zero gradient)."""
+    return np.float64(np.asarray(a))
+
+
+def _propagating(fn: Callable[..., Any], point: Any, *vectors: Any, scalar: bool = False) -> Any:
+    """``fn(point, *vectors)``, or NaN (a NaN scalar, else a point of NaN) where a tangent
+    vector has a non-finite entry.
+
+    pymanopt's own maps propagate NaN, and its solvers rely on it: trust regions' truncated CG
+    divides 0 by 0 once it has solved the subproblem exactly (an identity Hessian: a quadratic
+    cost on a flat manifold), then evaluates the model at the NaN step (``inner_product``) and
+    rejects the proposal (``retraction``) through its NaN cost. riemfl's maps refuse non-finite
+    input (``NonFiniteError``), so the adapter answers NaN itself."""
+    if all(np.all(np.isfinite(v)) for v in vectors):
+        out = fn(point, *vectors)
+        return _float(out) if scalar else out
+    return np.float64(np.nan) if scalar else np.full(np.shape(point), np.nan)
 
 
 # ---------------------------------------------------------------------------------- to_pymanopt
@@ -198,7 +221,11 @@ def _build_pymanopt_manifold() -> type:
         global state. ``euclidean_to_riemannian_hessian`` is the riemfl manifold's
         ``ehess_to_rhess`` (every riemfl manifold family has it; a manifold without it raises
         ``NotImplementedError`` with its reason, and :func:`solve` then uses finite differences
-        of the gradient).
+        of the gradient). As pymanopt's own classes, ``inner_product``, ``norm`` and ``dist``
+        return numpy float64 scalars, and ``inner_product``, ``norm``, ``retraction`` and
+        ``exp`` of a non-finite tangent vector return NaN (a point of NaN; riemfl's maps would
+        raise ``NonFiniteError``): pymanopt's solvers divide by those scalars and reject NaN
+        proposals.
         """
 
         def __init__(self, manifold: Manifold, rng: RandomState = None) -> None:
@@ -210,11 +237,12 @@ def _build_pymanopt_manifold() -> type:
         def typical_dist(self) -> float:
             return pymanopt_typical_dist(self.riemfl_manifold)
 
-        def inner_product(self, point, tangent_vector_a, tangent_vector_b) -> float:
-            return _float(self.riemfl_manifold.inner(point, tangent_vector_a, tangent_vector_b))
+        def inner_product(self, point, tangent_vector_a, tangent_vector_b) -> np.float64:
+            inner = self.riemfl_manifold.inner
+            return _propagating(inner, point, tangent_vector_a, tangent_vector_b, scalar=True)
 
-        def norm(self, point, tangent_vector) -> float:
-            return _float(self.riemfl_manifold.norm(point, tangent_vector))
+        def norm(self, point, tangent_vector) -> np.float64:
+            return _propagating(self.riemfl_manifold.norm, point, tangent_vector, scalar=True)
 
         def projection(self, point, vector):
             return self.riemfl_manifold.to_tangent(point, vector)
@@ -238,15 +266,15 @@ def _build_pymanopt_manifold() -> type:
             return m.ehess_to_rhess(point, euclidean_gradient, euclidean_hessian, tangent_vector)
 
         def retraction(self, point, tangent_vector):
-            return self.riemfl_manifold.retract(point, tangent_vector)
+            return _propagating(self.riemfl_manifold.retract, point, tangent_vector)
 
         def exp(self, point, tangent_vector):
-            return self.riemfl_manifold.exp(point, tangent_vector)
+            return _propagating(self.riemfl_manifold.exp, point, tangent_vector)
 
         def log(self, point_a, point_b):
             return self.riemfl_manifold.log(point_a, point_b)
 
-        def dist(self, point_a, point_b) -> float:
+        def dist(self, point_a, point_b) -> np.float64:
             return _float(self.riemfl_manifold.dist(point_a, point_b))
 
         def transport(self, point_a, point_b, tangent_vector_a):

@@ -164,7 +164,7 @@ class Manifold(ABC):
                 check_finite(f"{self.name}.{method}", a, role)
         return arrays
 
-    def _run_map(self, method: str, roles: tuple[str, ...], reduces: bool, *arrays):
+    def _run_map(self, method: str, reduces: bool, *arrays):
         """Run the private map ``_<method>`` under the input policy.
 
         Batch shapes must broadcast (else :class:`~riemfl.errors.ShapeError`); a result is
@@ -172,7 +172,11 @@ class Manifold(ABC):
         calling the map. ``reduces``: the map reduces the point axes (inner, norm, dist).
         Non-finite arguments are found before the map, or through its result for the maps of
         ``_result_checked``; either way they raise :class:`~riemfl.errors.NonFiniteError`.
+        A non-finite result of such a map, or an exception of any map, from finite arguments
+        is then traced to a point argument on the boundary of M (:meth:`_refuse_boundary`).
+        The arguments' roles are the map's :data:`MAP_ROLES`.
         """
+        roles = MAP_ROLES[method]
         ps = self.point_shape
         shape = common_shape(arrays)
         same = True
@@ -206,7 +210,8 @@ class Manifold(ABC):
             self._map_failed(method, arrays, roles, exc)
             raise
         if first is not None and not all_finite(out):
-            self._refuse_nonfinite(method, arrays, roles)  # else the map made it: returned as is
+            self._refuse_nonfinite(method, arrays, roles)
+            self._refuse_boundary(method, arrays, roles)  # else the map made it: returned as is
         if not same:
             full = tuple(batch) if reduces else tuple(batch) + ps
             if tuple(out.shape) != full:  # a map that ignored a batch argument
@@ -236,11 +241,52 @@ class Manifold(ABC):
                 self._refuse_nonfinite(method, arrays, roles)
             except NonFiniteError as err:
                 raise err from exc
+        if not isinstance(exc, NotImplementedError):
+            try:
+                self._refuse_boundary(method, arrays, roles)
+            except NotOnManifoldError as err:
+                raise err from exc
         if isinstance(exc, _linalg_errors()):
             raise ConvergenceError(
                 f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
                 f"expected arguments of moderate size and condition"
             ) from exc
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """Where the finite point ``x`` (a batch) lies on or beyond the boundary of M, or None.
+
+        A manifold that is an open set whose metric or maps blow up at its boundary (the
+        Poincare ball, the open simplex, the positive orthant, the positive-definite cone,
+        matrices of a fixed rank, ...) returns ``(violation, expected)``: what its first such
+        batch element violates, with the measured value ("|x| = 1 is not < 1: the point is on
+        the ball's boundary"), and what a point must satisfy, both writing the point as
+        ``name`` (the argument's name in the map, "x" or "y"). Points of M and points off M in
+        other ways give None. Run only on the failure path of a map (see
+        :meth:`_refuse_boundary`), so it may cost a factorisation; the default (a manifold
+        without such a boundary) is None.
+        """
+        return None
+
+    def _refuse_boundary(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
+        """Raise :class:`~riemfl.errors.NotOnManifoldError` naming the map and the first point
+        argument on or beyond the boundary of M (:meth:`_boundary_violation`).
+
+        Called where a map's result is non-finite, or the map raised, for finite arguments: a
+        point on the boundary is what makes the metric (a conformal factor, ``1/x``, an
+        inverse) infinite, so the map's own guards (the result check of
+        ``_result_checked``, a factorisation's) find it at no cost to the common path. The
+        maps whose formulas stay finite there read the point through
+        :func:`~riemfl.manifolds.inputs.nan_unless`.
+        """
+        for a, role in zip(arrays, roles, strict=True):
+            if role.startswith("point"):
+                found = self._boundary_violation(a, role.rsplit(" ", 1)[-1])
+                if found is not None:
+                    violation, expected = found
+                    raise NotOnManifoldError(
+                        f"{self.name}.{method}: {role} is not a point of the manifold: "
+                        f"{violation}; expected {expected} (check_point refuses this point)"
+                    )
 
     def _broadcast_batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
         batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
@@ -259,15 +305,15 @@ class Manifold(ABC):
 
         Raises :class:`~riemfl.errors.ProjectionError` where the nearest point is not unique.
         """
-        return self._run_map("project", _A, False, a)
+        return self._run_map("project", False, a)
 
     def to_tangent(self, x: Array, a: Array) -> Array:
         """Orthogonal projection of the ambient vector ``a`` onto :math:`T_xM`."""
-        return self._run_map("to_tangent", _XA, False, x, a)
+        return self._run_map("to_tangent", False, x, a)
 
     def egrad_to_rgrad(self, x: Array, g: Array) -> Array:
         """Riemannian gradient at ``x`` from the Euclidean gradient ``g`` of a smooth extension."""
-        return self._run_map("egrad_to_rgrad", _XG, False, x, g)
+        return self._run_map("egrad_to_rgrad", False, x, g)
 
     def ehess_to_rhess(self, x: Array, g: Array, h: Array, u: Array) -> Array:
         r"""The Riemannian Hessian applied to ``u``, :math:`\operatorname{Hess} f(x)[u]`, from the
@@ -279,31 +325,31 @@ class Manifold(ABC):
         Weingarten map applied to the normal part of the gradient (Absil, Mahony & Trumpf 2013;
         Boumal 2023, Prop. 5.40); manifolds with another metric say theirs.
         """
-        return self._run_map("ehess_to_rhess", _XGHU, False, x, g, h, u)
+        return self._run_map("ehess_to_rhess", False, x, g, h, u)
 
     def inner(self, x: Array, u: Array, v: Array) -> Array:
         """Riemannian metric :math:`\\langle u, v\\rangle_x`; reduces the point axes."""
-        return self._run_map("inner", _XUV, True, x, u, v)
+        return self._run_map("inner", True, x, u, v)
 
     def norm(self, x: Array, u: Array) -> Array:
         """Riemannian norm :math:`\\|u\\|_x = \\sqrt{\\langle u, u\\rangle_x}`."""
-        return self._run_map("norm", _XU, True, x, u)
+        return self._run_map("norm", True, x, u)
 
     def retract(self, x: Array, u: Array) -> Array:
         """The manifold's default retraction :math:`R_x(u)`."""
-        return self._run_map("retract", _XU, False, x, u)
+        return self._run_map("retract", False, x, u)
 
     def inverse_retract(self, x: Array, y: Array) -> Array:
         """Inverse of :meth:`retract`: the tangent ``u`` at ``x`` with :math:`R_x(u) = y`."""
-        return self._run_map("inverse_retract", _XY, False, x, y)
+        return self._run_map("inverse_retract", False, x, y)
 
     def exp(self, x: Array, u: Array) -> Array:
         """Riemannian exponential map :math:`\\mathrm{Exp}_x(u)`."""
-        return self._run_map("exp", _XU, False, x, u)
+        return self._run_map("exp", False, x, u)
 
     def log(self, x: Array, y: Array) -> Array:
         """Riemannian logarithm :math:`\\mathrm{Log}_x(y)` (inverse of exp near ``x``)."""
-        return self._run_map("log", _XY, False, x, y)
+        return self._run_map("log", False, x, y)
 
     def dist(self, x: Array, y: Array) -> Array:
         """Geodesic distance :math:`d(x, y)`; reduces the point axes.
@@ -312,7 +358,7 @@ class Manifold(ABC):
         differentiable and the gradient is the zero subgradient wherever the computed distance
         is exactly 0 (:meth:`squared_dist` is the smooth function to differentiate there).
         """
-        return self._run_map("dist", _XY, True, x, y)
+        return self._run_map("dist", True, x, y)
 
     def squared_dist(self, x: Array, y: Array) -> Array:
         r"""Squared geodesic distance :math:`d(x, y)^2`; reduces the point axes.
@@ -328,15 +374,26 @@ class Manifold(ABC):
         is the norm of ``log``, and :math:`d^2` otherwise (families with a closed-form
         distance override it).
         """
-        return self._run_map("squared_dist", _XY, True, x, y)
+        return self._run_map("squared_dist", True, x, y)
 
     def transport(self, x: Array, y: Array, u: Array) -> Array:
         """A cheap vector transport :math:`T_xM \\to T_yM` (default: project onto :math:`T_yM`)."""
-        return self._run_map("transport", _XYU, False, x, y, u)
+        return self._run_map("transport", False, x, y, u)
 
     def parallel_transport(self, x: Array, y: Array, u: Array) -> Array:
         """Parallel transport of ``u`` along the minimising geodesic from ``x`` to ``y``."""
-        return self._run_map("parallel_transport", _XYU, False, x, y, u)
+        return self._run_map("parallel_transport", False, x, y, u)
+
+    def retraction_transport(self, x: Array, u: Array, v: Array) -> Array:
+        r"""Vector transport by differentiated retraction (optional map): :math:`\mathcal
+        T_u(v) = \mathrm{D}R_x(u)[v] = \tfrac{d}{dt}R_x(u + tv)\big|_{t=0} \in T_{R_x(u)}M`
+        for :meth:`retract` (Absil, Mahony & Sepulchre 2008, Sec. 8.1.2).
+
+        The transport a line search needs: :math:`\tfrac{d}{dt}f(R_x(tu)) = \langle
+        \operatorname{grad} f(R_x(tu)), \mathcal T_{tu}(u)\rangle_{R_x(tu)}`, which
+        :meth:`transport` (any transport from x to y) does not give in general.
+        """
+        return self._run_map("retraction_transport", False, x, u, v)
 
     def random_point(
         self, *batch_shape: int, rng: RandomState = None, like: Array | None = None
@@ -360,7 +417,18 @@ class Manifold(ABC):
         """A random tangent vector at each point of ``x`` (Gaussian ambient, projected)."""
         (x,) = self._checked_inputs("random_tangent", (x,), _X)
         g = to_like(as_generator(rng).standard_normal(tuple(x.shape)), x)
-        return g if 0 in x.shape else self._to_tangent(x, g)
+        if 0 in x.shape:
+            return g
+        try:
+            out = self._to_tangent(x, g)
+        except Exception as exc:
+            self._map_failed("random_tangent", (x,), _X, exc)
+            raise
+        # the projection of a finite g: non-finite only at a point on the boundary, where a
+        # manifold that checks to_tangent's result makes it NaN (see _refuse_boundary)
+        if "to_tangent" in self._result_checked and not all_finite(out):
+            self._refuse_boundary("random_tangent", (x,), _X)
+        return out
 
     def zero_tangent(self, x: Array) -> Array:
         """The zero tangent vector at ``x``."""
@@ -413,7 +481,7 @@ class Manifold(ABC):
         For manifolds whose points are equivalence classes (Grassmann) this compares the classes,
         not the representatives.
         """
-        return self._run_map("point_gap", _XY, True, x, y)
+        return self._run_map("point_gap", True, x, y)
 
     def _point_gap(self, x, y):
         ops = ops_for(x, y)
@@ -477,6 +545,9 @@ class Manifold(ABC):
 
     def _parallel_transport(self, x, y, u):
         return self._not_implemented("parallel_transport")
+
+    def _retraction_transport(self, x, u, v):
+        return self._not_implemented("retraction_transport")
 
     def _ehess_to_rhess(self, x, g, h, u):
         return self._not_implemented("ehess_to_rhess")
@@ -560,6 +631,26 @@ _XGHU = (
     "tangent vector u",
 )
 _XYU = ("point x", "point y", "tangent vector u")
+
+#: the roles of the arguments of each public map that runs under the input policy, in order
+MAP_ROLES: dict[str, tuple[str, ...]] = {
+    "project": _A,
+    "to_tangent": _XA,
+    "egrad_to_rgrad": _XG,
+    "ehess_to_rhess": _XGHU,
+    "inner": _XUV,
+    "norm": _XU,
+    "retract": _XU,
+    "inverse_retract": _XY,
+    "exp": _XU,
+    "log": _XY,
+    "dist": _XY,
+    "squared_dist": _XY,
+    "transport": _XYU,
+    "parallel_transport": _XYU,
+    "retraction_transport": _XUV,
+    "point_gap": _XY,
+}
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
 _DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "squared_dist", "point_gap"}

@@ -11,9 +11,10 @@ import math
 import numpy as np
 
 from ..backend import Array, ops_for, to_like
-from ..errors import ConvergenceError, ParameterError, ProjectionError
-from .base import Manifold
+from ..errors import ConvergenceError, NotOnManifoldError, ParameterError, ProjectionError
+from .base import Manifold, result_checked
 from .elementary import nonzero
+from .inputs import first_nonpositive, positive_or_nan
 
 __all__ = ["BirkhoffPolytope", "sinkhorn"]
 
@@ -184,12 +185,46 @@ class BirkhoffPolytope(Manifold):
         alpha, beta = self._multipliers(x, ops.sum(a, axis=-1), ops.sum(a, axis=-2))
         return a - self._normal_part(x, alpha, beta)
 
+    # ------------------------------------------------------------------ the boundary
+    # every argument is checked first (see Manifold._result_checked; the maps solve and iterate),
+    # and the result too: the maps read their points through positive_or_nan, so a point with
+    # an entry <= 0, on or beyond the boundary, where the Fisher metric sum u v/x is infinite,
+    # gives a NaN result (or makes Sinkhorn fail), also where the formula would be finite (the
+    # gradient P_X(G X)), which Manifold._refuse_boundary traces to it. to_tangent does not
+    # read 1/X: it is defined there
+    _result_checked = result_checked(
+        egrad_to_rgrad=(0, 1),
+        ehess_to_rhess=(0, 1, 2, 3),
+        inner=(0, 1, 2),
+        norm=(0, 1),
+        retract=(0, 1),
+        transport=(0, 1, 2),
+    )
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """The first point of x with an entry <= 0 (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`)."""
+        found = first_nonpositive(x, 2)
+        if found is None:
+            return None
+        i, entry, value = found
+        at = f" in batch element {i}" if i else ""
+        where = "on" if value == 0 else "beyond"
+        return (
+            f"its entry {entry}{at} is {value:.3e}, not > 0: the point is {where} the boundary "
+            f"of the open Birkhoff polytope, where the Fisher metric sum u_ij v_ij/{name}_ij is "
+            f"infinite",
+            f"a doubly stochastic matrix with every entry {name}_ij > 0",
+        )
+
     # ------------------------------------------------------------------ maps
     def _egrad_to_rgrad(self, x, g):
+        x = positive_or_nan(x)
         return self._to_tangent(x, g * x)
 
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)
+        x = positive_or_nan(x)
         gamma = g * x
         gamma_dot = h * x + g * u
         alpha, beta = self._multipliers(x, ops.sum(gamma, axis=-1), ops.sum(gamma, axis=-2))
@@ -202,16 +237,18 @@ class BirkhoffPolytope(Manifold):
         return self._to_tangent(x, delta_dot - 0.5 * delta * u / x)
 
     def _inner(self, x, u, v):
-        return ops_for(x, u, v).sum(u * v / x, axis=(-2, -1))
+        return ops_for(x, u, v).sum(u * v / positive_or_nan(x), axis=(-2, -1))
 
     def _retract(self, x, u):
         # an entry of X exp(U / X) that underflowed to 0 stays 0 through Sinkhorn: made the
         # smallest normal number after it (no row underflows entirely: U 1 = 0)
+        x = positive_or_nan(x)
         step = self._sinkhorn(x * ops_for(x, u).exp(u / x), "X exp(U / X) in retract")
         return nonzero(step)
 
     def _transport(self, x, y, u):
-        return self._to_tangent(y, u * ops_for(x, y, u).sqrt(y / x))
+        y = positive_or_nan(y)
+        return self._to_tangent(y, u * ops_for(x, y, u).sqrt(y / positive_or_nan(x)))
 
     def _project(self, a):
         ops = ops_for(a)
@@ -235,6 +272,19 @@ class BirkhoffPolytope(Manifold):
         cols = ops.amax(ops.abs(ops.sum(x, axis=-2) - 1.0))
         sums = max(ops.to_float(rows), ops.to_float(cols))
         return "X 1 = 1, X^T 1 = 1 and X > 0", max(sums, max(0.0, ops.to_float(ops.amax(-x))))
+
+    def _check_point(self, x: Array, tol: float) -> None:
+        """Positivity is strict, without tolerance (an entry 0 is on the boundary, where the
+        Fisher metric is infinite); the row and column sums within ``atol``."""
+        found = first_nonpositive(x, 2)
+        if found is not None:
+            i, entry, value = found
+            raise NotOnManifoldError(
+                f"{self.name}: point is not in the open Birkhoff polytope: constraint X > 0 is "
+                f"violated by the entry {entry} = {value:.3e}"
+                + (f" in batch element {i}" if i else "")
+            )
+        super()._check_point(x, tol)  # the sums, through _point_violation
 
     def _tangent_violation(self, x, u):
         ops = ops_for(x, u)

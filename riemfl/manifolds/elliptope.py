@@ -151,6 +151,14 @@ class Elliptope(FactorQuotient):
         norms = ops.sqrt(ops.sum(x * x, axis=-1))
         return "|y_i| = 1 for every row y_i", ops.to_float(ops.amax(ops.abs(norms - 1.0)))
 
+    def _check_point(self, x, tol: float) -> None:
+        """Unit rows within ``atol`` (:meth:`_point_violation`), and rank k: a factor of
+        numerical rank below k (:math:`\\sigma_k/\\sigma_1 \\le` ``atol``) is on the boundary
+        of the quotient, where :math:`Y^\\top Y` is singular and the horizontal projection is
+        not defined."""
+        super()._check_point(x, tol)
+        self._check_rank(x, tol)
+
     def _tangent_violation(self, x, u):
         ops = ops_for(x, u)
         rows = ops.to_float(ops.amax(ops.abs(ops.sum(x * u, axis=-1))))

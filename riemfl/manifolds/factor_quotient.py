@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import Array, ops_for
-from ..errors import ParameterError
+from ..errors import NotOnManifoldError, ParameterError
 from ..linalg import solve_lyapunov
 from .base import Manifold
+from .inputs import first_rank_deficient
 
 __all__ = ["FactorQuotient", "horizontal_projection"]
 
@@ -75,6 +76,44 @@ class FactorQuotient(Manifold):
         self.n, self.k = int(n), int(k)
         self.point_shape = (self.n, self.k)
         self.name = f"{family}({self.n}, {self.k})"
+
+    def _first_rank_deficient(self, x, tol: float) -> tuple[float, str] | None:
+        r"""``(ratio, at)`` for the first factor with :math:`\sigma_k/\sigma_1 \le` ``tol``
+        (``at``: " (batch element i)", or "" for a single point), or None."""
+        found = first_rank_deficient(x, self.k, tol)
+        if found is None:
+            return None
+        i, ratio = found
+        return ratio, f" (batch element {i})" if i else ""
+
+    def _check_rank(self, x, tol: float) -> None:
+        """Raise :class:`~riemfl.errors.NotOnManifoldError` unless every factor has numerical
+        rank k (:math:`\\sigma_k/\\sigma_1 >` ``tol``), naming the ratio and the batch element."""
+        found = self._first_rank_deficient(x, tol)
+        if found is not None:
+            ratio, at = found
+            raise NotOnManifoldError(
+                f"{self.name}: point is not on the manifold: constraint rank Y = {self.k} "
+                f"(sigma_{self.k}/sigma_1 > atol) is violated: sigma_{self.k}/sigma_1 = "
+                f"{ratio:.3e} <= atol {tol:.1e}{at}"
+            )
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        r"""The first factor of rank below k, as ``check_point`` measures it (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`): there :math:`Y^\top Y`
+        is singular, so the vertical space, the horizontal projection and the quotient maps
+        are not defined."""
+        tol = self.default_atol(x)
+        found = self._first_rank_deficient(x, tol)
+        if found is None:
+            return None
+        ratio, at = found
+        return (
+            f"sigma_{self.k}/sigma_1 = {ratio:.3e} <= atol {tol:.1e}{at}: the factor has "
+            f"numerical rank below {self.k}, on the boundary of the quotient, where {name}^T "
+            f"{name} is singular and the horizontal space is not defined",
+            f"a factor {name} of rank {self.k}",
+        )
 
     def _skew_violation(self, x, u) -> float:
         r"""Largest :math:`\|Y^\top U - U^\top Y\|_F` over the batch (0 for horizontal U)."""

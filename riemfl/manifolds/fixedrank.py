@@ -30,7 +30,8 @@ import numpy as np
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
 from ..linalg import qr_positive, require_finite, singular_values
-from .base import Manifold
+from .base import Manifold, result_checked
+from .inputs import first_rank_deficient, nan_unless
 
 __all__ = ["FixedRank", "truncated_svd_derivative"]
 
@@ -323,15 +324,22 @@ class FixedRank(Manifold):
         u, s, vh = _svd(x)
         return u[..., :, : self.r], s, ops_for(x).mT(vh[..., : self.r, :])
 
-    def _frames(self, x):
+    def _frames(self, x, guard: bool = False):
         r"""Orthonormal bases ``(Q_U, Q_V)`` of the column and row spaces of x.
 
         numpy, or torch without gradient: the singular vectors. torch with gradient: the Q
         factors of :math:`X V_r` and :math:`X^\top U_r` (the singular vectors held constant),
         which span the same spaces along :math:`\mathcal M_r`, so their derivatives are those
-        of the spaces (the spans are all the maps use).
+        of the spaces (the spans are all the maps use). ``guard``: NaN for a point of numerical
+        rank below r (:math:`\sigma_r \le` ``rtol`` :math:`\sigma_1`, on the boundary, where
+        the r-th singular vectors are arbitrary; :func:`~riemfl.manifolds.inputs.nan_unless`,
+        on the device), so that the map's result is NaN there and the input policy traces it
+        to the point.
         """
-        u, _, v = self._top(x)
+        u, s, v = self._top(x)
+        if guard:
+            ok = (s[..., self.r - 1] > self._tol(x) * s[..., 0])[..., None, None]
+            u, v = nan_unless(ok, u), nan_unless(ok, v)
         if not _needs_grad(x):
             return u, v
         ops = ops_for(x)
@@ -353,9 +361,39 @@ class FixedRank(Manifold):
         sign = torch.where(sign == 0, torch.ones_like(sign), sign)
         return u * sign, sc, v * sign
 
+    # ------------------------------------------------------------------ the boundary
+    # the maps through the tangent space check every argument first and their result too (see
+    # Manifold._result_checked): they read the frames of their point through the guard of
+    # _frames, NaN at a point of rank below r, which Manifold._refuse_boundary then names
+    _result_checked = result_checked(
+        to_tangent=(0, 1),
+        egrad_to_rgrad=(0, 1),
+        ehess_to_rhess=(0, 1, 2, 3),
+        inverse_retract=(0, 1),
+        transport=(0, 1, 2),
+    )
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        r"""The first point of x of numerical rank below r, as ``check_point`` measures it
+        (:math:`\sigma_r/\sigma_1 \le` ``atol``; see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`): there the tangent space
+        and the curvature (:math:`X^+`) are not defined."""
+        tol = self.default_atol(x)
+        found = first_rank_deficient(x, self.r, tol)
+        if found is None:
+            return None
+        i, ratio = found
+        return (
+            f"sigma_{self.r}/sigma_1 = {ratio:.3e} <= atol {tol:.1e}{_where(i)}: "
+            f"{name} has numerical rank below {self.r}, on the boundary of the manifold (the "
+            f"matrices of lower rank), where its tangent space and its curvature, through "
+            f"{name}^+, are not defined",
+            f"a matrix {name} of rank {self.r}",
+        )
+
     # ------------------------------------------------------------------ maps
     def _to_tangent(self, x, a):
-        qu, qv = self._frames(x)
+        qu, qv = self._frames(x, guard=True)
         mt = ops_for(x, a).mT
         ua = mt(qu) @ a
         return qu @ ua + (a @ qv - qu @ (ua @ qv)) @ mt(qv)
@@ -363,7 +401,7 @@ class FixedRank(Manifold):
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)
         mt = ops.mT
-        qu, qv = self._frames(x)
+        qu, qv = self._frames(x, guard=True)
         normal = g - qu @ (mt(qu) @ g)
         normal = normal - (normal @ qv) @ mt(qv)
         r = mt(qu) @ x @ qv  # X = Q_U R Q_V^T, so (X^+)^T = Q_U R^{-T} Q_V^T
@@ -427,8 +465,8 @@ class FixedRank(Manifold):
 
     def _inverse_retract(self, x, y):
         ops = ops_for(x, y)
-        ux, vx = self._frames(x)
-        uy, vy = self._frames(y)
+        ux, vx = self._frames(x, guard=True)
+        uy, vy = self._frames(y, guard=True)
         p, q = ops.mT(uy) @ ux, ops.mT(vx) @ vy
         cosines = min(float(singular_values(p).min()), float(singular_values(q).min()))
         if cosines <= math.sqrt(ops.eps(x)):
@@ -482,14 +520,12 @@ class FixedRank(Manifold):
         ``atol``, rank <= r needs :math:`\sigma_{r+1}/\sigma_1 \le` ``atol``. The message
         names the constraint, the measured ratio and the batch element.
         """
-        s = singular_values(x)
-        top = np.where(s[..., 0] > 0, s[..., 0], 1.0)
-        low = s[..., self.r - 1] / top
-        if np.any(low <= tol):
-            i = _first(low <= tol)
+        found = first_rank_deficient(x, self.r, tol)
+        if found is not None:
+            i, ratio = found
             raise NotOnManifoldError(
                 f"{self.name}: point is not on the manifold: constraint rank X >= {self.r} "
                 f"(sigma_{self.r}/sigma_1 > atol) is violated: sigma_{self.r}/sigma_1 = "
-                f"{float(low[i]):.3e} <= atol {tol:.1e}{_where(i)}"
+                f"{ratio:.3e} <= atol {tol:.1e}{_where(i)}"
             )
         super()._check_point(x, tol)  # rank X <= r, through _point_violation

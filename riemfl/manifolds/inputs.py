@@ -22,7 +22,13 @@ after any private map sees them (the policy is written down in ``docs/manifolds.
   :class:`~riemfl.errors.NonFiniteError` naming the argument, either from a check of the
   arguments before the map or, for the maps a manifold lists in ``_result_checked``, from a
   check of the map's result followed by a diagnosis of the arguments (see
-  :meth:`~riemfl.manifolds.base.Manifold._run_map`).
+  :meth:`~riemfl.manifolds.base.Manifold._run_map`);
+* **points on the boundary** of an open manifold (finite points that ``check_point`` refuses
+  there, where the metric blows up): :class:`~riemfl.errors.NotOnManifoldError` naming the map,
+  traced from a non-finite result or a failure of the map, never NaN or inf (see
+  :meth:`~riemfl.manifolds.base.Manifold._refuse_boundary`). The maps read such points through
+  :func:`nan_unless` (:func:`positive_or_nan`), and the diagnoses locate them with
+  :func:`first_nonpositive` and :func:`first_rank_deficient`.
 
 The fast path (every argument a numpy array, or every one a torch tensor, of one float32 or
 float64 dtype, one device and one shape: :func:`common_shape`) returns the arguments untouched:
@@ -41,8 +47,19 @@ import numpy as np
 
 from ..backend import Array, is_torch, to_numpy
 from ..errors import DTypeError, NonFiniteError
+from ..linalg import singular_values
 
-__all__ = ["coerce", "common_shape", "all_finite", "check_finite", "first_nonfinite"]
+__all__ = [
+    "coerce",
+    "common_shape",
+    "all_finite",
+    "check_finite",
+    "first_nonfinite",
+    "nan_unless",
+    "positive_or_nan",
+    "first_nonpositive",
+    "first_rank_deficient",
+]
 
 _NUMPY_REAL = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -244,6 +261,89 @@ def all_finite(a: Array) -> bool:
     if isinstance(a, (float, complex, np.floating, np.complexfloating)):  # np.float64 is a float
         return cmath.isfinite(a)
     return bool(np.isfinite(np.asarray(a)).all())
+
+
+def nan_unless(inside: Array, a: Array) -> Array:
+    r"""``a`` where ``inside`` holds and NaN elsewhere: the boundary guard of open manifolds.
+
+    A map of an open manifold (the Poincare ball, the open simplex, the positive orthant) whose
+    formula stays finite at a point on or beyond the boundary, where the metric is infinite
+    (:math:`g/\lambda_x^2 = 0` at :math:`\lambda_x = \infty`, say), reads the point, or its
+    conformal factor, through this guard: its result is then non-finite there, and the result
+    check of the input policy traces it to the point
+    (:meth:`~riemfl.manifolds.base.Manifold._refuse_boundary`). Elementwise, on the device, with
+    no host synchronisation; where ``inside`` holds the entries are ``a``'s bit for bit, with
+    their autograd graph.
+
+    Parameters
+    ----------
+    inside : array of bool
+        Where ``a`` is valid (``sigma > 0``, ``x > 0``); broadcasts against ``a``.
+    a : array
+        numpy array or torch tensor.
+
+    Returns
+    -------
+    array
+        ``a``'s type and dtype.
+    """
+    if is_torch(a):
+        return a.where(inside, math.nan)
+    return np.where(inside, a, np.nan)  # (a Python float keeps a float32 array float32)
+
+
+def positive_or_nan(x: Array) -> Array:
+    """``x``, NaN where an entry is not positive: :func:`nan_unless` for the open sets bounded
+    by :math:`x_i = 0` (the simplex, the positive orthant, the Birkhoff polytope), whose maps
+    read their points through it."""
+    return nan_unless(x > 0, x)
+
+
+def first_nonpositive(x: Array, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
+    """The first point of ``x`` with an entry <= 0, for the open sets bounded by :math:`x_i = 0`.
+
+    Parameters
+    ----------
+    x : array
+        A batch of points, numpy or torch.
+    ndim : int
+        The number of point axes (the trailing ones).
+
+    Returns
+    -------
+    tuple or None
+        ``(i, k, value)``: the batch index i of the first point with an entry <= 0, the index k
+        of its smallest entry within the point, and that entry; None where every entry of x is
+        positive.
+    """
+    values = to_numpy(x, np.float64)
+    point = values.shape[values.ndim - ndim :]
+    flat = values.reshape(values.shape[: values.ndim - ndim] + (-1,))
+    low = flat.min(axis=-1)
+    if not np.any(low <= 0):
+        return None
+    i = tuple(int(j) for j in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
+    k = int(np.argmin(flat[i]))
+    return i, tuple(int(j) for j in np.unravel_index(k, point)), float(flat[i][k])
+
+
+def first_rank_deficient(x: Array, rank: int, tol: float) -> tuple[tuple[int, ...], float] | None:
+    r"""The first matrix of ``x`` of numerical rank below ``rank``, for the manifolds bounded
+    by the matrices of lower rank: :math:`\sigma_{\text{rank}}/\sigma_1 \le` ``tol``.
+
+    Returns
+    -------
+    tuple or None
+        ``(i, ratio)``: the batch index i of the first such matrix and its
+        :math:`\sigma_{\text{rank}}/\sigma_1` (0 for a zero matrix); None where every matrix
+        of x has numerical rank ``rank`` or more.
+    """
+    s = singular_values(x)
+    ratio = s[..., rank - 1] / np.where(s[..., 0] > 0, s[..., 0], 1.0)
+    if not np.any(ratio <= tol):
+        return None
+    i = tuple(int(j) for j in np.argwhere(np.atleast_1d(ratio <= tol))[0]) if ratio.ndim else ()
+    return i, float(ratio[i])
 
 
 def first_nonfinite(arrays: Sequence) -> int | None:

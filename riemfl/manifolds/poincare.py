@@ -23,7 +23,9 @@ geoopt (0.5) instead projects the results of its maps onto the radius :math:`(1 
 10^{-3})/\sqrt c` in float32 (:math:`1 - 10^{-5}` in float64), so none of its float32 points
 lies beyond hyperbolic distance 6.2 from the origin, and its float32 ``dist`` and ``logmap`` of
 points at :math:`1 - 10^{-5}` are off by about 20%. riemfl clamps nothing: a point with
-:math:`c\|x\|^2 \ge 1` fails ``check_point``, and only ``exp``/``retract`` move a result whose
+:math:`c\|x\|^2 \ge 1` fails ``check_point``, every map but the identity ``to_tangent`` refuses
+it (:class:`~riemfl.errors.NotOnManifoldError` naming the map, where the conformal factor is
+infinite or negative; no NaN or inf is returned), and only ``exp``/``retract`` move a result whose
 *rounding* put it on, outside or within a few units of rounding of the boundary, onto a radius
 from which no summation order of its norm reaches the boundary (:meth:`PoincareBall.pull_inside`).
 
@@ -43,6 +45,7 @@ from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, sech2_sqrt, tanh_sqrt_over
+from .inputs import nan_unless
 from .lorentz import Lorentz
 
 __all__ = ["PoincareBall", "mobius_add", "mobius_scalar_mul", "gyration", "conformal_sigma"]
@@ -341,19 +344,43 @@ class PoincareBall(Manifold):
         return v[..., 1:] / den - (root_c * v[..., :1] / (den * den)) * y[..., 1:]
 
     # ------------------------------------------------------------------ maps
+    def _first_outside(self, x: Array) -> tuple[float, tuple[int, ...], str] | None:
+        r"""``(sigma, i, at)`` for the first point of x with :math:`\sigma_x \le 0`: its batch
+        index i and ``at``, " (batch element i)" or "" for a single point; None if none."""
+        sigma = to_numpy(conformal_sigma(x, self.c), np.float64)[..., 0]
+        if not np.any(sigma <= 0):
+            return None
+        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(sigma <= 0))[0]) if x.ndim > 1 else ()
+        return float(sigma[i]), i, f" (batch element {i})" if i else ""
+
     def _outside(
         self, x: Array, error: type[Exception], message: Callable[[float, str], str]
     ) -> None:
         r"""Raise ``error(message(sigma, at))`` for the first point of x with :math:`\sigma_x
         \le 0` (``at``: its batch index, or "" for a single point)."""
-        sigma = to_numpy(conformal_sigma(x, self.c), np.float64)[..., 0]
-        if np.any(sigma <= 0):
-            i = (
-                tuple(int(k) for k in np.argwhere(np.atleast_1d(sigma <= 0))[0])
-                if x.ndim > 1
-                else ()
-            )
-            raise error(message(float(sigma[i]), f" (batch element {i})" if i else ""))
+        found = self._first_outside(x)
+        if found is not None:
+            raise error(message(found[0], found[2]))
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        r"""The first point of x with :math:`c\|x\|^2 \ge 1` (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`), where the conformal
+        factor :math:`\lambda_x = 2/\sigma_x` is infinite (on the sphere :math:`c\|x\|^2 = 1`)
+        or negative (beyond it)."""
+        found = self._first_outside(x)
+        if found is None:
+            return None
+        sigma, i, at = found
+        norm = float(np.linalg.norm(to_numpy(x, np.float64)[i]))
+        bound = "1" if self.c == 1.0 else f"1/sqrt(c) = {1.0 / math.sqrt(self.c):.9g}"
+        on = sigma >= -8.0 * _EPS64  # 0 to rounding
+        where, factor = ("on", "infinite") if on else ("beyond", "negative")
+        return (
+            f"|{name}| = {norm:.9g} is not < {bound}{at}: the point is {where} the ball's "
+            f"boundary (1 - c|{name}|^2 = {sigma:.3e}), where the conformal factor "
+            f"2/(1 - c|{name}|^2) of the metric is {factor}",
+            f"a point of the open ball, c|{name}|^2 < 1",
+        )
 
     def _project(self, a):
         self._outside(
@@ -367,29 +394,52 @@ class PoincareBall(Manifold):
         )
         return a
 
-    # the cheap maps (see Manifold._result_checked): x is not read by to_tangent, and checked
-    # first by the metric (it divides by sigma_x^2, which is infinite for an infinite x); the
-    # gradient and Hessian maps are products and sums of their arguments and of sigma_x
+    # every map (see Manifold._result_checked) but to_tangent, which does not read x: the maps
+    # read their points through sigma, NaN for a non-finite point (and for a finite one on or
+    # beyond the boundary, which Manifold._refuse_boundary then names; see _sigma), and their
+    # other arguments through products, sums and the gyrovector formulas, where a NaN or an
+    # infinity stays non-finite (in exp, tanh(t)/t * u is 0 * inf = NaN for an infinite u)
     _result_checked = result_checked(
-        "egrad_to_rgrad", "ehess_to_rhess", to_tangent=(0,), inner=(0,), norm=(0,)
+        "egrad_to_rgrad",
+        "ehess_to_rhess",
+        "inner",
+        "norm",
+        "exp",
+        "retract",
+        "log",
+        "inverse_retract",
+        "dist",
+        "squared_dist",
+        "transport",
+        "parallel_transport",
+        to_tangent=(0,),
     )
+
+    def _sigma(self, x):
+        r""":math:`\sigma_x = 1 - c\|x\|^2` (:func:`conformal_sigma`), NaN where
+        :math:`\sigma_x \le 0` (:func:`~riemfl.manifolds.inputs.nan_unless`). Every map reads
+        its points through it, so that a point on or beyond the boundary gives a NaN result,
+        which the input policy traces to the point, also where the formula would be finite
+        (the gradient :math:`\sigma_x^2 g/4` is 0 on the boundary)."""
+        sigma = conformal_sigma(x, self.c)
+        return nan_unless(sigma > 0, sigma)
 
     def _to_tangent(self, x, a):
         return a
 
     def _inner(self, x, u, v):
-        sigma = conformal_sigma(x, self.c)
+        sigma = self._sigma(x)
         return (4.0 * _dot(u, v) / (sigma * sigma))[..., 0]
 
     def _norm(self, x, u):
-        return (2.0 * ops_for(u).safe_sqrt(_dot(u, u)) / conformal_sigma(x, self.c))[..., 0]
+        return (2.0 * ops_for(u).safe_sqrt(_dot(u, u)) / self._sigma(x))[..., 0]
 
     def _egrad_to_rgrad(self, x, g):
-        sigma = conformal_sigma(x, self.c)
+        sigma = self._sigma(x)
         return (0.25 * sigma * sigma) * g
 
     def _ehess_to_rhess(self, x, g, h, u):
-        sigma = conformal_sigma(x, self.c)
+        sigma = self._sigma(x)
         turn = _dot(x, g) * u - _dot(x, u) * g - _dot(u, g) * x
         return (0.25 * sigma * sigma) * h + (0.5 * self.c * sigma) * turn
 
@@ -399,7 +449,7 @@ class PoincareBall(Manifold):
         may round onto the boundary); results that rounded within :math:`2\varepsilon +
         (n + 4)\varepsilon_{64}` of the boundary, or beyond, are moved inside
         (:meth:`pull_inside`)."""
-        sx = conformal_sigma(x, self.c)
+        sx = self._sigma(x)
         t2 = self.c * _dot(u, u) / (sx * sx)
         v = tanh_sqrt_over(t2) * u / sx
         return self.pull_inside(_add(x, sx, v, sech2_sqrt(t2), self.c))
@@ -409,7 +459,7 @@ class PoincareBall(Manifold):
     def _log_parts(self, x, y):
         """(ops, sigma_x, sigma_y, y - x, c |y - x|^2, s^2)."""
         ops = ops_for(x, y)
-        sx, sy = conformal_sigma(x, self.c), conformal_sigma(y, self.c)
+        sx, sy = self._sigma(x), self._sigma(y)
         delta = y - x
         q = self.c * _dot(delta, delta)
         return ops, sx, sy, delta, q, q / (sx * sy)
@@ -431,7 +481,7 @@ class PoincareBall(Manifold):
         return ((4.0 / self.c) * s2 * ratio * ratio)[..., 0]
 
     def _parallel_transport(self, x, y, v):
-        sx, sy = conformal_sigma(x, self.c), conformal_sigma(y, self.c)
+        sx, sy = self._sigma(x), self._sigma(y)
         return (sy / sx) * _gyration(y, -x, v, sy, sx, self.c)
 
     _transport = _parallel_transport

@@ -17,6 +17,7 @@ from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, dist_from_squared, result_checked
 from .elementary import nonzero
+from .inputs import first_nonpositive, positive_or_nan
 
 __all__ = ["Positive"]
 
@@ -102,11 +103,16 @@ class Positive(Manifold):
         self._shape(x, "point x")
         return -ops_for(x).amax(-x, axis=self._axes)
 
-    # the cheap maps (see Manifold._result_checked): products and sums of their arguments, where
-    # a NaN or an infinity stays non-finite (inf * 0 is NaN). x is not read by to_tangent, and
-    # checked first where it divides (1/inf is 0: inner, norm, the transports); exp checks u
-    # first (exp(-inf) is 0); log and dist check every argument first (log of 0 or of a negative
-    # ratio)
+    # the maps checked through their result (see Manifold._result_checked): products and sums of
+    # their arguments, where a NaN or an infinity stays non-finite (inf * 0 is NaN), and of the
+    # points read through positive_or_nan (NaN for a NaN entry, and for an entry <= 0, on or
+    # beyond the boundary, where 1/x^2 and log x are infinite, which
+    # Manifold._refuse_boundary then names, also where the formula would be finite: the
+    # gradient x^2 g is 0 there). x is not read by
+    # to_tangent, and checked first where it divides (1/inf is 0: inner, norm, the
+    # transports); exp checks u first (exp(-inf) is 0); log and the distances check every
+    # argument first (log(inf/inf) is NaN, but log(1/inf) is -inf, log(inf/1) inf: a clean
+    # diagnosis needs the arguments), and their result for a point on the boundary
     _result_checked = result_checked(
         "egrad_to_rgrad",
         "ehess_to_rhess",
@@ -115,9 +121,35 @@ class Positive(Manifold):
         norm=(0,),
         exp=(1,),
         retract=(1,),
+        log=(0, 1),
+        inverse_retract=(0, 1),
+        dist=(0, 1),
+        squared_dist=(0, 1),
         transport=(0,),
         parallel_transport=(0,),
     )
+
+    def _first_nonpositive(self, x) -> tuple[tuple[int, ...], float] | None:
+        """``(entry, value)`` for the smallest entry of the first point of x with an entry <= 0
+        (the entry's index includes the batch dimensions), or None."""
+        found = first_nonpositive(x, self.ndim)
+        return None if found is None else (found[0] + found[1], found[2])
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """The first point of x with an entry <= 0 (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`), where the metric
+        :math:`\\sum_i u_i v_i/x_i^2` is infinite."""
+        found = self._first_nonpositive(x)
+        if found is None:
+            return None
+        entry, value = found
+        where = "on" if value == 0 else "beyond"
+        return (
+            f"its entry {entry} (the index includes the batch dimensions) is {value:.3e}, not "
+            f"> 0: the point is {where} the boundary of the open positive orthant, where the "
+            f"metric sum_i u_i v_i/{name}_i^2 is infinite",
+            f"a point with every entry {name}_i > 0",
+        )
 
     # ------------------------------------------------------------------ maps
     def _project(self, a):
@@ -139,31 +171,36 @@ class Positive(Manifold):
         return a
 
     def _egrad_to_rgrad(self, x, g):
+        x = positive_or_nan(x)
         return x * x * g
 
     def _ehess_to_rhess(self, x, g, h, u):
+        x = positive_or_nan(x)
         return x * (x * h + u * g)
 
     def _inner(self, x, u, v):
+        x = positive_or_nan(x)
         return ops_for(x, u, v).sum(u * v / (x * x), axis=self._axes)
 
     def _exp(self, x, u):
+        x = positive_or_nan(x)
         return nonzero(x * _lib(x, u).exp(u / x))
 
     def _log(self, x, y):
-        return x * _lib(x, y).log(y / x)
+        x = positive_or_nan(x)
+        return x * _lib(x, y).log(positive_or_nan(y) / x)
 
     _retract = _exp
     _inverse_retract = _log
 
     def _squared_dist(self, x, y):
-        z = _lib(x, y).log(y / x)
+        z = _lib(x, y).log(positive_or_nan(y) / positive_or_nan(x))
         return ops_for(z).sum(z * z, axis=self._axes)
 
     _dist = dist_from_squared
 
     def _parallel_transport(self, x, y, u):
-        return (y / x) * u
+        return (positive_or_nan(y) / positive_or_nan(x)) * u
 
     _transport = _parallel_transport
 
@@ -182,11 +219,11 @@ class Positive(Manifold):
     def _check_point(self, x: Array, tol: float) -> None:
         """Positivity is strict, without tolerance: an entry 0 is on the boundary, where
         :math:`1/x^2` and :math:`\\log x` are infinite."""
-        values = to_numpy(x)
-        if np.any(values <= 0):
-            entry = tuple(int(k) for k in np.argwhere(values <= 0)[0])
+        found = self._first_nonpositive(x)
+        if found is not None:
+            entry, value = found
             raise NotOnManifoldError(
                 f"{self.name}: point is not in the open positive orthant: constraint x > 0 is "
-                f"violated by the entry {entry} = {float(values[entry]):.3e} (the index includes "
-                f"the batch dimensions)"
+                f"violated by the entry {entry} = {value:.3e} (the index includes the batch "
+                f"dimensions)"
             )

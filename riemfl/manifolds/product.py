@@ -7,8 +7,8 @@ import math
 import numpy as np
 
 from ..backend import Array, ops_for
-from ..errors import ParameterError, ShapeError
-from .base import Manifold, dist_from_squared
+from ..errors import NotOnManifoldError, ParameterError, ShapeError
+from .base import MAP_ROLES, Manifold, dist_from_squared
 
 __all__ = ["Product"]
 
@@ -208,6 +208,24 @@ class Product(Manifold):
     def _point_violation(self, x):
         return self._worst("_point_violation", x)
 
+    def _check_point(self, x: Array, tol: float) -> None:
+        """Each factor's own check of its component (strict constraints included, e.g. the
+        open ball's or the open simplex's), the message naming the factor."""
+        for m, part in zip(self.manifolds, self.split(x), strict=True):
+            try:
+                m._check_point(part, tol)
+            except NotOnManifoldError as exc:
+                raise NotOnManifoldError(f"{self.name}: factor {exc}") from None
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """The first factor's boundary violation (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`), named after the factor."""
+        for m, part in zip(self.manifolds, self.split(x), strict=True):
+            found = m._boundary_violation(part, f"{name}'s {m.name} component")
+            if found is not None:
+                return found
+        return None
+
     def _tangent_violation(self, x, u):
         return self._worst("_tangent_violation", x, u)
 
@@ -224,7 +242,16 @@ def _result_checked(manifolds: tuple[Manifold, ...]) -> dict[str, tuple[int, ...
     non-finite factor result stays in the product's; the arguments checked first are those any
     factor checks first. ``norm`` clamps the sum of the factors' inner products at 0, which is
     safe where every factor's own (clamped) norm is listed.
+
+    A map that some factors check through its result and others do not checks every argument
+    first and its result too: a factor that checks its result may make it non-finite on
+    purpose for a point on its boundary (:func:`~riemfl.manifolds.inputs.nan_unless`), which
+    the product then traces to that factor (``Manifold._refuse_boundary``).
     """
     tables = [m._result_checked for m in manifolds]
     common = set(tables[0]).intersection(*tables[1:])
-    return {k: tuple(sorted(set().union(*(t[k] for t in tables)))) for k in sorted(common)}
+    some = set().union(*tables) - common
+    return {
+        **{k: tuple(range(len(MAP_ROLES[k]))) for k in sorted(some)},
+        **{k: tuple(sorted(set().union(*(t[k] for t in tables)))) for k in sorted(common)},
+    }

@@ -186,14 +186,7 @@ class PSDFixedRank(FactorQuotient):
     def _check_point(self, x: Array, tol: float) -> None:
         """Raise :class:`~riemfl.errors.NotOnManifoldError` unless Y has numerical rank k
         (:math:`\\sigma_k/\\sigma_1 >` ``tol``), naming the ratio and the batch element."""
-        _, ratio = self._low_rank(x)
-        low = ratio <= tol
-        if np.any(low):
-            raise NotOnManifoldError(
-                f"{self.name}: point is not on the manifold: constraint rank Y = {self.k} "
-                f"(sigma_{self.k}/sigma_1 > atol) is violated: sigma_{self.k}/sigma_1 = "
-                f"{float(np.min(ratio)):.3e} <= atol {tol:.1e}{_first(low)}"
-            )
+        self._check_rank(x, tol)
 
     def _tangent_violation(self, x, u):
         return "Y^T U symmetric (horizontal)", self._skew_violation(x, u)

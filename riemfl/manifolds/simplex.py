@@ -22,8 +22,9 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
-from .base import Manifold
+from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, nonzero, sinc_sqrt, squared_angle
+from .inputs import first_nonpositive, nan_unless, positive_or_nan
 
 __all__ = ["Simplex", "project_closed_simplex"]
 
@@ -225,6 +226,46 @@ class Simplex(Manifold):
         return 2.0 * _lib(p).arcsin(ops.sqrt(low))
 
     # ------------------------------------------------------------------ maps
+    # the maps checked through their result (see Manifold._result_checked): they read their
+    # points through positive_or_nan (NaN for a NaN entry, and for an entry <= 0, on or beyond
+    # the boundary, where 1/p and log p are infinite, which Manifold._refuse_boundary then
+    # names, also where the formula would be finite: log, dist and the gradient extend
+    # continuously to the closed simplex; retract guards only where a weight is 0), and their
+    # other arguments through sums, products and quotients, where a NaN or an infinity stays
+    # non-finite (exp: an infinite u makes theta infinite, the cut-locus test raises). Checked
+    # first: x of the metric (u v/inf is 0), u of retract (u/p = -inf gives the weight
+    # exp(-inf) = 0), both points of the distances (an infinite entry makes both arguments of
+    # atan2 infinite)
+    _result_checked = result_checked(
+        "egrad_to_rgrad",
+        "ehess_to_rhess",
+        "inverse_retract",
+        "exp",
+        "log",
+        "parallel_transport",
+        inner=(0,),
+        norm=(0,),
+        retract=(1,),
+        dist=(0, 1),
+        squared_dist=(0, 1),
+    )
+
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """The first point of x with a component <= 0 (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`), where the Fisher metric
+        :math:`\\sum_i u_i v_i/p_i` is infinite."""
+        found = self._first_nonpositive(x)
+        if found is None:
+            return None
+        k, low, at = found
+        where = "on" if low == 0 else "beyond"
+        return (
+            f"its component {k}{at} is {low:.3e}, not > 0: the point is {where} the "
+            f"boundary of the open simplex, where the Fisher metric sum_i u_i v_i/{name}_i is "
+            f"infinite",
+            f"a point of the open simplex, {name} > 0 with sum({name}) = 1",
+        )
+
     def _project(self, a):
         ops = ops_for(a)
         tau = (ops.sum(a, axis=-1, keepdims=True) - 1.0) / self.C
@@ -249,28 +290,35 @@ class Simplex(Manifold):
         return a - ops_for(x, a).sum(a, axis=-1, keepdims=True) * x
 
     def _egrad_to_rgrad(self, x, g):
+        x = positive_or_nan(x)
         return x * (g - ops_for(x, g).sum(x * g, axis=-1, keepdims=True))
 
     def _ehess_to_rhess(self, x, g, h, u):
+        x = positive_or_nan(x)
         shift = g - ops_for(x, g).sum(x * g, axis=-1, keepdims=True)
         return self._to_tangent(x, x * h + 0.5 * u * shift)
 
     def _inner(self, x, u, v):
-        return ops_for(x, u, v).sum(u * v / x, axis=-1)
+        return ops_for(x, u, v).sum(u * v / positive_or_nan(x), axis=-1)
 
     def _retract(self, x, u):
         ops = ops_for(x, u)
         z = _lib(x).log(x) + u / x
-        e = nonzero(_lib(z).exp(z - ops.amax(z, axis=-1, keepdims=True)))
+        e = _lib(z).exp(z - ops.amax(z, axis=-1, keepdims=True))
+        if ops.is_torch or not e.all():
+            # a weight 0 is an underflow, floored by nonzero, or comes from a component
+            # p_i = 0 with u_i < 0 (z_i = -inf, made NaN here: the guard of the boundary,
+            # needed only where a weight is 0; at any other p_i <= 0, z_i is NaN already)
+            e = nan_unless(z > -math.inf, nonzero(e))
         return e / ops.sum(e, axis=-1, keepdims=True)
 
     def _inverse_retract(self, x, y):
-        lib = _lib(x, y)
-        return self._egrad_to_rgrad(x, lib.log(y) - lib.log(x))
+        lib = _lib(x, y)  # (x through the gradient's guard)
+        return self._egrad_to_rgrad(x, lib.log(positive_or_nan(y)) - lib.log(x))
 
     def _exp(self, x, u):
         ops = ops_for(x, u)
-        root = ops.sqrt(x)
+        root = ops.sqrt(positive_or_nan(x))
         w = u / (2.0 * root)
         theta2 = ops.sum(w * w, axis=-1, keepdims=True)
         y = cos_sqrt(theta2) * root + sinc_sqrt(theta2) * w
@@ -298,7 +346,7 @@ class Simplex(Manifold):
     def _sphere_log_parts(self, x, y):
         """(ops, sqrt p, sqrt q, cos alpha, w = sqrt q - cos alpha sqrt p, |w|^2)."""
         ops = ops_for(x, y)
-        rx, ry = ops.sqrt(x), ops.sqrt(y)
+        rx, ry = ops.sqrt(positive_or_nan(x)), ops.sqrt(positive_or_nan(y))
         c = ops.sum(rx * ry, axis=-1, keepdims=True)
         w = ry - c * rx
         return ops, rx, ry, c, w, ops.sum(w * w, axis=-1, keepdims=True)
@@ -345,14 +393,21 @@ class Simplex(Manifold):
         ``atol``. The message names the constraint, the component or the violation, and the
         batch element.
         """
-        values = to_numpy(x)
-        low = values.min(axis=-1)
-        if np.any(low <= 0):
-            i = _first(low <= 0)
-            k = int(np.argmin(values[i]))
-            where = f" in batch element {i}" if i else ""
+        found = self._first_nonpositive(x)
+        if found is not None:
+            k, low, at = found
             raise NotOnManifoldError(
                 f"{self.name}: point is not in the open simplex: constraint p > 0 is violated by "
-                f"component {k} = {float(low[i]):.3e}{where}"
+                f"component {k} = {low:.3e}{at}"
             )
         super()._check_point(x, tol)  # sum(p) = 1, through _point_violation
+
+    @staticmethod
+    def _first_nonpositive(x: Array) -> tuple[int, float, str] | None:
+        """``(k, p_k, at)`` for the smallest component of the first point of x with a component
+        <= 0 (``at``: " in batch element i", or "" for a single point), or None."""
+        found = first_nonpositive(x, 1)
+        if found is None:
+            return None
+        i, (k,), low = found
+        return k, low, f" in batch element {i}" if i else ""

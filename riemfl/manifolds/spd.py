@@ -36,6 +36,7 @@ from ..errors import CutLocusError, NotOnManifoldError, ParameterError, Projecti
 from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
 from .base import Manifold, delegated_map, dist_from_squared, result_checked
 from .elementary import artanh_sqrt_over, sinhc_sqrt
+from .inputs import nan_unless
 
 __all__ = [
     "SPD",
@@ -226,9 +227,17 @@ def _refuse(
 ) -> None:
     """Raise ``error(message(i, at))`` for the first batch index i where the mask ``bad`` holds
     (``at``: " (batch element i)", or "" for a single point)."""
-    if np.any(bad):
-        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(bad))[0]) if bad.ndim else ()
-        raise error(message(i, f" (batch element {i})" if i else ""))
+    found = _first_bad(bad)
+    if found is not None:
+        raise error(message(*found))
+
+
+def _first_bad(bad: np.ndarray) -> tuple[tuple[int, ...], str] | None:
+    """``(i, at)`` for the first batch index i where the mask ``bad`` holds, or None."""
+    if not np.any(bad):
+        return None
+    i = tuple(int(k) for k in np.argwhere(np.atleast_1d(bad))[0]) if bad.ndim else ()
+    return i, f" (batch element {i})" if i else ""
 
 
 def _linalg_errors() -> tuple[type[BaseException], ...]:
@@ -251,6 +260,23 @@ def _cholesky_frame(x, name: str):
         return r, np.linalg.inv(r)
     eye = ops.broadcast_to(ops.eye(r.shape[-1], r), tuple(r.shape))
     return r, ops.solve_triangular_upper(r, eye, left=True)
+
+
+def _definite(x):
+    """x, after a test of positive definiteness by a Cholesky factorisation (discarded): the
+    guard of the maps whose formula stays finite at a singular or indefinite point (X sym(G) X,
+    the logarithm of a whitened Y with a rounded eigenvalue above 0). numpy: the factorisation
+    raises ``LinAlgError`` there, which the input policy traces to the point
+    (:meth:`~riemfl.manifolds.base.Manifold._refuse_boundary`); torch: ``cholesky_ex``, with
+    no host synchronisation, and x is NaN where it failed
+    (:func:`~riemfl.manifolds.inputs.nan_unless`), so the map's result is."""
+    if not is_torch(x):
+        np.linalg.cholesky(x)
+        return x
+    import torch
+
+    info = torch.linalg.cholesky_ex(x.detach())[1]
+    return nan_unless((info == 0)[..., None, None], x)
 
 
 # --------------------------------------------------------------------------- the three metrics
@@ -290,9 +316,11 @@ class _AffineInvariant:
 
     # X sym(G) X = sym(X G X) for symmetric X: one symmetrisation instead of two
     def egrad_to_rgrad(self, x, g):
+        x = _definite(x)
         return sym(x @ g @ x)
 
     def ehess_to_rhess(self, x, g, h, u):
+        x = _definite(x)
         return sym(x @ h @ x + u @ sym(g) @ x)
 
     def exp(self, x, u):
@@ -327,11 +355,11 @@ class _AffineInvariant:
 
     def log(self, x, y):
         r, rinv = _cholesky_frame(x, self.name)
-        return self._unwhiten(r, logm(self._whiten(rinv, y)))
+        return self._unwhiten(r, logm(self._whiten(rinv, _definite(y))))
 
     def squared_dist(self, x, y):
         _, rinv = _cholesky_frame(x, self.name)
-        w = logm(self._whiten(rinv, y))
+        w = logm(self._whiten(rinv, _definite(y)))
         return ops_for(w).sum(w * w, axis=(-2, -1))
 
     def transport(self, x, y, u):
@@ -339,7 +367,7 @@ class _AffineInvariant:
 
     def parallel_transport(self, x, y, u):
         r, rinv = _cholesky_frame(x, self.name)
-        root = sqrtm(self._whiten(rinv, y))
+        root = sqrtm(self._whiten(rinv, _definite(y)))
         return self._unwhiten(r, root @ self._whiten(rinv, u) @ root)
 
 
@@ -416,19 +444,23 @@ class _BuresWasserstein:
     def __init__(self, name: str) -> None:
         self.name = name
 
+    # the Lyapunov operator is finite at an indefinite X (where no eigenvalue sum is 0): the
+    # maps that read X only through it test X first (_definite)
     def inner(self, x, u, v):
-        return 0.5 * ops_for(u, v).sum(lyapunov(x, u) * v, axis=(-2, -1))
+        return 0.5 * ops_for(u, v).sum(lyapunov(_definite(x), u) * v, axis=(-2, -1))
 
     def norm(self, x, u):
         return ops_for(x, u).safe_sqrt(self.inner(x, u, u))
 
     def egrad_to_rgrad(self, x, g):
-        return 4.0 * sym(sym(g) @ x)
+        return 4.0 * sym(sym(g) @ _definite(x))
 
     def ehess_to_rhess(self, x, g, h, u):
+        x = _definite(x)
         return 4.0 * sym(sym(h) @ x) + 4.0 * sym(sym(g) @ lyapunov(x, u) @ x)
 
     def exp(self, x, u):
+        x = _definite(x)
         ell = lyapunov(x, u)
         low = _eigvalsh(ell)[..., 0]
         _refuse(
@@ -450,7 +482,7 @@ class _BuresWasserstein:
         optimal transport map, :math:`TXT = Y`), X = R^T R."""
         r, rinv = _cholesky_frame(x, self.name)
         ops = ops_for(r, y)
-        root = sqrtm(r @ y @ ops.mT(r))
+        root = sqrtm(r @ _definite(y) @ ops.mT(r))
         eye = ops.eye(r.shape[-1], r)
         return r, sym(rinv @ root @ ops.mT(rinv)) - eye
 
@@ -472,7 +504,8 @@ class _BuresWasserstein:
         return -(cross + ops_for(cross).mT(cross))
 
     def transport(self, x, y, u):
-        return sym(u + self.christoffel(y, x - y, u))
+        y = _definite(y)
+        return sym(u + self.christoffel(y, _definite(x) - y, u))
 
     def parallel_transport(self, x, y, u):
         raise NotImplementedError(_BW_NO_TRANSPORT)
@@ -627,8 +660,12 @@ class SPD(Manifold):
         suffix = "" if metric == "affine-invariant" else f', metric="{metric}"'
         self.name = f"SPD({self.n}{suffix})"
         self._geometry = _GEOMETRIES[metric](self.name)
-        # to_tangent, sym(A), does not read X (every metric); the metric's own cheap maps
+        # to_tangent, sym(A), does not read X (every metric); the metric's own cheap maps; the
+        # other maps check every argument first and their result as well: a non-finite result
+        # (or a failed factorisation) from finite arguments is traced to a point on or beyond
+        # the boundary of the cone (Manifold._refuse_boundary)
         self._result_checked = {
+            **_EVERY_ARGUMENT_FIRST,
             "to_tangent": (0,),
             **getattr(self._geometry, "result_checked", {}),
         }
@@ -709,6 +746,24 @@ class SPD(Manifold):
             return "X positive definite (lambda_min(X) > 0)", math.inf
         return "X = X^T (|X - X^T|_F / |X|_F)", self._asymmetry(x)
 
+    def _boundary_violation(self, x: Array, name: str = "x") -> tuple[str, str] | None:
+        """The first point of x whose symmetric part is not positive definite (see
+        :meth:`~riemfl.manifolds.base.Manifold._boundary_violation`): singular (on the
+        boundary of the cone, where the metric, through :math:`X^{-1}`, :math:`\\log X` or
+        :math:`\\mathcal L_X`, is infinite) or indefinite (beyond it)."""
+        low = _eigvalsh(sym(x))[..., 0]
+        found = _first_bad(low <= 0)
+        if found is None:
+            return None
+        i, at = found
+        value = float(low[i])
+        where = "singular: on" if value == 0 else "not positive definite: on or beyond"
+        return (
+            f"lambda_min(sym {name}) = {value:.3e} <= 0{at}: the matrix is {where} the boundary "
+            f"of the cone, where the metric is infinite",
+            f"a symmetric positive-definite {name}, lambda_min > 0",
+        )
+
     def _check_point(self, x: Array, tol: float) -> None:
         r"""Raise :class:`~riemfl.errors.NotOnManifoldError` unless x is symmetric (relative
         to :math:`\|X\|_F`, within ``atol``) and positive definite (strictly)."""
@@ -751,6 +806,22 @@ class SPD(Manifold):
     _transport = delegated_map("transport", "_wide")
     _parallel_transport = delegated_map("parallel_transport", "_wide")
 
+
+#: the maps of every metric that check each argument before they run, and their result after
+_EVERY_ARGUMENT_FIRST = result_checked(
+    egrad_to_rgrad=(0, 1),
+    ehess_to_rhess=(0, 1, 2, 3),
+    inner=(0, 1, 2),
+    norm=(0, 1),
+    retract=(0, 1),
+    inverse_retract=(0, 1),
+    exp=(0, 1),
+    log=(0, 1),
+    dist=(0, 1),
+    squared_dist=(0, 1),
+    transport=(0, 1, 2),
+    parallel_transport=(0, 1, 2),
+)
 
 _OPEN_CONE = {
     "proximal_smoothness": (

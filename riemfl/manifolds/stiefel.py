@@ -25,6 +25,7 @@ from .stiefel_canonical import (
     canonical_inner,
     canonical_log,
     cayley_retraction,
+    cayley_transport,
     inverse_cayley_retraction,
 )
 
@@ -368,6 +369,12 @@ class Stiefel(Manifold):
     * ``transport``: projection onto :math:`T_Y` (a vector transport for both metrics); exact
       parallel transport has no closed form for either metric (it solves a linear ODE), so
       ``parallel_transport`` raises.
+    * ``retraction_transport``: for ``retraction="cayley"``, the differential of the Cayley
+      retraction, :math:`\mathrm{D}R_X(U)[V]`
+      (:func:`~riemfl.manifolds.stiefel_canonical.cayley_transport`), the transport whose
+      pairing with the gradient at :math:`R_X(tU)` is the derivative of :math:`f(R_X(tU))`
+      (what a line search needs; the projection transport is not); the polar and QR
+      retractions do not provide it.
 
     Per metric: ``inner``/``norm``; ``egrad_to_rgrad`` (embedded: ``to_tangent``; canonical
     :math:`G - XG^\top X`); ``exp``, exact (:func:`stiefel_exp`,
@@ -433,6 +440,11 @@ class Stiefel(Manifold):
         self.log_max_iter = int(log_max_iter)
         self.point_shape = (self.n, self.p)
         self.unsupported = {"parallel_transport": _NO_PARALLEL_TRANSPORT[metric]}
+        if retraction != "cayley":
+            self.unsupported["retraction_transport"] = (
+                f"Stiefel's {retraction} retraction has no differentiated-retraction transport "
+                "in riemfl; the Cayley retraction has one (retraction='cayley')"
+            )
         suffix = "" if metric == "embedded" else f", metric='{metric}'"
         suffix += "" if retraction == default else f", retraction='{retraction}'"
         self.name = f"Stiefel({self.n}, {self.p}{suffix})"
@@ -485,6 +497,11 @@ class Stiefel(Manifold):
         if self.retraction == "cayley":
             return cayley_retraction(x, u)
         return polar(x + u, what=f"matrix X + U of {self.name}.retract")
+
+    def _retraction_transport(self, x, u, v):
+        if self.retraction == "cayley":
+            return cayley_transport(x, u, v)
+        return self._not_implemented("retraction_transport")
 
     def _inverse_retract(self, x, y):
         if self.retraction == "qr":

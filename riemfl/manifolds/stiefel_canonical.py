@@ -35,6 +35,7 @@ __all__ = [
     "canonical_exp",
     "canonical_log",
     "cayley_retraction",
+    "cayley_transport",
     "inverse_cayley_retraction",
 ]
 
@@ -122,6 +123,44 @@ def canonical_exp(x: Array, u: Array) -> Array:
     return x @ e[..., :p, :p] + k @ (e[..., p:, :p] / c)
 
 
+def _cayley_factors(x: Array, u: Array) -> tuple[Array, Array, Array]:
+    r"""The parts of the Cayley transform of :math:`W = \hat U X^\top - X\hat U^\top = LR^\top`,
+    :math:`L = [\hat U,\ X]`, :math:`R = [X,\ -\hat U]`: :math:`\hat U = (I - \tfrac12 XX^\top)U`,
+    :math:`A = X^\top U` and the 2p x 2p matrix
+
+    .. math::
+        I_{2p} - \tfrac12 R^\top L = \begin{pmatrix} I - A/4 & -I/2 \\ \hat U^\top\hat U/2 &
+        I - A/4\end{pmatrix}
+
+    (:math:`X^\top\hat U = A/2` and :math:`-\hat U^\top X = A/2` for skew A), through which
+    :math:`(I_n - \tfrac12 W)^{-1} = I_n + \tfrac12 L(I_{2p} - \tfrac12 R^\top L)^{-1}R^\top`
+    (Sherman-Morrison-Woodbury, as in Wen and Yin 2013)."""
+    ops = ops_for(x, u)
+    p = x.shape[-1]
+    a = ops.mT(x) @ u
+    uhat = u - 0.5 * (x @ a)
+    s = ops.mT(uhat) @ uhat  # the batch of x and u, as a's
+    eye = ops.broadcast_to(ops.eye(p, a), a.shape)
+    system = ops.concatenate(
+        [
+            ops.concatenate([eye - 0.25 * a, -0.5 * eye], axis=-1),
+            ops.concatenate([0.5 * s, eye - 0.25 * a], axis=-1),
+        ],
+        axis=-2,
+    )
+    return uhat, a, system
+
+
+def _cayley_point(x: Array, uhat: Array, a: Array, system: Array) -> Array:
+    r""":math:`R_X(U) = X + [\hat U,\ X](I_{2p} - \tfrac12 R^\top L)^{-1}(I;\ A/2)` from the
+    parts of :func:`_cayley_factors`."""
+    ops = ops_for(x, uhat)
+    p = x.shape[-1]
+    eye = ops.broadcast_to(ops.eye(p, a), a.shape)
+    coef = ops.solve(system, ops.concatenate([eye, 0.5 * a], axis=-2))
+    return x + uhat @ coef[..., :p, :] + x @ coef[..., p:, :]
+
+
 def cayley_retraction(x: Array, u: Array) -> Array:
     r"""The Cayley retraction :math:`R_X(U) = (I - \tfrac12 W)^{-1}(I + \tfrac12 W)X` with
     :math:`W = \hat U X^\top - X\hat U^\top`, :math:`\hat U = (I - \tfrac12 XX^\top)U` (Wen and
@@ -141,21 +180,41 @@ def cayley_retraction(x: Array, u: Array) -> Array:
 
     one 2p x 2p solve, :math:`O(np^2)`. The matrix is invertible for every U (W is skew).
     """
-    ops = ops_for(x, u)
+    return _cayley_point(x, *_cayley_factors(x, u))
+
+
+def cayley_transport(x: Array, u: Array, v: Array) -> Array:
+    r"""The differential of the Cayley retraction, :math:`\mathcal T_U(V) = \mathrm{D}R_X(U)[V]
+    = \tfrac{d}{dt}R_X(U + tV)\big|_{t=0}`: the vector transport by differentiated retraction
+    (Absil, Mahony & Sepulchre 2008, Sec. 8.1.2) of :func:`cayley_retraction` (Wen and Yin
+    2013).
+
+    W is linear in U and :math:`Q(W) = (I - \tfrac12 W)^{-1}(I + \tfrac12 W)` has the
+    derivative :math:`\mathrm{D}Q(W)[W_V] = (I - \tfrac12 W)^{-1}\,\tfrac12 W_V\,(I + Q(W))`,
+    so with :math:`Y = R_X(U)` and :math:`W_V = \hat V X^\top - X\hat V^\top`,
+    :math:`\hat V = (I - \tfrac12 XX^\top)V`,
+
+    .. math::
+        \mathcal T_U(V) = (I - \tfrac12 W)^{-1} Z,\qquad Z = \tfrac12 W_V(X + Y)
+        = \tfrac12\big(\hat V X^\top(X + Y) - X\hat V^\top(X + Y)\big),
+
+    tangent at Y for tangent U and V. Along the retraction curve,
+    :math:`\tfrac{d}{dt}R_X(tU) = \mathcal T_{tU}(U)`, so a line search that pairs the gradient
+    at :math:`R_X(tU)` with :math:`\mathcal T_{tU}(U)` gets the derivative of
+    :math:`t \mapsto f(R_X(tU))` (the projection transport gives another number). The inverse
+    is applied by the Sherman-Morrison-Woodbury formula of :func:`cayley_retraction`:
+    :math:`Z + \tfrac12 L(I_{2p} - \tfrac12 R^\top L)^{-1}R^\top Z` with :math:`L = [\hat U,
+    X]`, :math:`R = [X, -\hat U]`. Two 2p x 2p solves (the retraction's and this one),
+    :math:`O(np^2)`; :math:`\mathcal T_0` is the identity on :math:`T_X\mathrm{St}`.
+    """
+    ops = ops_for(x, u, v)
     p = x.shape[-1]
-    a = ops.mT(x) @ u
-    uhat = u - 0.5 * (x @ a)
-    s = ops.mT(uhat) @ uhat  # the batch of x and u, as a's
-    eye = ops.broadcast_to(ops.eye(p, a), a.shape)
-    system = ops.concatenate(
-        [
-            ops.concatenate([eye - 0.25 * a, -0.5 * eye], axis=-1),
-            ops.concatenate([0.5 * s, eye - 0.25 * a], axis=-1),
-        ],
-        axis=-2,
-    )
-    coef = ops.solve(system, ops.concatenate([eye, 0.5 * a], axis=-2))
-    return x + uhat @ coef[..., :p, :] + x @ coef[..., p:, :]
+    uhat, a, system = _cayley_factors(x, u)
+    both = x + _cayley_point(x, uhat, a, system)  # X + R_X(U)
+    vhat = v - 0.5 * (x @ (ops.mT(x) @ v))
+    z = 0.5 * (vhat @ (ops.mT(x) @ both) - x @ (ops.mT(vhat) @ both))
+    coef = ops.solve(system, ops.concatenate([ops.mT(x) @ z, -(ops.mT(uhat) @ z)], axis=-2))
+    return z + 0.5 * (uhat @ coef[..., :p, :] + x @ coef[..., p:, :])
 
 
 def inverse_cayley_retraction(x: Array, y: Array) -> Array:

@@ -23,20 +23,33 @@ of bad input of :data:`BAD_INPUT_KINDS` and asserts the outcome the input policy
 
 "The same outcome" is the same value, or a typed error of the same class. Any other exception
 (``TypeError``, ``LinAlgError``, ...) fails the check with the call that raised it.
+
+:func:`check_boundary_points` feeds a map finite points that lie on (or beyond) the boundary
+of an open manifold, where its metric or maps blow up (the sphere ``|x| = 1`` of the Poincare
+ball, a zero component of a simplex point, a singular matrix of the SPD cone): each map
+refuses them with :class:`~riemfl.errors.NotOnManifoldError` naming the map (``project``: a
+typed error, :class:`~riemfl.errors.ProjectionError` for a set without a nearest point),
+never NaN or inf.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
 from ..backend import is_torch
-from ..errors import DTypeError, NonFiniteError, RiemflError
+from ..errors import DTypeError, NonFiniteError, NotOnManifoldError, RiemflError
 from ..manifolds.base import Manifold
 from .config import METHODS, Tolerance, to_numpy, torch_available
 
-__all__ = ["BAD_INPUT_KINDS", "BAD_INPUT_METHODS", "check_bad_input", "map_caller"]
+__all__ = [
+    "BAD_INPUT_KINDS",
+    "BAD_INPUT_METHODS",
+    "check_bad_input",
+    "check_boundary_points",
+    "map_caller",
+]
 
 BAD_INPUT_KINDS = ("list", "integer", "float16", "complex", "nan", "inf", "empty", "mixed")
 
@@ -141,6 +154,73 @@ def check_bad_input(manifold: Manifold, method: str, args: Sequence, roles: Sequ
     _check_empty(manifold, method, call, args, reference)
     if torch_available():
         _check_torch(manifold, method, call, args, roles, reference)
+
+
+def check_boundary_points(
+    manifold: Manifold,
+    method: str,
+    args: Sequence,
+    roles: Sequence[str],
+    points: Sequence[np.ndarray],
+    convert: Callable = np.asarray,
+    skip: Collection[int] = (),
+) -> None:
+    """Each boundary point in each point argument of one map: a typed error naming the map.
+
+    ``args`` are valid numpy float64 arguments of ``method`` with a leading batch dimension,
+    ``roles`` their roles (``"point"``, ``"tangent"``, ``"ambient"``), ``points`` finite single
+    points on or beyond the boundary of the manifold, ``convert`` the configuration's
+    conversion (numpy or torch, float64 or float32) and ``skip`` the positions of point
+    arguments the map does not read (the first point of a projection transport, say).
+    ``check_point`` must refuse each point (:class:`~riemfl.errors.NotOnManifoldError`). Each
+    point replaces batch element 1 of one argument of role ``"point"`` (of ``"ambient"`` for
+    ``project``) at a time, the other elements and arguments staying valid, and the map must
+    raise
+    :class:`~riemfl.errors.NotOnManifoldError` whose message names the map
+    (``Manifold.method``) and that is not a :class:`~riemfl.errors.NonFiniteError` (the
+    arguments are finite); ``project`` must raise a typed error
+    (:class:`~riemfl.errors.RiemflError`).
+    """
+    call = map_caller(manifold, method)
+    args = [np.asarray(a, dtype=np.float64) for a in args]
+    want = "ambient" if method == "project" else "point"
+    for j, b in enumerate(points):
+        where = f"boundary point #{j}"
+        check = (manifold.check_point, [convert(b)])
+        _expect_error(manifold, f"check_point of {where}", *check, NotOnManifoldError)
+        for i, role in enumerate(roles):
+            if role != want or i in skip:
+                continue
+            bad = np.array(args[i])
+            bad[min(1, len(bad) - 1)] = b
+            what = f"{method} with {where} as {role} #{i} (batch element 1)"
+            try:
+                with np.errstate(all="ignore"):  # numpy's warnings on the way to the error
+                    got = call(*[convert(a) for a in _replaced(args, i, bad)])
+            except RiemflError as exc:
+                _judge_boundary_error(manifold, method, what, exc)
+                continue
+            kind = "finite" if got is None or np.isfinite(to_numpy(got)).all() else "NON-FINITE"
+            expected = "a typed error" if method == "project" else "NotOnManifoldError"
+            raise AssertionError(
+                f"{manifold.name}.{what}: a {kind} {_describe(('value', got))}; expected "
+                f"{expected} naming the map and the boundary"
+            )
+
+
+def _judge_boundary_error(manifold, method: str, what: str, exc: RiemflError) -> None:
+    if method == "project":  # any typed error: the open set has no nearest point there
+        return
+    name = f"{manifold.name}.{method}"
+    if not isinstance(exc, NotOnManifoldError) or isinstance(exc, NonFiniteError):
+        raise AssertionError(
+            f"{manifold.name}.{what}: {type(exc).__name__} ({exc}); expected NotOnManifoldError "
+            f"naming the map and the boundary (not NonFiniteError: the arguments are finite)"
+        ) from exc
+    if name not in str(exc):
+        raise AssertionError(
+            f"{manifold.name}.{what}: the NotOnManifoldError does not name the map {name}: {exc}"
+        ) from exc
 
 
 def _check_integers(manifold, method, call, args) -> None:

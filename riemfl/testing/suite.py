@@ -26,14 +26,28 @@ Class attributes to tune:
     Multiplies the tolerance table (for manifolds whose maps lose precision).
 ``batch_size``
     Leading batch size of drawn data (default 3).
+``boundary_exempt``
+    Maps that are defined at the boundary points on purpose, mapped to the reason (their
+    formula does not read what blows up there: an identity ``to_tangent``, a metric that does
+    not depend on the point); ``test_boundary_points`` does not call them. A key
+    ``"method:x"`` or ``"method:y"`` exempts the map only with the boundary point as that
+    argument (``"transport:x"``: a projection onto the tangent space at y does not read x).
 
-Method to override:
+Methods to override:
 
 ``hessian_function(rng)``
     The test function of the ``ehess_to_rhess`` checks (default: a random
     :func:`~riemfl.testing.checks.quadratic_function` on the ambient space). Manifolds whose
     points are equivalence classes need a function that is constant on the classes (Grassmann:
     ``quadratic_function(shape, rng, rotation_invariant=True)``).
+``boundary_points(rng)``
+    Finite single points (numpy float64) that lie on or beyond the boundary of an open
+    manifold, where its metric or maps blow up (the sphere ``|x| = 1`` of a Poincare ball, a
+    zero component of a simplex point, a singular matrix of the SPD cone), each refused by
+    ``check_point``. ``test_boundary_points`` checks that every map refuses each of them with
+    a :class:`~riemfl.errors.NotOnManifoldError` naming the map, in every configuration
+    (:func:`~riemfl.testing.bad_input.check_boundary_points`), never NaN or inf. Default: none
+    (a manifold without such a boundary; the test skips).
 """
 
 from __future__ import annotations
@@ -83,6 +97,7 @@ class ManifoldTests:
     max_tangent_norm: float | None = None
     tolerance_scale: float = 1.0
     batch_size: int = 3
+    boundary_exempt: dict[str, str] = {}
 
     # ------------------------------------------------------------------ helpers
     @pytest.fixture(params=_FIXTURE_CONFIGS, ids=str, scope="class")
@@ -174,6 +189,11 @@ class ManifoldTests:
     def hessian_function(self, rng: np.random.Generator) -> checks.QuadraticFunction:
         """The test function of the ``ehess_to_rhess`` checks (see the module docstring)."""
         return checks.quadratic_function(self.manifold.point_shape, rng)
+
+    def boundary_points(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Finite points on or beyond the boundary of the manifold (see the module docstring);
+        none by default."""
+        return []
 
     def _reach(self) -> float:
         gamma = self.require_constant("proximal_smoothness")
@@ -464,6 +484,24 @@ class ManifoldTests:
             m.check_point(config.convert(nan))
         with pytest.raises(NotOnManifoldError, match="tangent"):
             m.check_tangent(config.convert(x), config.convert(normal))
+
+    def test_boundary_points(self, config):
+        """Finite points on or beyond the boundary (``boundary_points``): every map but those
+        of ``boundary_exempt`` refuses them with a typed error naming the map, never NaN or
+        inf (:func:`riemfl.testing.bad_input.check_boundary_points`)."""
+        points = self.boundary_points(np.random.default_rng(0))
+        if not points:
+            pytest.skip(f"{self.manifold.name}: the test class declares no boundary points")
+        for method in METHODS:
+            if method in self.boundary_exempt or not all(
+                self.manifold.supports(m)[0] for m in (*_NEEDS.get(method, ()), method)
+            ):
+                continue
+            args, roles = self.method_args(method, 0)
+            skip = [i for i, name in enumerate("xy") if f"{method}:{name}" in self.boundary_exempt]
+            bad_input.check_boundary_points(
+                self.manifold, method, args, roles, points, config.convert, skip
+            )
 
     @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("method", BAD_INPUT_METHODS)

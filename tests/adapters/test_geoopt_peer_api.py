@@ -56,6 +56,11 @@ BATCHED_INNER = (
 )
 SAMPLER = "riemfl's own sampler (checked on the manifold, not against geoopt's draws)"
 NO_MAP = "geoopt's {} raises NotImplementedError; riemfl computes it"
+CAYLEY_W = (
+    "geoopt builds the Cayley W as u x^T - x u^T from its argument u (a retraction only for "
+    "x^T u = 0; riemfl's W is built from (I - x x^T / 2) u) and transports by the Cayley "
+    "rotation, riemfl by the differential of its retraction"
+)
 
 #: geoopt class name -> (factory of the geoopt manifold for a dtype, riemfl manifold,
 #: {method: reason its values differ}, {parameter: reason its signature differs})
@@ -73,6 +78,27 @@ CASES = {
         {
             "random": SAMPLER,
             "random_naive": SAMPLER,
+            "logmap": NO_MAP.format("logmap"),
+            "dist": NO_MAP.format("dist"),
+            "dist2": NO_MAP.format("dist"),
+        },
+        {},
+    ),
+    "CanonicalStiefel": (
+        lambda dtype: geoopt.CanonicalStiefel(),
+        Stiefel(4, 2, metric="canonical"),
+        {
+            "random": SAMPLER,
+            "random_naive": SAMPLER,
+            "proju": "geoopt's proju is u - x u^T x (the canonical gradient map, its "
+            "egrad2rgrad), not the projection onto T_x",
+            "retr": CAYLEY_W,
+            "expmap": CAYLEY_W + "; riemfl's expmap is the exponential map, geoopt's Cayley",
+            "retr_transp": CAYLEY_W,
+            "expmap_transp": CAYLEY_W,
+            "transp_follow_retr": CAYLEY_W,
+            "transp_follow_expmap": CAYLEY_W,
+            "transp": NO_MAP.format("transp"),
             "logmap": NO_MAP.format("logmap"),
             "dist": NO_MAP.format("dist"),
             "dist2": NO_MAP.format("dist"),
@@ -261,9 +287,12 @@ def test_adapter_methods_return_geoopt_values(kind, dtype):
 
 
 def test_other_metrics_get_the_generic_adapter_not_a_stand_in():
-    """geoopt has no class for these metrics: no geoopt API is claimed for them."""
+    """geoopt has no class for SPD's other metrics: no geoopt API is claimed for them. The
+    canonical-metric Stiefel stands in for geoopt.CanonicalStiefel (geoopt.Stiefel()), not for
+    EuclideanStiefel."""
     from riemfl.adapters import geoopt as adapter
 
-    for manifold in (SPD(3, metric="log-euclidean"), Stiefel(5, 2, metric="canonical")):
-        assert type(to_geoopt(manifold)) is adapter.GeooptManifold
+    assert type(to_geoopt(SPD(3, metric="log-euclidean"))) is adapter.GeooptManifold
     assert type(to_geoopt(Stiefel(5, 2))).__name__ == "GeooptEuclideanStiefel"
+    canonical = to_geoopt(Stiefel(5, 2, metric="canonical"))
+    assert type(canonical).__name__ == "GeooptCanonicalStiefel"

@@ -404,3 +404,33 @@ def test_weingarten_only_where_the_metric_is_the_embedded_one():
     for manifold in (rm.Grassmann(4, 2), rm.SPD(3), rm.Stiefel(4, 2, metric="canonical")):
         with pytest.raises(NotImplementedError, match="not the one induced"):
             to_pymanopt(manifold).weingarten(x, u, n)
+
+
+def test_scalar_maps_return_numpy_scalars(pair):
+    """pymanopt's inner_product, norm and dist return numpy scalars or 0-d arrays (Euclidean's
+    inner_product a Python float), and its solvers divide by them: a numpy zero gives inf or NaN
+    with a warning where a Python float raises ZeroDivisionError. The adapter returns numpy
+    float64 scalars (which are floats too)."""
+    name, spec, theirs, manifold, ours = pair
+    d = draw(manifold, np.random.default_rng(1))
+    for method, args in (("inner_product", "xuv"), ("norm", "xu"), ("dist", "xy")):
+        value = call(ours, method, [d[k] for k in args])
+        if isinstance(value, NotImplementedError):
+            continue
+        assert type(value) is np.float64, (name, method, type(value))
+        assert value.shape == () and isinstance(value, float)
+
+
+def test_non_finite_tangent_vectors_give_nan_as_pymanopts_maps_do(pair):
+    """pymanopt's maps propagate NaN (those that factorise their argument, Stiefel's and
+    Grassmann's retractions, raise LinAlgError instead), and trust regions rely on it to
+    reject the NaN step its truncated CG makes after solving a subproblem exactly. riemfl's maps
+    raise NonFiniteError; the adapter's retraction, exp, inner_product and norm answer NaN."""
+    name, spec, theirs, manifold, ours = pair
+    d = draw(manifold, np.random.default_rng(1))
+    x, bad = d["x"], np.full_like(d["u"], np.nan)
+    assert np.isnan(ours.retraction(x, bad)).all() and ours.retraction(x, bad).shape == x.shape
+    assert np.isnan(ours.inner_product(x, bad, d["v"])) and np.isnan(ours.norm(x, bad))
+    if manifold.supports("exp")[0]:
+        assert np.isnan(ours.exp(x, bad)).all()
+    assert np.isfinite(ours.retraction(x, d["u"])).all()  # finite input: riemfl's map

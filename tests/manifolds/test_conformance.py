@@ -18,6 +18,7 @@ from riemfl.manifolds import (
     SpecialOrthogonal,
     Symmetric,
 )
+from riemfl.manifolds.poincare import conformal_sigma
 from riemfl.testing import Config, ManifoldTests, checks
 from riemfl.testing import strategies as rst
 
@@ -112,6 +113,21 @@ class TestProductEveryFactor(ManifoldTests):
         Euclidean(3), Sphere(3), Grassmann(4, 1), FixedRank(3, 3, 1), Simplex(3, concentration=30)
     )
     max_tangent_norm = 0.3
+    boundary_exempt = {
+        **{
+            method: "each factor's is defined at its boundary (see OpenSet and TestSimplex)"
+            for method in ("to_tangent", "transport")
+        },
+        "project": "the kit draws no ambient points for it: FixedRank has no uniform reach",
+    }
+
+    def boundary_points(self, rng):
+        """Points whose Simplex component has a zero (on the boundary) or a negative component
+        (beyond it), the other components valid: the product names the component."""
+        m = self.manifold
+        *parts, p = m.split(m.random_point(2, rng=rng))
+        p[0, 1], p[1, -1] = 0.0, -0.1
+        return list(m.pack(*parts, p / p.sum(axis=-1, keepdims=True)))
 
     # The product has no exp (FixedRank) and no parallel transport, so the two Hessian checks
     # along curves would use its retraction and transport, which are first order and not the
@@ -145,17 +161,62 @@ class LocalReach:
         return [x + 0.4 * rho * rst.unit_ambient(m, (self.batch_size,), rng)], ["ambient"]
 
 
-class TestFixedRank(LocalReach, ManifoldTests):
+class OpenSet:
+    """For manifolds that are open sets whose metric blows up at the boundary: the kit's
+    ``test_boundary_points`` feeds every map the points of ``boundary_points``, finite points
+    on or beyond the boundary, which each map must refuse with ``NotOnManifoldError``.
+    ``to_tangent`` is the identity or a projection that does not read the point's distance to
+    the boundary, so it is defined there."""
+
+    boundary_exempt = {
+        "to_tangent": (
+            "the tangent projection does not read what blows up at the boundary (the identity "
+            "of an open set, or a projection onto a fixed subspace)"
+        )
+    }
+
+
+class LowerRank:
+    """For the manifolds of matrices (or factors) of a fixed rank: points of lower rank, on
+    their boundary, which every map that reads the tangent space (or the horizontal space) of
+    the point refuses. The embedded metric and the retractions through X + U do not read the
+    rank of the point."""
+
+    boundary_exempt = {
+        "inner": "the embedded (Frobenius) metric does not depend on the point",
+        "norm": "the embedded (Frobenius) metric does not depend on the point",
+        "retract": "a projection of X + U: it reads the point only through X + U",
+        "transport:x": "the projection onto the tangent space at y does not read x",
+    }
+
+    def lower_rank(self, rng, shape, rank):
+        """Two exactly rank-deficient matrices (rank - 1), also in float32: one with rank - 1
+        nonzero entries in distinct rows and columns, and an integer product A B^T."""
+        m, n = shape
+        sparse = np.zeros(shape)
+        for j, (a, b) in enumerate(zip(rng.permutation(m), rng.permutation(n), strict=False)):
+            if j < rank - 1:
+                sparse[a, b] = j + 1.0
+        a = rng.integers(-3, 4, size=(m, rank - 1)).astype(np.float64)
+        b = rng.integers(-3, 4, size=(n, rank - 1)).astype(np.float64)
+        return [sparse, a @ b.T]
+
+
+class TestFixedRank(LowerRank, LocalReach, ManifoldTests):
     manifold = FixedRank(5, 4, 2)
 
+    def boundary_points(self, rng):
+        m = self.manifold
+        return self.lower_rank(rng, m.point_shape, m.r)
 
-class TestFixedRankWideRankOne(LocalReach, ManifoldTests):
+
+class TestFixedRankWideRankOne(TestFixedRank):
     pytestmark = VARIANT
     manifold = FixedRank(3, 6, 1)
     configs = (Config("numpy", "float64"), Config("torch", "float32"))
 
 
-class TestFixedRankFullRank(LocalReach, ManifoldTests):
+class TestFixedRankFullRank(TestFixedRank):
     pytestmark = VARIANT
     manifold = FixedRank(4, 3, 3)  # r = min(m, n): the open set of full-rank matrices
     configs = (Config("numpy", "float32"), Config("torch", "float64"))
@@ -167,9 +228,23 @@ class TestFixedRankFullRank(LocalReach, ManifoldTests):
 # barycentre of an even-C simplex the entropic retraction's t^2 term vanishes for
 # u = a(1, -1, 1, -1, ...), and the kit's Taylor-slope fit then meets a sign change of the error
 # (test_simplex.py checks the exact t^2 term for every C instead).
-class TestSimplex(LocalReach, ManifoldTests):
+class TestSimplex(OpenSet, LocalReach, ManifoldTests):
     manifold = Simplex(5, concentration=30)
     max_tangent_norm = 0.3
+    boundary_exempt = {
+        **OpenSet.boundary_exempt,
+        "transport": (
+            "the projection u - (sum u) q onto the tangent space {sum u = 0}, which does not read "
+            "1/p (and every tangent vector is tangent at every point)"
+        ),
+    }
+
+    def boundary_points(self, rng):
+        """A zero component (on the boundary) and a negative one (beyond it)."""
+        p = self.manifold.random_point(2, rng=rng)
+        p[0, 1] = 0.0
+        p[1, -1] = -0.1
+        return list(p / p.sum(axis=-1, keepdims=True))
 
     def test_exp_second_order(self):
         pytest.skip(
@@ -228,8 +303,15 @@ class TestSkewSymmetric(ManifoldTests):
     manifold = SkewSymmetric(4)
 
 
-class TestPositive(LocalReach, ManifoldTests):
+class TestPositive(OpenSet, LocalReach, ManifoldTests):
     manifold = Positive(4, 2)
+
+    def boundary_points(self, rng):
+        """A zero entry (on the boundary) and a negative one (beyond it)."""
+        x = self.manifold.random_point(2, rng=rng)
+        x[0].flat[1] = 0.0
+        x[1].flat[-1] = -0.5
+        return list(x)
 
     def test_exp_second_order(self):
         pytest.skip(
@@ -258,11 +340,28 @@ class NotAmbientGeodesics:
         )
 
 
-class TestSPDAffine(NotAmbientGeodesics, LocalReach, ManifoldTests):
+class ConeBoundary(OpenSet):
+    """A singular matrix (P D^2 P^T, P a permutation, D = diag(0, 1, ...): exactly singular,
+    also in float32) and an indefinite one (eigenvalues from 2 down to -1/2 in a random
+    basis)."""
+
+    boundary_exempt = {
+        **OpenSet.boundary_exempt,
+        "transport": "sym(U), the identity of Sym(n): it reads neither X nor Y",
+    }
+
+    def boundary_points(self, rng):
+        n = self.manifold.n
+        root = np.diag(np.arange(n, dtype=np.float64))[rng.permutation(n)]  # P D
+        q = np.linalg.qr(rng.standard_normal((n, n)))[0]
+        return [root @ root.T, (q * np.linspace(2.0, -0.5, n)) @ q.T]
+
+
+class TestSPDAffine(ConeBoundary, NotAmbientGeodesics, LocalReach, ManifoldTests):
     manifold = SPD(3)
 
 
-class TestSPDLogEuclidean(NotAmbientGeodesics, LocalReach, ManifoldTests):
+class TestSPDLogEuclidean(ConeBoundary, NotAmbientGeodesics, LocalReach, ManifoldTests):
     pytestmark = VARIANT
     configs = VARIANT_CONFIGS
     manifold = SPD(3, metric="log-euclidean")
@@ -270,18 +369,32 @@ class TestSPDLogEuclidean(NotAmbientGeodesics, LocalReach, ManifoldTests):
 
 # exp is defined on the tangent ball of radius sqrt(lambda_min(X)) >= sqrt(1/2) for the kit's
 # points (eigenvalues in [1/2, 2])
-class TestSPDBuresWasserstein(NotAmbientGeodesics, LocalReach, ManifoldTests):
+class TestSPDBuresWasserstein(ConeBoundary, NotAmbientGeodesics, LocalReach, ManifoldTests):
+    boundary_exempt = OpenSet.boundary_exempt  # its transport reads X - Y and L_Y
     pytestmark = VARIANT
     configs = VARIANT_CONFIGS
     manifold = SPD(3, metric="bures-wasserstein")
     max_tangent_norm = 0.5
 
 
-class TestPoincareBall(NotAmbientGeodesics, LocalReach, ManifoldTests):
+class BallBoundary(OpenSet):
+    """A point on the sphere c|x|^2 = 1 (to rounding: the first float32 radius with
+    c|x|^2 >= 1, so that float32 sees it there too) and one at 1.5 times its radius (beyond)."""
+
+    def boundary_points(self, rng):
+        m = self.manifold
+        on = np.zeros(m.point_shape, dtype=np.float32)
+        on[0] = 1.0 / np.sqrt(m.c)
+        while conformal_sigma(on, m.c) > 0:  # the radius rounded inwards: step out an ulp
+            on[0] = np.nextafter(on[0], np.float32(np.inf))
+        return [on.astype(np.float64), 1.5 / np.sqrt(m.c) * rst.unit_ambient(m, (), rng)]
+
+
+class TestPoincareBall(BallBoundary, NotAmbientGeodesics, LocalReach, ManifoldTests):
     manifold = PoincareBall(3)
 
 
-class TestPoincareBallCurved(NotAmbientGeodesics, LocalReach, ManifoldTests):
+class TestPoincareBallCurved(BallBoundary, NotAmbientGeodesics, LocalReach, ManifoldTests):
     pytestmark = VARIANT
     configs = VARIANT_CONFIGS
     manifold = PoincareBall(2, c=0.7)
@@ -301,16 +414,37 @@ class QuotientProjection:
         )
 
 
-class TestElliptope(QuotientProjection, ManifoldTests):
+class TestElliptope(LowerRank, QuotientProjection, ManifoldTests):
     manifold = Elliptope(5, 3)
+    boundary_exempt = {
+        **LowerRank.boundary_exempt,
+        "project": (
+            "row normalisation, the metric projection of the total space of unit-row factors: "
+            "it does not read the rank"
+        ),
+    }
+
+    def boundary_points(self, rng):
+        """Unit rows in the plane of the first two coordinates (rank 2), and rows +-e_1."""
+        n = self.manifold.n
+        angles = rng.uniform(0.0, 2 * np.pi, size=n)
+        plane = np.zeros(self.manifold.point_shape)
+        plane[:, 0], plane[:, 1] = np.cos(angles), np.sin(angles)
+        line = np.zeros(self.manifold.point_shape)
+        line[:, 0] = rng.choice([-1.0, 1.0], size=n)
+        return [plane, line]
 
     def hessian_function(self, rng):
         # the Hessian of a quotient is that of a function of the class: f(YQ) = f(Y)
         return checks.quadratic_function(self.manifold.point_shape, rng, rotation_invariant=True)
 
 
-class TestPSDFixedRank(LocalReach, ManifoldTests):
+class TestPSDFixedRank(LowerRank, LocalReach, ManifoldTests):
     manifold = PSDFixedRank(5, 2)
+
+    def boundary_points(self, rng):
+        m = self.manifold
+        return self.lower_rank(rng, m.point_shape, m.k)
 
     def hessian_function(self, rng):
         # the Hessian of a quotient is that of a function of the class: f(YQ) = f(Y)
@@ -324,8 +458,16 @@ class TestPSDFixedRank(LocalReach, ManifoldTests):
         )
 
 
-class TestBirkhoffPolytope(ManifoldTests):
+class TestBirkhoffPolytope(OpenSet, ManifoldTests):
     manifold = BirkhoffPolytope(4)
+
+    def boundary_points(self, rng):
+        """(I + P)/2 for a cyclic shift P (zeros off two diagonals: on the boundary), and a
+        point moved along P - I until its diagonal is negative (beyond it)."""
+        n = self.manifold.n
+        shift = np.roll(np.eye(n), 1, axis=1)
+        x = self.manifold.random_point(rng=rng)
+        return [0.5 * (np.eye(n) + shift), x + (np.max(np.diag(x)) + 0.1) * (shift - np.eye(n))]
 
     def method_args(self, method, seed):
         """project is Sinkhorn scaling of a positive matrix: draw X * exp(Z / 4), Z Gaussian."""

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riemfl import Lorentz, PoincareBall
-from riemfl.errors import NotOnManifoldError, ParameterError, ProjectionError
+from riemfl.errors import NonFiniteError, NotOnManifoldError, ParameterError, ProjectionError
 from riemfl.manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
 from riemfl.testing import checks, importorskip
 from riemfl.testing import strategies as rst
@@ -485,3 +485,71 @@ def test_sech2_of_the_exp_step_matches_cosh_and_never_overflows():
     np.testing.assert_allclose(sech2_sqrt(lam), direct, rtol=1e-13, atol=1e-300)
     with np.errstate(over="raise"):
         assert sech2_sqrt(np.array([1e6, 1e12])).tolist() == [0.0, 0.0]
+
+
+# --------------------------------------------------------------------------- boundary points
+#: the maps that returned inf or NaN at a point with |x| = 1 (issue 28)
+SIX_MAPS = ("inner", "norm", "retract", "exp", "inverse_retract", "parallel_transport")
+
+
+def six_map_args(method, x, y, u):
+    return {
+        "inner": (x, u, u),
+        "norm": (x, u),
+        "retract": (x, u),
+        "exp": (x, u),
+        "inverse_retract": (x, y),
+        "parallel_transport": (x, y, u),
+    }[method]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("method", SIX_MAPS)
+def test_maps_refuse_a_point_on_the_boundary(method, backend):
+    """x = [1, 0], which check_point refuses (|x| = 1): each map gave inf or NaN (inner and norm
+    inf, retract, exp and inverse_retract NaN, parallel_transport inf), now a
+    NotOnManifoldError naming the map, the violation and what a point must satisfy."""
+    m = PoincareBall(2)
+    x, y, u = np.array([1.0, 0.0]), np.array([0.1, 0.3]), np.array([0.1, -0.2])
+    args = six_map_args(method, x, y, u)
+    if backend == "torch":
+        args = [torch.as_tensor(a) for a in args]
+    with pytest.raises(NotOnManifoldError):
+        m.check_point(args[0])
+    with pytest.raises(NotOnManifoldError) as info:
+        getattr(m, method)(*args)
+    message = str(info.value)
+    assert not isinstance(info.value, NonFiniteError)  # the arguments are finite
+    assert message.startswith(f"PoincareBall(2).{method}: point x is not a point of the manifold")
+    assert "|x| = 1 is not < 1: the point is on the ball's boundary" in message
+    assert "expected a point of the open ball, c|x|^2 < 1" in message
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("method", ["inverse_retract", "parallel_transport", "log", "dist"])
+def test_maps_refuse_a_second_point_beyond_the_boundary(method, backend):
+    """y outside the ball (c|y|^2 = 1.8 > 1, batch element 1), where the conformal factor is
+    negative: the maps named the point y, not a NaN."""
+    m = PoincareBall(2, c=0.25)
+    x = np.zeros((2, 2))
+    y = np.array([[0.1, 0.2], [1.2, -2.4]])
+    args = (x, y, np.ones((2, 2)))[: 3 if method == "parallel_transport" else 2]
+    if backend == "torch":
+        args = [torch.as_tensor(a) for a in args]
+    pattern = (
+        rf"PoincareBall\(2, c=0\.25\)\.{method}: point y .*\|y\| = 2\.68\d* is not < 1/sqrt\(c\) "
+        r"= 2 \(batch element \(1,\)\): the point is beyond the ball's boundary"
+    )
+    with pytest.raises(NotOnManifoldError, match=pattern):
+        getattr(m, method)(*args)
+
+
+def test_the_boundary_guard_leaves_points_of_the_ball_bit_for_bit():
+    """Points one float32 unit of rounding inside the ball: the guard of sigma changes nothing
+    (the gradient, its Hessian and exp agree with the formulas on sigma itself)."""
+    m = PoincareBall(2)
+    x = np.array([np.nextafter(np.float32(1), np.float32(0)), 0.0], dtype=np.float32)
+    g = np.array([0.3, -0.7], dtype=np.float32)
+    sigma = conformal_sigma(x)
+    np.testing.assert_array_equal(m.egrad_to_rgrad(x, g), (0.25 * sigma * sigma) * g)
+    assert np.isfinite(m.exp(x, g)).all() and np.isfinite(m.inner(x, g, g))

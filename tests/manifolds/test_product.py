@@ -79,3 +79,33 @@ def test_local_proximal_smoothness_names_a_factor_without_one():
         m.local_proximal_smoothness(m.random_point(rng=0))
     with pytest.raises(ShapeError):
         m.local_proximal_smoothness(np.zeros(5))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_factor_on_its_boundary_is_refused_by_check_point_and_every_map(backend):
+    # the open ball's constraint is strict (no tolerance), which the factors' largest violation
+    # alone does not see: the product asks each factor's own check_point, and each map traces
+    # the factor's non-finite metric to the boundary point (a typed error, not NaN)
+    from riemfl.errors import NonFiniteError, NotOnManifoldError
+
+    convert = np.asarray if backend == "numpy" else importorskip("torch").as_tensor
+    m = Product(PoincareBall(2), Euclidean(2))
+    x = convert(np.array([1.0, 0.0, 0.3, 0.4]))
+    u = convert(np.array([0.1, 0.2, 0.3, 0.4]))
+    with pytest.raises(NotOnManifoldError, match=r"factor PoincareBall\(2\).*open ball"):
+        m.check_point(x)
+    calls = {
+        "inner": (x, u, u),
+        "norm": (x, u),
+        "retract": (x, u),
+        "exp": (x, u),
+        "egrad_to_rgrad": (x, u),
+        "log": (x, x),
+        "dist": (x, x),
+        "inverse_retract": (x, x),
+        "parallel_transport": (x, x, u),
+    }
+    for method, args in calls.items():
+        with pytest.raises(NotOnManifoldError, match=f"{method}.*boundary") as err:
+            getattr(m, method)(*args)
+        assert not isinstance(err.value, NonFiniteError)

@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-from riemfl.errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
+from riemfl.errors import (
+    CutLocusError,
+    NonFiniteError,
+    NotOnManifoldError,
+    ParameterError,
+    ProjectionError,
+)
 from riemfl.manifolds import Simplex
 from riemfl.manifolds.simplex import project_closed_simplex
 from riemfl.testing import TOLERANCES, checks, torch_available
@@ -80,7 +86,10 @@ def test_exp_raises_where_the_geodesic_leaves_the_simplex():
     radius = float(manifold.local_injectivity_radius(p))
     assert radius == pytest.approx(2 * math.asin(math.sqrt(0.05)))
     face = np.array([0.0, 0.45, 0.5]) / 0.95  # the nearest point of the face p_0 = 0
-    u = manifold.log(p, face)  # the log formula extends to the closed orthant
+    # the log formula extends to the closed orthant (Simplex.log refuses the boundary point)
+    x, y = np.sqrt(p), np.sqrt(face)
+    alpha = math.acos(x @ y)
+    u = 2.0 * x * (alpha / math.sin(alpha)) * (y - math.cos(alpha) * x)
     assert manifold.norm(p, u) == pytest.approx(radius)
     manifold.check_point(manifold.exp(p, 0.999 * u))
     with pytest.raises(CutLocusError, match=r"\|u\|_p = 0\.4.* component 0 reaches 0"):
@@ -340,3 +349,65 @@ def test_exp_whose_square_root_underflows_when_squared_stays_positive():
     y = m.exp(p, u)
     assert 0 < y[0] <= np.finfo(np.float64).tiny  # the floor, divided by the sum (1 + 1e-16)
     m.check_point(y)
+
+
+# --------------------------------------------------------------------------- boundary points
+#: the maps that returned inf or NaN at a point with a zero component (issue 28)
+SIX_MAPS = ("inner", "norm", "retract", "exp", "inverse_retract", "parallel_transport")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("method", SIX_MAPS)
+def test_maps_refuse_a_point_with_a_zero_component(method, backend):
+    """p = [0.5, 0.5, 0], which check_point refuses (p > 0): inner and norm gave inf, retract
+    and inverse_retract NaN, parallel_transport inf (exp a CutLocusError that blamed the
+    tangent's length); now a NotOnManifoldError naming the map, the component and what a point
+    must satisfy."""
+    if backend == "torch" and not torch_available():
+        pytest.skip("torch is not installed")
+    m = Simplex(3)
+    p, q, u = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5]), np.array([0.1, -0.05, -0.05])
+    args = {
+        "inner": (p, u, u),
+        "norm": (p, u),
+        "retract": (p, u),
+        "exp": (p, u),
+        "inverse_retract": (p, q),
+        "parallel_transport": (p, q, u),
+    }[method]
+    if backend == "torch":
+        import torch
+
+        args = [torch.as_tensor(a) for a in args]
+    with pytest.raises(NotOnManifoldError):
+        m.check_point(args[0])
+    # numpy's warnings on the way (log 0, u/0) are those of the failure path
+    with np.errstate(divide="ignore"), pytest.raises(NotOnManifoldError) as info:
+        getattr(m, method)(*args)
+    message = str(info.value)
+    assert not isinstance(info.value, NonFiniteError)  # the arguments are finite
+    assert message.startswith(f"Simplex(3).{method}: point x is not a point of the manifold")
+    assert "its component 2 is 0.000e+00, not > 0: the point is on the boundary" in message
+    assert "expected a point of the open simplex, x > 0 with sum(x) = 1" in message
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("method", ["inverse_retract", "parallel_transport", "log", "dist"])
+def test_maps_refuse_a_second_point_with_a_negative_component(method, backend):
+    """q with a negative component in batch element 1 (beyond the boundary): the maps name the
+    point y; log and dist, whose formulas extend to the closed simplex, refuse a zero one too."""
+    if backend == "torch" and not torch_available():
+        pytest.skip("torch is not installed")
+    m = Simplex(3)
+    p = np.full((2, 3), 1 / 3)
+    pattern = rf"Simplex\(3\)\.{method}: point y .*component 0 in batch element \(1,\) is "
+    cases = (([-0.1, 0.5, 0.6], r"-1\.000e-01.* beyond"), ([0.0, 0.5, 0.5], r"0\.000e\+00.* on"))
+    for q, value in cases:
+        args = (p, np.array([[0.2, 0.3, 0.5], q]), np.zeros((2, 3)))
+        args = args[: 3 if method == "parallel_transport" else 2]
+        if backend == "torch":
+            import torch
+
+            args = [torch.as_tensor(a) for a in args]
+        with pytest.raises(NotOnManifoldError, match=pattern + value):
+            getattr(m, method)(*args)

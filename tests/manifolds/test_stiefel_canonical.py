@@ -183,6 +183,68 @@ def test_cayley_and_its_closed_form_inverse(metric):
     np.testing.assert_allclose(m.retract(x, back), y, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("seed", range(3))
+def test_retraction_transport_is_the_differential_of_the_cayley_retraction(shape, seed):
+    """T_U(V) = d/dt R_X(U + tV) at t = 0 (Absil, Mahony & Sepulchre 2008, Sec. 8.1.2), against
+    (a) the derivative of the Cayley transform with n x n matrices, (I - W/2)^-1 W_V (X + Y) / 2,
+    to rounding; (b) central differences with h = 1e-5, whose error is at most
+    h^2 max|c'''| / 6 + eps max|c| / h: about 1e-11 for these curves (|U| = 1.5, |V| = 1, where
+    the derivatives of the rational function c are of order 1), so 1e-8 leaves room for third
+    derivatives up to 500; (c) along the curve itself (V = U): the velocity d/dt R_X(tU) is
+    T_{tU}(U). The result is tangent at Y = R_X(U), and T_0 is the identity."""
+    for metric in ("canonical", "embedded"):
+        m = Stiefel(*shape, retraction="cayley", metric=metric)
+        x, u = frame(m, seed, 1.5)
+        v = m.random_tangent(x, rng=seed + 10)
+        v = v / float(m.norm(x, v))
+        y = m.retract(x, u)
+        moved = m.retraction_transport(x, u, v)
+        m.check_tangent(y, moved)
+        n = shape[0]
+        uhat, vhat = (a - 0.5 * x @ (x.T @ a) for a in (u, v))
+        w, w_v = uhat @ x.T - x @ uhat.T, vhat @ x.T - x @ vhat.T
+        dense = np.linalg.solve(np.eye(n) - 0.5 * w, 0.5 * w_v @ (x + y))
+        np.testing.assert_allclose(moved, dense, atol=1e-12)
+        h = 1e-5
+        central = (m.retract(x, u + h * v) - m.retract(x, u - h * v)) / (2 * h)
+        np.testing.assert_allclose(moved, central, atol=1e-8)
+        t = 0.7
+        velocity = (m.retract(x, (t + h) * u) - m.retract(x, (t - h) * u)) / (2 * h)
+        np.testing.assert_allclose(m.retraction_transport(x, t * u, u), velocity, atol=1e-8)
+        np.testing.assert_allclose(m.retraction_transport(x, 0 * u, v), v, atol=1e-14)
+
+
+def test_retraction_transport_is_batched_and_torch_native():
+    torch = importorskip("torch")
+    m = Stiefel(6, 2, metric="canonical")
+    rng = np.random.default_rng(4)
+    x = m.random_point(3, rng=rng)
+    u, v = m.random_tangent(x, rng=rng), m.random_tangent(x, rng=rng)
+    batched = m.retraction_transport(x, u, v)
+    for i in range(3):
+        one = m.retraction_transport(x[i], u[i], v[i])
+        np.testing.assert_allclose(batched[i], one, atol=1e-14)
+    tx, tu, tv = (torch.tensor(a, requires_grad=True) for a in (x, u, v))
+    out = m.retraction_transport(tx, tu, tv)
+    np.testing.assert_allclose(out.detach().numpy(), batched, atol=1e-13)
+    out.sum().backward()
+    assert all(bool(torch.isfinite(a.grad).all()) for a in (tx, tu, tv))
+
+
+def test_retraction_transport_only_for_the_cayley_retraction():
+    """The polar and QR retractions declare it unsupported, with the reason."""
+    for retraction in ("polar", "qr"):
+        m = Stiefel(5, 2, retraction=retraction, metric="canonical")
+        ok, why = m.supports("retraction_transport")
+        assert not ok and "retraction='cayley'" in why
+        x, u = frame(m, 0, 0.5)
+        with pytest.raises(NotImplementedError, match="no differentiated-retraction transport"):
+            m.retraction_transport(x, u, u)
+    assert Stiefel(5, 2, "cayley").supports("retraction_transport") == (True, "")
+    assert not Sphere(3).supports("retraction_transport")[0]
+
+
 def test_cayley_is_geoopts_canonical_retraction():
     """geoopt 0.5's CanonicalStiefel.retr (= expmap) builds Wen and Yin's W = u x^T - x u^T from
     its argument itself, so retr(x, u_hat) with u_hat = (I - XX^T/2) U is riemfl's R_X(U). (Its
