@@ -29,6 +29,7 @@ import geoopt
 import torch
 from geoopt.utils import size2shape
 
+from ..errors import ShapeError
 from ..manifolds.lorentz import minkowski_inner
 from ..manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
 
@@ -138,13 +139,28 @@ class _Naive(_Identity):
     random = random_naive
 
 
-class StiefelAPI(_Naive):
-    """``geoopt.EuclideanStiefel``: Haar samples (riemfl's: QR with positive diag(R))."""
+class _NaiveStiefel(_Naive):
+    """geoopt's Stiefel classes: ``random_naive`` is geoopt's recipe (the Q factor of a
+    standard Gaussian drawn from torch's global generator, no sign correction: the same points
+    as geoopt's class for the same seed, which its tests count on), ``random`` riemfl's Haar
+    sampler (QR with a positive diag(R))."""
+
+    def random_naive(self, *size, dtype=None, device=None):
+        shape = size2shape(*size)
+        ok, reason = self._check_shape(shape, "x")
+        if not ok:
+            raise ShapeError(reason)
+        q = torch.linalg.qr(torch.randn(*shape, dtype=dtype, device=device))[0]
+        return geoopt.ManifoldTensor(q, manifold=self)
+
+
+class StiefelAPI(_NaiveStiefel):
+    """``geoopt.EuclideanStiefel``."""
 
     _metric_ignores_point = True
 
 
-class CanonicalStiefelAPI(_Naive):
+class CanonicalStiefelAPI(_NaiveStiefel):
     r"""``geoopt.CanonicalStiefel`` (``geoopt.Stiefel()``): riemfl's ``Stiefel(n, p,
     metric="canonical")``, Haar samples, and ``retr_transp``, ``transp_follow_retr`` by the
     differential of the retraction (riemfl's ``retraction_transport``, Cayley's by default).

@@ -216,3 +216,19 @@ def test_ball_stand_ins_make_a_stereographic_product():
     ):
         mine, other = getattr(ours, name)(*args), getattr(theirs, name)(*args)
         np.testing.assert_allclose(mine, other, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("metric", ["embedded", "canonical"])
+def test_stiefel_random_naive_draws_geoopts_points(metric):
+    # geoopt's tests seed torch and count on random_naive's points (the Q factor of a Gaussian,
+    # unsigned); riemfl's Haar sampler would put some in the other component of O(n)
+    ours = to_geoopt(Stiefel(6, 3, metric=metric))
+    theirs = geoopt.EuclideanStiefel() if metric == "embedded" else geoopt.CanonicalStiefel()
+    torch.manual_seed(7)
+    x = ours.random_naive(16, 6, 3, dtype=F64)
+    torch.manual_seed(7)
+    torch.testing.assert_close(x, theirs.random_naive(16, 6, 3, dtype=F64), rtol=0, atol=0)
+    assert isinstance(x, geoopt.ManifoldTensor) and x.manifold is ours
+    ours.assert_check_point_on_manifold(x)
+    with pytest.raises(Exception, match="shape|size|dim"):
+        ours.random_naive(6, dtype=F64)
