@@ -102,6 +102,7 @@ METHODS = (
     "squared_dist",
     "transport",
     "parallel_transport",
+    "retraction_transport",
     "ehess_to_rhess",
 )
 
@@ -124,6 +125,7 @@ FLOAT32_EPS_MULTIPLES: dict[str, float] = {
     "squared_dist": 64.0,
     "transport": 32.0,
     "parallel_transport": 32.0,
+    "retraction_transport": 32.0,
     "ehess_to_rhess": 16.0,
 }
 

@@ -169,7 +169,7 @@ class ManifoldTests:
             return [x + 0.4 * reach * rst.unit_ambient(m, b, rng)], ["ambient"]
         if method in ("to_tangent", "egrad_to_rgrad"):
             return [x, rng.standard_normal(x.shape)], ["point", "ambient"]
-        if method == "inner":
+        if method in ("inner", "retraction_transport"):
             return [x, u, v], ["point", "tangent", "tangent"]
         if method in ("norm", "retract", "exp"):
             return [x, u], ["point", "tangent"]
@@ -294,6 +294,22 @@ class ManifoldTests:
         y = self.manifold.retract(x, u)
         c = config.convert
         checks.check_transport(self.manifold, c(x), c(y), c(v), c(w), self.tol(config))
+
+    @given(data=st.data())
+    def test_retraction_transport(self, config, data):
+        """Where the manifold has it, ``retraction_transport(x, u, v)`` is tangent at
+        :math:`R_x(u)`, linear in v, and v at u = 0."""
+        self.require("retraction_transport")
+        x, (u, v) = self.draw_frame(data, 2)
+        c = config.convert
+        checks.check_retraction_transport(self.manifold, c(x), c(u), c(v), self.tol(config))
+
+    @given(data=st.data())
+    def test_retraction_transport_is_the_differential_of_retract(self, data):
+        r""":math:`R_x(u + tv) - R_x(u) - t\,\mathcal T_u(v) = O(t^2)` (float64)."""
+        self.require("retraction_transport")
+        x, (u, v) = self.draw_frame(data, 2)
+        checks.check_retraction_transport_first_order(self.manifold, x[0], u[0], v[0])
 
     @given(data=st.data())
     def test_parallel_transport_isometry(self, config, data):

@@ -8,7 +8,7 @@ import pytest
 from riemfl import ParameterError
 from riemfl.manifolds.bezier import BezierCurve
 from riemfl.manifolds.bezier_graph import BezierGraph
-from riemfl.testing import ManifoldTests
+from riemfl.testing import ManifoldTests, checks
 
 QUADRATIC = BezierGraph(BezierCurve(np.array([[0.0, 0.0, 0.0], [1.0, 0.8, 0.1], [2.0, 0.0, 0.3]])))
 CUBIC = BezierGraph(BezierCurve(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, -1.0], [3.0, 0.0]])))
@@ -55,3 +55,69 @@ def test_not_an_immersion():
         BezierGraph(BezierCurve(np.ones((3, 4))))
     with pytest.raises(ParameterError, match="not an immersion"):  # folds back on a line
         BezierGraph(BezierCurve(np.array([[0.0, 0.0], [2.0, 0.0], [1.0, 0.0]])))
+
+
+# Points of CUBIC beside its inflection point c(1/2) = (1.5, 0) (where the curvature changes
+# sign), with tangent vectors towards it: the Taylor remainders of exp and the retraction are
+# exact to ~1e-15 there (checked against a 40-digit reference), but the leading term (the
+# curvature, or its square, nearly zero) is overtaken by the next one within the kit's steps, so
+# the fitted slope of the whole remainder is below the order. Each failed the kit's check named
+# (x is c(t) for a parameter t, or the projection of a printed point; u the tangent part of v).
+INFLECTION_EXAMPLES = {
+    # slope 1.69 < 2 (found by a scan of the inflection)
+    "retraction first order": (
+        checks.check_retraction_first_order,
+        0.4997548805866338,
+        [0.11390867, -0.05695429],
+    ),
+    # the first-order part of the check: slope 1.71 < 2 (same scan)
+    "exp first order": (
+        checks.check_exp_second_order,
+        0.49923241946909824,
+        [0.34548954, -0.17274355],
+    ),
+    # the tangential part: slope 2.70 < 3 (the thorough hypothesis profile, --hypothesis-seed=2)
+    "exp second order": (
+        checks.check_exp_second_order,
+        [1.5126816, -0.00634035],
+        [-0.2289034, 0.11442716],
+    ),
+}
+
+
+def _inflection_example(name):
+    _, where, v = INFLECTION_EXAMPLES[name]
+    x = np.asarray(CUBIC.curve(where) if np.ndim(where) == 0 else CUBIC.project(np.array(where)))
+    return x, np.asarray(CUBIC.to_tangent(x, np.array(v)))
+
+
+@pytest.mark.parametrize("name", sorted(INFLECTION_EXAMPLES))
+def test_taylor_checks_beside_the_inflection_point(name):
+    x, u = _inflection_example(name)
+    INFLECTION_EXAMPLES[name][0](CUBIC, x, u)
+
+
+class _Perturbed(BezierGraph):
+    """CUBIC with exp (= the retraction) of ``gain`` u + ``bend`` |u|^2 v (v the unit velocity
+    at x) for u: first order only for gain 1, second order only for bend 0."""
+
+    def __init__(self, gain: float, bend: float) -> None:
+        super().__init__(CUBIC.curve)
+        self.gain, self.bend = gain, bend
+
+    def _exp(self, x, u):
+        v = self._unit_velocity(self.curve, self._param(x))
+        return super()._exp(x, self.gain * u + self.bend * np.sum(u * u) * v)
+
+    _retract = _exp
+
+
+@pytest.mark.parametrize("name", sorted(INFLECTION_EXAMPLES))
+def test_taylor_checks_still_reject_wrong_maps_beside_the_inflection_point(name):
+    x, u = _inflection_example(name)
+    with pytest.raises(AssertionError, match="retraction is not first order"):
+        checks.check_retraction_first_order(_Perturbed(1.01, 0.0), x, u)
+    with pytest.raises(AssertionError, match="exp is not"):  # the tangential part: slope 1
+        checks.check_exp_second_order(_Perturbed(1.01, 0.0), x, u)
+    with pytest.raises(AssertionError, match="exp is not second order"):
+        checks.check_exp_second_order(_Perturbed(1.0, 0.1), x, u)

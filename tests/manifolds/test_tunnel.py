@@ -19,15 +19,27 @@ class TestTunnel(ManifoldTests):
     manifold = TUNNEL
 
     def inside(self, data):
-        """A point and a tangent vector whose steps in the Hessian checks (at most
-        ``10**-1.5 |u|``, the kit's longest Taylor step) stay inside the tunnel: the tunnel is
-        flat there, and its retraction (the projection) clips at the boundary, which no Taylor
-        expansion crosses."""
+        """A point and a tangent vector whose steps in the Taylor checks (at most
+        ``10**-1.5 |u|`` either way, the kit's longest Taylor step) stay inside the tunnel: the
+        tunnel is flat there, and its retraction (the projection) clips at the boundary, which
+        no Taylor expansion crosses (the kit's own draws reach 0.195 from the curve in a tube
+        of radius 0.2, where its longest step crossed the wall: slope 1.73)."""
         x, (u,) = self.draw_frame(data, 1)
         x, u = x[0], u[0]
         room = TUNNEL.eps - float(TUNNEL.distance_to_curve(x))
         longest = 10**-1.5 * max(float(np.linalg.norm(u)), 1e-300)
         return x, u * min(1.0, 0.5 * room / longest)
+
+    @given(data=st.data())
+    def test_retraction_first_order(self, data):
+        x, u = self.inside(data)
+        checks.check_retraction_first_order(TUNNEL, x, u)
+
+    @given(data=st.data())
+    def test_exp_second_order(self, data):
+        self.require("exp")
+        x, u = self.inside(data)
+        checks.check_exp_second_order(TUNNEL, x, u)
 
     @given(data=st.data())
     def test_ehess_to_rhess_second_order(self, data):
@@ -40,6 +52,18 @@ class TestTunnel(ManifoldTests):
         x, u = self.inside(data)
         fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
         checks.check_ehess_to_rhess_gradient(TUNNEL, x, u, fn)
+
+
+def test_taylor_checks_near_the_wall_use_steps_inside_the_tunnel():
+    # the thorough profile's example: x 0.195 from the curve, the kit's longest step along u
+    # crosses the wall (radius 0.2), where the projection clips and the remainder is not a
+    # Taylor series; scaled as TestTunnel.inside does, the steps stay inside and the check holds
+    x = np.array([1.50891243, 0.21243489, 0.17632987])
+    u = np.array([0.33297521, -0.53322192, -0.65185965])
+    room = TUNNEL.eps - float(TUNNEL.distance_to_curve(x))
+    with pytest.raises(AssertionError, match="Taylor slope"):
+        checks.check_retraction_first_order(TUNNEL, x, u)
+    checks.check_retraction_first_order(TUNNEL, x, u * 0.5 * room / (10**-1.5 * np.linalg.norm(u)))
 
 
 def brute_force_projection(tunnel, a):
