@@ -209,8 +209,10 @@ class Product(Manifold):
         return self._worst("_point_violation", x)
 
     def _check_point(self, x: Array, tol: float) -> None:
-        """Each factor's own check of its component (strict constraints included, e.g. the
-        open ball's or the open simplex's), the message naming the factor."""
+        """The factors' largest violation (as every manifold), then each factor's own check of
+        its component (strict constraints included, e.g. the open ball's or the open
+        simplex's), the message naming the factor."""
+        super()._check_point(x, tol)
         for m, part in zip(self.manifolds, self.split(x), strict=True):
             try:
                 m._check_point(part, tol)

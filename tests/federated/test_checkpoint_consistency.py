@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from _problems import QuadraticProblem
+from _problems import FaultyTrainer, QuadraticProblem
 
 import riemfl
 from riemfl.errors import CheckpointError, CheckpointMismatchError
@@ -253,29 +253,8 @@ def test_the_same_trainer_settings_resume(tmp_path):
 
 
 # ----------------------------------------------------------------------------- one fault policy
-class Float32Client:
-    """A trainer whose client ``bad`` uploads its (right) model in float32."""
-
-    def __init__(self, inner, bad):
-        self.inner, self.bad = inner, bad
-        self.manifold, self.n_clients = inner.manifold, inner.n_clients
-
-    def n_samples(self, i):
-        return self.inner.n_samples(i)
-
-    def num_batches(self, i, epochs=None):
-        return self.inner.num_batches(i, epochs)
-
-    def evaluate(self, x):
-        return self.inner.evaluate(x)
-
-    def train(self, i, start, rng, epochs=None):
-        out = self.inner.train(i, start, rng, epochs)
-        return out.astype(np.float32) if i == self.bad else out
-
-
 def test_async_drops_a_float32_upload_to_a_float64_model_as_sync_does():
-    trainer = Float32Client(_async_trainer(), bad=2)
+    trainer = FaultyTrainer(_async_trainer(), bad={2}, mode="float32")
     with pytest.warns(ClientDroppedWarning, match="dtype float32; expected float64"):
         h = run_async(trainer, FedBuff(buffer_size=3), 6, **ASYNC_KW, max_failures=None)
     applied = np.array(h.log["applied"])

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from _problems import QuadraticProblem
+from _problems import FaultyTrainer, QuadraticProblem
 
 import riemfl
 from riemfl.errors import CheckpointError, ClientFailureError, ParameterError
@@ -36,47 +36,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedW
 
 
 # ----------------------------------------------------------------------------- helpers
-class FaultyTrainer:
-    """A trainer whose clients in ``bad`` fail with the fault ``mode``, at each arrival with
-    probability ``rate`` (drawn from the client's generator: runs stay reproducible)."""
-
-    run_state_attributes = ("calls",)  # a counter, not a setting of the local training
-
-    def __init__(self, inner, bad=(), mode="raise", rate=1.0):
-        self.inner, self.bad, self.mode, self.rate = inner, set(bad), mode, rate
-        self.manifold, self.n_clients = inner.manifold, inner.n_clients
-        self.calls = 0
-
-    def n_samples(self, i):
-        return self.inner.n_samples(i)
-
-    def num_batches(self, i, epochs=None):
-        return self.inner.num_batches(i, epochs)
-
-    def evaluate(self, x):
-        return self.inner.evaluate(x)
-
-    def train(self, i, start, rng, epochs=None):
-        self.calls += 1
-        hit = i in self.bad and rng.random() < self.rate
-        out = self.inner.train(i, start, rng, epochs)
-        if not hit:
-            return out
-        if self.mode == "raise":
-            raise RuntimeError(f"client {i} crashed")
-        if self.mode == "nan":
-            return np.full_like(out, np.nan)
-        if self.mode == "inf":
-            return np.full_like(out, np.inf)
-        if self.mode == "complex":
-            return out + 1e-3j
-        if self.mode == "shape":
-            return out[..., :-1]
-        if self.mode == "int":
-            return out.astype(np.int64)
-        raise AssertionError(self.mode)
-
-
 class InterruptAt:
     """An ``on_round`` callback that asks the run to stop after round ``r``."""
 

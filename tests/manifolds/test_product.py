@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 
 from riemfl import Euclidean, Lorentz, ParameterError, Product, ShapeError, Sphere, Stiefel
-from riemfl.manifolds import BirkhoffPolytope, PoincareBall
+from riemfl.manifolds import BirkhoffPolytope, PoincareBall, Simplex
 from riemfl.testing import importorskip
 from riemfl.testing import strategies as rst
 
@@ -83,17 +83,20 @@ def test_local_proximal_smoothness_names_a_factor_without_one():
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_a_factor_on_its_boundary_is_refused_by_check_point_and_every_map(backend):
-    # the open ball's constraint is strict (no tolerance), which the factors' largest violation
-    # alone does not see: the product asks each factor's own check_point, and each map traces
-    # the factor's non-finite metric to the boundary point (a typed error, not NaN)
+    # a factor's strict constraint (no tolerance: the open simplex's p > 0) is not a violation
+    # the factors' largest one shows: the product asks each factor's own check_point too; and
+    # each map traces the factor's non-finite metric to the boundary point (a typed error)
     from riemfl.errors import NonFiniteError, NotOnManifoldError
 
     convert = np.asarray if backend == "numpy" else importorskip("torch").as_tensor
     m = Product(PoincareBall(2), Euclidean(2))
     x = convert(np.array([1.0, 0.0, 0.3, 0.4]))
     u = convert(np.array([0.1, 0.2, 0.3, 0.4]))
-    with pytest.raises(NotOnManifoldError, match=r"factor PoincareBall\(2\).*open ball"):
+    with pytest.raises(NotOnManifoldError, match=r"PoincareBall\(2\).*c\|x\|\^2 < 1"):
         m.check_point(x)
+    on_edge = convert(np.array([0.5, 0.5, 0.0, 1.0, 1.0]))
+    with pytest.raises(NotOnManifoldError, match=r"factor Simplex\(3\).*p > 0"):
+        Product(Simplex(3), Euclidean(2)).check_point(on_edge)
     calls = {
         "inner": (x, u, u),
         "norm": (x, u),
