@@ -10,7 +10,8 @@ Three layers, use whichever fits:
   float32, skipping (with the manifold's reason) the maps a manifold does not implement.
 
 This module needs ``pytest`` and ``hypothesis`` (the ``dev`` extra); ``import riemfl`` does not
-import it. A suite running :class:`ManifoldTests` on many manifolds should enable
+import it. :mod:`riemfl.testing.host_reads` counts the calls that read a torch tensor's value back
+to the host (it needs torch). A suite running :class:`ManifoldTests` on many manifolds should enable
 :mod:`riemfl.testing.pytest_plugin` (``pytest_plugins = ["riemfl.testing.pytest_plugin"]`` in its
 ``conftest.py``): it stops hypothesis' settings chains of the shared test methods from growing.
 """

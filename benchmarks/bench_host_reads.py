@@ -1,0 +1,243 @@
+"""Count the host reads of every torch map of every manifold family.
+
+For every family of :data:`riemfl.manifolds.catalogue.FAMILIES` (its first constructor example)
+and every public map the family supports (``manifold.supports(name)``), one call on torch float64
+CPU tensors (a batch of 8 points, arguments built by
+:meth:`riemfl.testing.ManifoldTests.method_args`) runs inside a
+:class:`riemfl.testing.host_reads.HostReadCounter`. Reported per (family, map): the reads of the
+call, the reads per function (``item``, ``__bool__``, ...) and per source location. The table
+prints family x map with totals; the summary lists the locations with the most reads.
+
+A host read stalls a GPU's launch queue and breaks a ``torch.compile`` graph, so every read
+counted here is one to remove (or to defer) for the maps to run whole on an accelerator. Graph
+breaks (``torch._dynamo.explain``) are not counted here: an explain call took 1.3 to 2 s per map
+on a 2-core CPU (Sphere exp: 1 break, Stiefel retract: 5), minutes for the 268 maps of the
+catalogue.
+
+Usage::
+
+    python benchmarks/bench_host_reads.py [--quick] [--manifolds Sphere,Stiefel,...]
+                                          [--out results/bench_host_reads.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
+from _harness import machine_info, write_result  # noqa: E402
+
+from riemfl.manifolds import Manifold  # noqa: E402
+from riemfl.manifolds.catalogue import FAMILIES  # noqa: E402
+from riemfl.testing import ManifoldTests  # noqa: E402
+from riemfl.testing.config import METHODS  # noqa: E402
+from riemfl.testing.host_reads import HostReadCounter  # noqa: E402
+
+__all__ = ["MAPS", "QUICK_FAMILIES", "run_benchmark", "format_table", "format_summary", "main"]
+
+DEFAULT_OUT = "results/bench_host_reads.json"
+BATCH = 8
+SEED = 0
+TOP = 10
+#: the public maps counted, in the order of the table (the conformance kit's)
+MAPS = METHODS
+#: the families of ``--quick``
+QUICK_FAMILIES = ("Sphere", "Stiefel", "Lorentz")
+
+
+class _Arguments(ManifoldTests):
+    """The conformance suite's argument builder, without pytest (not a test class)."""
+
+    __test__ = False
+
+    def __init__(self, manifold: Manifold, batch_size: int) -> None:
+        self.manifold = manifold
+        self.batch_size = batch_size
+
+    def require_constant(self, name: str) -> float:
+        try:
+            return getattr(self.manifold, name)
+        except NotImplementedError:  # an open set without a uniform reach: a short step
+            return 0.1
+
+
+def _to_torch(a: Any) -> Any:
+    return torch.as_tensor(np.asarray(a), dtype=torch.float64)
+
+
+def count_map(manifold: Manifold, name: str, batch: int = BATCH, seed: int = SEED) -> dict:
+    """Call ``manifold.<name>`` once on torch float64 tensors inside a counter.
+
+    Returns
+    -------
+    dict
+        ``reads`` (int), ``by_function`` and ``locations`` (name -> count), ``error`` (None, or
+        the exception of the call or of building its arguments as ``"Type: message"``).
+    """
+    try:
+        args, _ = _Arguments(manifold, batch).method_args(name, seed)
+        targs = [_to_torch(a) for a in args]
+    except Exception as exc:  # an argument builder that does not fit this family
+        return {"reads": 0, "by_function": {}, "locations": {}, "error": _describe(exc)}
+    error = None
+    with HostReadCounter() as counter:
+        try:
+            getattr(manifold, name)(*targs)
+        except Exception as exc:
+            error = _describe(exc)
+    return {
+        "reads": counter.total,
+        "by_function": dict(counter.by_function.most_common()),
+        "locations": dict(counter.by_location.most_common()),
+        "error": error,
+    }
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def run_benchmark(families: Sequence[str] | None = None) -> dict[str, Any]:
+    """Count the reads of every supported map of ``families`` (default all).
+
+    Returns
+    -------
+    dict
+        ``machine``, ``settings``, ``cells`` (one per family and supported map: ``family``,
+        ``manifold``, ``map``, ``reads``, ``by_function``, ``locations``, ``error``),
+        ``unsupported`` (family -> map -> reason) and ``totals`` (``reads``, ``calls``,
+        ``by_function``, ``top_locations``).
+    """
+    start = time.perf_counter()
+    by_name = {f.name: f for f in FAMILIES}
+    names = list(by_name) if families is None else list(families)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; expected some of {list(by_name)}")
+    cells: list[dict[str, Any]] = []
+    unsupported: dict[str, dict[str, str]] = {}
+    for name in names:
+        family = by_name[name]
+        if not family.examples:
+            unsupported[name] = {"*": "no constructor example in the catalogue"}
+            continue
+        manifold = family.examples[0]()
+        for map_name in MAPS:
+            ok, why = manifold.supports(map_name)
+            if not ok:
+                unsupported.setdefault(name, {})[map_name] = why
+                continue
+            cell = count_map(manifold, map_name)
+            cells.append({"family": name, "manifold": repr(manifold), "map": map_name, **cell})
+    functions: Counter[str] = Counter()
+    locations: Counter[str] = Counter()
+    for c in cells:
+        functions.update(c["by_function"])
+        locations.update(c["locations"])
+    result = {
+        "machine": machine_info(
+            {"torch_threads": torch.get_num_threads(), "blas_threads": "default"}
+        ),
+        "settings": {"families": names, "batch": BATCH, "seed": SEED, "dtype": "float64"},
+        "cells": cells,
+        "unsupported": unsupported,
+        "totals": {
+            "reads": sum(c["reads"] for c in cells),
+            "calls": len(cells),
+            "calls_with_reads": sum(1 for c in cells if c["reads"]),
+            "errors": sum(1 for c in cells if c["error"]),
+            "by_function": dict(functions.most_common()),
+            "top_locations": dict(locations.most_common(TOP)),
+        },
+        "total_s": time.perf_counter() - start,
+    }
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """Family x map table of reads per call (``-`` unsupported, ``E`` the call raised)."""
+    cells = {(c["family"], c["map"]): c for c in result["cells"]}
+    families = [
+        f
+        for f in result["settings"]["families"]
+        if f not in result["unsupported"] or "*" not in result["unsupported"][f]
+    ]
+    short = {
+        m: m.replace("retraction_transport", "retr_transp").replace("parallel_", "par_")
+        for m in MAPS
+    }
+    widths = [max(len("family"), *(len(f) for f in families))] if families else [6]
+    header = ["family".ljust(widths[0])] + [short[m][:11].rjust(11) for m in MAPS] + ["  total"]
+    lines = [" ".join(header)]
+    for f in families:
+        row = [f.ljust(widths[0])]
+        total = 0
+        for m in MAPS:
+            c = cells.get((f, m))
+            if c is None:
+                row.append("-".rjust(11))
+                continue
+            total += c["reads"]
+            row.append((f"{c['reads']}" + ("E" if c["error"] else "")).rjust(11))
+        lines.append(" ".join(row) + f"{total:7d}")
+    t = result["totals"]
+    lines.append(
+        f"total: {t['reads']} reads over {t['calls']} calls "
+        f"({t['calls_with_reads']} calls read; {t['errors']} calls raised)"
+    )
+    return "\n".join(lines)
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    """Reads per function and the locations with the most reads."""
+    t = result["totals"]
+    lines = ["reads per function: " + ", ".join(f"{k} {v}" for k, v in t["by_function"].items())]
+    lines.append("top locations:")
+    lines += [f"  {v:4d}  {k}" for k, v in t["top_locations"].items()]
+    errors = [c for c in result["cells"] if c["error"]]
+    if errors:
+        lines.append("calls that raised (reads counted up to the error):")
+        lines += [f"  {c['family']}.{c['map']}: {c['error']}" for c in errors]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Command-line entry point: count, print the table and the summary, write the JSON.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments (default: ``sys.argv[1:]``): ``--quick`` (the families of
+        :data:`QUICK_FAMILIES`), ``--manifolds A,B``, ``--out PATH``.
+
+    Returns
+    -------
+    dict
+        The result of :func:`run_benchmark`.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK_FAMILIES)}")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("--manifolds", default=None, help="comma-separated families (default all)")
+    args = parser.parse_args(argv)
+    families: Sequence[str] | None = None
+    if args.manifolds is not None:
+        families = [m.strip() for m in args.manifolds.split(",") if m.strip()]
+    elif args.quick:
+        families = QUICK_FAMILIES
+    result = run_benchmark(families)
+    summary = f"{format_summary(result)}\n\n{result['total_s']:.1f} s"
+    return write_result(result, args.out, f"{format_table(result)}\n\n{summary}")
+
+
+if __name__ == "__main__":
+    main()

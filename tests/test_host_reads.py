@@ -1,0 +1,94 @@
+"""Tests of :mod:`riemfl.testing.host_reads`; smoke test of ``benchmarks/bench_host_reads.py``."""
+
+from __future__ import annotations
+
+import json
+
+from riemfl.testing import importorskip
+
+torch = importorskip("torch")
+
+from riemfl.testing.host_reads import HostReadCounter  # noqa: E402
+
+
+def test_counts_each_read_once():
+    t = torch.tensor([1.0, 2.0])
+    s = t.sum()
+    with HostReadCounter() as reads:
+        s.item()
+        bool(s)
+        float(s)
+        t.tolist()
+    assert reads.total == 4
+    assert dict(reads.by_function) == {"item": 1, "__bool__": 1, "__float__": 1, "tolist": 1}
+
+
+def test_pure_arithmetic_reads_nothing():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    with HostReadCounter() as reads:
+        y = (x * 2 + 1).exp().sum(dim=-1)
+        torch.where(y > 0, y, -y)
+        len(x)
+    assert reads.total == 0 and not reads.by_function and not reads.by_location
+
+
+def test_location_and_mask_index():
+    t = torch.tensor([1.0, -1.0])
+    with HostReadCounter() as reads:
+        t[t > 0]
+    assert dict(reads.by_function) == {"__getitem__[mask]": 1}
+    (location,) = reads.by_location
+    assert location.endswith(
+        f"test_host_reads.py:{test_location_and_mask_index.__code__.co_firstlineno + 3}"
+    )
+
+
+def test_first_riemfl_frame_is_reported():
+    import numpy as np
+
+    from riemfl import Sphere
+
+    m = Sphere(3)
+    x = torch.as_tensor(m.random_point(8, rng=np.random.default_rng(0)))
+    u = 0.3 * m.to_tangent(x, torch.randn(8, 3, dtype=torch.float64))
+    with HostReadCounter() as reads:
+        m.exp(x, u)
+    assert reads.total >= 1
+    assert all(loc.startswith("riemfl/") for loc in reads.by_location)
+
+
+def test_nests_and_exits_cleanly():
+    s = torch.tensor(1.0)
+    with HostReadCounter() as outer:
+        s.item()
+        with HostReadCounter() as inner:
+            float(s)
+        s.item()
+    s.item()  # after exit: counted by neither
+    assert inner.total == 1 and outer.total == 3
+    assert dict(outer.by_function) == {"item": 2, "__float__": 1}
+    outer.reset()
+    assert outer.total == 0 and not outer.by_function
+
+
+def test_benchmark_quick(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_host_reads")
+    out = tmp_path / "nested" / "reads.json"
+    result = bench.main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text())["cells"] == json.loads(json.dumps(result["cells"]))
+    from riemfl.manifolds.catalogue import FAMILIES
+
+    by_name = {f.name: f for f in FAMILIES}
+    got = {(c["family"], c["map"]) for c in result["cells"]}
+    expected = set()
+    for family in bench.QUICK_FAMILIES:
+        m = by_name[family].examples[0]()
+        expected |= {(family, name) for name in bench.MAPS if m.supports(name)[0]}
+    assert got == expected
+    for c in result["cells"]:
+        assert isinstance(c["reads"], int) and c["reads"] >= 0
+        assert sum(c["by_function"].values()) == c["reads"] == sum(c["locations"].values())
+        assert c["error"] is None, c
+    t = result["totals"]
+    assert t["calls"] == len(result["cells"])
+    assert t["reads"] == sum(c["reads"] for c in result["cells"])
