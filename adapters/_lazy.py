@@ -117,7 +117,8 @@ class ForeignManifold(Manifold):
         exact : iterable of str or None
             The caller's claim (``None``: the table's).
         constants : mapping
-            ``proximal_smoothness``, ``diameter``, ``injectivity_radius`` (None: unknown).
+            ``proximal_smoothness`` (the reach), ``diameter``, ``injectivity_radius`` (None:
+            unknown).
         """
         self.wrapped = wrapped
         kind = type(wrapped).__name__
@@ -164,7 +165,7 @@ class ForeignManifold(Manifold):
         return self._dim
 
     @property
-    def proximal_smoothness(self) -> float:
+    def reach(self) -> float:
         return self._constant("proximal_smoothness")
 
     @property

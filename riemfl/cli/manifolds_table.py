@@ -43,11 +43,12 @@ def describe(manifold: Manifold, seed: int = 0) -> dict:
         "manifold": manifold.name,
         "dim": manifold.dim,
         "point_shape": list(manifold.point_shape),
-        "proximal_smoothness": _constant(manifold, "proximal_smoothness"),
+        "reach": _constant(manifold, "reach"),
         "diameter": _constant(manifold, "diameter"),
         "injectivity_radius": _constant(manifold, "injectivity_radius"),
         "maps": {name: manifold.supports(name)[0] for name in MAPS},
     }
+    record["proximal_smoothness"] = record["reach"]  # the older name of the same constant
     y = manifold.retract(x, u)
     record["retraction_constraint_error"] = manifold.point_violation(y)[1]
     if record["maps"]["exp"] and record["maps"]["log"]:
@@ -80,7 +81,7 @@ def print_manifolds(args: argparse.Namespace) -> int:
         maps = " ".join("y" if r["maps"][k] else "-" for k in MAPS)
         roundtrip = r.get("exp_log_roundtrip_error")
         print(
-            f"{r['manifold'][:34]:<34} {r['dim']:>5} {_fmt(r['proximal_smoothness']):>7} "
+            f"{r['manifold'][:34]:<34} {r['dim']:>5} {_fmt(r['reach']):>7} "
             f"{_fmt(r['diameter']):>7} {_fmt(r['injectivity_radius']):>7}  {maps:<24} "
             f"{_fmt(roundtrip):>15}"
         )

@@ -564,9 +564,10 @@ class AsyncFedED(AsyncRule):
 def proximal_radius(manifold: Manifold, x: Array) -> float:
     """The radius around x within which P_M is single-valued.
 
-    ``local_proximal_smoothness(x)`` where the manifold has it (FixedRank, Simplex, SPD, the
-    Poincare ball: manifolds whose uniform constant is 0), else the uniform
-    ``proximal_smoothness``.
+    The manifold's ``local_reach(x)`` (alias ``local_proximal_smoothness``): a local value
+    where the manifold has one (FixedRank, Simplex, SPD, the Poincare ball: manifolds whose
+    uniform reach is 0), else its uniform ``reach`` (alias ``proximal_smoothness``), the
+    default of :meth:`~riemfl.manifolds.base.Manifold.local_reach`.
 
     Raises
     ------
@@ -574,17 +575,15 @@ def proximal_radius(manifold: Manifold, x: Array) -> float:
         When the manifold has neither (e.g. the Birkhoff polytope, or a product with such a
         factor), with the reasons the manifold gives.
     """
-    local = getattr(manifold, "local_proximal_smoothness", None)
     why_local = None
-    if callable(local):
-        try:
-            return float(local(x))
-        except NotImplementedError as exc:
-            why_local = str(exc)
     try:
-        return float(manifold.proximal_smoothness)
+        return float(manifold.local_reach(x))
     except NotImplementedError as exc:
-        why = why_local or f"{manifold.name}: {exc}; and no local_proximal_smoothness(x)"
+        why_local = str(exc)
+    try:
+        return float(manifold.reach)
+    except NotImplementedError as exc:
+        why = why_local or f"{manifold.name}: {exc}; and no local_reach(x)"
         raise NotImplementedError(why) from None
 
 
@@ -599,7 +598,7 @@ def require_proximal_radius(owner: str, manifold: Manifold) -> None:
         needed.
     """
     try:
-        float(manifold.proximal_smoothness)
+        float(manifold.reach)
         return
     except NotImplementedError:
         pass
@@ -608,8 +607,8 @@ def require_proximal_radius(owner: str, manifold: Manifold) -> None:
     except NotImplementedError as exc:
         raise ParameterError(
             f"{owner} projects its server step onto the manifold and needs the radius within "
-            "which that projection is unique (proximal_smoothness, or "
-            f"local_proximal_smoothness(x)): {exc}"
+            "which that projection is unique (reach, alias proximal_smoothness, or "
+            f"local_reach(x), alias local_proximal_smoothness(x)): {exc}"
         ) from None
 
 

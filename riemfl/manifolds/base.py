@@ -16,11 +16,19 @@ not have raises :class:`NotImplementedError` with the reason, which the conforma
 
 Constants
 ---------
-``proximal_smoothness``
-    The radius :math:`\hat\gamma` of the open tube :math:`U_M(\hat\gamma) = \{a : d(a, M) <
-    \hat\gamma\}` on which the metric projection :math:`P_M` is single-valued (the *reach* of M).
-    Zhang et al. (NeurIPS 2024, Assumption 2.3) write this constant as :math:`2\gamma`; riemfl
-    stores :math:`\hat\gamma` itself, so their :math:`\gamma` is ``proximal_smoothness / 2``.
+``reach`` (alias ``proximal_smoothness``)
+    The reach :math:`\hat\gamma` of M: the largest r such that every ambient point a with
+    :math:`d(a, M) < r` has a unique nearest point :math:`P_M(a)` on M, i.e. the radius of the
+    open tube :math:`U_M(\hat\gamma) = \{a : d(a, M) < \hat\gamma\}` on which the metric
+    projection is single-valued. Zhang et al. (NeurIPS 2024, Assumption 2.3) call M
+    :math:`\gamma`-proximally smooth and write this radius as :math:`2\gamma`; riemfl stores
+    :math:`\hat\gamma` itself, so their :math:`\gamma` is ``reach / 2``. ``proximal_smoothness``
+    is the older name of the same value.
+``local_reach(x)`` (alias ``local_proximal_smoothness(x)``)
+    Per point: a radius around x within which every ambient point has a unique nearest point
+    on M. It defaults to ``reach`` broadcast to the batch shape of x; families whose uniform
+    reach is 0 (open sets, fixed-rank matrices, the simplex, the Poincare ball) give the
+    positive local value.
 ``diameter``
     The diameter of M as a subset of the ambient Euclidean space, :math:`\sup_{x,y\in M}
     \|x - y\|` (the constant of the projection-based FL theory; Stiefel :math:`2\sqrt p`).
@@ -71,9 +79,67 @@ class Manifold(ABC):
         """Intrinsic dimension of the manifold."""
 
     @property
+    def reach(self) -> float:
+        r"""The reach :math:`\hat\gamma` of M (alias :attr:`proximal_smoothness`).
+
+        The largest r such that every ambient point within distance r of M has a unique
+        nearest point on M: the metric projection :math:`P_M` is single-valued on the open tube
+        :math:`\{a : d(a, M) < \hat\gamma\}`. This is :math:`2\gamma` for a
+        :math:`\gamma`-proximally smooth M in the sense of Zhang et al. (NeurIPS 2024).
+        ``inf`` for a closed convex set or a linear space.
+
+        A family overrides one of ``reach`` and ``proximal_smoothness`` (a property or a class
+        attribute); the other name then reads it (see :meth:`__init_subclass__`).
+
+        Raises
+        ------
+        NotImplementedError
+            When M has no positive uniform reach, with the reason (see ``unsupported``; the
+            key ``"reach"``, or ``"proximal_smoothness"`` for subclasses written before the
+            rename).
+        """
+        return self._not_implemented("reach")
+
+    @property
     def proximal_smoothness(self) -> float:
-        r"""Radius :math:`\hat\gamma` of the tube on which :math:`P_M` is single-valued."""
-        return self._not_implemented("proximal_smoothness")
+        r"""Alias of :attr:`reach`: the radius :math:`\hat\gamma` (:math:`2\gamma` in Zhang et
+        al. 2024) of the tube on which :math:`P_M` is single-valued."""
+        return self.reach
+
+    def local_reach(self, x: Array) -> Array:
+        r"""A radius around each point x within which :math:`P_M` is single-valued (alias
+        :meth:`local_proximal_smoothness`).
+
+        Every ambient point a with :math:`\|a - x\| < \rho(x)` has a unique nearest point on
+        M. The default is the uniform :attr:`reach`, broadcast to the batch shape of x (the
+        leading dimensions before ``point_shape``); a family whose uniform reach is 0 (an open
+        set, fixed-rank matrices) overrides it with a positive value that depends on x.
+
+        Parameters
+        ----------
+        x : array
+            Points (any leading batch dimensions).
+
+        Returns
+        -------
+        array
+            One value per point, in x's type (shape: the batch shape of x).
+
+        Raises
+        ------
+        ShapeError
+            x does not end in ``point_shape``.
+        NotImplementedError
+            When M has neither a local radius nor a uniform reach, with the reason.
+        """
+        self._shape(x, "point x")
+        radius = self.reach
+        batch = tuple(x.shape[: x.ndim - len(self.point_shape)])
+        return ops_for(x).zeros(batch, x) + radius
+
+    def local_proximal_smoothness(self, x: Array) -> Array:
+        """Alias of :meth:`local_reach`."""
+        return self.local_reach(x)
 
     @property
     def diameter(self) -> float:
@@ -99,13 +165,16 @@ class Manifold(ABC):
 
     # ------------------------------------------------------------------ validation helpers
     def _not_implemented(self, what: str):
-        reason = self.unsupported.get(what, f"{self.name} does not implement {what}")
+        reason = self.unsupported.get(what) or self.unsupported.get(_OTHER_NAME.get(what, ""))
+        if reason is None:
+            reason = f"{self.name} does not implement {what}"
         raise NotImplementedError(reason)
 
     def supports(self, method: str) -> tuple[bool, str]:
         """Whether ``method`` (e.g. ``"log"``) is available, and if not, why."""
-        if method in self.unsupported:
-            return False, self.unsupported[method]
+        reason = self.unsupported.get(method) or self.unsupported.get(_OTHER_NAME.get(method, ""))
+        if reason is not None:
+            return False, reason
         if method == "dist" and type(self)._dist is Manifold._dist:
             return self.supports("log")
         if method == "squared_dist" and type(self)._squared_dist is Manifold._squared_dist:
@@ -146,9 +215,21 @@ class Manifold(ABC):
     _result_checked: dict[str, tuple[int, ...]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give each subclass its own ``_result_checked`` table, and tie the reach names.
+
+        A class that defines only one of ``reach`` / ``proximal_smoothness`` (or of
+        ``local_reach`` / ``local_proximal_smoothness``) gets the other as an alias of it, so
+        that both names give the same value whichever one a family, or a subclass of a
+        family, overrides.
+        """
         super().__init_subclass__(**kwargs)
         if "_result_checked" not in cls.__dict__:
             cls._result_checked = {}
+        for new, old in _REACH_NAMES:
+            own_new, own_old = new in cls.__dict__, old in cls.__dict__
+            if own_new != own_old:
+                target, alias = (new, old) if own_new else (old, new)
+                setattr(cls, alias, _reach_alias(target, is_method=new == "local_reach"))
 
     def _checked_inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
         """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
@@ -611,6 +692,24 @@ def _linalg_errors() -> tuple[type[BaseException], ...]:
     """numpy's and (where loaded) torch's linear-algebra exceptions."""
     torch = sys.modules.get("torch")
     return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
+
+
+#: the reach names: (name, older alias); a class that defines one gets the other as an alias
+_REACH_NAMES = (("reach", "proximal_smoothness"), ("local_reach", "local_proximal_smoothness"))
+#: each reach name's other name (both are looked up in ``unsupported``)
+_OTHER_NAME = {**dict(_REACH_NAMES), **{old: new for new, old in _REACH_NAMES}}
+
+
+def _reach_alias(target: str, is_method: bool) -> Any:
+    """A property (or, for the local radius, a method) that reads ``self.<target>``."""
+    if is_method:
+
+        def local(self, x: Array) -> Array:
+            return getattr(self, target)(x)
+
+        local.__doc__ = f"Alias of :meth:`{target}`."
+        return local
+    return property(lambda self: getattr(self, target), doc=f"Alias of :attr:`{target}`.")
 
 
 #: the point axes of a point of ndim d: ``_AXES[d] == tuple(range(-d, 0))``

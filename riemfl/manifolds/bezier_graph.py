@@ -30,6 +30,9 @@ __all__ = ["BezierGraph"]
 class BezierGraph(Manifold):
     r"""The curve :math:`\{c(t) : t \in \mathbb{R}\}` of a Euclidean Bezier curve, as a manifold.
 
+    Sizes: no size parameter; points lie in the curve's ambient space :math:`\mathbb{R}^d` (d
+    from the control points' shape), and ``dim`` is 1.
+
     With :math:`t(x)` the parameter of a point, :math:`\hat v(x) = c'(t)/\|c'(t)\|` and
     :math:`s(t) = \int_0^t\|c'\|` the arc length:
 
@@ -53,7 +56,7 @@ class BezierGraph(Manifold):
       inverse arc length are found in numpy, then one differentiable Newton step at the solution
       gives the exact first derivative by the implicit function theorem).
 
-    Constants. ``proximal_smoothness`` is the reach of the curve, at most its minimal radius of
+    Constants. ``reach`` is the reach of the curve, at most its minimal radius of
     curvature and half its bottleneck distance. For a quadratic :math:`c(t) = A + 2ta + t^2b`
     (a parabola, convex, no bottleneck) it is exact: the minimal radius of curvature, at the
     vertex :math:`t_v = -a\cdot b/b\cdot b`, is :math:`2\|a_\perp\|^2/\|b\|` with :math:`a_\perp
@@ -84,7 +87,7 @@ class BezierGraph(Manifold):
         return 1
 
     @property
-    def proximal_smoothness(self) -> float:
+    def reach(self) -> float:
         return self._reach
 
     diameter = math.inf

@@ -61,6 +61,8 @@ class BirkhoffPolytope(Manifold):
     r"""Doubly stochastic n x n matrices with positive entries and the Fisher information
     metric :math:`\langle U, V\rangle_X = \sum_{ij} u_{ij}v_{ij}/x_{ij}` (Douik & Hassibi 2019).
 
+    Sizes: ``n`` is the ambient matrix size (points are n x n); ``dim`` is :math:`(n-1)^2`.
+
     Tangent space :math:`T_X = \{U : U\mathbf 1 = 0,\ U^\top\mathbf 1 = 0\}`, dimension
     :math:`(n-1)^2`. With :math:`\odot`, :math:`\oslash` entrywise:
 
@@ -99,7 +101,7 @@ class BirkhoffPolytope(Manifold):
     dtype) within ``max_iter`` sweeps, else :class:`~riemfl.errors.ConvergenceError`.
 
     Constants: ``diameter`` :math:`\sqrt{2n}` (the ambient supremum, approached at two
-    permutation matrices with no common entry); ``proximal_smoothness`` and
+    permutation matrices with no common entry); ``reach`` and
     ``injectivity_radius``: unsupported (see ``unsupported``).
 
     Parameters
@@ -124,7 +126,7 @@ class BirkhoffPolytope(Manifold):
             "inverting Sinkhorn(X exp(U / X)) means finding the tangent U and the scalings "
             "D1, D2 with X exp(U / X) = D1 Y D2, a nonlinear problem with no closed form"
         ),
-        "proximal_smoothness": (
+        "reach": (
             "project is the Sinkhorn (KL) projection, not the metric projection, and the open "
             "polytope comes arbitrarily close to its boundary (entries 0), where no metric "
             "projection onto the open set exists, so there is no positive reach"

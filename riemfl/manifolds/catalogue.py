@@ -53,7 +53,7 @@ class Family:
     exact : str
         What is exact (closed form or exact to rounding), for the tables.
     constants : str
-        ``proximal_smoothness / diameter / injectivity_radius`` as formulas, or why one has none.
+        ``reach / diameter / injectivity_radius`` as formulas, or why one has none.
     examples : tuple of callables
         Factories of representative instances for the self-check of ``riemfl manifolds``
         (factories, so that importing the catalogue builds nothing).
@@ -139,8 +139,7 @@ FAMILIES: tuple[Family, ...] = (
         "FixedRank(m, n, r)",
         "truncated-SVD `project`, its second-order retraction and that retraction's closed-form "
         "inverse (embedded metric; no exp/log)",
-        "local only (`local_proximal_smoothness(X) = sigma_r(X)/sqrt(2)`) / inf / none "
-        "(not complete)",
+        "local only (`local_reach(X) = sigma_r(X)/sqrt(2)`) / inf / none (not complete)",
         (lambda: FixedRank(20, 10, 3),),
     ),
     Family(
@@ -158,7 +157,7 @@ FAMILIES: tuple[Family, ...] = (
         "affine-invariant and log-Euclidean: exp, log, dist, parallel transport (affine-invariant: "
         "second-order retraction and its inverse); Bures-Wasserstein: exp (on its domain), log, "
         "dist; `project` onto the open cone",
-        "local only (`local_proximal_smoothness(X) = lambda_min(X)`) / inf / inf "
+        "local only (`local_reach(X) = lambda_min(X)`) / inf / inf "
         "(Bures-Wasserstein: local only, `sqrt(lambda_min(X))`)",
         (
             lambda: SPD(5),
@@ -222,7 +221,7 @@ FAMILIES: tuple[Family, ...] = (
         "Positive(*shape)",
         "log metric `<u, v>_x = sum u v / x^2`: exp `x e^(u/x)`, log, dist, parallel transport "
         "(flat in `log x`), `project` onto the open orthant",
-        "local only (`local_proximal_smoothness(x) = min x`) / inf / inf",
+        "local only (`local_reach(x) = min x`) / inf / inf",
         (lambda: Positive(5, 2),),
     ),
     Family(
@@ -240,7 +239,7 @@ FAMILIES: tuple[Family, ...] = (
         "quotient of full-rank n x k factors by O(k): horizontal projection, exp = retract "
         "`Y + U` (on `Y^T (Y + U) > 0`), log = inverse retract (Procrustes), dist, Hessian; "
         "no parallel transport",
-        "local only (`local_proximal_smoothness(Y) = sigma_k(Y)`) / inf / none (not complete)",
+        "local only (`local_reach(Y) = sigma_k(Y)`) / inf / none (not complete)",
         (lambda: PSDFixedRank(6, 2),),
     ),
     Family(

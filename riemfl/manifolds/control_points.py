@@ -23,6 +23,9 @@ __all__ = ["ControlPoints"]
 class ControlPoints(Manifold):
     r""":math:`M^n`: n points of a base manifold M, as arrays of shape ``(n, *M.point_shape)``.
 
+    Sizes: ``n_points`` is the number of points (ambient: points have shape ``(n_points,
+    *M.point_shape)``); ``dim`` is ``n_points * M.dim``.
+
     The control-point axis is an extra batch axis of the base manifold, so every map is the base
     map applied to all n points at once; ``inner``, ``norm`` and ``dist`` combine over the points
     with the product metric (:math:`\langle u, v\rangle = \sum_i \langle u_i, v_i\rangle_{x_i}`,
@@ -50,8 +53,8 @@ class ControlPoints(Manifold):
         return self.n_points * self.base.dim
 
     @property
-    def proximal_smoothness(self) -> float:
-        return self.base.proximal_smoothness
+    def reach(self) -> float:
+        return self.base.reach
 
     @property
     def diameter(self) -> float:

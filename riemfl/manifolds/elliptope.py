@@ -28,6 +28,9 @@ class Elliptope(FactorQuotient):
     rank k, represented by n x k factors Y with unit-norm rows, modulo :math:`Y \sim YQ`,
     :math:`Q \in O(k)`.
 
+    Sizes: ``n`` and ``k`` are ambient sizes (factors are n x k, the matrices C n x n); ``dim``
+    is :math:`nk - n - k(k-1)/2`.
+
     Total space :math:`\overline{\mathcal M} = \{Y : \|y_i\| = 1\}` (the rows :math:`y_i`),
     an oblique manifold of rows, with the Frobenius metric. Vertical space at Y:
     :math:`\{Y\Omega : \Omega^\top = -\Omega\}`; horizontal space: the tangent vectors U
@@ -60,7 +63,7 @@ class Elliptope(FactorQuotient):
     Points are compared with :meth:`point_gap`, :math:`\|XX^\top - YY^\top\|_F`, which does not
     depend on the representatives.
 
-    Constants: ``proximal_smoothness`` 1 (that of the total space: within 1 of it no row is 0);
+    Constants: ``reach`` 1 (that of the total space: within 1 of it no row is 0);
     ``diameter`` :math:`\sqrt2\,n`, a bound on :math:`\|C_1 - C_2\|_F` over correlation
     matrices (:math:`\|C\|_F \le \mathrm{tr}\,C = n` and :math:`\langle C_1, C_2\rangle \ge 0`),
     attained where two orthogonal sign vectors exist (a Hadamard matrix of order n: n = 2, 4,
@@ -106,7 +109,7 @@ class Elliptope(FactorQuotient):
     def dim(self) -> int:
         return self.n * (self.k - 1) - self.k * (self.k - 1) // 2
 
-    proximal_smoothness = 1.0
+    reach = 1.0
 
     @property
     def diameter(self) -> float:

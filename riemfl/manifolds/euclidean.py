@@ -22,6 +22,8 @@ def _check_shape_parameters(name: str, shape: tuple[int, ...]) -> tuple[int, ...
 class Euclidean(Manifold):
     r"""Euclidean space :math:`\mathbb{R}^{\text{shape}}` with the Frobenius inner product.
 
+    Sizes: ``shape`` is the ambient shape (the point shape); ``dim`` is its product.
+
     Every map is the flat one: :math:`\mathrm{Exp}_x(u) = R_x(u) = x + u`,
     :math:`\mathrm{Log}_x(y) = y - x`, transport is the identity, and the Riemannian Hessian is
     the Euclidean one, :math:`\operatorname{Hess} f(x)[u] = \nabla^2 f(x)[u]`. ``P_M`` is the
@@ -41,7 +43,7 @@ class Euclidean(Manifold):
     def dim(self) -> int:
         return math.prod(self.point_shape)
 
-    proximal_smoothness = math.inf
+    reach = math.inf
     diameter = math.inf
     injectivity_radius = math.inf
 

@@ -144,6 +144,9 @@ _NO_GEODESICS = (
 class FixedRank(Manifold):
     r"""Fixed-rank matrices :math:`\mathcal M_r \subset \mathbb{R}^{m\times n}`, embedded metric.
 
+    Sizes: ``m`` and ``n`` are ambient sizes (points are m x n), ``r`` the rank; ``dim`` is
+    :math:`(m + n - r)r`.
+
     Points are ambient m x n matrices of rank exactly r (see the module docstring for the
     choice of representation); the metric is :math:`\langle \xi, \eta\rangle_X =
     \mathrm{tr}(\xi^\top\eta)`. With :math:`P_U = UU^\top`, :math:`P_V = VV^\top` the
@@ -193,7 +196,7 @@ class FixedRank(Manifold):
 
     **Proximal smoothness.** :math:`\mathcal M_r` is not closed (its closure adds the matrices
     of rank < r), and its reach is 0: the local reach shrinks with :math:`\sigma_r(X)`.
-    Exactly (:meth:`local_proximal_smoothness`), for r < min(m, n):
+    Exactly (:meth:`local_reach`), for r < min(m, n):
 
     * *ball radius* :math:`\sigma_r(X)/\sqrt2`: every A with :math:`\|A - X\|_F <
       \sigma_r(X)/\sqrt2` has a unique nearest point in :math:`\mathcal M_r` (it exists:
@@ -211,9 +214,9 @@ class FixedRank(Manifold):
       :math:`\mathcal M_r` is the open set of full-rank matrices.
 
     The uniform constant (the infimum over :math:`\mathcal M_r`) is 0, so
-    ``proximal_smoothness`` raises ``NotImplementedError`` with this reason (the conformance
+    ``reach`` raises ``NotImplementedError`` with this reason (the conformance
     kit skips its tube tests) instead of returning a 0 that would make every tube-based test
-    and step rule vacuous; use :meth:`local_proximal_smoothness`. Likewise
+    and step rule vacuous; use :meth:`local_reach`. Likewise
     ``injectivity_radius`` (geodesics reach lower rank in finite time). ``diameter`` is
     infinite (:math:`\mathcal M_r` is a cone).
 
@@ -234,10 +237,10 @@ class FixedRank(Manifold):
         "log": _NO_GEODESICS.format(what="log"),
         "dist": _NO_GEODESICS.format(what="the geodesic distance"),
         "parallel_transport": _NO_GEODESICS.format(what="parallel transport"),
-        "proximal_smoothness": (
+        "reach": (
             "the fixed-rank manifold is not uniformly proximally smooth: the projection is unique "
             "on the ball of radius sigma_r(X)/sqrt(2) around X, which tends to 0 near matrices of "
-            "lower rank, so the uniform constant is 0; use local_proximal_smoothness(x)"
+            "lower rank, so the uniform constant is 0; use local_reach(x)"
         ),
         "injectivity_radius": (
             "the fixed-rank manifold is not complete (geodesics reach matrices of lower rank in "
@@ -267,7 +270,7 @@ class FixedRank(Manifold):
     diameter = math.inf
 
     # ------------------------------------------------------------------ local constants
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r"""Federer's local reach at X: the largest radius of a ball around X on which the
         metric projection is single-valued.
 

@@ -36,6 +36,9 @@ __all__ = ["Grassmann"]
 class Grassmann(Manifold):
     r"""Grassmann manifold :math:`\mathrm{Gr}(n, p)`, points as n x p orthonormal bases.
 
+    Sizes: ``n`` and ``p`` are ambient sizes of the bases (points are n x p); ``dim`` is
+    :math:`p(n - p)`.
+
     Quotient geometry of :math:`\mathrm{St}(n,p)/O(p)` (Edelman, Arias, Smith 1998; Bendokat,
     Zimmermann, Absil 2024, "A Grassmann manifold handbook"). With :math:`G = U^\top U`:
 
@@ -87,7 +90,7 @@ class Grassmann(Manifold):
     def dim(self) -> int:
         return self.p * (self.n - self.p)
 
-    proximal_smoothness = 1.0
+    reach = 1.0
     injectivity_radius = math.pi / 2
 
     # the cheap maps (see Manifold._result_checked): to_tangent is a polynomial in X and A, the

@@ -30,6 +30,9 @@ class Lorentz(Manifold):
     r"""Hyperboloid :math:`\mathbb{H}^n_\beta \subset \mathbb{R}^{n+1}` (curvature
     :math:`-1/\beta`).
 
+    Sizes: ``n`` is the intrinsic dimension (``dim`` is n), not the ambient size: points are
+    vectors of :math:`\mathbb{R}^{n+1}`.
+
     With :math:`\theta = \|u\|_L/\sqrt\beta` and :math:`\theta_{xy} = d(x,y)/\sqrt\beta`:
 
     * metric: the Minkowski product restricted to :math:`T_x = \{u : \langle x, u\rangle_L =
@@ -100,7 +103,7 @@ class Lorentz(Manifold):
         return self.n
 
     @property
-    def proximal_smoothness(self) -> float:
+    def reach(self) -> float:
         return math.sqrt(self.beta)
 
     diameter = math.inf

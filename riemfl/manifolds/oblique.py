@@ -56,6 +56,9 @@ class Oblique(Manifold):
     columns have unit norm, with the Frobenius metric :math:`\langle U, V\rangle_X =
     \mathrm{tr}(U^\top V)` (the product metric of the spheres).
 
+    Sizes: ``n`` and ``m`` are ambient sizes (points are n x m: m columns in
+    :math:`\mathbb{R}^n`); ``dim`` is :math:`(n - 1)m`.
+
     With :math:`x_j, u_j, y_j` the columns of X, U, Y (Absil, Mahony & Sepulchre 2008; Absil
     and Gallivan 2006 for the name and its use in ICA):
 
@@ -79,7 +82,7 @@ class Oblique(Manifold):
     * ``ehess_to_rhess``: :math:`P_X(H) - U\,\mathrm{diag}(\langle x_j, g_j\rangle)`, the
       sphere's Hessian per column (Absil, Mahony & Trumpf 2013).
 
-    Constants: ``proximal_smoothness`` 1 (:math:`d(A, \mathrm{OB})^2 = \sum_j d(a_j, S)^2`, so
+    Constants: ``reach`` 1 (:math:`d(A, \mathrm{OB})^2 = \sum_j d(a_j, S)^2`, so
     within 1 of OB no column is 0; a zeroed column of a point is at distance 1); ``diameter``
     :math:`2\sqrt m` (X and -X); ``injectivity_radius`` :math:`\pi` (one column moving to its
     antipode).
@@ -108,7 +111,7 @@ class Oblique(Manifold):
     def dim(self) -> int:
         return (self.n - 1) * self.m
 
-    proximal_smoothness = 1.0
+    reach = 1.0
     injectivity_radius = math.pi
 
     @property

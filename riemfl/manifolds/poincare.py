@@ -158,6 +158,9 @@ def gyration(u: Array, v: Array, w: Array, c: float = 1.0) -> Array:
 class PoincareBall(Manifold):
     r"""The Poincare ball :math:`\mathbb B^n_c = \{x : c\|x\|^2 < 1\}`, curvature :math:`-c`.
 
+    Sizes: ``n`` is both the ambient size and the intrinsic dimension (an open ball of
+    :math:`\mathbb{R}^n`): ``dim`` is n.
+
     With :math:`\sigma_x = 1 - c\|x\|^2` and the conformal factor :math:`\lambda_x =
     2/\sigma_x`:
 
@@ -197,8 +200,8 @@ class PoincareBall(Manifold):
 
     Constants. The open ball is not closed: an ambient point outside it has no nearest point in
     it (the nearest point of the closed ball is on the sphere :math:`c\|x\|^2 = 1`), and such
-    points lie within :math:`1/\sqrt c - \|x\|` of x, so ``proximal_smoothness`` raises
-    ``NotImplementedError`` with the reason; :meth:`local_proximal_smoothness` is that
+    points lie within :math:`1/\sqrt c - \|x\|` of x, so ``reach`` raises
+    ``NotImplementedError`` with the reason; :meth:`local_reach` is that
     distance. ``project(a)`` is a itself inside the ball and raises ``ProjectionError``
     outside. ``diameter`` :math:`2/\sqrt c` (the ambient Euclidean supremum; the geodesic
     diameter is infinite); ``injectivity_radius`` :math:`\infty` (complete, simply connected,
@@ -216,10 +219,10 @@ class PoincareBall(Manifold):
     """
 
     unsupported = {
-        "proximal_smoothness": (
+        "reach": (
             "the open Poincare ball is not closed: an ambient point outside it has no nearest "
             "point in it, and such points lie within 1/sqrt(c) - |x| of x, which tends to 0 at "
-            "the boundary, so the uniform constant is 0; use local_proximal_smoothness(x)"
+            "the boundary, so the uniform constant is 0; use local_reach(x)"
         ),
     }
 
@@ -298,7 +301,7 @@ class PoincareBall(Manifold):
         scale = ops.where(beyond, r / ops.sqrt(ops.where(beyond, q, r2 + 0.0 * q)), 1.0 + 0.0 * q)
         return cast_like(scale, y) * y
 
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r""":math:`1/\sqrt c - \|x\|`, the distance to the boundary: every ambient a that close
         to x is in the ball (its own nearest point). Evaluated as :math:`\sigma_x/(\sqrt c(1 +
         \sqrt c\|x\|))`; one value per point, in x's type."""

@@ -35,6 +35,9 @@ class Positive(Manifold):
     r"""Arrays with strictly positive entries, :math:`\{x \in \mathbb{R}^{\text{shape}} : x_i >
     0\}`, with the metric :math:`\langle u, v\rangle_x = \sum_i u_iv_i/x_i^2`.
 
+    Sizes: ``shape`` is the ambient shape (the point shape); ``dim`` is its product (an open
+    set).
+
     In log coordinates :math:`z = \log x` the metric is Euclidean, so (elementwise products and
     quotients):
 
@@ -62,8 +65,8 @@ class Positive(Manifold):
     the geodesics accelerate, :math:`x'' = x'^2/x` (tested directly instead).
 
     Constants. ``injectivity_radius`` is infinite (complete and flat: exp is a global
-    diffeomorphism); ``diameter`` is infinite (Euclidean and geodesic). ``proximal_smoothness``
-    raises: the open orthant is not closed and its local radius :meth:`local_proximal_smoothness`
+    diffeomorphism); ``diameter`` is infinite (Euclidean and geodesic). ``reach``
+    raises: the open orthant is not closed and its local radius :meth:`local_reach`
     :math:`= \min_i x_i`, the Euclidean distance to the boundary, tends to 0 there.
 
     Parameters
@@ -73,11 +76,11 @@ class Positive(Manifold):
     """
 
     unsupported = {
-        "proximal_smoothness": (
+        "reach": (
             "the open positive orthant is not closed: a point x has a nearest point in it only "
             "within min(x) of x (beyond, the nearest point of the closure is on the boundary), "
             "which tends to 0 at the boundary, so the uniform constant is 0; use "
-            "local_proximal_smoothness(x)"
+            "local_reach(x)"
         ),
     }
 
@@ -96,7 +99,7 @@ class Positive(Manifold):
     diameter = math.inf
     injectivity_radius = math.inf
 
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r""":math:`\min_i x_i`, the Euclidean distance from x to the boundary: every ambient a
         with :math:`\|a - x\| <` this is positive, so ``project(a) = a`` (one value per point, in
         x's type); a step of that length towards the smallest entry reaches the boundary."""

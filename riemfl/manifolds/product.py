@@ -16,15 +16,18 @@ __all__ = ["Product"]
 class Product(Manifold):
     r"""Product :math:`M_1 \times \dots \times M_k` with the product metric.
 
+    Sizes: no size parameter; points are the factors' points flattened and concatenated (ambient
+    size the sum of the factors' sizes), and ``dim`` is the sum of the factors' ``dim``.
+
     A point is one flat vector of length :math:`\sum_i \prod(\text{point\_shape}_i)` (any leading
     batch dimensions), so products go through every solver and check like any other manifold.
     :meth:`split` unpacks it into component arrays and :meth:`pack` packs components back.
     Every map acts componentwise (the Riemannian Hessian too: the product metric's Levi-Civita
     connection is the factors'); inner products and squared distances add.
 
-    Constants: proximal smoothness (reach) and injectivity radius are the minimum over the
+    Constants: reach (alias ``proximal_smoothness``) and injectivity radius are the minimum over the
     factors; the diameter is :math:`\sqrt{\sum_i \mathrm{diam}(M_i)^2}`. Where a factor has
-    only a local reach (an open set, a fixed-rank manifold), :meth:`local_proximal_smoothness`
+    only a local reach (an open set, a fixed-rank manifold), :meth:`local_reach`
     is the minimum of the factors' local values.
     """
 
@@ -43,8 +46,8 @@ class Product(Manifold):
         return sum(m.dim for m in self.manifolds)
 
     @property
-    def proximal_smoothness(self) -> float:
-        return min(m.proximal_smoothness for m in self.manifolds)
+    def reach(self) -> float:
+        return min(m.reach for m in self.manifolds)
 
     @property
     def diameter(self) -> float:
@@ -54,11 +57,10 @@ class Product(Manifold):
     def injectivity_radius(self) -> float:
         return min(m.injectivity_radius for m in self.manifolds)
 
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r"""The radius around x on which the metric projection is single-valued: :math:`\min_i
-        \rho_i(x_i)` over the factors, :math:`\rho_i` the factor's
-        ``local_proximal_smoothness`` at its component :math:`x_i`, or its uniform
-        ``proximal_smoothness`` where it has no local one.
+        \rho_i(x_i)` over the factors, :math:`\rho_i` the factor's ``local_reach`` at its
+        component :math:`x_i` (its uniform ``reach`` where it has no local one).
 
         The projection of a product is componentwise, :math:`P(a) = (P_1(a_1), \dots,
         P_k(a_k))`, and :math:`\|a_i - x_i\| \le \|a - x\|`, so every a with :math:`\|a - x\| <
@@ -85,17 +87,13 @@ class Product(Manifold):
         ops = ops_for(x)
         out = ops.zeros(tuple(x.shape[:-1]), x) + math.inf
         for m, part in zip(self.manifolds, self.split(x), strict=True):
-            local = getattr(m, "local_proximal_smoothness", None)
-            if callable(local):
-                radius = local(part)
-            else:
-                try:
-                    radius = m.proximal_smoothness
-                except NotImplementedError as exc:
-                    raise NotImplementedError(
-                        f"{self.name}: factor {m.name} has neither local_proximal_smoothness nor "
-                        f"proximal_smoothness ({exc}), so the product has no local reach"
-                    ) from exc
+            try:
+                radius = m.local_reach(part)
+            except NotImplementedError as exc:
+                raise NotImplementedError(
+                    f"{self.name}: factor {m.name} has neither a local_reach nor a reach ({exc}), "
+                    "so the product has no local reach"
+                ) from exc
             out = -ops.maximum(-out, -radius)
         return out
 

@@ -27,6 +27,9 @@ class PSDFixedRank(FactorQuotient):
     r"""Positive-semidefinite n x n matrices of rank k, :math:`C = YY^\top`, represented by
     n x k factors Y of full column rank modulo :math:`Y \sim YQ`, :math:`Q \in O(k)`.
 
+    Sizes: ``n`` and ``k`` are ambient sizes (factors are n x k, the matrices C n x n), ``k``
+    the rank; ``dim`` is :math:`nk - k(k-1)/2`.
+
     Total space :math:`\mathbb{R}_*^{n\times k}` (an open subset of :math:`\mathbb{R}^{n\times
     k}`) with the Frobenius metric; vertical space :math:`\{Y\Omega : \Omega^\top =
     -\Omega\}`; horizontal space :math:`\{U : Y^\top U = U^\top Y\}`. O(k) acts by isometries,
@@ -58,9 +61,9 @@ class PSDFixedRank(FactorQuotient):
 
     Points are compared with :meth:`point_gap`, :math:`\|XX^\top - YY^\top\|_F`.
 
-    Constants: ``diameter`` infinite (a cone). ``proximal_smoothness`` and
+    Constants: ``diameter`` infinite (a cone). ``reach`` and
     ``injectivity_radius`` have no positive uniform value (see ``unsupported``);
-    :meth:`local_proximal_smoothness` is :math:`\sigma_k(Y)`.
+    :meth:`local_reach` is :math:`\sigma_k(Y)`.
 
     Parameters
     ----------
@@ -74,10 +77,10 @@ class PSDFixedRank(FactorQuotient):
             "(the O'Neill tensor of the submersion adds a term) and has no closed form in riemfl; "
             "use transport (horizontal projection)"
         ),
-        "proximal_smoothness": (
+        "reach": (
             "the total space of full-rank factors is open: the projection (the identity) is "
             "single-valued on the ball of radius sigma_k(Y) around Y, which tends to 0 near "
-            "rank-deficient factors, so the uniform constant is 0; use local_proximal_smoothness(x)"
+            "rank-deficient factors, so the uniform constant is 0; use local_reach(x)"
         ),
         "injectivity_radius": (
             "the PSDFixedRank quotient is not complete (the geodesic t -> (1 - t) Y reaches rank "
@@ -92,7 +95,7 @@ class PSDFixedRank(FactorQuotient):
 
     diameter = float("inf")
 
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r""":math:`\sigma_k(Y)`, the distance from Y to the rank-deficient factors (on that ball
         the projection, the identity, is single-valued). One value per point, in x's type."""
         self._shape(x, "point x")

@@ -80,6 +80,8 @@ def project_closed_simplex(a: Array) -> Array:
 class Simplex(Manifold):
     r"""The open probability simplex of C components with the Fisher-Rao metric.
 
+    Sizes: ``C`` is the ambient size (points are vectors of C probabilities); ``dim`` is C - 1.
+
     Points are length-C vectors with strictly positive entries summing to 1.
 
     * ``to_tangent``: :math:`P_p(a) = a - (\sum_i a_i)\,p`, the orthogonal projection onto
@@ -154,9 +156,9 @@ class Simplex(Manifold):
 
     Constants. ``diameter`` :math:`\sqrt2` (the ambient Euclidean supremum, approached at two
     vertices; the Fisher-Rao diameter is :math:`\pi`). The open simplex is not closed, and both
-    local radii vanish at the boundary, so ``proximal_smoothness`` and ``injectivity_radius``
+    local radii vanish at the boundary, so ``reach`` and ``injectivity_radius``
     raise ``NotImplementedError`` with the reason (the conformance kit skips their tests); the
-    per-point radii are :meth:`local_proximal_smoothness` (:math:`\sqrt{C/(C-1)}\min_i p_i`,
+    per-point radii are :meth:`local_reach` (:math:`\sqrt{C/(C-1)}\min_i p_i`,
     the Euclidean distance to the boundary: within it every ambient point has its nearest point
     inside, since the closed-simplex projection is 1-Lipschitz) and
     :meth:`local_injectivity_radius`.
@@ -172,11 +174,11 @@ class Simplex(Manifold):
     """
 
     unsupported = {
-        "proximal_smoothness": (
+        "reach": (
             "the open simplex is not closed: a point p has a nearest point in it only within "
             "sqrt(C/(C-1)) * min(p) of p (beyond, the nearest point of the closure is on the "
             "boundary), which tends to 0 at the boundary, so the uniform constant is 0; use "
-            "local_proximal_smoothness(p) (project_closed_simplex has reach inf)"
+            "local_reach(p) (project_closed_simplex has reach inf)"
         ),
         "injectivity_radius": (
             "the open simplex with the Fisher-Rao metric is not complete: exp_p is defined on "
@@ -205,7 +207,7 @@ class Simplex(Manifold):
     diameter = math.sqrt(2.0)
 
     # ------------------------------------------------------------------ local constants
-    def local_proximal_smoothness(self, p: Array) -> Array:
+    def local_reach(self, p: Array) -> Array:
         r""":math:`\sqrt{C/(C-1)}\,\min_i p_i`: every ambient a with :math:`\|a - p\| <` this
         has a nearest point in the open simplex (one value per point, in p's type).
 

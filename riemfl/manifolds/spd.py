@@ -525,6 +525,8 @@ class SPD(Manifold):
     r"""Symmetric positive-definite n x n matrices with the affine-invariant, log-Euclidean or
     Bures-Wasserstein metric.
 
+    Sizes: ``n`` is the ambient matrix size (points are n x n); ``dim`` is :math:`n(n+1)/2`.
+
     Points are symmetric positive-definite n x n arrays; tangent vectors are symmetric n x n
     arrays (:math:`T_X = \mathrm{Sym}(n)` for every X; dimension :math:`n(n+1)/2`).
     ``to_tangent(x, a) = sym(a)`` (orthogonal for all three metrics: each pairs a skew matrix
@@ -626,8 +628,8 @@ class SPD(Manifold):
     clip to a floor, which is no nearest point). For an open set the tube
     :math:`\{a : d(a, M) < \gamma\}` of the reach contains, for every :math:`\gamma > 0`, points
     outside the cone without a nearest point, so the uniform proximal smoothness is 0:
-    ``proximal_smoothness`` raises ``NotImplementedError`` with this reason (the kit skips its
-    tube tests). The local value, :meth:`local_proximal_smoothness`, is
+    ``reach`` raises ``NotImplementedError`` with this reason (the kit skips its
+    tube tests). The local value, :meth:`local_reach`, is
     :math:`\lambda_{\min}(X)`: every a with :math:`\|a - X\|_F < \lambda_{\min}(X)` has
     :math:`\operatorname{sym}(a)` positive definite (Weyl), and :math:`X - \lambda_{\min} e
     e^\top` at that distance is singular. The metric does not enter (the projection is
@@ -686,7 +688,7 @@ class SPD(Manifold):
     _euclidean_norm_ok = False
 
     # ------------------------------------------------------------------ local constants
-    def local_proximal_smoothness(self, x: Array) -> Array:
+    def local_reach(self, x: Array) -> Array:
         r""":math:`\lambda_{\min}(X)`: every ambient a with :math:`\|a - X\|_F <` this has a
         (unique) nearest point in the open cone, and a singular matrix is that far from X.
 
@@ -704,7 +706,7 @@ class SPD(Manifold):
         r"""The radius of the tangent ball at X on which ``exp`` is defined and injective:
         :math:`\sqrt{\lambda_{\min}(X)}` for Bures-Wasserstein, :math:`\infty` for the complete
         affine-invariant and log-Euclidean metrics (one value per point, in x's type)."""
-        low = self.local_proximal_smoothness(x)
+        low = self.local_reach(x)
         if self.metric != "bures-wasserstein":
             return low * 0.0 + math.inf
         return ops_for(low).sqrt(low)
@@ -824,10 +826,10 @@ _EVERY_ARGUMENT_FIRST = result_checked(
 )
 
 _OPEN_CONE = {
-    "proximal_smoothness": (
+    "reach": (
         "the cone of positive-definite matrices is open: a matrix with a non-positive "
         "eigenvalue in its symmetric part has no nearest point in it, and such matrices lie "
         "within lambda_min(X) of X, which tends to 0 at the boundary, so the uniform constant "
-        "is 0; use local_proximal_smoothness(X) = lambda_min(X)"
+        "is 0; use local_reach(X) = lambda_min(X)"
     ),
 }

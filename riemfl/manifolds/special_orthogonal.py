@@ -88,6 +88,8 @@ class SpecialOrthogonal(Manifold):
     r"""The rotation group :math:`\mathrm{SO}(n)` with the bi-invariant metric
     :math:`\langle U, V\rangle_X = \mathrm{tr}(U^\top V)`.
 
+    Sizes: ``n`` is the ambient matrix size (points are n x n); ``dim`` is :math:`n(n-1)/2`.
+
     Tangent vectors are ambient: :math:`T_X = \{X\Omega : \Omega^\top = -\Omega\}`. With
     :math:`\Omega = X^\top U` and :math:`R = X^\top Y`:
 
@@ -146,7 +148,7 @@ class SpecialOrthogonal(Manifold):
     :func:`~riemfl.linalg.special_polar`: :math:`A = U\Sigma'V^\top` with :math:`U, V \in
     \mathrm{SO}(n)` and :math:`\sigma'_n < 0` iff :math:`\det A < 0`):
 
-    * ``proximal_smoothness`` :math:`\sqrt2`: for :math:`X \in \mathrm{SO}(n)`,
+    * ``reach`` :math:`\sqrt2`: for :math:`X \in \mathrm{SO}(n)`,
       :math:`\|A - X\|_F^2 \ge n - 2\sum_i\sigma'_i + \sum_i\sigma_i'^2 = \sum_i (1 -
       \sigma'_i)^2` (since :math:`\mathrm{tr}(X^\top A) \le \sum_i\sigma'_i`), and
       :math:`\sigma'_{n-1} + \sigma'_n \le 0` forces :math:`(1 - \sigma'_{n-1})^2 + (1 -
@@ -182,7 +184,7 @@ class SpecialOrthogonal(Manifold):
     def dim(self) -> int:
         return self.n * (self.n - 1) // 2
 
-    proximal_smoothness = math.sqrt(2.0)
+    reach = math.sqrt(2.0)
     injectivity_radius = math.sqrt(2.0) * math.pi
 
     @property

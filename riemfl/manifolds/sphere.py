@@ -17,6 +17,9 @@ __all__ = ["Sphere"]
 class Sphere(Manifold):
     r"""Unit sphere :math:`S^{n-1} \subset \mathbb{R}^n` with the round (embedded) metric.
 
+    Sizes: ``n`` is the ambient size (points are unit vectors of :math:`\mathbb{R}^n`); ``dim``
+    is n - 1.
+
     * :math:`P_M(a) = a/\|a\|`, undefined at :math:`a = 0` (``ProjectionError``).
     * :math:`\mathrm{Exp}_x(u) = \cos\|u\|\,x + \sin\|u\|\,u/\|u\|`.
     * :math:`\mathrm{Log}_x(y) = \theta\,(y - \langle x,y\rangle x)/\|y - \langle x,y\rangle x\|`
@@ -57,7 +60,7 @@ class Sphere(Manifold):
     def dim(self) -> int:
         return self.n - 1
 
-    proximal_smoothness = 1.0
+    reach = 1.0
     diameter = 2.0
     injectivity_radius = math.pi
 

@@ -49,7 +49,7 @@ class _LinearSubspace(Manifold):
     def _part(a: Array) -> Array:
         """The orthogonal projection of ``a`` onto the subspace."""
 
-    proximal_smoothness = math.inf
+    reach = math.inf
     diameter = math.inf
     injectivity_radius = math.inf
 
@@ -95,6 +95,8 @@ class Symmetric(_LinearSubspace):
     r"""Symmetric n x n matrices :math:`\mathrm{Sym}(n)`, a flat manifold of dimension
     :math:`n(n+1)/2` with the Frobenius metric.
 
+    Sizes: ``n`` is the ambient matrix size (points are n x n); ``dim`` is :math:`n(n+1)/2`.
+
     * ``project`` and ``to_tangent`` (also ``egrad_to_rgrad``): :math:`\mathrm{sym}(A) = (A +
       A^\top)/2`, the orthogonal projection (the nearest symmetric matrix);
       ``ehess_to_rhess``: :math:`\mathrm{sym}(H)`;
@@ -125,6 +127,8 @@ class Symmetric(_LinearSubspace):
 class SkewSymmetric(_LinearSubspace):
     r"""Skew-symmetric n x n matrices :math:`\mathrm{Skew}(n) = \mathfrak{so}(n)`, a flat
     manifold of dimension :math:`n(n-1)/2` with the Frobenius metric.
+
+    Sizes: ``n`` is the ambient matrix size (points are n x n); ``dim`` is :math:`n(n-1)/2`.
 
     * ``project`` and ``to_tangent`` (also ``egrad_to_rgrad``): :math:`\mathrm{skew}(A) = (A -
       A^\top)/2`, the orthogonal projection; ``ehess_to_rhess``: :math:`\mathrm{skew}(H)`;

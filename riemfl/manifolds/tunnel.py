@@ -34,6 +34,9 @@ _NO_GEODESICS = (
 class EpsilonTunnel(Manifold):
     r"""The closed :math:`\epsilon`-neighbourhood of the curve segment :math:`c([0, 1])`.
 
+    Sizes: no size parameter (``eps`` is the radius); points lie in the curve's ambient space
+    :math:`\mathbb{R}^d`, and ``dim`` is d (a full-dimensional set).
+
     * ``contains(a)``: :math:`d(a, c([0,1])) \le \epsilon`;
     * ``project(a)``: the nearest curve point :math:`c(t^*)` (over [0, 1]), then the residual
       clipped to radius :math:`\epsilon`: :math:`c(t^*) + \min(1, \epsilon/\|r\|)\,r`,
@@ -49,7 +52,7 @@ class EpsilonTunnel(Manifold):
       :math:`\epsilon`-ball (or in the ball of the normal space of the curve at t);
       :meth:`adversarial`: the SAM-style point :math:`c(t) + \epsilon\,g/\|g\|` for a gradient g.
 
-    Constants. ``proximal_smoothness`` is :math:`\mathrm{reach}(c) - \epsilon` (the nearest-point
+    Constants. ``reach`` is :math:`\mathrm{reach}(c) - \epsilon` (the nearest-point
     map of the curve is unique within its reach, and the tunnel's boundary is the level set at
     :math:`\epsilon`), with the reach of :class:`~riemfl.manifolds.bezier_graph.BezierGraph`
     (exact for quadratics); :math:`\epsilon \ge` reach raises ``ParameterError``. ``diameter`` is
@@ -74,14 +77,14 @@ class EpsilonTunnel(Manifold):
                 f"EpsilonTunnel: eps must be a finite positive number, got {eps!r}"
             )
         graph = BezierGraph(curve)  # also rejects curves that are not immersions
-        if eps >= graph.proximal_smoothness:
+        if eps >= graph.reach:
             raise ParameterError(
                 f"EpsilonTunnel: eps = {eps} must be below the curve's reach "
-                f"{graph.proximal_smoothness:.6g} (else the tunnel's nearest points are not unique)"
+                f"{graph.reach:.6g} (else the tunnel's nearest points are not unique)"
             )
         self.curve = graph.curve
         self.eps = float(eps)
-        self._reach = graph.proximal_smoothness
+        self._reach = graph.reach
         self.point_shape = self.curve.point_shape
         self.name = f"EpsilonTunnel(degree={self.curve.degree}, eps={self.eps:g})"
 
@@ -90,7 +93,7 @@ class EpsilonTunnel(Manifold):
         return math.prod(self.point_shape)
 
     @property
-    def proximal_smoothness(self) -> float:
+    def reach(self) -> float:
         return self._reach - self.eps
 
     @property

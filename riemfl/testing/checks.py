@@ -654,7 +654,7 @@ def check_nearest_point(manifold: Manifold, x: np.ndarray, fraction: float, rng)
        manifold points y near :math:`P_M(a)` (retractions of small tangent vectors) and random y.
     """
     tol = Tolerance(1e-8, 1e-8)
-    gamma = manifold.proximal_smoothness
+    gamma = manifold.reach
     reach = gamma if math.isfinite(gamma) else 1.0
     basis = tangent_basis(manifold, x, rng)
     n_ambient = basis.shape[1]

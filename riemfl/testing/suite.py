@@ -196,7 +196,7 @@ class ManifoldTests:
         return []
 
     def _reach(self) -> float:
-        gamma = self.require_constant("proximal_smoothness")
+        gamma = self.require_constant("reach")
         return gamma if math.isfinite(gamma) else 1.0
 
     # ------------------------------------------------------------------ points and tangents
@@ -361,10 +361,41 @@ class ManifoldTests:
         fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
         checks.check_ehess_to_rhess_gradient(self.manifold, x[0], u[0], fn)
 
+    def test_reach_names_agree(self):
+        """``reach`` and its alias ``proximal_smoothness`` give the same value (or the same
+        refusal), ``local_reach(x)`` and ``local_proximal_smoothness(x)`` the same values, one
+        per point; where the manifold keeps the default ``local_reach``, that is the uniform
+        reach broadcast to the batch shape of x."""
+        m = self.manifold
+        try:
+            reach = m.reach
+        except NotImplementedError as exc:
+            with pytest.raises(NotImplementedError) as old:
+                m.proximal_smoothness  # noqa: B018
+            assert str(old.value) == str(exc)
+            reach = None
+        else:
+            assert m.proximal_smoothness == reach
+        x = m.random_point(self.batch_size, rng=np.random.default_rng(0))
+        try:
+            local = np.asarray(m.local_reach(x))
+        except NotImplementedError as exc:
+            with pytest.raises(NotImplementedError) as old:
+                m.local_proximal_smoothness(x)
+            assert str(old.value) == str(exc)
+            pytest.skip(f"{m.name} has no local reach: {exc}")
+        np.testing.assert_array_equal(np.asarray(m.local_proximal_smoothness(x)), local)
+        assert local.shape == (self.batch_size,)
+        assert np.shape(m.local_reach(x[0])) == ()
+        assert np.all(local > 0)
+        if type(m).local_reach is Manifold.local_reach:
+            assert reach is not None
+            np.testing.assert_array_equal(local, np.full((self.batch_size,), reach))
+
     @given(data=st.data(), fraction=st.floats(0.05, 0.8))
     def test_projection_nearest_point(self, data, fraction):
         self.require("project")
-        self.require_constant("proximal_smoothness")
+        self.require_constant("reach")
         x = data.draw(rst.points(self.manifold))
         rng = np.random.default_rng(data.draw(rst.seeds()))
         checks.check_nearest_point(self.manifold, x, fraction, rng)

@@ -149,7 +149,7 @@ class TestProductEveryFactor(ManifoldTests):
 class LocalReach:
     """For manifolds with a per-point reach only (FixedRank, Simplex): no uniform constant, so
     the kit skips its tube tests (saying why; test_fixedrank.py and test_simplex.py run those
-    checks inside local_proximal_smoothness(x)), and the projection's batch, backend, autograd
+    checks inside local_reach(x)), and the projection's batch, backend, autograd
     and type tests draw their ambient points inside the per-point radius instead."""
 
     def method_args(self, method, seed):
@@ -157,7 +157,7 @@ class LocalReach:
             return super().method_args(method, seed)
         m, rng = self.manifold, np.random.default_rng(seed)
         x = m.random_point(self.batch_size, rng=rng)
-        rho = np.reshape(m.local_proximal_smoothness(x), (self.batch_size,) + (1,) * m.ndim)
+        rho = np.reshape(m.local_reach(x), (self.batch_size,) + (1,) * m.ndim)
         return [x + 0.4 * rho * rst.unit_ambient(m, (self.batch_size,), rng)], ["ambient"]
 
 
