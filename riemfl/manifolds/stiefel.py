@@ -328,17 +328,115 @@ METRICS = {"embedded": "polar", "canonical": "cayley"}
 #: the retractions of :class:`Stiefel` (each with its closed-form inverse)
 RETRACTIONS = ("polar", "qr", "cayley")
 
-_NO_PARALLEL_TRANSPORT = {
-    "embedded": (
-        "Stiefel with the embedded metric has no closed-form parallel transport (it solves a "
-        "linear ODE, Edelman et al. 1998); use transport() (projection) instead"
-    ),
-    "canonical": (
-        "Stiefel with the canonical metric has no closed-form parallel transport (along a "
-        "geodesic it solves a linear ODE, Edelman et al. 1998); use transport() "
-        "(projection) instead"
-    ),
-}
+# --------------------------------------------------------------------------- the variants
+# Stiefel binds one metric object and one retraction object in __init__; its private maps
+# delegate to them, so a call tests no string and a new variant is one more class here. Each
+# object's ``unsupported`` names the maps it lacks, with the reason supports() gives.
+
+
+class _EmbeddedMetric:
+    r"""The maps of the embedded metric :math:`\langle U, V\rangle_X = \mathrm{tr}(U^\top V)`."""
+
+    unsupported = {
+        "parallel_transport": (
+            "Stiefel with the embedded metric has no closed-form parallel transport (it solves "
+            "a linear ODE, Edelman et al. 1998); use transport() (projection) instead"
+        )
+    }
+
+    @staticmethod
+    def inner(x, u, v):
+        return ops_for(u, v).sum(u * v, axis=(-2, -1))
+
+    egrad_to_rgrad = staticmethod(stiefel_to_tangent)
+    ehess_to_rhess = staticmethod(stiefel_ehess_to_rhess)
+    exp = staticmethod(stiefel_exp)
+    log = staticmethod(stiefel_log)
+
+    @staticmethod
+    def injectivity_radius(n: int, p: int) -> float:
+        return math.pi
+
+
+class _CanonicalMetric:
+    """The maps of the canonical metric (:mod:`riemfl.manifolds.stiefel_canonical`)."""
+
+    unsupported = {
+        "parallel_transport": (
+            "Stiefel with the canonical metric has no closed-form parallel transport (along a "
+            "geodesic it solves a linear ODE, Edelman et al. 1998); use transport() "
+            "(projection) instead"
+        )
+    }
+    inner = staticmethod(canonical_inner)
+    egrad_to_rgrad = staticmethod(canonical_egrad_to_rgrad)
+    ehess_to_rhess = staticmethod(canonical_ehess_to_rhess)
+    exp = staticmethod(canonical_exp)
+    log = staticmethod(canonical_log)
+
+    @staticmethod
+    def injectivity_radius(n: int, p: int) -> float:
+        if p == 1 or n == p:  # the sphere's metric, or half the embedded one of O(p)
+            return math.pi
+        return math.sqrt(0.8) * math.pi
+
+
+class _WithoutTransport:
+    """A retraction without a differentiated-retraction transport in riemfl."""
+
+    kind = ""
+
+    def __init__(self, name: str) -> None:
+        self.unsupported = {
+            "retraction_transport": (
+                f"Stiefel's {self.kind} retraction has no differentiated-retraction transport "
+                "in riemfl; the Cayley retraction has one (retraction='cayley')"
+            )
+        }
+
+    def transport(self, x, u, v):
+        raise NotImplementedError(self.unsupported["retraction_transport"])
+
+
+class _PolarRetraction(_WithoutTransport):
+    r""":math:`R_X(U) = P_M(X + U)` and its inverse."""
+
+    kind = "polar"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.what = f"matrix X + U of {name}.retract"
+
+    def retract(self, x, u):
+        return polar(x + u, what=self.what)
+
+    inverse_retract = staticmethod(inverse_polar_retraction)
+
+
+class _QRRetraction(_WithoutTransport):
+    r""":math:`R_X(U) = \mathrm{qf}(X + U)` and its inverse."""
+
+    kind = "qr"
+    retract = staticmethod(qr_retraction)
+    inverse_retract = staticmethod(inverse_qr_retraction)
+
+
+class _CayleyRetraction:
+    """The Cayley retraction, its inverse and its differential."""
+
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, name: str) -> None:
+        pass
+
+    retract = staticmethod(cayley_retraction)
+    inverse_retract = staticmethod(inverse_cayley_retraction)
+    transport = staticmethod(cayley_transport)
+
+
+#: the maps of each metric and of each retraction of :class:`Stiefel`
+_METRIC_MAPS = {"embedded": _EmbeddedMetric, "canonical": _CanonicalMetric}
+_RETRACTION_MAPS = {"polar": _PolarRetraction, "qr": _QRRetraction, "cayley": _CayleyRetraction}
 
 
 class Stiefel(Manifold):
@@ -384,7 +482,10 @@ class Stiefel(Manifold):
     ``ehess_to_rhess`` (:func:`stiefel_ehess_to_rhess`,
     :func:`~riemfl.manifolds.stiefel_canonical.canonical_ehess_to_rhess`).
 
-    Constants: proximal smoothness :math:`\hat\gamma = 1` (of the set, for both metrics): if
+    Sizes: ``n`` and ``p`` are the ambient matrix shape (points are n x p matrices); ``dim`` is
+    :math:`np - p(p+1)/2`.
+
+    Constants: the reach :math:`\hat\gamma = 1` (of the set, for both metrics): if
     :math:`\|A - X\|_F < 1` for some X on St then :math:`\sigma_{\min}(A) > 0`, so the polar
     factor is unique, and the bound is attained by zeroing a column of X (Zhang et al. 2024
     write :math:`2\gamma = 1`). Ambient diameter :math:`2\sqrt p` (attained at X and -X; the
@@ -439,27 +540,24 @@ class Stiefel(Manifold):
         self.log_tol = log_tol
         self.log_max_iter = int(log_max_iter)
         self.point_shape = (self.n, self.p)
-        self.unsupported = {"parallel_transport": _NO_PARALLEL_TRANSPORT[metric]}
-        if retraction != "cayley":
-            self.unsupported["retraction_transport"] = (
-                f"Stiefel's {retraction} retraction has no differentiated-retraction transport "
-                "in riemfl; the Cayley retraction has one (retraction='cayley')"
-            )
         suffix = "" if metric == "embedded" else f", metric='{metric}'"
         suffix += "" if retraction == default else f", retraction='{retraction}'"
-        self.name = f"Stiefel({self.n}, {self.p}{suffix})"
+        name = f"Stiefel({self.n}, {self.p}{suffix})"
+        # the variants, bound once: the private maps below delegate to them
+        self._metric_maps = _METRIC_MAPS[metric]()
+        self._retraction_maps = _RETRACTION_MAPS[retraction](name)
+        self.unsupported = {**self._metric_maps.unsupported, **self._retraction_maps.unsupported}
+        self.name = name
 
     @property
     def dim(self) -> int:
         return self.n * self.p - self.p * (self.p + 1) // 2
 
-    proximal_smoothness = 1.0
+    reach = 1.0
 
     @property
     def injectivity_radius(self) -> float:
-        if self.metric == "embedded" or self.p == 1 or self.n == self.p:
-            return math.pi
-        return math.sqrt(0.8) * math.pi
+        return self._metric_maps.injectivity_radius(self.n, self.p)
 
     # the cheap maps (see Manifold._result_checked): to_tangent and the canonical gradient are
     # polynomials in X and A; the retractions reach a guarded polar factor, a Cholesky factor
@@ -482,48 +580,28 @@ class Stiefel(Manifold):
     _to_tangent = staticmethod(stiefel_to_tangent)
 
     def _egrad_to_rgrad(self, x, g):
-        if self.metric == "canonical":
-            return canonical_egrad_to_rgrad(x, g)
-        return stiefel_to_tangent(x, g)
+        return self._metric_maps.egrad_to_rgrad(x, g)
 
     def _inner(self, x, u, v):
-        if self.metric == "canonical":
-            return canonical_inner(x, u, v)
-        return ops_for(u, v).sum(u * v, axis=(-2, -1))
+        return self._metric_maps.inner(x, u, v)
 
     def _retract(self, x, u):
-        if self.retraction == "qr":
-            return qr_retraction(x, u)
-        if self.retraction == "cayley":
-            return cayley_retraction(x, u)
-        return polar(x + u, what=f"matrix X + U of {self.name}.retract")
+        return self._retraction_maps.retract(x, u)
 
     def _retraction_transport(self, x, u, v):
-        if self.retraction == "cayley":
-            return cayley_transport(x, u, v)
-        return self._not_implemented("retraction_transport")
+        return self._retraction_maps.transport(x, u, v)
 
     def _inverse_retract(self, x, y):
-        if self.retraction == "qr":
-            return inverse_qr_retraction(x, y)
-        if self.retraction == "cayley":
-            return inverse_cayley_retraction(x, y)
-        return inverse_polar_retraction(x, y)
+        return self._retraction_maps.inverse_retract(x, y)
 
     def _exp(self, x, u):
-        if self.metric == "canonical":
-            return canonical_exp(x, u)
-        return stiefel_exp(x, u)
+        return self._metric_maps.exp(x, u)
 
     def _ehess_to_rhess(self, x, g, h, u):
-        if self.metric == "canonical":
-            return canonical_ehess_to_rhess(x, g, h, u)
-        return stiefel_ehess_to_rhess(x, g, h, u)
+        return self._metric_maps.ehess_to_rhess(x, g, h, u)
 
     def _log(self, x, y):
-        if self.metric == "canonical":
-            return canonical_log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)
-        return stiefel_log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)
+        return self._metric_maps.log(x, y, tol=self.log_tol, max_iter=self.log_max_iter)
 
     def _random_point(self, batch_shape, rng):
         return qr_positive(rng.standard_normal(batch_shape + self.point_shape))
