@@ -75,9 +75,10 @@ def common_shape(arrays: Sequence) -> tuple | None:
     """The shape of arguments that need no conversion, or ``None`` (take :func:`coerce`).
 
     No conversion is needed when every argument is a numpy array, or every one a torch tensor
-    on the CPU, of one float32 or float64 dtype and of one shape. Identity comparisons only: a
-    dtype equal to float64 but not numpy's own float64 object takes the slow path, as do tensors
-    on other devices (where :func:`coerce` compares the devices).
+    on one device (the CPU or an accelerator), of one float32 or float64 dtype and of one
+    shape. Identity comparisons for the types and dtypes (a dtype equal to float64 but not
+    numpy's own float64 object takes the slow path); the devices of accelerator tensors compare
+    by value (``torch.device`` objects are made per call), which reads nothing from the device.
     """
     first = arrays[0]
     kind = type(first)
@@ -91,14 +92,18 @@ def common_shape(arrays: Sequence) -> tuple | None:
                 return None
         return shape
     torch = sys.modules.get("torch")
-    if torch is None or kind is not torch.Tensor or not first.is_cpu:
+    if torch is None or kind is not torch.Tensor:
         return None
     dt = first.dtype
     if dt is not torch.float64 and dt is not torch.float32:
         return None
     shape = first.shape
+    on_cpu = first.is_cpu
+    device = None if on_cpu else first.device
     for a in arrays[1:]:
-        if type(a) is not kind or a.dtype is not dt or not a.is_cpu or a.shape != shape:
+        if type(a) is not kind or a.dtype is not dt or a.shape != shape:
+            return None
+        if not a.is_cpu if on_cpu else a.device != device:
             return None
     return shape
 

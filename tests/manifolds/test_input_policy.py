@@ -338,3 +338,19 @@ def test_a_non_finite_argument_met_by_a_guard_is_named_and_chained():
     with pytest.raises(NonFiniteError, match="retract: point x contains") as info:
         m.retract(_with(x, np.nan), u)
     assert isinstance(info.value.__cause__, NonFiniteError)
+
+
+def test_tensors_on_one_accelerator_take_the_fast_path():
+    # the fast path (no conversion, no coerce) applies to tensors of one device, the CPU or an
+    # accelerator; torch's "meta" device stands in for a GPU (shapes and dtypes, no data)
+    torch = importorskip("torch")
+    from riemfl.manifolds.inputs import common_shape
+
+    meta = [torch.empty((4, 3), dtype=torch.float32, device="meta") for _ in range(3)]
+    assert common_shape(meta) == (4, 3)
+    cpu = [torch.zeros((4, 3), dtype=torch.float64) for _ in range(2)]
+    assert common_shape(cpu) == (4, 3)
+    mixed = [meta[0], torch.zeros((4, 3), dtype=torch.float32)]
+    assert common_shape(mixed) is None and common_shape(mixed[::-1]) is None
+    assert common_shape([meta[0], meta[1].to(torch.float64)]) is None
+    assert common_shape([meta[0], torch.empty((3, 3), device="meta")]) is None
