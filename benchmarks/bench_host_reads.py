@@ -9,15 +9,14 @@ call, the reads per function (``item``, ``__bool__``, ...) and per source locati
 prints family x map with totals; the summary lists the locations with the most reads.
 
 A host read stalls a GPU's launch queue and breaks a ``torch.compile`` graph, so every read
-counted here is one to remove (or to defer) for the maps to run whole on an accelerator. Graph
-breaks (``torch._dynamo.explain``) are not counted here: an explain call took 1.3 to 2 s per map
-on a 2-core CPU (Sphere exp: 1 break, Stiefel retract: 5), minutes for the 268 maps of the
-catalogue.
+counted here is one to remove (or to defer) for the maps to run whole on an accelerator. With
+``--graph-breaks`` each call is also traced by ``torch._dynamo.explain`` and its graph breaks
+counted (1.3 to 2 s per map on a 2-core CPU: minutes for the 268 maps of the catalogue).
 
 Usage::
 
     python benchmarks/bench_host_reads.py [--quick] [--manifolds Sphere,Stiefel,...]
-                                          [--out results/bench_host_reads.json]
+                                          [--graph-breaks] [--out results/bench_host_reads.json]
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,14 +74,25 @@ def _to_torch(a: Any) -> Any:
     return torch.as_tensor(np.asarray(a), dtype=torch.float64)
 
 
-def count_map(manifold: Manifold, name: str, batch: int = BATCH, seed: int = SEED) -> dict:
+def count_map(
+    manifold: Manifold,
+    name: str,
+    batch: int = BATCH,
+    seed: int = SEED,
+    graph_breaks: bool = False,
+) -> dict:
     """Call ``manifold.<name>`` once on torch float64 tensors inside a counter.
+
+    With ``graph_breaks``, also trace the call with ``torch._dynamo.explain`` (1 to 2 s per map
+    on a CPU) and record its graph breaks.
 
     Returns
     -------
     dict
         ``reads`` (int), ``by_function`` and ``locations`` (name -> count), ``error`` (None, or
-        the exception of the call or of building its arguments as ``"Type: message"``).
+        the exception of the call or of building its arguments as ``"Type: message"``); with
+        ``graph_breaks``, ``graph_breaks`` (int, None where tracing failed) and
+        ``break_reasons`` (the first line of each distinct reason).
     """
     try:
         args, _ = _Arguments(manifold, batch).method_args(name, seed)
@@ -94,20 +105,42 @@ def count_map(manifold: Manifold, name: str, batch: int = BATCH, seed: int = SEE
             getattr(manifold, name)(*targs)
         except Exception as exc:
             error = _describe(exc)
-    return {
+    cell = {
         "reads": counter.total,
         "by_function": dict(counter.by_function.most_common()),
         "locations": dict(counter.by_location.most_common()),
         "error": error,
     }
+    if graph_breaks:
+        cell.update(_graph_breaks(getattr(manifold, name), targs))
+    return cell
+
+
+def _graph_breaks(fn: Any, args: Sequence) -> dict[str, Any]:
+    """``torch._dynamo.explain``'s graph-break count of ``fn(*args)`` and its distinct reasons."""
+    import torch._dynamo
+
+    try:
+        with warnings.catch_warnings():  # dynamo's advice on each break: the reasons say it
+            warnings.simplefilter("ignore", UserWarning)
+            explained = torch._dynamo.explain(fn)(*args)
+    except Exception as exc:  # a map dynamo cannot trace at all
+        return {"graph_breaks": None, "break_reasons": [_describe(exc)]}
+    finally:
+        torch._dynamo.reset()
+    reasons = dict.fromkeys(str(b.reason).splitlines()[0] for b in explained.break_reasons)
+    return {"graph_breaks": explained.graph_break_count, "break_reasons": list(reasons)}
 
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def run_benchmark(families: Sequence[str] | None = None) -> dict[str, Any]:
-    """Count the reads of every supported map of ``families`` (default all).
+def run_benchmark(
+    families: Sequence[str] | None = None, graph_breaks: bool = False
+) -> dict[str, Any]:
+    """Count the reads (and, with ``graph_breaks``, the graph breaks) of every supported map of
+    ``families`` (default all).
 
     Returns
     -------
@@ -136,7 +169,7 @@ def run_benchmark(families: Sequence[str] | None = None) -> dict[str, Any]:
             if not ok:
                 unsupported.setdefault(name, {})[map_name] = why
                 continue
-            cell = count_map(manifold, map_name)
+            cell = count_map(manifold, map_name, graph_breaks=graph_breaks)
             cells.append({"family": name, "manifold": repr(manifold), "map": map_name, **cell})
     functions: Counter[str] = Counter()
     locations: Counter[str] = Counter()
@@ -147,7 +180,13 @@ def run_benchmark(families: Sequence[str] | None = None) -> dict[str, Any]:
         "machine": machine_info(
             {"torch_threads": torch.get_num_threads(), "blas_threads": "default"}
         ),
-        "settings": {"families": names, "batch": BATCH, "seed": SEED, "dtype": "float64"},
+        "settings": {
+            "families": names,
+            "batch": BATCH,
+            "seed": SEED,
+            "dtype": "float64",
+            "graph_breaks": graph_breaks,
+        },
         "cells": cells,
         "unsupported": unsupported,
         "totals": {
@@ -157,14 +196,26 @@ def run_benchmark(families: Sequence[str] | None = None) -> dict[str, Any]:
             "errors": sum(1 for c in cells if c["error"]),
             "by_function": dict(functions.most_common()),
             "top_locations": dict(locations.most_common(TOP)),
+            **(_break_totals(cells) if graph_breaks else {}),
         },
         "total_s": time.perf_counter() - start,
     }
     return result
 
 
-def format_table(result: dict[str, Any]) -> str:
-    """Family x map table of reads per call (``-`` unsupported, ``E`` the call raised)."""
+def _break_totals(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Graph breaks over the cells: their sum, the maps traced whole, the maps not traced."""
+    traced = [c["graph_breaks"] for c in cells if c["graph_breaks"] is not None]
+    return {
+        "graph_breaks": sum(traced),
+        "maps_whole": sum(1 for b in traced if b == 0),
+        "maps_untraced": len(cells) - len(traced),
+    }
+
+
+def format_table(result: dict[str, Any], key: str = "reads") -> str:
+    """Family x map table of ``key`` per call (``reads`` or ``graph_breaks``; ``-``
+    unsupported, ``E`` the call raised, ``?`` not traced)."""
     cells = {(c["family"], c["map"]): c for c in result["cells"]}
     families = [
         f
@@ -186,14 +237,22 @@ def format_table(result: dict[str, Any]) -> str:
             if c is None:
                 row.append("-".rjust(11))
                 continue
-            total += c["reads"]
-            row.append((f"{c['reads']}" + ("E" if c["error"] else "")).rjust(11))
+            value = c[key]
+            total += value or 0
+            text = "?" if value is None else f"{value}"
+            row.append((text + ("E" if c["error"] else "")).rjust(11))
         lines.append(" ".join(row) + f"{total:7d}")
     t = result["totals"]
-    lines.append(
-        f"total: {t['reads']} reads over {t['calls']} calls "
-        f"({t['calls_with_reads']} calls read; {t['errors']} calls raised)"
-    )
+    if key == "graph_breaks":
+        lines.append(
+            f"total: {t['graph_breaks']} graph breaks over {t['calls']} calls "
+            f"({t['maps_whole']} traced whole; {t['maps_untraced']} not traced)"
+        )
+    else:
+        lines.append(
+            f"total: {t['reads']} reads over {t['calls']} calls "
+            f"({t['calls_with_reads']} calls read; {t['errors']} calls raised)"
+        )
     return "\n".join(lines)
 
 
@@ -228,15 +287,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK_FAMILIES)}")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--manifolds", default=None, help="comma-separated families (default all)")
+    parser.add_argument(
+        "--graph-breaks",
+        action="store_true",
+        help="also count torch._dynamo graph breaks per map (1-2 s per map)",
+    )
     args = parser.parse_args(argv)
     families: Sequence[str] | None = None
     if args.manifolds is not None:
         families = [m.strip() for m in args.manifolds.split(",") if m.strip()]
     elif args.quick:
         families = QUICK_FAMILIES
-    result = run_benchmark(families)
+    result = run_benchmark(families, graph_breaks=args.graph_breaks)
     summary = f"{format_summary(result)}\n\n{result['total_s']:.1f} s"
-    return write_result(result, args.out, f"{format_table(result)}\n\n{summary}")
+    tables = [format_table(result)]
+    if args.graph_breaks:
+        tables.append(format_table(result, "graph_breaks"))
+    return write_result(result, args.out, "\n\n".join([*tables, summary]))
 
 
 if __name__ == "__main__":

@@ -92,3 +92,18 @@ def test_benchmark_quick(tmp_path, load_benchmark):
     t = result["totals"]
     assert t["calls"] == len(result["cells"])
     assert t["reads"] == sum(c["reads"] for c in result["cells"])
+
+
+def test_benchmark_counts_graph_breaks(load_benchmark):
+    # one map traced by torch._dynamo.explain: the count is an int and each break names its
+    # reason; a function without a host read traces whole
+    bench = load_benchmark("bench_host_reads")
+    from riemfl import Sphere
+
+    cell = bench.count_map(Sphere(3), "exp", graph_breaks=True)
+    assert isinstance(cell["graph_breaks"], int) and cell["graph_breaks"] >= 0
+    assert len(cell["break_reasons"]) <= cell["graph_breaks"]
+    whole = bench._graph_breaks(lambda a: torch.sin(a) * 2, [torch.zeros(3)])
+    assert whole == {"graph_breaks": 0, "break_reasons": []}
+    read = bench._graph_breaks(lambda a: a * 2 if bool(a.sum() > 0) else a, [torch.ones(3)])
+    assert read["graph_breaks"] >= 1 and read["break_reasons"]
