@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+import riemfl
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness beside this script
 from _harness import machine_info, write_result  # noqa: E402
 
@@ -80,6 +82,7 @@ def count_map(
     batch: int = BATCH,
     seed: int = SEED,
     graph_breaks: bool = False,
+    level: str = "auto",
 ) -> dict:
     """Call ``manifold.<name>`` once on torch float64 tensors inside a counter.
 
@@ -100,11 +103,12 @@ def count_map(
     except Exception as exc:  # an argument builder that does not fit this family
         return {"reads": 0, "by_function": {}, "locations": {}, "error": _describe(exc)}
     error = None
-    with HostReadCounter() as counter:
-        try:
-            getattr(manifold, name)(*targs)
-        except Exception as exc:
-            error = _describe(exc)
+    try:
+        with riemfl.checks(level):  # its exit reads the deferred verdicts, outside the counter
+            with HostReadCounter() as counter:
+                getattr(manifold, name)(*targs)
+    except Exception as exc:
+        error = _describe(exc)
     cell = {
         "reads": counter.total,
         "by_function": dict(counter.by_function.most_common()),
@@ -112,7 +116,8 @@ def count_map(
         "error": error,
     }
     if graph_breaks:
-        cell.update(_graph_breaks(getattr(manifold, name), targs))
+        with riemfl.checks(level):
+            cell.update(_graph_breaks(getattr(manifold, name), targs))
     return cell
 
 
@@ -137,7 +142,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_benchmark(
-    families: Sequence[str] | None = None, graph_breaks: bool = False
+    families: Sequence[str] | None = None, graph_breaks: bool = False, level: str = "auto"
 ) -> dict[str, Any]:
     """Count the reads (and, with ``graph_breaks``, the graph breaks) of every supported map of
     ``families`` (default all).
@@ -169,7 +174,7 @@ def run_benchmark(
             if not ok:
                 unsupported.setdefault(name, {})[map_name] = why
                 continue
-            cell = count_map(manifold, map_name, graph_breaks=graph_breaks)
+            cell = count_map(manifold, map_name, graph_breaks=graph_breaks, level=level)
             cells.append({"family": name, "manifold": repr(manifold), "map": map_name, **cell})
     functions: Counter[str] = Counter()
     locations: Counter[str] = Counter()
@@ -186,6 +191,7 @@ def run_benchmark(
             "seed": SEED,
             "dtype": "float64",
             "graph_breaks": graph_breaks,
+            "check_level": level,
         },
         "cells": cells,
         "unsupported": unsupported,
@@ -288,6 +294,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--manifolds", default=None, help="comma-separated families (default all)")
     parser.add_argument(
+        "--level",
+        default="auto",
+        choices=riemfl.check_levels.LEVELS,
+        help="the check level of the calls (riemfl.checks; default auto: eager on the CPU)",
+    )
+    parser.add_argument(
         "--graph-breaks",
         action="store_true",
         help="also count torch._dynamo graph breaks per map (1-2 s per map)",
@@ -298,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         families = [m.strip() for m in args.manifolds.split(",") if m.strip()]
     elif args.quick:
         families = QUICK_FAMILIES
-    result = run_benchmark(families, graph_breaks=args.graph_breaks)
+    result = run_benchmark(families, graph_breaks=args.graph_breaks, level=args.level)
     summary = f"{format_summary(result)}\n\n{result['total_s']:.1f} s"
     tables = [format_table(result)]
     if args.graph_breaks:

@@ -1,6 +1,7 @@
 """riemfl: optimisation on Riemannian manifolds with exact geometry, and federated learning."""
 
-from . import errors, tuning
+from . import check_levels, errors, tuning
+from .check_levels import checks, raise_deferred
 from .errors import (
     ConvergenceError,
     CutLocusError,
@@ -42,6 +43,9 @@ __version__ = "0.1.0"
 __all__ = [
     "errors",
     "tuning",
+    "check_levels",
+    "checks",
+    "raise_deferred",
     "RiemflError",
     "ShapeError",
     "NotOnManifoldError",

@@ -15,6 +15,7 @@ from functools import cache, lru_cache
 import numpy as np
 
 from .backend import Array, is_torch, ops_for, to_numpy
+from .check_levels import level_of, refuse, refuse_nonfinite
 from .errors import CutLocusError, NonFiniteError, ProjectionError
 
 __all__ = [
@@ -122,7 +123,8 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
     """Torch polar factor: the Gram eigendecomposition where well conditioned, else the SVD."""
     import torch
 
-    if a.shape[-1] == 0 or a.shape[-2] < a.shape[-1] or a.numel() == 0:
+    if a.shape[-1] == 0 or a.shape[-2] < a.shape[-1] or a.numel() == 0 or level_of(a) != "eager":
+        # (deferred and unchecked calls take the SVD everywhere: no branch on a value)
         out, s = _torch_polar()(a)
         if check_rank and a.numel():
             _check_polar_rank(ops, a, s, what)
@@ -173,20 +175,22 @@ def _first_where(mask: np.ndarray) -> tuple[tuple[int, ...], str]:
 def _check_polar_rank(ops, a, s, what: str) -> None:
     """Raise ProjectionError where sigma_p <= max(n, p) eps sigma_1 (s: descending values)."""
     tol = max(a.shape[-2:]) * ops.eps(a)
-    if s.ndim == 1:  # one matrix (a retraction's step): two Python floats, no array operations
+    if s.ndim == 1 and level_of(s) == "eager":  # one matrix (a retraction's step): two floats
         single = s.tolist() if ops.is_torch else s
         if single[-1] > tol * single[0]:
             return
+    refuse(s[..., -1] <= tol * s[..., 0], ProjectionError, _polar_rank_message, s, tol, what)
+
+
+def _polar_rank_message(s: Array, tol: float, what: str) -> str:
     values = to_numpy(s)
-    low = values[..., -1] <= tol * values[..., 0]
-    if np.any(low):
-        i, where = _first_where(low)
-        raise ProjectionError(
-            f"the polar factor of the {what} is not unique: its smallest singular value "
-            f"{float(values[i][-1]):.3e} is not above {tol:.1e} * sigma_1 = "
-            f"{tol * float(values[i][0]):.3e}{where}, so its numerical rank is below "
-            f"{a.shape[-1]} (expected full column rank)"
-        )
+    i, where = _first_where(values[..., -1] <= tol * values[..., 0])
+    return (
+        f"the polar factor of the {what} is not unique: its smallest singular value "
+        f"{float(values[i][-1]):.3e} is not above {tol:.1e} * sigma_1 = "
+        f"{tol * float(values[i][0]):.3e}{where}, so its numerical rank is below "
+        f"{values.shape[-1]} (expected full column rank)"
+    )
 
 
 def _polar_backward(grad, u, s, v):
@@ -322,11 +326,14 @@ def require_finite(a: Array, what: str) -> None:
     overflowed (finite arguments near the dtype's largest number); numpy's SVD does not return
     on infinite entries, and LAPACK raises untyped errors on NaN.
     """
-    if not ops_for(a).all_finite(a):
-        raise NonFiniteError(
-            f"the {what} has NaN or infinite entries although the arguments are finite (an "
-            f"intermediate value overflowed); expected arguments of moderate size"
-        )
+    refuse_nonfinite(a, NonFiniteError, _overflow_message, what)
+
+
+def _overflow_message(what: str) -> str:
+    return (
+        f"the {what} has NaN or infinite entries although the arguments are finite (an "
+        f"intermediate value overflowed); expected arguments of moderate size"
+    )
 
 
 #: Largest ||G - I||_F for which :func:`_near_identity_inv_sqrt` is used (5 steps at most).

@@ -17,14 +17,15 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDATION = {"errors", "tuning", "progress"}
-CORE = FOUNDATION | {"backend", "linalg", "extras"}
+CORE = FOUNDATION | {"backend", "check_levels", "linalg", "extras"}
 #: top-level module or package of riemfl -> what of riemfl it may import
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "tuning": set(),
     "progress": set(),
     "backend": {"errors"},
-    "linalg": {"backend", "errors"},
+    "check_levels": {"backend", "errors"},
+    "linalg": {"backend", "check_levels", "errors"},
     "extras": {"errors"},
     "manifolds": CORE,
     "problems": CORE | {"manifolds"},

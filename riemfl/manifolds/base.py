@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like
+from ..check_levels import largest_entries, level_of, record
 from ..errors import (
     ConvergenceError,
     NonFiniteError,
@@ -231,18 +232,27 @@ class Manifold(ABC):
                 target, alias = (new, old) if own_new else (old, new)
                 setattr(cls, alias, _reach_alias(target, is_method=new == "local_reach"))
 
-    def _checked_inputs(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
+    def _checked_inputs(
+        self, method: str, arrays: tuple, roles: tuple[str, ...], verdict: bool = False
+    ) -> tuple:
         """The input policy (:mod:`riemfl.manifolds.inputs`): types, dtypes, backend, shapes and
-        finite values of a public map's arguments."""
+        finite values of a public map's arguments.
+
+        ``verdict``: the method's job is a verdict on its arguments (``check_point``), read at
+        once at every check level; otherwise the finite values are checked at the level of
+        the call (:func:`~riemfl.check_levels.level_of`).
+        """
         shape = common_shape(arrays)
         ps = self.point_shape
         if shape is None or shape[len(shape) - len(ps) :] != ps:
             arrays = coerce(f"{self.name}.{method}", arrays, roles, self.supports_complex)
             for a, role in zip(arrays, roles, strict=True):
                 self._shape(a, role)
-        for a, role in zip(arrays, roles, strict=True):
-            if not all_finite(a):
-                check_finite(f"{self.name}.{method}", a, role)
+        level = "eager" if verdict else level_of(arrays[0])
+        if level == "eager":
+            self._refuse_nonfinite(method, arrays, roles)
+        elif level == "deferred" and 0 not in arrays[0].shape:
+            record(largest_entries(arrays), self._refuse_nonfinite, (method, arrays, roles))
         return arrays
 
     def _run_map(self, method: str, reduces: bool, *arrays):
@@ -256,6 +266,11 @@ class Manifold(ABC):
         A non-finite result of such a map, or an exception of any map, from finite arguments
         is then traced to a point argument on the boundary of M (:meth:`_refuse_boundary`).
         The arguments' roles are the map's :data:`MAP_ROLES`.
+
+        All of this at the check level ``"eager"``; at ``"deferred"`` the checks wait for the
+        boundary and at ``"off"`` there are none (:mod:`riemfl.check_levels`;
+        :meth:`_unchecked_map`). Shapes, dtypes and devices are checked at every level (they
+        read no value).
         """
         roles = MAP_ROLES[method]
         ps = self.point_shape
@@ -272,12 +287,27 @@ class Manifold(ABC):
             shape = arrays[0].shape
             same = all(a.shape == shape for a in arrays[1:])
             batch = shape[: len(shape) - len(ps)] if same else self._broadcast_batch(arrays, roles)
+        level = level_of(arrays[0])
         if batch and 0 in batch:
-            self._refuse_nonfinite(method, arrays, roles)
+            if level == "eager":
+                self._refuse_nonfinite(method, arrays, roles)
             if not self.supports(method)[0]:
                 self._not_implemented(method)
             full = tuple(batch) if reduces else tuple(batch) + ps
             return ops_for(*arrays).zeros(full, arrays[0])
+        if level != "eager":
+            out = self._unchecked_map(method, level, arrays, roles)
+        else:
+            out = self._eager_map(method, arrays, roles)
+        if not same:
+            full = tuple(batch) if reduces else tuple(batch) + ps
+            if tuple(out.shape) != full:  # a map that ignored a batch argument
+                out = out + ops_for(out).zeros(full, out)
+        return out
+
+    def _eager_map(self, method: str, arrays: tuple, roles: tuple[str, ...]):
+        """The map at the level ``"eager"``: non-finite arguments are refused before the map
+        or, for the maps of ``_result_checked``, through its result."""
         first = self._result_checked.get(method)
         if first is None:
             self._refuse_nonfinite(method, arrays, roles)
@@ -293,11 +323,35 @@ class Manifold(ABC):
         if first is not None and not all_finite(out):
             self._refuse_nonfinite(method, arrays, roles)
             self._refuse_boundary(method, arrays, roles)  # else the map made it: returned as is
-        if not same:
-            full = tuple(batch) if reduces else tuple(batch) + ps
-            if tuple(out.shape) != full:  # a map that ignored a batch argument
-                out = out + ops_for(out).zeros(full, out)
         return out
+
+    def _unchecked_map(self, method: str, level: str, arrays: tuple, roles: tuple[str, ...]):
+        """The map at the levels ``"deferred"`` and ``"off"``: no read before or after it.
+
+        Deferred, the largest entry of each argument and of the result is recorded
+        (:func:`~riemfl.check_levels.largest_entries`); at the boundary a non-finite one is
+        diagnosed by :meth:`_diagnose_call`. An exception of the map is translated at once, as
+        in eager mode (it has already stopped the call).
+        """
+        try:
+            out = getattr(self, "_" + method)(*arrays)
+        except Exception as exc:
+            self._map_failed(method, arrays, roles, exc)
+            raise
+        if level == "deferred":
+            record(largest_entries((*arrays, out)), self._diagnose_call, (method, arrays, roles))
+        return out
+
+    def _diagnose_call(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
+        """The boundary's diagnosis of a deferred map call whose arguments or result held a
+        non-finite entry: the error eager mode raises at the call (a non-finite argument; else a
+        point on the boundary of M), or None (the map made a non-finite value from finite
+        arguments, which eager mode returns too).
+
+        An argument that held a non-finite entry at the call but holds none now (it was changed
+        in place) is still named."""
+        self._refuse_nonfinite(method, arrays, roles)
+        self._refuse_boundary(method, arrays, roles)
 
     def _refuse_nonfinite(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
         """Raise :class:`~riemfl.errors.NonFiniteError` naming the first non-finite argument."""
@@ -507,7 +561,7 @@ class Manifold(ABC):
             raise
         # the projection of a finite g: non-finite only at a point on the boundary, where a
         # manifold that checks to_tangent's result makes it NaN (see _refuse_boundary)
-        if "to_tangent" in self._result_checked and not all_finite(out):
+        if "to_tangent" in self._result_checked and level_of(x) == "eager" and not all_finite(out):
             self._refuse_boundary("random_tangent", (x,), _X)
         return out
 
@@ -521,7 +575,7 @@ class Manifold(ABC):
 
         The message names the constraint that failed and the largest violation measured.
         """
-        (x,) = self._checked_inputs("check_point", (x,), _X)
+        (x,) = self._checked_inputs("check_point", (x,), _X, verdict=True)
         if 0 in x.shape:
             return
         self._check_point(x, self.default_atol(x) if atol is None else atol)
@@ -529,7 +583,7 @@ class Manifold(ABC):
     def point_violation(self, x: Array) -> tuple[str, float]:
         """The constraint of M that ``x`` violates most, as text, and its largest violation over
         the batch (0 up to rounding on M): what :meth:`check_point` compares with ``atol``."""
-        (x,) = self._checked_inputs("point_violation", (x,), _X)
+        (x,) = self._checked_inputs("point_violation", (x,), _X, verdict=True)
         if 0 in x.shape:
             return "(empty batch)", 0.0
         return self._point_violation(x)
@@ -544,7 +598,7 @@ class Manifold(ABC):
 
     def check_tangent(self, x: Array, u: Array, atol: float | None = None) -> None:
         """Raise :class:`~riemfl.errors.NotOnManifoldError` unless ``u`` is tangent at ``x``."""
-        x, u = self._checked_inputs("check_tangent", (x, u), _XU)
+        x, u = self._checked_inputs("check_tangent", (x, u), _XU, verdict=True)
         if 0 in x.shape or 0 in u.shape:
             return
         tol = self.default_atol(x) if atol is None else atol

@@ -77,6 +77,9 @@ READ_FUNCTIONS: frozenset[str] = frozenset(
 _PACKAGE = Path(__file__).resolve().parents[1]  # .../riemfl
 _ROOT = _PACKAGE.parent
 _THIS = str(Path(__file__).resolve())
+#: riemfl modules whose reads are charged to their caller (the array operations: the line to
+#: change is the one that calls them)
+_PLUMBING = frozenset({("backend.py",)})
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,10 @@ class HostRead:
     function : str
         The function's name (``"item"``, ``"__bool__"``, ``"__getitem__[mask]"``, ...).
     location : str
-        ``path:line`` of the first frame inside the riemfl package (outside this module), the
-        path relative to the directory holding ``riemfl``; the caller's frame where no riemfl
-        frame is on the stack.
+        ``path:line`` of the first frame inside the riemfl package (outside this module and
+        ``riemfl/backend.py``, the array operations, whose reads are charged to the line that
+        calls them), the path relative to the directory holding ``riemfl``; the caller's frame
+        where no riemfl frame is on the stack.
     """
 
     function: str
@@ -119,7 +123,7 @@ def _location(frame: FrameType | None) -> str:
             except (ValueError, OSError):
                 rel = None
             where = f"{rel if rel is not None else filename}:{frame.f_lineno}"
-            if rel is not None and rel.parts[0] == _PACKAGE.name:
+            if rel is not None and rel.parts[0] == _PACKAGE.name and rel.parts[1:] not in _PLUMBING:
                 return where
             if first is None:
                 first = where
