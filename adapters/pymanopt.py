@@ -129,7 +129,7 @@ import numpy as np
 from ..backend import Array, RandomState, as_generator, is_torch, to_numpy
 from ..errors import ParameterError
 from ..manifolds import PoincareBall, Product
-from ..manifolds.base import Manifold
+from ..manifolds.base import MAP_ROLES, Manifold
 from ._lazy import ForeignManifold, LazyClass, require
 from ._pymanopt_known import known_for
 from ._pymanopt_peer import pair_mean as midpoint
@@ -411,6 +411,11 @@ class FromPymanopt(ForeignManifold):
     input onto M: a QR or polar factor, a normalisation); ``random_point`` seeds numpy's global
     state from ``rng`` around pymanopt's sampler and restores it after.
     """
+
+    #: pymanopt computes in numpy: a torch argument is copied to the host and the result back
+    deferred_reads = dict.fromkeys(
+        MAP_ROLES, "pymanopt computes in numpy: a torch argument is copied to the host"
+    )
 
     library = "pymanopt"
     methods = {

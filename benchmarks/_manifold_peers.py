@@ -29,7 +29,11 @@ where a peer's method of the same name means something else the row says so in `
   horizontal projection) and is left out. pymanopt 2.2.1's ``Elliptope.projection`` is not the
   horizontal projection either (its result U has :math:`Y^\top U` not symmetric and the map is
   not idempotent: its Lyapunov right-hand side mixes A and the row-projected A), so of the
-  elliptope only ``inner`` and ``retract`` (row normalisation) are compared.
+  elliptope only ``inner`` and ``retract`` (row normalisation) are compared. pymanopt's
+  ``PSDFixedRank`` ``retraction`` and ``exp`` are both ``Y + U`` without a check: where
+  ``Y + U`` has rank below k they return a matrix outside the manifold, where riemfl refuses;
+  these rows are timed and compared on valid data, but carry ``other_math`` (the benchmark
+  reports them apart from its goals).
 * ``BirkhoffPolytope(n)``: geoopt ``BirkhoffPolytope()`` (pymanopt has none), with Sinkhorn's
   ``eps`` 0 and its tolerance riemfl's, so that ``projx`` is riemfl's ``project`` (Sinkhorn
   scaling); geoopt's ``proju`` multiplies by X, i.e. it is riemfl's ``egrad_to_rgrad``
@@ -39,7 +43,7 @@ where a peer's method of the same name means something else the row says so in `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,7 +83,9 @@ class Op:
     positions the geoopt call writes into (they get a private copy). ``pymanopt_args`` names
     pymanopt's inputs where they differ from riemfl's (another representation of the same
     vectors), and ``pymanopt_out(data, out)`` carries pymanopt's (stacked) output into riemfl's
-    representation for the agreement check.
+    representation for the agreement check. ``other_math`` maps a peer ("pymanopt" or
+    "geoopt") to why its method, though its output agrees on the benchmark's data, computes other
+    mathematics than riemfl's map (the benchmark reports such rows apart from its goals).
     """
 
     name: str
@@ -94,6 +100,7 @@ class Op:
     note: str = ""
     pymanopt_args: tuple[str, ...] | None = None
     pymanopt_out: Callable[[dict, Any], Any] | None = None
+    other_math: dict[str, str] = field(default_factory=dict)
 
 
 #: riemfl map -> (arguments, pymanopt method); the maps whose pymanopt method has the same meaning
@@ -130,6 +137,7 @@ def _rows(
     notes: dict[str, str] | None = None,
     pm_args: dict[str, tuple[str, ...]] | None = None,
     pm_out: dict[str, Callable[[dict, Any], Any]] | None = None,
+    other_math: dict[str, dict[str, str]] | None = None,
 ) -> list[Op]:
     """The rows of one family: the maps of ``pm_maps`` (pymanopt) and ``go_maps`` (riemfl map ->
     geoopt method, or a callable), in a fixed order.
@@ -175,6 +183,7 @@ def _rows(
                 note=notes.get(name, ""),
                 pymanopt_args=(pm_args or {}).get(name),
                 pymanopt_out=(pm_out or {}).get(name),
+                other_math=dict((other_math or {}).get(name, {})),
             )
         )
     return ops
@@ -316,6 +325,16 @@ def _psd_fixed_rank_ops(n: int, k: int, batch: int) -> list[Op]:
         notes={
             "retract": "riemfl checks that Y + U has rank k; pymanopt does not",
             "exp": "riemfl checks that Y^T (Y + U) is positive definite; pymanopt does not",
+        },
+        other_math={
+            "retract": {
+                "pymanopt": "pymanopt's retraction is Y + U unchecked: where Y + U has rank "
+                "below k it returns a matrix outside PSDFixedRank(n, k) (riemfl refuses it)"
+            },
+            "exp": {
+                "pymanopt": "pymanopt's exp is its retraction Y + U unchecked: where the segment "
+                "Y + tU loses rank it is no geodesic (riemfl refuses it)"
+            },
         },
     )
 

@@ -3,7 +3,7 @@
 For every family of :data:`riemfl.manifolds.catalogue.FAMILIES` (its first constructor example)
 and every public map the family supports (``manifold.supports(name)``), one call on torch float64
 CPU tensors (a batch of 8 points, arguments built by
-:meth:`riemfl.testing.ManifoldTests.method_args`) runs inside a
+:func:`riemfl.testing.suite.method_arguments`) runs inside a
 :class:`riemfl.testing.host_reads.HostReadCounter`. Reported per (family, map): the reads of the
 call, the reads per function (``item``, ``__bool__``, ...) and per source location. The table
 prints family x map with totals; the summary lists the locations with the most reads.
@@ -40,9 +40,9 @@ from _harness import machine_info, write_result  # noqa: E402
 
 from riemfl.manifolds import Manifold  # noqa: E402
 from riemfl.manifolds.catalogue import FAMILIES  # noqa: E402
-from riemfl.testing import ManifoldTests  # noqa: E402
 from riemfl.testing.config import METHODS  # noqa: E402
 from riemfl.testing.host_reads import HostReadCounter  # noqa: E402
+from riemfl.testing.suite import method_arguments  # noqa: E402
 
 __all__ = ["MAPS", "QUICK_FAMILIES", "run_benchmark", "format_table", "format_summary", "main"]
 
@@ -54,22 +54,6 @@ TOP = 10
 MAPS = METHODS
 #: the families of ``--quick``
 QUICK_FAMILIES = ("Sphere", "Stiefel", "Lorentz")
-
-
-class _Arguments(ManifoldTests):
-    """The conformance suite's argument builder, without pytest (not a test class)."""
-
-    __test__ = False
-
-    def __init__(self, manifold: Manifold, batch_size: int) -> None:
-        self.manifold = manifold
-        self.batch_size = batch_size
-
-    def require_constant(self, name: str) -> float:
-        try:
-            return getattr(self.manifold, name)
-        except NotImplementedError:  # an open set without a uniform reach: a short step
-            return 0.1
 
 
 def _to_torch(a: Any) -> Any:
@@ -98,7 +82,7 @@ def count_map(
         ``break_reasons`` (the first line of each distinct reason).
     """
     try:
-        args, _ = _Arguments(manifold, batch).method_args(name, seed)
+        args, _ = method_arguments(manifold, name, seed, batch)
         targs = [_to_torch(a) for a in args]
     except Exception as exc:  # an argument builder that does not fit this family
         return {"reads": 0, "by_function": {}, "locations": {}, "error": _describe(exc)}

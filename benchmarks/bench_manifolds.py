@@ -1,4 +1,4 @@
-"""Benchmark riemfl's manifold maps against pymanopt and geoopt, in one process.
+"""Benchmark riemfl's manifold maps at each check level against pymanopt and geoopt, in one process.
 
 Times ``project``, ``to_tangent``, ``retract``, ``inverse_retract``, ``exp``, ``log``,
 ``transport`` and ``egrad_to_rgrad`` for
@@ -16,7 +16,7 @@ Times ``project``, ``to_tangent``, ``retract``, ``inverse_retract``, ``exp``, ``
   (``_manifold_peers.py`` says which, and why the others are left out: geoopt's SPD default
   metric is the affine-invariant one too; pymanopt's ``Oblique(n, m)`` has unit columns like
   riemfl's, so nothing is transposed; pymanopt's SO(n) tangent vectors are the skew factors
-  ``X^T U``);
+  ``X^T U``; pymanopt's ``Elliptope.projection``, which is not a projection, is not timed);
 
 at batch size 1 (one point, no batch axis) and 64 (riemfl does the 64 points in one call).
 
@@ -25,27 +25,63 @@ riemfl runs in both backends (numpy float64 and torch float64 on the CPU). The p
 peer is timed as a Python loop of 64 single-point calls and, where it batches natively (geoopt
 always, pymanopt's product Stiefel ``Stiefel(n, p, k=64)``), as one batched call.
 
-Reported per cell:
+Check levels (``--levels``, default ``eager,deferred,off``; see :mod:`riemfl.check_levels`):
+riemfl's numpy and torch calls of every cell are timed at each level, inside ``with
+riemfl.checks(level):`` (entered around each timing sample, outside its clock). At
+``"deferred"`` each sample ends with one ``riemfl.raise_deferred()`` inside the clock, not one
+per call: the pending records stay bounded (one sample's calls) and the boundary's read is
+included, amortised over the sample's calls (a sample lasts >= 2 ms). The peers have no levels
+and are timed once per cell. The *reference level* is ``"eager"`` (riemfl's default for numpy
+arrays and CPU tensors) where it is timed, else the first level of ``--levels``: the cell's
+``times_ms``, ``ratio`` and batch speed-up are riemfl's at that level.
 
-* ``ratio`` = fastest riemfl backend / fastest peer variant (goal <= 1.5 at the small sizes,
-  Sphere and Lorentz included, <= 1.1 at the two larger Stiefel sizes and, for the other
-  families, where the first size parameter is >= 100);
-* ``ratio_numpy_vs_pymanopt`` and ``ratio_torch_vs_geoopt``;
-* at batch 64, ``speedup_vs_loop`` = (Python loop over the fastest single-point peer) / (fastest
-  riemfl batched call) (goal >= 5 for Stiefel, Sphere and Lorentz, >= 1 for the other
-  families: at least as fast as the loop).
+Goals (the issue's), per level:
+
+* ``"eager"``: riemfl numpy / fastest peer variant <= 1.0 where the first size parameter is
+  >= 100 (Stiefel's n, Sphere's and Lorentz's n, the first integer of the other families'
+  sizes; ``large_from``), <= 1.3 below;
+* ``"deferred"``: riemfl torch (CPU tensors) / geoopt (its fastest variant) <= 1.0 per call at
+  every size, in the cells where geoopt has the map;
+* ``"off"``: fastest riemfl backend / fastest peer variant <= 1.0 everywhere;
+* at batch 64, at the reference level: ``speedup_vs_loop`` = (Python loop over the fastest
+  single-point peer) / (fastest riemfl batched call) >= 5 for Stiefel, Sphere and Lorentz,
+  >= 1 for the other families (at least as fast as the loop).
+
+Two kinds of cells are reported apart from the goal counts (their ratios are still computed and
+shown, in parentheses in the table), each with a note per peer (``peer_caveats`` per cell,
+``summary["peer_caveats"]``, the table's last column):
+
+* "peer computes other mathematics: ...": ``_manifold_peers.Op.other_math`` says why
+  (pymanopt's ``PSDFixedRank`` retraction and exp, ``Y + U`` unchecked: a matrix outside the
+  manifold where riemfl refuses; pymanopt's ``Elliptope.projection`` would be one, but it is not
+  timed at all);
+* "peer returns its argument: ...": found at run time, the peer's output is one of its input
+  arrays while riemfl's is a new array (pymanopt's identity ``transport`` of ``SPD``,
+  ``Symmetric`` and ``SkewSymmetric``; riemfl's is the identity on tangent vectors too: the ratio
+  measures riemfl's call against no work at all). Where riemfl also returns its argument
+  (``to_tangent`` of ``Positive`` and ``PoincareBall``) the cell counts.
+
+Also reported per cell: ``ratio`` = fastest riemfl backend / fastest peer variant, and
+``ratio_numpy_vs_pymanopt`` and ``ratio_torch_vs_geoopt`` (reference level; per level in
+``levels``).
 
 Timing: one BLAS and one torch thread, glibc's allocator keeping freed memory
 (:func:`_harness.steady_allocator`: a batched call allocates MiBs, which glibc would otherwise map
 and unmap at every call), warm-up calls, then the median over repeats of
 ``time.perf_counter`` samples, each sample running enough inner calls to last >= 2 ms, with the
-number of repeats capped so that slow cells take a bounded time. Every peer output is also
-compared with riemfl's output for the same input (``agreement``: largest absolute difference
-relative to the output's size), which checks that the operations are mapped like for like.
+number of repeats capped (at most 20 samples, about 0.2 s, per measurement; at most 1.5 s for a
+slow call). These bounds are half of what one level had: with the six riemfl measurements of a
+cell (two backends, three levels) a run takes about 1.2 to 1.5 times as long as the one-level run
+did, not three times. The samples of a cell's measurements (every level and peer) are taken
+round robin. Every peer output is also compared with riemfl's output for the same input
+(``agreement``: largest absolute difference relative to the output's size), which checks that the
+operations are mapped like for like, and riemfl's output at each level with its output at the
+reference level.
 
 Usage::
 
     python benchmarks/bench_manifolds.py [--quick] [--manifolds SPD,Oblique,...]
+                                         [--levels eager,deferred,off] [--max-repeats N]
                                          [--out results/bench_manifolds.json]
 """
 
@@ -59,6 +95,7 @@ if __name__ == "__main__":
         os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -77,8 +114,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness b
 from _harness import machine_info, single_thread, steady_allocator  # noqa: E402
 from _manifold_peers import CLASSES, FAMILIES, Op, geoopt, peer_args, pymanopt_manifolds  # noqa: E402
 
+import riemfl  # noqa: E402
 from riemfl import Lorentz, SpecialOrthogonal, Sphere, Stiefel  # noqa: E402
 from riemfl.backend import is_torch, to_numpy  # noqa: E402
+from riemfl.check_levels import LEVELS  # noqa: E402
 
 try:  # optional peer: a missing one is reported, not fatal
     import pymanopt
@@ -92,26 +131,37 @@ BATCHED = 64
 LORENTZ_FLIP_NOTE = "geoopt Lorentz egrad2rgrad writes into its argument, so it gets its own copy"
 #: every family, in the order of the run (``--manifolds`` selects among them)
 FAMILY_NAMES = ("Stiefel", "Sphere", "Lorentz", *FAMILIES)
+#: the check levels timed by default (``--levels``)
+DEFAULT_LEVELS = ("eager", "deferred", "off")
+#: level -> what its goal compares (``Settings`` holds the bounds)
+GOAL_RATIOS = {
+    "eager": "riemfl numpy / fastest peer",
+    "deferred": "riemfl torch / geoopt",
+    "off": "fastest riemfl backend / fastest peer",
+}
+OTHER_MATH = "peer computes other mathematics"
+RETURNS_ARGUMENT = "peer returns its argument"
 
 
 # --------------------------------------------------------------------------------------- settings
 @dataclass
 class Settings:
-    """Sizes and timing budget of one benchmark run.
+    """Sizes, check levels and timing budget of one benchmark run.
 
     Attributes
     ----------
     stiefel_sizes : list of (n, p)
-        Stiefel sizes; the first is the "small" size (ratio goal ``ratio_goal_small``), the others
-        are "large" (``ratio_goal_large``).
+        Stiefel sizes.
     sphere_n, lorentz_n : int
-        ``Sphere(sphere_n)`` and ``Lorentz(lorentz_n)``; both count as "small".
+        ``Sphere(sphere_n)`` and ``Lorentz(lorentz_n)``.
     batches : list of int
         Batch sizes; 1 means a single point without a batch axis.
+    levels : list of str
+        riemfl's check levels to time (of ``riemfl.check_levels.LEVELS``).
     min_sample_s : float
         Inner loops are repeated until one timing sample lasts at least this long.
     budget_s : float
-        Target time spent on the repeats of one measurement (one library, one cell).
+        Target time spent on the repeats of one measurement (one library or level, one cell).
     cap_s : float
         Hard cap on the repeats of one measurement; a slow call gets fewer repeats (at least 1).
     min_repeats, max_repeats : int
@@ -124,7 +174,18 @@ class Settings:
         Seed of the data (the same points and vectors for every library).
     new_sizes : dict
         Family of ``_manifold_peers.FAMILIES`` -> its sizes (tuples of the constructor's
-        integers); a size is "large" where its first integer is at least ``large_from``.
+        integers).
+    large_from : int
+        A size is "large" where its first size parameter (Stiefel's n, Sphere's and Lorentz's n,
+        the first integer of ``new_sizes``) is at least this.
+    eager_goal_large, eager_goal_small : float
+        Goal of ``"eager"``: riemfl numpy / fastest peer at most this, at the large and the
+        small sizes.
+    deferred_goal : float
+        Goal of ``"deferred"``: riemfl torch / geoopt at most this (cells where geoopt has the
+        map).
+    off_goal : float
+        Goal of ``"off"``: fastest riemfl backend / fastest peer at most this.
     speedup_goal, speedup_goal_new : float
         Batch-64 speed-up goal over a loop of the fastest peer: Stiefel, Sphere and Lorentz, and
         the families of ``new_sizes`` (at least as fast as the loop).
@@ -140,17 +201,20 @@ class Settings:
     sphere_n: int = 1000
     lorentz_n: int = 100
     batches: list[int] = field(default_factory=lambda: [1, BATCHED])
+    levels: list[str] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     min_sample_s: float = 2e-3
-    budget_s: float = 0.4
-    cap_s: float = 3.0
+    budget_s: float = 0.2
+    cap_s: float = 1.5
     min_repeats: int = 5
-    max_repeats: int = 40
+    max_repeats: int = 20
     warmup_calls: int = 3
     slow_call_s: float = 0.1
     seed: int = 0
     tangent_norm: float = 0.5
-    ratio_goal_small: float = 1.5
-    ratio_goal_large: float = 1.1
+    eager_goal_large: float = 1.0
+    eager_goal_small: float = 1.3
+    deferred_goal: float = 1.0
+    off_goal: float = 1.0
     speedup_goal: float = 5.0
     new_sizes: dict[str, list[tuple[int, ...]]] = field(
         default_factory=lambda: {name: spec[0] for name, spec in FAMILIES.items()}
@@ -178,25 +242,56 @@ class Settings:
             is_quick=True,
         )
 
+    @property
+    def reference_level(self) -> str:
+        """``"eager"`` where it is timed, else the first level."""
+        return "eager" if "eager" in self.levels else self.levels[0]
+
+    def level_goal(self, level: str, first_size: int) -> float | None:
+        """The bound of ``level``'s goal at a size whose first parameter is ``first_size``."""
+        if level == "eager":
+            large = first_size >= self.large_from
+            return self.eager_goal_large if large else self.eager_goal_small
+        return {"deferred": self.deferred_goal, "off": self.off_goal}.get(level)
+
 
 # --------------------------------------------------------------------------------------- timing
+def _boundary(level: str | None) -> None:
+    """End of a sample at ``level``: read the deferred checks (None: a peer, nothing to do)."""
+    if level == "deferred":
+        riemfl.raise_deferred()
+
+
 def _measure(
-    fns: dict[str, Callable[[], Any]], s: Settings
+    fns: dict[str, Callable[[], Any]], s: Settings, levels: dict[str, str] | None = None
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """Time every ``fn()`` of ``fns``; return timing records (ms per call) and the outputs.
 
     Each callable is warmed up and calibrated (inner calls per sample, number of samples) on its
     own; the samples are then taken round-robin across the callables, so that a change in the
-    background load of the machine affects all libraries of a cell alike.
+    background load of the machine affects all libraries and levels of a cell alike.
+    ``levels[key]`` is riemfl's check level for ``fns[key]`` (absent: a peer): each of its
+    samples (and warm-up calls) runs inside ``with riemfl.checks(level):``, entered and left
+    outside the clock; at ``"deferred"`` the sample ends with ``riemfl.raise_deferred()`` inside
+    the clock (one boundary per sample).
     """
+    levels = levels or {}
+
+    def level_block(key: str) -> contextlib.AbstractContextManager:
+        level = levels.get(key)
+        return contextlib.nullcontext() if level is None else riemfl.checks(level)
+
     plans: dict[str, tuple[int, int]] = {}
     outputs: dict[str, Any] = {}
     for key, fn in fns.items():
+        level = levels.get(key)
         t_est = math.inf
         for _ in range(max(1, s.warmup_calls)):
-            t0 = time.perf_counter()
-            outputs[key] = fn()
-            t_est = min(t_est, time.perf_counter() - t0)
+            with level_block(key):
+                t0 = time.perf_counter()
+                outputs[key] = fn()
+                _boundary(level)
+                t_est = min(t_est, time.perf_counter() - t0)
             if t_est >= s.slow_call_s:
                 break
         t_est = max(t_est, 1e-7)
@@ -215,10 +310,13 @@ def _measure(
                 number, repeats = plans[key]
                 if round_ >= repeats:
                     continue
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    fn()
-                samples[key].append((time.perf_counter() - t0) / number)
+                level = levels.get(key)
+                with level_block(key):
+                    t0 = time.perf_counter()
+                    for _ in range(number):
+                        fn()
+                    _boundary(level)
+                    samples[key].append((time.perf_counter() - t0) / number)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -519,8 +617,19 @@ def _rel_diff(ref: Any, out: Any) -> float:
 
 
 # --------------------------------------------------------------------------------------- one cell
+def _key(backend: str, level: str) -> str:
+    """The timing key of riemfl's ``backend`` ("numpy" or "torch") at check level ``level``."""
+    return f"riemfl_{backend}@{level}"
+
+
+def _is_input(out: Any, args: Sequence[Any]) -> bool:
+    """Whether ``out`` is one of the arrays ``args`` itself (not a copy)."""
+    return any(out is a for a in args)
+
+
 def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
-    """Time one operation at one size and batch for riemfl (both backends) and the peers."""
+    """Time one operation at one size and batch for riemfl (both backends, every check level of
+    ``s.levels``) and the peers."""
     np_args = [data[k] for k in op.args]
     pm_args = peer_args(op, data)
     # torch.from_numpy shares memory: no copies of the large batched arrays
@@ -532,33 +641,65 @@ def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
 
     g_args = geoopt_args()
     f, pm, pmb, go = op.riemfl, op.pymanopt, op.pymanopt_batched, op.geoopt
-    fns: dict[str, Callable[[], Any]] = {
-        "riemfl_numpy": lambda: f(*np_args),
-        "riemfl_torch": lambda: f(*t_args),
-    }
+    fns: dict[str, Callable[[], Any]] = {}
+    levels: dict[str, str] = {}
+    for level in s.levels:
+        fns[_key("numpy", level)] = lambda: f(*np_args)
+        fns[_key("torch", level)] = lambda: f(*t_args)
+        levels[_key("numpy", level)] = levels[_key("torch", level)] = level
+    #: peer key -> the inputs of each of its calls (one tuple per call of a loop)
+    calls: dict[str, list[Sequence[Any]]] = {}
+    pm_items = [tuple(a[i] for a in pm_args) for i in range(batch)]
+    g_items = [tuple(a[i] for a in g_args) for i in range(batch)]
     if batch == 1:
         if pm is not None:
             fns["pymanopt"] = lambda: pm(*pm_args)
+            calls["pymanopt"] = [pm_args]
         if go is not None:
             fns["geoopt"] = lambda: go(*g_args)
+            calls["geoopt"] = [g_args]
     else:
-        pm_items = [tuple(a[i] for a in pm_args) for i in range(batch)]
-        g_items = [tuple(a[i] for a in g_args) for i in range(batch)]
         if pm is not None:
             fns["pymanopt_loop"] = lambda: [pm(*it) for it in pm_items]
+            calls["pymanopt_loop"] = pm_items
         if pmb is not None:
             fns["pymanopt_batched"] = lambda: pmb(*pm_args)
+            calls["pymanopt_batched"] = [pm_args]
         if go is not None:
             fns["geoopt_loop"] = lambda: [go(*it) for it in g_items]
+            calls["geoopt_loop"] = g_items
             fns["geoopt_batched"] = lambda: go(*g_args)
-    timing, outputs = _measure(fns, s)
+            calls["geoopt_batched"] = [g_args]
+    timing, outputs = _measure(fns, s, levels)
+    ref = s.reference_level
+    ref_np, ref_t = outputs[_key("numpy", ref)], outputs[_key("torch", ref)]
+
+    # a peer that hands back one of its input arrays where riemfl returns a new array does no
+    # work at all (an identity map); checked before the geoopt re-run below replaces outputs
+    caveats: dict[str, dict[str, str]] = {}
+    for key, args_per_call in calls.items():
+        lib = key.split("_")[0]
+        out = outputs[key]
+        outs = out if isinstance(out, list) else [out]
+        rf_out, rf_args = (ref_t, t_args) if lib == "geoopt" else (ref_np, np_args)
+        if all(map(_is_input, outs, args_per_call)) and not _is_input(rf_out, rf_args):
+            method = op.geoopt_name if lib == "geoopt" else op.pymanopt_name
+            caveats[lib] = {
+                "kind": RETURNS_ARGUMENT,
+                "note": f"{RETURNS_ARGUMENT}: {lib}'s {method} hands back an input array itself "
+                f"(the identity, no new array, no work), riemfl's {op.name} returns a new array; "
+                "the ratio measures riemfl's call against nothing",
+            }
+    for lib, why in op.other_math.items():
+        if any(k.split("_")[0] == lib for k in calls):
+            caveats[lib] = {"kind": OTHER_MATH, "note": f"{OTHER_MATH}: {why}"}
 
     # like-for-like check: numpy peers against riemfl-numpy, torch peers against riemfl-torch
-    agreement: dict[str, float] = {}
+    agreement: dict[str, float] = {"riemfl_torch": _rel_diff(ref_np, ref_t)}
     for key, out in outputs.items():
-        if key == "riemfl_numpy":
+        if key.startswith("riemfl"):
             continue
-        ref = outputs["riemfl_torch" if key.startswith("geoopt") else "riemfl_numpy"]
+        ref_out = ref_t if key.startswith("geoopt") else ref_np
         if key.startswith("geoopt") and op.geoopt_copies:
             # the timed calls flipped an argument in place: check on untouched inputs
             fresh = geoopt_args()
@@ -568,16 +709,91 @@ def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
                 out = go(*fresh)
         if key.startswith("pymanopt") and op.pymanopt_out is not None:
             out = op.pymanopt_out(data, _stacked(out))  # into riemfl's representation
-        agreement[key] = _rel_diff(ref, out)
-    times = {key: rec["median_ms"] for key, rec in timing.items()}
-    return {"times_ms": times, "timing": timing, "agreement": agreement}
+        agreement[key] = _rel_diff(ref_out, out)
+    peers = [key for key in fns if not key.startswith("riemfl")]
+    times = {
+        "riemfl_numpy": timing[_key("numpy", ref)]["median_ms"],
+        "riemfl_torch": timing[_key("torch", ref)]["median_ms"],
+        **{key: timing[key]["median_ms"] for key in peers},
+    }
+    per_level = {
+        level: {
+            "numpy_ms": timing[_key("numpy", level)]["median_ms"],
+            "torch_ms": timing[_key("torch", level)]["median_ms"],
+            "timing": {b: timing[_key(b, level)] for b in ("numpy", "torch")},
+            # the same maps at every level: the outputs agree with the reference level's
+            "agreement_with_reference": {
+                "numpy": _rel_diff(ref_np, outputs[_key("numpy", level)]),
+                "torch": _rel_diff(ref_t, outputs[_key("torch", level)]),
+            },
+        }
+        for level in s.levels
+    }
+    return {
+        "times_ms": times,
+        "timing": {
+            "riemfl_numpy": timing[_key("numpy", ref)],
+            "riemfl_torch": timing[_key("torch", ref)],
+            **{key: timing[key] for key in peers},
+        },
+        "agreement": agreement,
+        "peer_caveats": caveats,
+        "levels": per_level,
+    }
 
 
-def _summarise_cell(
-    cell: dict[str, Any], batch: int, ratio_goal: float, speedup_goal: float
-) -> None:
-    """Add ratios, speed-up and goal verdicts to a cell record (in place)."""
+def _lib(key: str) -> str:
+    """The library of a peer's timing key ("pymanopt_loop" -> "pymanopt")."""
+    return key.split("_")[0]
+
+
+def _level_goal(
+    lv: dict[str, Any],
+    level: str,
+    bound: float | None,
+    peers: dict[str, float],
+    caveats: dict[str, dict[str, str]],
+) -> dict[str, Any]:
+    """The goal record of one level of one cell: the ratio it compares, its bound and verdict.
+
+    ``met`` is None where the goal does not apply (no peer, no geoopt method, a level without a
+    goal) or where every peer it compares with computes other mathematics (``excluded``; its
+    ratio against those peers is kept for reference).
+    """
+    rf_ms = min(lv["numpy_ms"], lv["torch_ms"])
+    if level == "deferred":
+        mine, others = lv["torch_ms"], {k: v for k, v in peers.items() if _lib(k) == "geoopt"}
+        absent = "geoopt has no such map"
+    else:
+        mine, others, absent = (lv["numpy_ms"] if level == "eager" else rf_ms), peers, "no peer"
+    goal: dict[str, Any] = {
+        "ratio_of": GOAL_RATIOS.get(level),
+        "max": bound,
+        "ratio": None,
+        "met": None,
+        "excluded": False,
+        "why_unchecked": None,
+    }
+    if bound is None:
+        goal["why_unchecked"] = f"no goal at level {level!r}"
+    if not others:
+        goal["why_unchecked"] = goal["why_unchecked"] or absent
+        return goal
+    comparable = {k: v for k, v in others.items() if _lib(k) not in caveats}
+    goal["ratio"] = mine / min((comparable or others).values())
+    if not comparable:
+        goal["excluded"] = True
+        kinds = sorted({caveats[_lib(k)]["kind"] for k in others})
+        goal["why_unchecked"] = "; ".join(kinds)
+    elif bound is not None:
+        goal["met"] = bool(goal["ratio"] <= bound)
+    return goal
+
+
+def _summarise_cell(cell: dict[str, Any], batch: int, s: Settings, speedup_goal: float) -> None:
+    """Add ratios, speed-up and goal verdicts (per level) to a cell record (in place)."""
     t = cell["times_ms"]
+    caveats = cell["peer_caveats"]
     rf_backend = min(("riemfl_numpy", "riemfl_torch"), key=lambda k: t[k])
     rf_ms = t[rf_backend]
     peers = {k: v for k, v in t.items() if not k.startswith("riemfl")}
@@ -591,15 +807,30 @@ def _summarise_cell(
     cell["ratio_numpy_vs_pymanopt"] = t["riemfl_numpy"] / min(pm_times) if pm_times else None
     cell["ratio_torch_vs_geoopt"] = t["riemfl_torch"] / min(go_times) if go_times else None
     loops = {k: v for k, v in peers.items() if k.endswith("_loop")}
-    cell["loop_peer"] = min(loops, key=loops.get) if loops else None
-    cell["loop_peer_ms"] = min(loops.values()) if loops else None
-    cell["speedup_vs_loop"] = cell["loop_peer_ms"] / rf_ms if loops else None
-    goals: dict[str, Any] = {"ratio_max": ratio_goal, "ratio_met": None}
-    if cell["ratio"] is not None:
-        goals["ratio_met"] = bool(cell["ratio"] <= ratio_goal)
+    fair_loops = {k: v for k, v in loops.items() if _lib(k) not in caveats}
+    pick = fair_loops or loops
+    cell["loop_peer"] = min(pick, key=pick.get) if pick else None
+    cell["loop_peer_ms"] = min(pick.values()) if pick else None
+    cell["speedup_vs_loop"] = cell["loop_peer_ms"] / rf_ms if pick else None
+    goals: dict[str, Any] = {}
     if batch > 1:
         goals["speedup_min"] = speedup_goal
-        goals["speedup_met"] = bool(cell["speedup_vs_loop"] >= speedup_goal) if loops else None
+        goals["speedup_met"] = None
+        goals["speedup_excluded"] = bool(loops) and not fair_loops
+        if fair_loops:
+            goals["speedup_met"] = bool(cell["speedup_vs_loop"] >= speedup_goal)
+    goals["levels"] = {}
+    for level, lv in cell["levels"].items():
+        rf_level = min(lv["numpy_ms"], lv["torch_ms"])
+        fastest = cell["fastest_peer_ms"]
+        lv["ratio"] = rf_level / fastest if peers else None
+        lv["ratio_numpy_vs_fastest_peer"] = lv["numpy_ms"] / fastest if peers else None
+        lv["ratio_numpy_vs_pymanopt"] = lv["numpy_ms"] / min(pm_times) if pm_times else None
+        lv["ratio_torch_vs_geoopt"] = lv["torch_ms"] / min(go_times) if go_times else None
+        if batch > 1:
+            lv["speedup_vs_loop"] = cell["loop_peer_ms"] / rf_level if pick else None
+        lv["goal"] = _level_goal(lv, level, s.level_goal(level, cell["first_size"]), peers, caveats)
+        goals["levels"][level] = lv["goal"]["met"]
     cell["goals"] = goals
 
 
@@ -611,7 +842,7 @@ class _Family:
     name: str
     manifold: Any
     size: str
-    size_class: str
+    first_size: int
     build: Callable[[int], list[Op]]
     speedup_goal: float
     extended: bool = False
@@ -620,13 +851,13 @@ class _Family:
 def _families(s: Settings) -> list[_Family]:
     """Every size of every family selected by ``s.manifolds`` (all when None)."""
     out: list[_Family] = []
-    for i, (n, p) in enumerate(s.stiefel_sizes):
+    for n, p in s.stiefel_sizes:
         out.append(
             _Family(
                 "Stiefel",
                 Stiefel(n, p),
                 f"{n}x{p}",
-                "small" if i == 0 else "large",
+                n,
                 lambda b, n=n, p=p: _stiefel_ops(n, p, b),
                 s.speedup_goal,
             )
@@ -636,7 +867,7 @@ def _families(s: Settings) -> list[_Family]:
             "Sphere",
             Sphere(s.sphere_n),
             f"n={s.sphere_n}",
-            "small",
+            s.sphere_n,
             lambda b: _sphere_ops(s.sphere_n, b),
             s.speedup_goal,
         )
@@ -646,7 +877,7 @@ def _families(s: Settings) -> list[_Family]:
             "Lorentz",
             Lorentz(s.lorentz_n),
             f"n={s.lorentz_n}",
-            "small",
+            s.lorentz_n,
             lambda b: _lorentz_ops(s.lorentz_n, b),
             s.speedup_goal,
         )
@@ -659,7 +890,7 @@ def _families(s: Settings) -> list[_Family]:
                     name,
                     CLASSES[name](*size),
                     "x".join(map(str, size)) if len(size) > 1 else f"n={size[0]}",
-                    "large" if size[0] >= s.large_from else "small",
+                    size[0],
                     lambda b, build=build, size=size: build(*size, b),
                     s.speedup_goal_new,
                     extended=True,
@@ -671,6 +902,14 @@ def _families(s: Settings) -> list[_Family]:
             raise ValueError(f"unknown manifolds {sorted(unknown)}; known: {list(FAMILY_NAMES)}")
         out = [f for f in out if f.name in s.manifolds]
     return out
+
+
+def _check_levels(levels: Sequence[str]) -> None:
+    unknown = [level for level in levels if level not in LEVELS]
+    if unknown or not levels or len(set(levels)) != len(levels):
+        raise ValueError(
+            f"levels {list(levels)}: expected distinct levels of {', '.join(LEVELS)}, at least one"
+        )
 
 
 def run_benchmark(
@@ -688,18 +927,26 @@ def run_benchmark(
     out : path or None
         Where to write the JSON results (parent folders are created); None writes nothing.
     settings : Settings, optional
-        Full control over sizes and timing budget.
+        Full control over sizes, check levels and timing budget.
     verbose : bool
         Print one progress line per cell to stderr.
 
     Returns
     -------
     dict
-        ``{"machine": ..., "settings": ..., "cells": [...], "summary": ...}``; each cell has the
-        median times in milliseconds (``times_ms``), the ratios, the batch-64 speed-up, the goal
-        verdicts and the agreement of every peer's output with riemfl's.
+        ``{"machine": ..., "settings": ..., "cells": [...], "summary": ..., "total_s": ...}``.
+        Each cell has the median times in milliseconds at the reference level (``times_ms``:
+        ``riemfl_numpy``, ``riemfl_torch`` and every peer variant), the ratios and the batch-64
+        speed-up at that level, ``levels`` (per check level: riemfl's ``numpy_ms`` and
+        ``torch_ms``, their timing records, the ratios, ``speedup_vs_loop`` at batch 64, the
+        agreement of the outputs with the reference level's and ``goal``: ``ratio_of``,
+        ``ratio``, ``max``, ``met``, ``excluded``, ``why_unchecked``), ``goals`` (the batch
+        speed-up's and ``levels``: level -> met, None where unchecked), ``peer_caveats``
+        (library -> ``kind`` and ``note`` where a peer computes other mathematics or returns
+        its argument) and the agreement of every peer's output with riemfl's.
     """
     s = settings if settings is not None else (Settings.quick() if quick else Settings())
+    _check_levels(s.levels)
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
     rng = np.random.default_rng(s.seed)
@@ -713,8 +960,8 @@ def run_benchmark(
             **allocator,
         )  # before the run: the load average is of others
         for fam in _families(s):
-            family, size, size_class = fam.name, fam.size, fam.size_class
-            ratio_goal = s.ratio_goal_small if size_class == "small" else s.ratio_goal_large
+            family, size = fam.name, fam.size
+            size_class = "large" if fam.first_size >= s.large_from else "small"
             for batch in s.batches:
                 data = _make_data(fam.manifold, batch, s, rng, fam.extended)
                 for op in fam.build(batch):
@@ -722,6 +969,7 @@ def run_benchmark(
                     cell: dict[str, Any] = {
                         "manifold": family,
                         "size": size,
+                        "first_size": fam.first_size,
                         "size_class": size_class,
                         "batch": batch,
                         "op": op.name,
@@ -730,7 +978,7 @@ def run_benchmark(
                         "note": op.note,
                     }
                     cell.update(_run_cell(op, data, batch, s))
-                    _summarise_cell(cell, batch, ratio_goal, fam.speedup_goal)
+                    _summarise_cell(cell, batch, s, fam.speedup_goal)
                     cell["wall_s"] = time.perf_counter() - t0
                     cells.append(cell)
                     if verbose:
@@ -743,17 +991,20 @@ def run_benchmark(
         "machine": machine,
         "settings": {
             **asdict(s),
+            "reference_level": s.reference_level,
             "sphere_note": f"Sphere(n) with n = {s.sphere_n}: unit vectors in R^{s.sphere_n}",
             "lorentz_note": f"Lorentz(n) with n = {s.lorentz_n}: points in R^{s.lorentz_n + 1}",
             "dtype": "float64",
             "ratio_definition": "fastest riemfl backend / fastest peer variant (loop or batched)",
+            "level_goal_ratios": {lv: GOAL_RATIOS.get(lv) for lv in s.levels},
+            "deferred_boundary": "one riemfl.raise_deferred() per timing sample, inside the clock",
             "speedup_definition": (
                 "Python loop of single-point calls of the fastest peer / "
-                "fastest riemfl batched call"
+                "fastest riemfl batched call (reference level)"
             ),
         },
         "cells": cells,
-        "summary": _summary(cells),
+        "summary": _summary(cells, s.levels),
         "total_s": time.perf_counter() - started,
     }
     if out is not None:
@@ -767,8 +1018,7 @@ def _cell_id(c: dict[str, Any]) -> str:
     return f"{c['manifold']} {c['size']} b={c['batch']} {c['op']}"
 
 
-def _summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    ratio_cells = [c for c in cells if c["goals"]["ratio_met"] is not None]
+def _summary(cells: list[dict[str, Any]], levels: Sequence[str]) -> dict[str, Any]:
     speed_cells = [c for c in cells if c["goals"].get("speedup_met") is not None]
     disagree = [
         f"{_cell_id(c)} vs {k}: {v:.1e}"
@@ -776,17 +1026,46 @@ def _summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in c["agreement"].items()
         if not v <= 1e-6
     ]
+    disagree += [
+        f"{_cell_id(c)} riemfl_{b} at {level} vs the reference level: {v:.1e}"
+        for c in cells
+        for level, lv in c["levels"].items()
+        for b, v in lv["agreement_with_reference"].items()
+        if not v <= 1e-6
+    ]
+    per_level: dict[str, Any] = {}
+    for level in levels:
+        checked = [c for c in cells if c["levels"][level]["goal"]["met"] is not None]
+        by_family: dict[str, dict[str, int]] = {}
+        for c in checked:
+            fam = by_family.setdefault(c["manifold"], {"checked": 0, "met": 0})
+            fam["checked"] += 1
+            fam["met"] += c["levels"][level]["goal"]["met"]
+        per_level[level] = {
+            "ratio_of": GOAL_RATIOS.get(level),
+            "checked": len(checked),
+            "met": sum(c["levels"][level]["goal"]["met"] for c in checked),
+            "missed": [_cell_id(c) for c in checked if not c["levels"][level]["goal"]["met"]],
+            "excluded": sum(c["levels"][level]["goal"]["excluded"] for c in cells),
+            "by_family": by_family,
+        }
     return {
-        "ratio_goal": {
-            "checked": len(ratio_cells),
-            "met": sum(c["goals"]["ratio_met"] for c in ratio_cells),
-            "missed": [_cell_id(c) for c in ratio_cells if not c["goals"]["ratio_met"]],
-        },
+        "levels": per_level,
         "speedup_goal": {
             "checked": len(speed_cells),
             "met": sum(c["goals"]["speedup_met"] for c in speed_cells),
             "missed": [_cell_id(c) for c in speed_cells if not c["goals"]["speedup_met"]],
+            "excluded": sum(bool(c["goals"].get("speedup_excluded")) for c in cells),
         },
+        "peer_caveats": [
+            {
+                "cell": _cell_id(c),
+                "peers": c["peer_caveats"],
+                "ratios": {level: lv["goal"]["ratio"] for level, lv in c["levels"].items()},
+            }
+            for c in cells
+            if c["peer_caveats"]
+        ],
         "no_peer": [_cell_id(c) for c in cells if c["ratio"] is None],
         "disagreements": disagree,
     }
@@ -809,22 +1088,40 @@ def _peer_col(t: dict[str, float], lib: str) -> str:
     return f"{_fmt_ms(variants[best])} {'B' if best.endswith('_batched') else 'L'}"
 
 
+def _level_col(goal: dict[str, Any]) -> str:
+    """A level's goal ratio: ``!`` where missed, in parentheses where excluded, - without."""
+    r = goal["ratio"]
+    if r is None:
+        return "-"
+    text = f"{r:.2f}"
+    if goal["excluded"]:
+        return f"({text})"
+    return text + "!" if goal["met"] is False else text
+
+
 def _goal_col(c: dict[str, Any]) -> str:
     g = c["goals"]
-    misses = []
-    if g["ratio_met"] is False:
-        misses.append("ratio")
+    misses = [level for level, met in g["levels"].items() if met is False]
     if g.get("speedup_met") is False:
         misses.append("speedup")
     if misses:
-        return "NO: " + "+".join(misses)
-    if g["ratio_met"] is None and g.get("speedup_met") is None:
-        return "n/a"
-    return "yes"
+        return "NO: " + ",".join(misses)
+    if any(met for met in g["levels"].values()) or g.get("speedup_met"):
+        return "yes"
+    if c["peer_caveats"]:
+        return "excluded"
+    return "n/a"
+
+
+def _caveat_col(c: dict[str, Any]) -> str:
+    short = {OTHER_MATH: "other math", RETURNS_ARGUMENT: "returns arg"}
+    return ", ".join(f"{lib}: {short[v['kind']]}" for lib, v in c["peer_caveats"].items())
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """The results as one fixed-width text table (median milliseconds per call)."""
+    """The results as one fixed-width text table (median milliseconds per call; one ratio column
+    per check level: the ratio its goal compares, ``!`` where the goal is missed)."""
+    levels = result["settings"]["levels"]
     head = (
         "manifold",
         "size",
@@ -834,9 +1131,10 @@ def format_table(result: dict[str, Any]) -> str:
         "riemfl-torch ms",
         "pymanopt ms",
         "geoopt ms",
-        "ratio",
+        *levels,
         "speedup",
         "goal met?",
+        "peer caveat",
     )
     rows = []
     for c in result["cells"]:
@@ -851,13 +1149,14 @@ def format_table(result: dict[str, Any]) -> str:
                 _fmt_ms(t["riemfl_torch"]),
                 _peer_col(t, "pymanopt"),
                 _peer_col(t, "geoopt"),
-                "no peer" if c["ratio"] is None else f"{c['ratio']:.2f}",
+                *(_level_col(c["levels"][level]["goal"]) for level in levels),
                 "-" if c["speedup_vs_loop"] is None else f"{c['speedup_vs_loop']:.1f}x",
                 _goal_col(c),
+                _caveat_col(c),
             )
         )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    left = {0, 1, 3, 10}
+    left = {0, 1, 3, len(head) - 2, len(head) - 1}
 
     def line(r: Sequence[str]) -> str:
         return "  ".join(
@@ -876,34 +1175,78 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _grouped(ids: Sequence[str]) -> list[str]:
+    """Cell ids ("Family size b=B op") as one line per family and size."""
+    groups: dict[str, list[str]] = {}
+    for cid in ids:
+        family, size, rest = cid.split(" ", 2)
+        groups.setdefault(f"{family} {size}", []).append(rest)
+    return [f"{k}: {', '.join(v)}" for k, v in groups.items()]
+
+
+def _level_rule(s: dict[str, Any], level: str) -> str:
+    if level == "eager":
+        return (
+            f"<= {s['eager_goal_large']} where the first size parameter >= {s['large_from']}, "
+            f"<= {s['eager_goal_small']} below"
+        )
+    if level == "deferred":
+        return f"<= {s['deferred_goal']} where geoopt has the map"
+    if level == "off":
+        return f"<= {s['off_goal']} everywhere"
+    return "no goal"
+
+
 def format_summary(result: dict[str, Any]) -> str:
-    """Goals met and missed, plus any peer output that disagrees with riemfl's."""
+    """Goals met and missed per check level and family, the batched speed-up goal, the cells
+    whose peer computes other mathematics, and any output that disagrees."""
     s = result["settings"]
     summ = result["summary"]
-    r, sp = summ["ratio_goal"], summ["speedup_goal"]
-    lines = [
-        f"ratio goal (<= {s['ratio_goal_small']} at the small sizes, <= {s['ratio_goal_large']} "
-        f"at the large ones: the two larger Stiefel sizes, n >= {s['large_from']} elsewhere): "
-        f"met in {r['met']}/{r['checked']} cells with a peer",
-    ]
-    lines += [f"  missed: {m}" for m in r["missed"]]
+    lines = []
+    for level, lv in summ["levels"].items():
+        lines.append(
+            f"{level}: {lv['ratio_of'] or 'fastest riemfl backend / fastest peer'} "
+            f"{_level_rule(s, level)}: met in {lv['met']}/{lv['checked']} cells"
+            + (f" ({lv['excluded']} excluded: peer caveat)" if lv["excluded"] else "")
+        )
+        if lv["by_family"]:
+            fams = ", ".join(f"{k} {v['met']}/{v['checked']}" for k, v in lv["by_family"].items())
+            lines.append(f"  by family: {fams}")
+        lines += [f"  missed, {g}" for g in _grouped(lv["missed"])]
+    sp = summ["speedup_goal"]
     lines.append(
-        f"batched speed-up goal (over a Python loop of the fastest peer: >= {s['speedup_goal']}x "
-        f"for Stiefel, Sphere and Lorentz, >= {s['speedup_goal_new']}x for the other families): "
-        f"met in {sp['met']}/{sp['checked']} cells"
+        f"batched speed-up goal (at {s['reference_level']}, over a Python loop of the fastest "
+        f"peer: >= {s['speedup_goal']}x for Stiefel, Sphere and Lorentz, >= "
+        f"{s['speedup_goal_new']}x for the other families): met in {sp['met']}/{sp['checked']} "
+        "cells" + (f" ({sp['excluded']} excluded: peer caveat)" if sp["excluded"] else "")
     )
-    lines += [f"  missed: {m}" for m in sp["missed"]]
+    lines += [f"  missed, {g}" for g in _grouped(sp["missed"])]
+    if summ["peer_caveats"]:
+        lines.append(
+            f"reported apart from the goals ({len(summ['peer_caveats'])} cells; their ratios per "
+            "level in parentheses in the table):"
+        )
+        for item in summ["peer_caveats"]:
+            for note in item["peers"].values():
+                lines.append(f"  {item['cell']}: {note['note']}")
     lines.append(f"no peer (riemfl timed only): {len(summ['no_peer'])} cells")
     if summ["disagreements"]:
-        lines.append("peer outputs differing from riemfl's by more than 1e-6 (relative):")
+        lines.append("outputs differing from riemfl's by more than 1e-6 (relative):")
         lines += [f"  {d}" for d in summ["disagreements"]]
     else:
-        lines.append("every peer output agrees with riemfl's to 1e-6 (relative)")
+        lines.append(
+            "every peer output agrees with riemfl's, and riemfl's at every level with its "
+            "output at the reference level, to 1e-6 (relative)"
+        )
     return "\n".join(lines)
 
 
 def _header(result: dict[str, Any]) -> str:
     m, s = result["machine"], result["settings"]
+    level_cols = "; ".join(
+        f"{lv}: {GOAL_RATIOS.get(lv) or 'fastest riemfl backend / fastest peer'}"
+        for lv in s["levels"]
+    )
     return "\n".join(
         [
             f"riemfl {m['riemfl']} vs pymanopt {m['pymanopt']} / geoopt {m['geoopt']}; "
@@ -912,11 +1255,14 @@ def _header(result: dict[str, Any]) -> str:
             f"torch threads {m['torch_threads']}, BLAS threads {m['blas_threads']}",
             f"float64; {s['sphere_note']}; {s['lorentz_note']}; tangent norm "
             f"{s['tangent_norm']}, y = retract(x, u)",
-            "median ms per call. batch 1: one point, no batch axis. batch 64: riemfl one "
-            "call; peer column = its fastest variant, L = Python loop of 64 calls, B = its own "
-            "batched call",
-            "ratio = fastest riemfl backend / fastest peer; speedup = loop over the fastest peer "
-            "/ fastest riemfl batched call",
+            f"median ms per call (riemfl at check level {s['reference_level']!r}). batch 1: one "
+            "point, no batch axis. batch 64: riemfl one call; peer column = its fastest variant, "
+            "L = Python loop of 64 calls, B = its own batched call",
+            f"check-level columns (riemfl under riemfl.checks(level); deferred: one "
+            f"raise_deferred() per sample): {level_cols}; ! = goal missed, (...) = peer caveat, "
+            "not counted",
+            f"speedup = loop over the fastest peer / fastest riemfl batched call "
+            f"({s['reference_level']})",
         ]
     )
 
@@ -928,7 +1274,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ----------
     argv : sequence of str, optional
         Arguments (default: ``sys.argv[1:]``): ``--quick``, ``--out PATH``, ``--budget S``,
-        ``--verbose``, ``--manifolds A,B`` (families of ``FAMILY_NAMES``).
+        ``--max-repeats N``, ``--verbose``, ``--manifolds A,B`` (families of
+        ``FAMILY_NAMES``), ``--levels L1,L2`` (check levels, default ``eager,deferred,off``).
 
     Returns
     -------
@@ -941,18 +1288,34 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--budget", type=float, default=None, help="seconds of repeats per measurement"
     )
+    parser.add_argument(
+        "--max-repeats", type=int, default=None, help="most timing samples per measurement"
+    )
     parser.add_argument("--verbose", action="store_true", help="progress per cell on stderr")
     parser.add_argument(
         "--manifolds",
         default=None,
         help=f"comma-separated families to run (default all: {','.join(FAMILY_NAMES)})",
     )
+    parser.add_argument(
+        "--levels",
+        default=",".join(DEFAULT_LEVELS),
+        help=f"comma-separated check levels to time riemfl at, of {', '.join(LEVELS)} "
+        f"(default {','.join(DEFAULT_LEVELS)})",
+    )
     args = parser.parse_args(argv)
     settings = Settings.quick() if args.quick else Settings()
     if args.manifolds is not None:
         settings.manifolds = [m.strip() for m in args.manifolds.split(",") if m.strip()]
+    settings.levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
+    try:
+        _check_levels(settings.levels)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.budget is not None:
         settings.budget_s = args.budget
+    if args.max_repeats is not None:
+        settings.max_repeats = args.max_repeats
     result = run_benchmark(out=args.out, settings=settings, verbose=args.verbose)
     print(_header(result))
     print()

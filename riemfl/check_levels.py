@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .backend import ops_for
-from .errors import ParameterError
+from .errors import NonFiniteError, ParameterError
 
 __all__ = [
     "LEVELS",
@@ -72,6 +72,7 @@ __all__ = [
     "refuse",
     "refuse_nonfinite",
     "record",
+    "append_pending",
 ]
 
 #: The settings :func:`checks` accepts.
@@ -182,7 +183,7 @@ def refuse(bad: Any, error: type[Exception], message: Callable[..., str], *args:
         if bad.any():
             raise error(message(*args))
     elif level == "deferred":
-        record(bad, _raise_message, (error, message, args))
+        record(bad, _raise_message, (error, message, args), error, _check_name(message))
 
 
 def refuse_nonfinite(
@@ -199,38 +200,71 @@ def refuse_nonfinite(
         if not ops_for(a).all_finite(a):
             raise error(message(*args))
     elif level == "deferred" and 0 not in a.shape:
-        record(largest_entries((a,)), _raise_message, (error, message, args))
+        record(
+            largest_entries((a,)),
+            _raise_message,
+            (error, message, args),
+            error,
+            _check_name(message),
+        )
 
 
 def _raise_message(error: type[Exception], message: Callable[..., str], args: tuple) -> None:
     raise error(message(*args))
 
 
-def record(verdict: Any, diagnose: Callable[..., None], arguments: tuple) -> None:
+def record(
+    verdict: Any,
+    diagnose: Callable[..., None],
+    arguments: tuple,
+    error: type[Exception] = NonFiniteError,
+    context: str = "a deferred check",
+) -> None:
     """Record a deferred check, read at the boundary.
 
     ``verdict``: booleans (the check failed where one is True) or floats (it failed where one
     is not finite), any shape. Where it failed, ``diagnose(*arguments)`` raises the typed error;
     a diagnosis that returns finds no violation after all, and the next failed check is
     diagnosed.
+
+    Inside a function that ``torch.compile`` traces, the check becomes an operator of the graph
+    (:mod:`riemfl.check_levels_torch`): only the verdict is kept, and the boundary raises
+    ``error`` naming ``context`` (the map or the check) without the values of eager mode's
+    message.
     """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling():
+        from .check_levels_torch import record_deferred
+
+        record_deferred(verdict, error.__name__, context)
+        return
     if len(_pending) >= MAX_PENDING:
-        torch = sys.modules.get("torch")
-        if torch is None or not torch.compiler.is_compiling():
-            raise_deferred()
+        raise_deferred()
+    append_pending(verdict, diagnose, arguments)
+
+
+def append_pending(verdict: Any, diagnose: Callable[..., None], arguments: tuple) -> None:
+    """Append a check to the pending ones (no bound: :func:`record` keeps it)."""
     _pending.append((verdict, diagnose, arguments))
+
+
+def _check_name(message: Callable[..., str]) -> str:
+    """Words naming a check by its message function, for an error raised without values."""
+    return f"the check {getattr(message, '__qualname__', 'of a map')}"  # (dynamo: no str methods)
 
 
 def largest_entries(arrays: tuple) -> Any:
     r"""The verdict of a map call: :math:`\max_j |a_j|` of each array, as one vector.
 
     NaN where an array holds a NaN, inf where it holds an infinity, finite otherwise (no sum
-    that finite entries could overflow). One fused reduction and one stack for torch tensors,
-    on their device and without a read.
+    that finite entries could overflow). One fused reduction and one stack for torch tensors
+    (one reduction for a single tensor), on their device and without a read.
     """
     first = arrays[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(first, torch.Tensor):
+        if len(arrays) == 1:
+            return torch.linalg.vector_norm(first, float("inf"))
         return torch.stack(torch._foreach_norm(list(arrays), float("inf")))
     return np.array([np.max(np.abs(a)) for a in arrays])
 

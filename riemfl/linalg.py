@@ -10,7 +10,7 @@ retraction, whose Gram matrix is the identity).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from .check_levels import level_of, refuse, refuse_nonfinite
 from .errors import CutLocusError, NonFiniteError, ProjectionError
 
 __all__ = [
+    "signed_svd",
+    "generic_divided_differences",
     "sym",
     "skew",
     "spd_inv_sqrt",
@@ -125,7 +127,7 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
 
     if a.shape[-1] == 0 or a.shape[-2] < a.shape[-1] or a.numel() == 0 or level_of(a) != "eager":
         # (deferred and unchecked calls take the SVD everywhere: no branch on a value)
-        out, s = _torch_polar()(a)
+        out, s = _torch_polar(a)
         if check_rank and a.numel():
             _check_polar_rank(ops, a, s, what)
         return out
@@ -140,10 +142,10 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
         good = lam[..., 0] > _GRAM_CONDITION * lam[..., -1]
         good_all = bool(good.all())
     if good_all:
-        return _torch_polar_eigh()(a, v.to(a.dtype), lam.to(a.dtype))
+        return _torch_polar_eigh(a, v.to(a.dtype), lam.to(a.dtype))
     batch = tuple(a.shape[:-2])
     if good is None or not bool(good.any()):
-        out, s = _torch_polar()(a)
+        out, s = _torch_polar(a)
         if check_rank:
             _check_polar_rank(ops, a, s, what)
         return out
@@ -154,10 +156,10 @@ def _torch_polar_dispatch(ops, a, check_rank: bool, what: str):
     idx_bad = torch.nonzero(~good_flat).reshape(-1)
     lam_flat = lam.reshape((-1, lam.shape[-1]))
     v_flat = v.reshape((-1,) + tuple(v.shape[-2:]))
-    q_good = _torch_polar_eigh()(
+    q_good = _torch_polar_eigh(
         flat[idx_good], v_flat[idx_good].to(a.dtype), lam_flat[idx_good].to(a.dtype)
     )
-    q_bad, s_bad = _torch_polar()(flat[idx_bad])
+    q_bad, s_bad = _torch_polar(flat[idx_bad])
     if check_rank:
         s_all = torch.ones(lam_flat.shape, dtype=s_bad.dtype)
         s_all[idx_bad.cpu()] = s_bad.detach().cpu()
@@ -193,25 +195,7 @@ def _polar_rank_message(s: Array, tol: float, what: str) -> str:
     )
 
 
-def _polar_backward(grad, u, s, v):
-    r"""Adjoint of the polar factor's derivative at :math:`A = U\Sigma V^\top` (any order of s,
-    signed values too). The diagonal of :math:`K - K^\top` is 0 and is not divided (a zero
-    singular value of a square A leaves it finite); for square A, :math:`I - UU^\top = 0` and
-    the second term is left out."""
-    import torch
-
-    vh = v.transpose(-1, -2)
-    k = u.transpose(-1, -2) @ grad @ v
-    pair = s[..., :, None] + s[..., None, :]
-    diagonal = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
-    inner = (k - k.transpose(-1, -2)) / torch.where(diagonal, torch.ones_like(pair), pair)
-    if u.shape[-2] == u.shape[-1]:
-        return u @ inner @ vh
-    rest = grad - u @ (u.transpose(-1, -2) @ grad)
-    return u @ inner @ vh + (rest @ (v / s[..., None, :])) @ vh
-
-
-def _signed_svd(a):
+def signed_svd(a: Array) -> tuple[Array, Array, Array]:
     r""":math:`A = U\Sigma' V^\top` of square matrices with :math:`\det U \det V = 1`: the last
     singular vector of U and the last singular value change sign where the plain SVD has
     :math:`\det(UV^\top) = -1` (so :math:`\sigma'_n < 0` exactly where :math:`\det A < 0`)."""
@@ -228,52 +212,19 @@ def _signed_svd(a):
     return u * signs[..., None, :], s * signs, vh
 
 
-@cache
-def _torch_polar(signed: bool = False):
-    import torch
+def _torch_polar(a, signed: bool = False):
+    """The torch polar factor and singular values (:class:`~riemfl.linalg_torch.Polar`)."""
+    from .linalg_torch import Polar
 
-    class Polar(torch.autograd.Function):
-        """U V^T from the thin SVD (the signed SVD for the special polar factor), with the
-        polar factor's own derivative as backward."""
-
-        @staticmethod
-        def forward(ctx, a):
-            u, s, vh = _signed_svd(a) if signed else torch.linalg.svd(a, full_matrices=False)
-            ctx.save_for_backward(u, s, vh)
-            ctx.mark_non_differentiable(s)
-            return u @ vh, s
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad, _grad_s):
-            u, s, vh = ctx.saved_tensors
-            return _polar_backward(grad, u, s, vh.transpose(-1, -2))
-
-    return Polar.apply
+    return Polar.apply(a, signed)
 
 
-@cache
-def _torch_polar_eigh():
-    import torch
+def _torch_polar_eigh(a, v, lam):
+    """The torch polar factor from the Gram eigenpairs
+    (:class:`~riemfl.linalg_torch.PolarEigh`)."""
+    from .linalg_torch import PolarEigh
 
-    class PolarEigh(torch.autograd.Function):
-        """A V diag(lam^-1/2) V^T from the Gram eigenpairs (computed by the caller without
-        grad), with the polar factor's own derivative as backward (U = Q V)."""
-
-        @staticmethod
-        def forward(ctx, a, v, lam):
-            s = torch.sqrt(lam)
-            q = a @ ((v / s[..., None, :]) @ v.transpose(-1, -2))
-            ctx.save_for_backward(q, s, v)
-            return q
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad):
-            q, s, v = ctx.saved_tensors
-            return _polar_backward(grad, q @ v, s, v), None, None
-
-    return PolarEigh.apply
+    return PolarEigh.apply(a, v, lam)
 
 
 def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") -> Array:
@@ -298,25 +249,28 @@ def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") 
     \Sigma'\Omega)V^\top`, finite wherever the factor is unique.
     """
     if is_torch(a):
-        q, s = _torch_polar(signed=True)(a)
+        q, s = _torch_polar(a, signed=True)
     else:
-        u, s, vh = _signed_svd(a)
+        u, s, vh = signed_svd(a)
         q = u @ vh
-    values = to_numpy(s).astype(np.float64)
     tol = a.shape[-1] * ops_for(a).eps(a) if rtol is None else rtol
-    pair = values[..., -2] + values[..., -1]
-    low = pair <= tol * values[..., 0]
-    if np.any(low):
-        i, where = _first_where(low)
-        raise ProjectionError(
-            f"the nearest rotation to the {what} is not unique: the sum of its two smallest "
-            f"signed singular values (the last one negative where det < 0) is "
-            f"{float(pair[i]):.3e}, not above {tol:.1e} * sigma_1 = "
-            f"{tol * float(values[i][0]):.3e}{where}: its rank is at most n - 2, or its "
-            f"determinant is negative and its smallest singular value repeated. Expected "
-            f"sigma'_(n-1) + sigma'_n > 0"
-        )
+    low = s[..., -2] + s[..., -1] <= tol * s[..., 0]
+    refuse(low, ProjectionError, _special_polar_message, s, tol, what)
     return q
+
+
+def _special_polar_message(s: Array, tol: float, what: str) -> str:
+    values = to_numpy(s).astype(np.float64)
+    pair = values[..., -2] + values[..., -1]
+    i, where = _first_where(pair <= tol * values[..., 0])
+    return (
+        f"the nearest rotation to the {what} is not unique: the sum of its two smallest "
+        f"signed singular values (the last one negative where det < 0) is "
+        f"{float(pair[i]):.3e}, not above {tol:.1e} * sigma_1 = "
+        f"{tol * float(values[i][0]):.3e}{where}: its rank is at most n - 2, or its "
+        f"determinant is negative and its smallest singular value repeated. Expected "
+        f"sigma'_(n-1) + sigma'_n > 0"
+    )
 
 
 def require_finite(a: Array, what: str) -> None:
@@ -451,45 +405,20 @@ def solve_lyapunov(m: Array, c: Array) -> Array:
     return ops.reshape(sol, batch + (p, p))
 
 
-def _generic_divided_differences(df):
-    r"""First divided differences :math:`f^{[1]}(\lambda_i, \lambda_j)` from f and f'."""
-
-    def weights(lam, f_lam):
-        ops = ops_for(lam)
-        li = lam[..., :, None]
-        lj = lam[..., None, :]
-        diff = li - lj
-        scale = ops.maximum(ops.maximum(ops.abs(li), ops.abs(lj)), 1.0)
-        close = ops.abs(diff) <= 1e-6 * scale
-        safe = ops.where(close, ops.ones_like(diff), diff)
-        quotient = (f_lam[..., :, None] - f_lam[..., None, :]) / safe
-        return ops.where(close, df(0.5 * (li + lj)), quotient)
-
-    return weights
-
-
-@cache
-def _torch_sym_function(f, divided_differences):
-    import torch
-
-    class SymFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, g):
-            lam, v = torch.linalg.eigh(g)
-            f_lam = f(lam)
-            ctx.save_for_backward(v, lam, f_lam)
-            ctx.mark_non_differentiable(lam)
-            return (v * f_lam.unsqueeze(-2)) @ v.transpose(-1, -2), lam
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad_out, _grad_lam):
-            v, lam, f_lam = ctx.saved_tensors
-            gs = 0.5 * (grad_out + grad_out.transpose(-1, -2))
-            inner = v.transpose(-1, -2) @ gs @ v
-            return v @ (inner * divided_differences(lam, f_lam)) @ v.transpose(-1, -2)
-
-    return SymFunction.apply
+def generic_divided_differences(lam: Array, f_lam: Array, df: Callable[[Array], Array]) -> Array:
+    r"""First divided differences :math:`f^{[1]}(\lambda_i, \lambda_j) = (f(\lambda_i) -
+    f(\lambda_j)) / (\lambda_i - \lambda_j)`, and :math:`f'` at the mean where
+    :math:`|\lambda_i - \lambda_j| \le 10^{-6}\max(|\lambda_i|, |\lambda_j|, 1)`, from the
+    eigenvalues ``lam``, ``f_lam`` :math:`= f(\lambda)` and ``df`` :math:`= f'`."""
+    ops = ops_for(lam)
+    li = lam[..., :, None]
+    lj = lam[..., None, :]
+    diff = li - lj
+    scale = ops.maximum(ops.maximum(ops.abs(li), ops.abs(lj)), 1.0)
+    close = ops.abs(diff) <= 1e-6 * scale
+    safe = ops.where(close, ops.ones_like(diff), diff)
+    quotient = (f_lam[..., :, None] - f_lam[..., None, :]) / safe
+    return ops.where(close, df(0.5 * (li + lj)), quotient)
 
 
 def sym_function(
@@ -513,48 +442,13 @@ def sym_function(
     """
     require_finite(g, "symmetric matrix of a matrix function")
     if is_torch(g):
-        weights = divided_differences or _cached_divided_differences(df)
-        out, lam = _torch_sym_function(f, weights)(g)
+        from .linalg_torch import SymFunction
+
+        out, lam = SymFunction.apply(g, f, df, divided_differences)
     else:
         lam, v = np.linalg.eigh(g)
         out = (v * f(lam)[..., None, :]) @ np.swapaxes(v, -1, -2)
     return (out, lam) if eigenvalues else out
-
-
-@cache
-def _cached_divided_differences(df):
-    return _generic_divided_differences(df)
-
-
-@cache
-def _torch_daleckii_krein(weights, weight_differences):
-    import torch
-
-    class DaleckiiKrein(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, g, e):
-            lam, v = torch.linalg.eigh(g)
-            w = weights(lam)
-            et = v.transpose(-1, -2) @ e @ v
-            ctx.save_for_backward(v, lam, w, et)
-            return v @ (w * et) @ v.transpose(-1, -2)
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad):
-            v, lam, w, et = ctx.saved_tensors
-            gt = v.transpose(-1, -2) @ grad @ v
-            grad_g = grad_e = None
-            if ctx.needs_input_grad[1]:
-                grad_e = v @ (w * gt) @ v.transpose(-1, -2)
-            if ctx.needs_input_grad[0]:
-                omega = weight_differences(lam)
-                h = torch.einsum("...abj,...aj,...bj->...ab", omega, gt, et)
-                h = h + torch.einsum("...abj,...ja,...jb->...ab", omega, et, gt)
-                grad_g = v @ (0.5 * (h + h.transpose(-1, -2))) @ v.transpose(-1, -2)
-            return grad_g, grad_e
-
-    return DaleckiiKrein.apply
 
 
 def daleckii_krein(
@@ -592,7 +486,9 @@ def daleckii_krein(
     """
     require_finite(g, "symmetric matrix of a Daleckii-Krein map")
     if is_torch(g) or is_torch(e):
-        return _torch_daleckii_krein(weights, weight_differences)(g, e)
+        from .linalg_torch import DaleckiiKrein
+
+        return DaleckiiKrein.apply(g, e, weights, weight_differences)
     lam, v = np.linalg.eigh(g)
     vt = np.swapaxes(v, -1, -2)
     return v @ (weights(lam) * (vt @ e @ v)) @ vt

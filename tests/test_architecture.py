@@ -17,15 +17,29 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDATION = {"errors", "tuning", "progress"}
-CORE = FOUNDATION | {"backend", "check_levels", "linalg", "extras"}
+CORE = FOUNDATION | {
+    "backend",
+    "check_levels",
+    "check_levels_torch",
+    "linalg",
+    "linalg_torch",
+    "extras",
+}
 #: top-level module or package of riemfl -> what of riemfl it may import
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "tuning": set(),
     "progress": set(),
     "backend": {"errors"},
-    "check_levels": {"backend", "errors"},
-    "linalg": {"backend", "check_levels", "errors"},
+    "check_levels": {"backend", "check_levels_torch", "errors"},  # (imported while compiling)
+    "check_levels_torch": {"check_levels", "errors"},
+    "linalg": {
+        "backend",
+        "check_levels",
+        "errors",
+        "linalg_torch",
+    },  # (imported where torch is used)
+    "linalg_torch": {"linalg"},
     "extras": {"errors"},
     "manifolds": CORE,
     "problems": CORE | {"manifolds"},

@@ -1,7 +1,9 @@
 """Smoke test of ``benchmarks/bench_manifolds.py``: the quick run has the full structure.
 
-No wall-clock assertions: only that every cell is present, every time is positive and finite, the
-ratios follow from the times and the peers compute the same maps as riemfl.
+No wall-clock assertions: only that every cell is present, every time (at every check level) is
+positive and finite, the ratios and goal verdicts follow from the times, the cells whose peer
+computes other mathematics are kept apart from the goals, and the peers compute the same maps as
+riemfl.
 """
 
 from __future__ import annotations
@@ -72,6 +74,46 @@ NO_PEER = {
     ("Sphere", "inverse_retract"),
     ("Lorentz", "project (exact)"),
 }
+#: cells reported apart from the goals: (family, op) -> (peer, kind)
+CAVEATS = {
+    ("SPD", "transport"): ("pymanopt", "peer returns its argument"),
+    ("Symmetric", "transport"): ("pymanopt", "peer returns its argument"),
+    ("SkewSymmetric", "transport"): ("pymanopt", "peer returns its argument"),
+    ("PSDFixedRank", "retract"): ("pymanopt", "peer computes other mathematics"),
+    ("PSDFixedRank", "exp"): ("pymanopt", "peer computes other mathematics"),
+}
+LEVELS = ["eager", "deferred", "off"]
+
+
+def check_level_goals(c, s):
+    """Each level's ratio and verdict follow from its times and the peers' (caveats apart)."""
+    peers = {k: v for k, v in c["times_ms"].items() if not k.startswith("riemfl")}
+    fair = {k: v for k, v in peers.items() if k.split("_")[0] not in c["peer_caveats"]}
+    assert set(c["levels"]) == set(s["levels"])
+    assert set(c["goals"]["levels"]) == set(s["levels"])
+    for level, lv in c["levels"].items():
+        np_ms, pt_ms = lv["numpy_ms"], lv["torch_ms"]
+        assert math.isfinite(np_ms) and np_ms > 0 and math.isfinite(pt_ms) and pt_ms > 0
+        assert all(v <= 1e-6 for v in lv["agreement_with_reference"].values()), lv
+        goal = lv["goal"]
+        assert c["goals"]["levels"][level] == goal["met"]
+        if level == "deferred":
+            mine, others = pt_ms, {k: v for k, v in fair.items() if k.startswith("geoopt")}
+            seen = any(k.startswith("geoopt") for k in peers)
+        else:
+            mine, others, seen = (np_ms if level == "eager" else min(np_ms, pt_ms)), fair, peers
+        if level == "eager":
+            large = c["first_size"] >= s["large_from"]
+            assert goal["max"] == (s["eager_goal_large"] if large else s["eager_goal_small"])
+        else:
+            assert goal["max"] == s[f"{level}_goal"]
+        if others:
+            assert goal["ratio"] == pytest.approx(mine / min(others.values()))
+            assert goal["met"] == (goal["ratio"] <= goal["max"])
+            assert not goal["excluded"]
+        else:
+            assert goal["met"] is None
+            assert goal["excluded"] == bool(seen), goal
 
 
 def test_quick_benchmark_structure(tmp_path, load_benchmark):
@@ -83,6 +125,7 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
 
     s = result["settings"]
     assert s["is_quick"]
+    assert s["levels"] == LEVELS and s["reference_level"] == "eager"
     for key in ("platform", "processor", "cpu_count", "python", "numpy", "torch", "geoopt"):
         assert key in result["machine"]
     assert result["machine"]["pymanopt"] is not None
@@ -110,12 +153,24 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
         peers = {k: v for k, v in t.items() if not k.startswith("riemfl")}
         rf = min(t["riemfl_numpy"], t["riemfl_torch"])
         assert c["riemfl_ms"] == pytest.approx(rf)
+        # the reference level's times are the cell's
+        assert t["riemfl_numpy"] == c["levels"]["eager"]["numpy_ms"]
+        assert t["riemfl_torch"] == c["levels"]["eager"]["torch_ms"]
+        caveat = CAVEATS.get((c["manifold"], c["op"]))
+        if caveat is None:
+            assert c["peer_caveats"] == {}, c
+        else:
+            lib, kind = caveat
+            assert set(c["peer_caveats"]) == {lib}
+            assert c["peer_caveats"][lib]["kind"] == kind
+            assert c["peer_caveats"][lib]["note"].startswith(kind + ": ")
+        check_level_goals(c, s)
         if (c["manifold"], c["op"]) in NO_PEER:
-            assert not peers and c["ratio"] is None and c["goals"]["ratio_met"] is None
+            assert not peers and c["ratio"] is None
+            assert all(lv["goal"]["met"] is None for lv in c["levels"].values())
             continue
         assert peers, c
         assert c["ratio"] == pytest.approx(rf / min(peers.values()))
-        assert c["goals"]["ratio_met"] == (c["ratio"] <= c["goals"]["ratio_max"])
         pm = [v for k, v in peers.items() if k.startswith("pymanopt")]
         go = [v for k, v in peers.items() if k.startswith("geoopt")]
         if go:
@@ -138,27 +193,57 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
             assert ("geoopt_loop" in peers) == ("geoopt_batched" in peers)
             loops = [v for k, v in peers.items() if k.endswith("_loop")]
             assert c["speedup_vs_loop"] == pytest.approx(min(loops) / rf)
-            assert c["goals"]["speedup_met"] == (c["speedup_vs_loop"] >= c["goals"]["speedup_min"])
+            if caveat is None:
+                met = c["speedup_vs_loop"] >= c["goals"]["speedup_min"]
+                assert c["goals"]["speedup_met"] == met
+            else:
+                assert c["goals"]["speedup_met"] is None and c["goals"]["speedup_excluded"]
         # like-for-like mapping: every peer computes what riemfl computes
         assert set(c["agreement"]) == set(peers) | {"riemfl_torch"}
         assert all(v <= 1e-6 for v in c["agreement"].values()), c["agreement"]
 
     summary = result["summary"]
-    checked = [c for c in cells if c["ratio"] is not None]
-    assert summary["ratio_goal"]["checked"] == len(checked)
-    assert summary["ratio_goal"]["met"] + len(summary["ratio_goal"]["missed"]) == len(checked)
+    apart = {bench._cell_id(c) for c in cells if (c["manifold"], c["op"]) in CAVEATS}
+    assert {item["cell"] for item in summary["peer_caveats"]} == apart
+    for level in LEVELS:
+        lv = summary["levels"][level]
+        checked = [c for c in cells if c["levels"][level]["goal"]["met"] is not None]
+        assert lv["checked"] == len(checked) > 0
+        assert lv["met"] + len(lv["missed"]) == len(checked)
+        assert sum(f["checked"] for f in lv["by_family"].values()) == len(checked)
+        assert sum(f["met"] for f in lv["by_family"].values()) == lv["met"]
+        # cells with a caveat never count towards a goal
+        assert not set(lv["missed"]) & apart
+        assert lv["excluded"] == sum(c["levels"][level]["goal"]["excluded"] for c in cells)
+    # the deferred goal compares with geoopt only: the cells where geoopt has the map
+    assert summary["levels"]["deferred"]["checked"] == sum(
+        any(k.startswith("geoopt") for k in c["times_ms"]) for c in cells
+    )
     table = bench.format_table(result)
     assert len([line for line in table.splitlines() if line.strip()]) == len(cells) + 2
-    assert "met in" in bench.format_summary(result)
+    for level in LEVELS:
+        assert level in table.splitlines()[0]
+    text = bench.format_summary(result)
+    assert "met in" in text and "peer computes other mathematics:" in text
 
 
 def test_manifolds_option_selects_families(tmp_path, load_benchmark):
     bench = load_benchmark("bench_manifolds")
     out = tmp_path / "positive.json"
-    result = bench.main(["--quick", "--manifolds", "Positive,Symmetric", "--out", str(out)])
+    argv = ["--quick", "--manifolds", "Positive,Symmetric", "--levels", "off,eager"]
+    result = bench.main([*argv, "--out", str(out)])
     assert {c["manifold"] for c in result["cells"]} == {"Positive", "Symmetric"}
-    assert json.loads(out.read_text())["settings"]["manifolds"] == ["Positive", "Symmetric"]
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["manifolds"] == ["Positive", "Symmetric"]
+    # --levels: only those levels, the reference level eager
+    assert settings["levels"] == ["off", "eager"] and settings["reference_level"] == "eager"
+    assert all(set(c["levels"]) == {"off", "eager"} for c in result["cells"])
+    assert set(result["summary"]["levels"]) == {"off", "eager"}
     # the batched speed-up goal of these families: at least as fast as the loop
     assert {c["goals"]["speedup_min"] for c in result["cells"] if c["batch"] > 1} == {1.0}
     with pytest.raises(ValueError, match="unknown manifolds"):
         bench.run_benchmark(out=None, settings=bench.Settings(manifolds=["Sphere", "X"]))
+    with pytest.raises(ValueError, match="expected distinct levels"):
+        bench.run_benchmark(out=None, settings=bench.Settings(levels=["eager", "fast"]))
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--levels", "eager,fast", "--out", str(out)])

@@ -107,3 +107,28 @@ def test_benchmark_counts_graph_breaks(load_benchmark):
     assert whole == {"graph_breaks": 0, "break_reasons": []}
     read = bench._graph_breaks(lambda a: a * 2 if bool(a.sum() > 0) else a, [torch.ones(3)])
     assert read["graph_breaks"] >= 1 and read["break_reasons"]
+
+
+def test_benchmark_at_the_deferred_level_reads_nothing(tmp_path, load_benchmark):
+    bench = load_benchmark("bench_host_reads")
+    result = bench.main(["--quick", "--level", "deferred", "--out", str(tmp_path / "reads.json")])
+    assert result["settings"]["check_level"] == "deferred"
+    assert result["totals"]["reads"] == 0 and not result["totals"]["errors"]
+
+
+def test_gpu_benchmark_on_cpu_tensors(tmp_path, load_benchmark):
+    """bench_gpu.py's table, run on CPU tensors (CI has no GPU): every level timed, geoopt
+    beside it computing the same thing, no read at the unchecked levels, a partial result
+    written as it goes."""
+    importorskip("geoopt")
+    bench = load_benchmark("bench_gpu")
+    out = tmp_path / "gpu.json"
+    result = bench.main(["--device", "cpu", "--quick", "--out", str(out)])
+    cells = result["cells"]
+    assert {c["family"] for c in cells} == {"Sphere", "Stiefel", "PoincareBall", "SPD", "Lorentz"}
+    for c in cells:
+        assert c["agreement"] < 1e-8, c
+        assert c["deferred_reads"] == 0 and c["off_reads"] == 0, c
+        assert all(c[f"{level}_ms"] > 0 for level in bench.LEVELS)
+    assert json.loads(out.read_text())["cells"] == json.loads(json.dumps(cells, default=str))
+    assert out.with_suffix(".txt").read_text().startswith("cpu")

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ...check_levels import raise_deferred
 from ...errors import RiemflError
 from ...federated.async_engine import AsyncHistory, VersionStore
 from ...federated.async_rules import Arrival
@@ -317,6 +318,7 @@ class _AsyncRun:
                     self.arrive(reply, client, version)
                 else:  # arrived with others after the last step: not applied
                     self.late(reply, client, version)
+            raise_deferred()  # the server steps' deferred checks (riemfl.checks): one read
             if self.store.current < job.server_steps:
                 self.dispatch()
         self.drain()

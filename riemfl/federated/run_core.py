@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..check_levels import raise_deferred
 from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
 from .checkpoint import CheckpointFile, inconsistent, require, require_amount, require_count
@@ -403,7 +404,9 @@ class _Loop:
             for step in range(last + 1 if self.finished else self.start + 1, last + 1):
                 if interrupt_requested():
                     self.interrupt(done, last_saved)
-                if not advance(step):  # no further step: record and save where it stands
+                more = advance(step)
+                raise_deferred()  # the step's deferred checks (riemfl.checks): one read, here
+                if not more:  # no further step: record and save where it stands
                     if self._last_recorded() != done:
                         self.record(self.steps.row())
                     self.exhausted = True

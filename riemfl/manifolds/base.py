@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like
+from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like, to_numpy
 from ..check_levels import largest_entries, level_of, record
 from ..errors import (
     ConvergenceError,
@@ -72,6 +72,11 @@ class Manifold(ABC):
     unsupported: dict[str, str] = {}
     #: whether complex arrays are accepted (the input policy refuses them otherwise)
     supports_complex: bool = False
+    #: maps that read tensor values back to the host even at the check levels ``"deferred"``
+    #: and ``"off"`` (:mod:`riemfl.check_levels`), mapped to the reason: their arithmetic
+    #: itself depends on a value (roots of a polynomial found on the host, say). Every other
+    #: map reads nothing there; the conformance kit checks both.
+    deferred_reads: dict[str, str] = {}
 
     # ------------------------------------------------------------------ constants
     @property
@@ -328,10 +333,12 @@ class Manifold(ABC):
     def _unchecked_map(self, method: str, level: str, arrays: tuple, roles: tuple[str, ...]):
         """The map at the levels ``"deferred"`` and ``"off"``: no read before or after it.
 
-        Deferred, the largest entry of each argument and of the result is recorded
-        (:func:`~riemfl.check_levels.largest_entries`); at the boundary a non-finite one is
-        diagnosed by :meth:`_diagnose_call`. An exception of the map is translated at once, as
-        in eager mode (it has already stopped the call).
+        Deferred, the largest entry of the result and of each argument the result does not
+        show (all of them, or, for the maps of ``_result_checked``, those it checks first) is
+        recorded (:func:`~riemfl.check_levels.largest_entries`: one reduction where only the
+        result is needed); at the boundary a non-finite one is diagnosed by
+        :meth:`_diagnose_call`. An exception of the map is translated at once, as in eager mode
+        (it has already stopped the call).
         """
         try:
             out = getattr(self, "_" + method)(*arrays)
@@ -339,19 +346,57 @@ class Manifold(ABC):
             self._map_failed(method, arrays, roles, exc)
             raise
         if level == "deferred":
-            record(largest_entries((*arrays, out)), self._diagnose_call, (method, arrays, roles))
+            first = self._result_checked.get(method)
+            shown = range(len(arrays)) if first is None else first
+            verdict = largest_entries((*(arrays[i] for i in shown), out))
+            record(
+                verdict,
+                self._diagnose_call,
+                (method, arrays, roles, verdict, tuple(shown)),
+                NonFiniteError,
+                f"{self.name}.{method}: an argument or the result held NaN or infinite entries",
+            )
         return out
 
-    def _diagnose_call(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
-        """The boundary's diagnosis of a deferred map call whose arguments or result held a
-        non-finite entry: the error eager mode raises at the call (a non-finite argument; else a
-        point on the boundary of M), or None (the map made a non-finite value from finite
-        arguments, which eager mode returns too).
+    def _diagnose_call(
+        self,
+        method: str,
+        arrays: tuple,
+        roles: tuple[str, ...],
+        verdict: Array,
+        shown: tuple[int, ...],
+    ) -> None:
+        """The boundary's diagnosis of a deferred map call whose verdict holds a non-finite
+        value: the error eager mode raises at the call.
 
-        An argument that held a non-finite entry at the call but holds none now (it was changed
-        in place) is still named."""
+        ``verdict`` holds the largest entry, at the call, of the arguments at the positions
+        ``shown`` and, last, of the result. The arguments as they are now are diagnosed as
+        eager mode does (a non-finite argument; else a point on the boundary of M). An argument
+        whose entries were non-finite at the call but are finite now (it was changed in place
+        since) is still named; a non-finite result of finite arguments that the map checks
+        through its result, whose arguments are finite now, raises naming the result (eager
+        mode returns it where the arguments were finite at the call: after an in-place change
+        the two cases cannot be told apart). Returns (no violation) for a non-finite result
+        of a map that does not check its result, as eager mode returns it.
+        """
         self._refuse_nonfinite(method, arrays, roles)
+        largest = to_numpy(verdict, np.float64).reshape(-1)
+        for value, i in zip(largest, shown, strict=False):
+            if not math.isfinite(value):
+                raise NonFiniteError(
+                    f"{self.name}.{method}: {roles[i]} contained NaN or infinite entries when "
+                    f"the map was called (a deferred check: its largest entry was {value}); it "
+                    f"has been changed in place since; expected finite values"
+                )
         self._refuse_boundary(method, arrays, roles)
+        if len(shown) < len(arrays) and not math.isfinite(largest[-1]):
+            unseen = ", ".join(roles[i] for i in range(len(arrays)) if i not in shown)
+            raise NonFiniteError(
+                f"{self.name}.{method}: the result held NaN or infinite entries (a deferred "
+                f"check: its largest entry was {largest[-1]}), which shows a non-finite "
+                f"{unseen} at the call or an overflow in the map; the arguments are finite now "
+                f"(changed in place since?); expected finite values"
+            )
 
     def _refuse_nonfinite(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
         """Raise :class:`~riemfl.errors.NonFiniteError` naming the first non-finite argument."""

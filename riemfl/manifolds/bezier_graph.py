@@ -93,6 +93,27 @@ class BezierGraph(Manifold):
     diameter = math.inf
     injectivity_radius = math.inf
     unsupported = {}
+    #: every map that needs the parameter t(x) of a point reads values: t(x) is the real root of
+    #: a polynomial (the closest point), and the inverse arc length a bracketed solve, both found
+    #: in numpy on the host; torch gets one differentiable Newton step at the solution
+    deferred_reads = dict.fromkeys(
+        (
+            "project",
+            "to_tangent",
+            "egrad_to_rgrad",
+            "retract",
+            "inverse_retract",
+            "exp",
+            "log",
+            "dist",
+            "squared_dist",
+            "transport",
+            "parallel_transport",
+            "ehess_to_rhess",
+        ),
+        "the parameter t(x) of a point is a root of a polynomial found in numpy on the host (and "
+        "exp's inverse arc length a bracketed solve there); torch gets one Newton step at it",
+    )
 
     # ------------------------------------------------------------------ construction helpers
     def _check_immersion(self) -> None:

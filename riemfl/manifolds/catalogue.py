@@ -37,7 +37,7 @@ from .stiefel import Stiefel
 from .symmetric import SkewSymmetric, Symmetric
 from .tunnel import EpsilonTunnel
 
-__all__ = ["Family", "FAMILIES", "examples", "markdown_table"]
+__all__ = ["Family", "FAMILIES", "examples", "markdown_table", "deferred_reads_markdown"]
 
 
 @dataclass(frozen=True)
@@ -267,3 +267,20 @@ def markdown_table() -> str:
     ]
     lines += [f"| `{f.signature}` | {f.exact} | {f.constants} |" for f in FAMILIES]
     return "\n".join(lines)
+
+
+def deferred_reads_markdown() -> str:
+    """The list of ``docs/check-levels.md``: the maps each family lists in
+    ``Manifold.deferred_reads`` (they read values at every check level), grouped by reason."""
+    lines = []
+    for family in FAMILIES:
+        if not family.examples:
+            continue
+        reads = family.examples[0]().deferred_reads
+        by_reason: dict[str, list[str]] = {}
+        for method, reason in reads.items():
+            by_reason.setdefault(reason, []).append(method)
+        for reason, methods in by_reason.items():
+            listed = ", ".join(f"`{m}`" for m in methods)
+            lines.append(f"- `{family.name}`: {listed}: {reason}")
+    return "\n".join(lines) if lines else "- (none)"

@@ -16,11 +16,19 @@ import math
 import numpy as np
 
 from ..backend import ops_for
+from ..check_levels import refuse
 from ..errors import ProjectionError
 from .factor_quotient import FactorQuotient, horizontal_projection
-from .sphere import Sphere
+from .sphere import Sphere, ambient_norm
 
 __all__ = ["Elliptope"]
+
+
+def _zero_row_message(name: str, what: str) -> str:
+    return (
+        f"{name}: a row of the {what} is zero (to rounding), so every unit vector is nearest to "
+        f"it and the projection is not unique; expected nonzero rows"
+    )
 
 
 class Elliptope(FactorQuotient):
@@ -129,14 +137,11 @@ class Elliptope(FactorQuotient):
         return self._to_tangent(x, h - u * ops.sum(x * g, axis=-1, keepdims=True))
 
     def _normalise_rows(self, a, what: str):
-        """:math:`a_i/\\|a_i\\|` per row (the sphere's projection with the rows as a batch)."""
-        try:
-            return self._sphere._project(a)
-        except ProjectionError as exc:
-            raise ProjectionError(
-                f"{self.name}: a row of the {what} is zero (to rounding), so every unit vector is "
-                f"nearest to it and the projection is not unique; expected nonzero rows"
-            ) from exc
+        """:math:`a_i/\\|a_i\\|` per row (the sphere's projection with the rows as a batch:
+        its norm, overflow-safe, and a check of zero rows at the check level of a)."""
+        nrm = ambient_norm(a)
+        refuse(nrm <= ops_for(a).eps(a) * 10, ProjectionError, _zero_row_message, self.name, what)
+        return a / nrm
 
     def _project(self, a):
         return self._normalise_rows(a, "ambient matrix")

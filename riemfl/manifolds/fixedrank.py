@@ -23,11 +23,11 @@ Pure maps (functions of arrays) come first; :class:`FixedRank` is a thin class o
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for, to_numpy
+from ..backend import Array, is_torch, ops_for, to_numpy, widen
+from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
 from ..linalg import qr_positive, require_finite, singular_values
 from .base import Manifold, result_checked
@@ -48,6 +48,42 @@ def _svd(a: Array):
     return np.linalg.svd(a, full_matrices=False)
 
 
+def device_singular_values(a: Array) -> Array:
+    """Singular values of (a batch of) matrices ``a``, descending, in ``a``'s type and on its
+    device, outside autograd: :func:`~riemfl.linalg.singular_values` without the read, for the
+    checks of the check levels ``"deferred"`` and ``"off"`` (:mod:`riemfl.check_levels`)."""
+    if is_torch(a):
+        import torch
+
+        return torch.linalg.svdvals(a.detach())
+    return np.linalg.svd(a, compute_uv=False)
+
+
+def _finite_singular_values(a: Array, fill: float) -> Array:
+    """:func:`device_singular_values` of the finite matrices of ``a``, and ``fill`` for those
+    with a non-finite entry (which come from a point on the boundary, named through the map's
+    result; a factorisation of them raises at once on the CPU): the value chosen so that the
+    map's check passes there."""
+    ops = ops_for(a)
+    if is_torch(a):
+        finite = a.isfinite().flatten(-2).all(-1)
+    else:
+        finite = np.isfinite(a).all(axis=(-2, -1))
+    s = device_singular_values(ops.where(finite[..., None, None], a, ops.zeros_like(a)))
+    return ops.where(finite[..., None], s, fill + ops.zeros_like(s))
+
+
+def _solve(a: Array, b: Array) -> Array:
+    """:math:`A^{-1}B`; torch at the check levels ``"deferred"`` and ``"off"``: ``solve_ex``,
+    which neither raises nor synchronises (an exactly singular A gives non-finite entries,
+    which the map's own check has refused before)."""
+    if is_torch(a) and level_of(a) != "eager":
+        import torch
+
+        return torch.linalg.solve_ex(a, b)[0]
+    return ops_for(a, b).solve(a, b)
+
+
 def _needs_grad(a: Array) -> bool:
     if not is_torch(a):
         return False
@@ -63,6 +99,53 @@ def _first(mask: np.ndarray) -> tuple[int, ...]:
 
 def _where(batch_index: tuple[int, ...]) -> str:
     return f" (batch element {batch_index})" if batch_index else ""
+
+
+def _no_truncation_message(name: str, r: int, what: str, s: Array, rtol: float) -> str:
+    """The ProjectionError of a truncation where :math:`\\sigma_r \\le` rtol :math:`\\sigma_1`."""
+    s = to_numpy(s, np.float64)
+    top, sr = s[..., 0], s[..., r - 1]
+    i = _first(sr <= rtol * top)
+    return (
+        f"{name}: the {what} does not exist: the matrix has numerical rank below {r} "
+        f"(sigma_{r} = {float(sr[i]):.3e} <= {rtol:.1e} * sigma_1 = {rtol * float(top[i]):.3e})"
+        f"{_where(i)}; rank-{r} matrices come arbitrarily close to it but none is nearest. "
+        f"Expected rank >= {r}"
+    )
+
+
+def _tied_truncation_message(name: str, r: int, what: str, s: Array, rtol: float) -> str:
+    """The ProjectionError of a truncation where :math:`\\sigma_r - \\sigma_{r+1} \\le` rtol
+    :math:`\\sigma_1`."""
+    s = to_numpy(s, np.float64)
+    top, sr, nxt = s[..., 0], s[..., r - 1], s[..., r]
+    i = _first(sr - nxt <= rtol * top)
+    return (
+        f"{name}: the {what} is not unique: sigma_{r} = {float(sr[i]):.9e} and "
+        f"sigma_{r + 1} = {float(nxt[i]):.9e} are equal within the relative tolerance "
+        f"{rtol:.1e} * sigma_1{_where(i)}, so the rank-{r} truncation depends on an "
+        f"arbitrary choice of singular vectors. Expected sigma_{r} > sigma_{r + 1}"
+    )
+
+
+def _right_angle_message(name: str, cosine: Array) -> str:
+    """The CutLocusError of inverse_retract at a principal angle pi/2."""
+    return (
+        f"{name}: the inverse retraction is not defined: the column or row spaces of X and Y "
+        f"have a principal angle of pi/2 (smallest cosine {float(to_numpy(cosine)):.2e}); "
+        "expected Y closer to X"
+    )
+
+
+def _far_message(name: str, r: int, far: Array, normal: Array, reach: Array) -> str:
+    """The CutLocusError of inverse_retract where the normal residual reaches sigma_r(Y)."""
+    i = _first(to_numpy(far))
+    normal, reach = to_numpy(normal, np.float64), to_numpy(reach, np.float64)
+    return (
+        f"{name}: Y is not R_X(xi) for any tangent xi: the only candidate leaves a normal "
+        f"residual of spectral norm {float(normal[i]):.3e} >= sigma_{r}(Y) = "
+        f"{float(reach[i]):.3e}{_where(i)}, so P_r(X + xi) is not Y"
+    )
 
 
 def truncated_svd_derivative(u: Array, s: Array, vh: Array, r: int, d: Array) -> Array:
@@ -105,31 +188,6 @@ def truncated_svd_derivative(u: Array, s: Array, vh: Array, r: int, d: Array) ->
     top = ops.concatenate([e[..., :r, :r], top_right], axis=-1)
     bottom = ops.concatenate([bottom_left, ops.zeros_like(e[..., r:, r:])], axis=-1)
     return out + u @ ops.concatenate([top, bottom], axis=-2) @ vh
-
-
-@cache
-def _torch_truncation():
-    import torch
-
-    class Truncate(torch.autograd.Function):
-        """P_r(Y) with the backward of :func:`truncated_svd_derivative`."""
-
-        @staticmethod
-        def forward(ctx, a, r, check):
-            require_finite(a, "matrix FixedRank truncates")
-            u, s, vh = torch.linalg.svd(a, full_matrices=False)
-            check(s)
-            ctx.save_for_backward(u, s, vh)
-            ctx.r = r
-            return (u[..., :, :r] * s[..., None, :r]) @ vh[..., :r, :]
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, grad):
-            u, s, vh = ctx.saved_tensors
-            return truncated_svd_derivative(u, s, vh, ctx.r, grad), None, None
-
-    return Truncate.apply
 
 
 # --------------------------------------------------------------------------- the manifold
@@ -426,35 +484,25 @@ class FixedRank(Manifold):
         return max(self.m, self.n) * ops_for(dtype_of).eps(dtype_of)
 
     def _check_truncation(self, s, what: str, like) -> None:
-        """Raise ProjectionError unless P_r is unique (sigma_r > sigma_{r+1}) and exists."""
-        s = to_numpy(s).astype(np.float64)
+        """Raise ProjectionError unless P_r is unique (sigma_r > sigma_{r+1}) and exists (at
+        the check level of s: on the device, in float64, at ``"deferred"``)."""
+        level = level_of(s)
+        if level == "off":
+            return
+        s = to_numpy(s).astype(np.float64) if level == "eager" else widen(s)
         rtol, r = self._tol(like), self.r
-        top = s[..., 0]
-        sr = s[..., r - 1]
+        top, sr = s[..., 0], s[..., r - 1]
         low = sr <= rtol * top
-        if np.any(low):
-            i = _first(low)
-            raise ProjectionError(
-                f"{self.name}: the {what} does not exist: the matrix has numerical rank below "
-                f"{r} (sigma_{r} = {float(sr[i]):.3e} <= {rtol:.1e} * sigma_1 = "
-                f"{rtol * float(top[i]):.3e}){_where(i)}; rank-{r} matrices come arbitrarily "
-                f"close to it but none is nearest. Expected rank >= {r}"
-            )
+        refuse(low, ProjectionError, _no_truncation_message, self.name, r, what, s, rtol)
         if r < s.shape[-1]:
-            nxt = s[..., r]
-            tie = sr - nxt <= rtol * top
-            if np.any(tie):
-                i = _first(tie)
-                raise ProjectionError(
-                    f"{self.name}: the {what} is not unique: sigma_{r} = {float(sr[i]):.9e} and "
-                    f"sigma_{r + 1} = {float(nxt[i]):.9e} are equal within the relative tolerance "
-                    f"{rtol:.1e} * sigma_1{_where(i)}, so the rank-{r} truncation depends on an "
-                    f"arbitrary choice of singular vectors. Expected sigma_{r} > sigma_{r + 1}"
-                )
+            tie = sr - s[..., r] <= rtol * top
+            refuse(tie, ProjectionError, _tied_truncation_message, self.name, r, what, s, rtol)
 
     def _truncate(self, a, what: str):
         if _needs_grad(a):
-            return _torch_truncation()(a, self.r, lambda s: self._check_truncation(s, what, a))
+            from .fixedrank_torch import Truncate
+
+            return Truncate.apply(a, self.r, lambda s: self._check_truncation(s, what, a))
         u, s, vh = _svd(a)
         self._check_truncation(s, what, a)
         r = self.r
@@ -471,28 +519,31 @@ class FixedRank(Manifold):
         ux, vx = self._frames(x, guard=True)
         uy, vy = self._frames(y, guard=True)
         p, q = ops.mT(uy) @ ux, ops.mT(vx) @ vy
-        cosines = min(float(singular_values(p).min()), float(singular_values(q).min()))
-        if cosines <= math.sqrt(ops.eps(x)):
-            raise CutLocusError(
-                f"{self.name}: the inverse retraction is not defined: the column or row spaces "
-                f"of X and Y have a principal angle of pi/2 (smallest cosine {cosines:.2e}); "
-                "expected Y closer to X"
-            )
+        # the checks' singular values: numpy float64 at the level "eager" (one read each, as
+        # the checks need), on the device when deferred (no read), none when off
+        level = level_of(x)
+        if level != "off":
+            eager = level == "eager"
+            sp = singular_values(p) if eager else _finite_singular_values(p, 1.0)
+            sq = singular_values(q) if eager else _finite_singular_values(q, 1.0)
+            vops = ops_for(sp)
+            cosine = -vops.maximum(vops.amax(-sp), vops.amax(-sq))  # the smallest of all
+            right = cosine <= math.sqrt(ops.eps(x))
+            refuse(right, CutLocusError, _right_angle_message, self.name, cosine)
         d = y - x
         qt = ops.mT(q)
-        a = ops.solve(p, ops.mT(uy) @ d)  # (U_Y^T U_X)^{-1} U_Y^T D
-        a = a - ops.mT(ops.solve(qt, ops.mT(a @ vy))) @ ops.mT(vx)  # ... Pi
-        xi = ux @ a + ops.mT(ops.solve(qt, ops.mT(d @ vy))) @ ops.mT(vx)
-        normal = singular_values(xi - d)[..., 0]  # X + xi = Y + N, |N|_2
-        reach = singular_values(y)[..., self.r - 1]
-        far = normal >= reach * (1 - self._tol(x))
-        if np.any(far):
-            i = _first(far)
-            raise CutLocusError(
-                f"{self.name}: Y is not R_X(xi) for any tangent xi: the only candidate leaves a "
-                f"normal residual of spectral norm {float(normal[i]):.3e} >= sigma_{self.r}(Y) = "
-                f"{float(reach[i]):.3e}{_where(i)}, so P_r(X + xi) is not Y"
-            )
+        a = _solve(p, ops.mT(uy) @ d)  # (U_Y^T U_X)^{-1} U_Y^T D
+        a = a - ops.mT(_solve(qt, ops.mT(a @ vy))) @ ops.mT(vx)  # ... Pi
+        xi = ux @ a + ops.mT(_solve(qt, ops.mT(d @ vy))) @ ops.mT(vx)
+        if level == "eager":
+            normal = singular_values(xi - d)[..., 0]  # X + xi = Y + N, |N|_2
+            reach = singular_values(y)[..., self.r - 1]
+        elif level == "deferred":
+            normal = _finite_singular_values(xi - d, 0.0)[..., 0]
+            reach = _finite_singular_values(y, math.inf)[..., self.r - 1]
+        if level != "off":
+            far = normal >= reach * (1 - self._tol(x))
+            refuse(far, CutLocusError, _far_message, self.name, self.r, far, normal, reach)
         return xi
 
     # ------------------------------------------------------------------ sampling and checks

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..backend import Array, ops_for
+from ..check_levels import level_of, refuse, refuse_nonfinite
 from ..errors import CutLocusError, ParameterError
 from ..linalg import polar, require_finite, sym_function
 from .base import Manifold, dist_from_squared, result_checked
@@ -31,6 +32,17 @@ from .elementary import (
 from .stiefel import Stiefel
 
 __all__ = ["Grassmann"]
+
+
+def _singular_message(name: str) -> str:
+    return (
+        f"{name}: X^T Y is singular (a principal angle is pi/2), so Y is on the cut locus of X; "
+        f"log and inverse_retract are not defined there"
+    )
+
+
+def _nonfinite_inverse_message(name: str) -> str:
+    return f"{name}: X^T Y is singular (a principal angle is pi/2)"
 
 
 class Grassmann(Manifold):
@@ -118,17 +130,21 @@ class Grassmann(Manifold):
         return self._to_tangent(x, h - u @ (0.5 * (xtg + ops.mT(xtg))))
 
     def _gram_inverse(self, x, y):
+        r""":math:`(X^\top Y)^{-1}`, refused (CutLocusError) where it is singular; torch at the
+        check levels ``"deferred"`` and ``"off"``: ``solve_ex``, which neither raises nor
+        synchronises, and the two verdicts deferred."""
         ops = ops_for(x, y)
         m = ops.mT(x) @ y
-        try:
-            inv = ops.solve(m, ops.broadcast_to(ops.eye(self.p, m), m.shape))
-        except Exception as exc:
-            raise CutLocusError(
-                f"{self.name}: X^T Y is singular (a principal angle is pi/2), so Y is on the cut "
-                f"locus of X; log and inverse_retract are not defined there"
-            ) from exc
-        if not ops.all_finite(inv):
-            raise CutLocusError(f"{self.name}: X^T Y is singular (a principal angle is pi/2)")
+        eye = ops.broadcast_to(ops.eye(self.p, m), m.shape)
+        if ops.is_torch and level_of(m) != "eager":
+            inv, info = ops.t.linalg.solve_ex(m, eye)
+            refuse(info != 0, CutLocusError, _singular_message, self.name)
+        else:
+            try:
+                inv = ops.solve(m, eye)
+            except Exception as exc:
+                raise CutLocusError(_singular_message(self.name)) from exc
+        refuse_nonfinite(inv, CutLocusError, _nonfinite_inverse_message, self.name)
         return inv
 
     def _inverse_retract(self, x, y):

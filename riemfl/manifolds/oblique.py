@@ -16,10 +16,11 @@ import math
 import numpy as np
 
 from ..backend import ops_for, to_numpy
-from ..errors import CutLocusError, ParameterError, ProjectionError
+from ..check_levels import refuse
+from ..errors import ParameterError, ProjectionError
 from .base import Manifold, delegated_map, dist_from_squared
 from .elementary import squared_angle
-from .sphere import Sphere
+from .sphere import Sphere, ambient_norm
 
 __all__ = ["Oblique"]
 
@@ -31,8 +32,9 @@ class _ColumnSphere:
     products taken over axis -2 and kept as a row axis (shape ``(..., 1, m)``), so that each
     formula broadcasts column by column. (Not a manifold: only the formulas are borrowed.)"""
 
-    def __init__(self, n: int) -> None:
-        self.name = Sphere(n).name
+    def __init__(self, n: int, name: str) -> None:
+        # the sphere's messages start with the name: "Oblique(n, m), a column: Sphere(n): ..."
+        self.name = f"{name}, a column: {Sphere(n).name}"
 
     def _dot(self, u, v):
         if type(u) is np.ndarray and type(v) is np.ndarray:
@@ -105,7 +107,7 @@ class Oblique(Manifold):
         self.point_shape = (self.n, self.m)
         self.name = f"Oblique({self.n}, {self.m})"
         self._sphere = Sphere(self.n)
-        self._column_sphere = _ColumnSphere(self.n)
+        self._column_sphere = _ColumnSphere(self.n, self.name)
 
     @property
     def dim(self) -> int:
@@ -122,26 +124,27 @@ class Oblique(Manifold):
     _result_checked = Sphere._result_checked
 
     def _columns(self, method: str, *arrays):
-        """The sphere's ``_<method>`` on the columns (:class:`_ColumnSphere`)."""
-        try:
-            return getattr(self._column_sphere, "_" + method)(*arrays)
-        except CutLocusError as exc:
-            raise CutLocusError(f"{self.name}, a column: {exc}") from exc
+        """The sphere's ``_<method>`` on the columns (:class:`_ColumnSphere`, whose errors name
+        the oblique manifold and the column)."""
+        return getattr(self._column_sphere, "_" + method)(*arrays)
 
     def _project(self, a):
-        try:
-            ops = ops_for(a)
-            return ops.mT(self._sphere._project(ops.mT(a)))
-        except ProjectionError as exc:
-            ops = ops_for(a)
-            norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
-            index = tuple(int(i) for i in np.argwhere(norms == norms.min())[0])
-            where = f" of batch element {index[:-1]}" if len(index) > 1 else ""
-            raise ProjectionError(
-                f"{self.name}: column {index[-1]}{where} of the ambient matrix has norm "
-                f"{float(norms.min()):.3e} (zero to rounding), so every unit vector is nearest to "
-                f"it and P_M is not unique; expected nonzero columns"
-            ) from exc
+        ops = ops_for(a)
+        columns = ops.mT(a)
+        nrm = ambient_norm(columns)
+        refuse(nrm <= ops.eps(a) * 10, ProjectionError, self._zero_column_message, a)
+        return ops.mT(columns / nrm)
+
+    def _zero_column_message(self, a) -> str:
+        ops = ops_for(a)
+        norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
+        index = tuple(int(i) for i in np.argwhere(norms == norms.min())[0])
+        where = f" of batch element {index[:-1]}" if len(index) > 1 else ""
+        return (
+            f"{self.name}: column {index[-1]}{where} of the ambient matrix has norm "
+            f"{float(norms.min()):.3e} (zero to rounding), so every unit vector is nearest to "
+            f"it and P_M is not unique; expected nonzero columns"
+        )
 
     def _to_tangent(self, x, a):  # (no cut locus to name: the sphere's formula directly)
         return self._column_sphere._to_tangent(x, a)

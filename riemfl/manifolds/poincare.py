@@ -42,6 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
+from ..check_levels import refuse
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, sech2_sqrt, tanh_sqrt_over
@@ -386,16 +387,16 @@ class PoincareBall(Manifold):
         )
 
     def _project(self, a):
-        self._outside(
-            a,
-            ProjectionError,
-            lambda sigma, at: (
-                f"{self.name}: a has no nearest point in the open ball{at}: c|a|^2 = "
-                f"{1.0 - sigma:.9g} >= 1, so the nearest point of the closed ball is on the sphere "
-                f"c|x|^2 = 1, which the open ball does not contain. Expected c|a|^2 < 1"
-            ),
-        )
+        refuse(conformal_sigma(a, self.c) <= 0, ProjectionError, self._no_nearest_message, a)
         return a
+
+    def _no_nearest_message(self, a: Array) -> str:
+        sigma, _, at = self._first_outside(a)
+        return (
+            f"{self.name}: a has no nearest point in the open ball{at}: c|a|^2 = "
+            f"{1.0 - sigma:.9g} >= 1, so the nearest point of the closed ball is on the sphere "
+            f"c|x|^2 = 1, which the open ball does not contain. Expected c|a|^2 < 1"
+        )
 
     # every map (see Manifold._result_checked) but to_tangent, which does not read x: the maps
     # read their points through sigma, NaN for a non-finite point (and for a finite one on or

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
+from ..check_levels import refuse
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, dist_from_squared, result_checked
 from .elementary import nonzero
@@ -156,19 +157,22 @@ class Positive(Manifold):
 
     # ------------------------------------------------------------------ maps
     def _project(self, a):
+        # (a is finite: the input policy refuses a non-finite a before the map)
+        refuse(a <= 0, ProjectionError, self._no_nearest_message, a)
+        return a
+
+    def _no_nearest_message(self, a: Array) -> str:
         values = to_numpy(a)
         low = values.min(axis=self._axes)
-        if np.any(low <= 0):
-            i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
-            entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
-            where = f" (batch element {i})" if i else ""
-            raise ProjectionError(
-                f"{self.name}: a has no nearest point in the open positive orthant{where}: its "
-                f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
-                f"point of the closed orthant has zeros there, on the boundary, which the open "
-                f"orthant does not contain. Expected a > 0"
-            )
-        return a
+        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
+        entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
+        where = f" (batch element {i})" if i else ""
+        return (
+            f"{self.name}: a has no nearest point in the open positive orthant{where}: its "
+            f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
+            f"point of the closed orthant has zeros there, on the boundary, which the open "
+            f"orthant does not contain. Expected a > 0"
+        )
 
     def _to_tangent(self, x, a):
         return a

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for, to_numpy
+from ..backend import Array, is_torch, ops_for, to_numpy, widen
+from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ProjectionError
 from ..linalg import polar, qr_positive, singular_values
 from .factor_quotient import FactorQuotient, horizontal_projection
+from .fixedrank import device_singular_values
 
 __all__ = ["PSDFixedRank"]
 
@@ -21,6 +23,35 @@ __all__ = ["PSDFixedRank"]
 def _first(mask: np.ndarray) -> str:
     index = tuple(int(i) for i in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
     return f" (batch element {index})" if index else ""
+
+
+def _device_eigvalsh(a: Array) -> Array:
+    """Eigenvalues (ascending) of symmetric matrices, in ``a``'s type and on its device."""
+    if is_torch(a):
+        import torch
+
+        return torch.linalg.eigvalsh(a)
+    return np.linalg.eigvalsh(a)
+
+
+def _low_rank_message(name: str, k: int, what: str, expected: str, ratio: Array, low: Array) -> str:
+    """The error of a factor of numerical rank below k (``ratio``: sigma_k/sigma_1 of each
+    factor, ``low`` where it is at most the tolerance)."""
+    ratio = to_numpy(ratio, np.float64)
+    return (
+        f"{name}: {what} has numerical rank below {k} (sigma_{k}/sigma_1 = "
+        f"{float(np.min(ratio)):.3e}){_first(to_numpy(low))}; {expected}"
+    )
+
+
+def _exp_domain_message(name: str, k: int, low: Array, out: Array) -> str:
+    """The CutLocusError of exp where Y^T (Y + U) is not positive definite (``low``: its
+    smallest eigenvalues, ``out`` where they are below the tolerance)."""
+    return (
+        f"{name}: exp is defined where Y^T (Y + U) is positive definite (the segment Y + tU then "
+        f"keeps rank {k}); its smallest eigenvalue is {float(np.min(to_numpy(low))):.3e}"
+        f"{_first(to_numpy(out))}. Expected a shorter U (|U|_2 < sigma_{k}(Y) is always inside)"
+    )
 
 
 class PSDFixedRank(FactorQuotient):
@@ -123,13 +154,20 @@ class PSDFixedRank(FactorQuotient):
         return horizontal_projection(x, h)
 
     def _full_rank(self, a, error: type[Exception], what: str, expected: str):
-        """a itself, or ``error`` where a factor of a has numerical rank below k."""
-        low, ratio = self._low_rank(a)
-        if np.any(low):
-            raise error(
-                f"{self.name}: {what} has numerical rank below {self.k} (sigma_{self.k}/sigma_1 "
-                f"= {float(np.min(ratio)):.3e}){_first(low)}; {expected}"
-            )
+        """a itself, or ``error`` where a factor of a has numerical rank below k (at the
+        check level of a: sigma_k/sigma_1 in float64 on the device at ``"deferred"``)."""
+        level = level_of(a)
+        if level == "off":
+            return a
+        if level == "eager":
+            low, ratio = self._low_rank(a)
+        else:
+            s = widen(device_singular_values(a))
+            ops = ops_for(s)
+            top = s[..., 0]
+            ratio = s[..., self.k - 1] / ops.where(top > 0, top, ops.ones_like(top))
+            low = ratio <= self._rtol(a)
+        refuse(low, error, _low_rank_message, self.name, self.k, what, expected, ratio, low)
         return a
 
     def _project(self, a):
@@ -144,17 +182,20 @@ class PSDFixedRank(FactorQuotient):
 
     def _exp(self, x, u):
         ops = ops_for(x, u)
-        m = to_numpy(ops.mT(x) @ (x + u)).astype(np.float64)
-        lam = np.linalg.eigvalsh(0.5 * (m + np.swapaxes(m, -1, -2)))
-        top = np.max(np.abs(lam), axis=-1)
-        out = lam[..., 0] <= self._rtol(x) * np.where(top > 0, top, 1.0)
-        if np.any(out):
-            raise CutLocusError(
-                f"{self.name}: exp is defined where Y^T (Y + U) is positive definite (the segment "
-                f"Y + tU then keeps rank {self.k}); its smallest eigenvalue is "
-                f"{float(np.min(lam[..., 0])):.3e}{_first(out)}. Expected a shorter U "
-                f"(|U|_2 < sigma_{self.k}(Y) is always inside)"
-            )
+        level = level_of(x)
+        if level == "off":
+            return x + u
+        m = ops.mT(x) @ (x + u)
+        if level == "eager":  # numpy float64 (one read)
+            m = to_numpy(m).astype(np.float64)
+            lam = np.linalg.eigvalsh(0.5 * (m + np.swapaxes(m, -1, -2)))
+        else:  # float64 on the device, outside autograd (no read)
+            m = widen(ops.detach(m))
+            lam = _device_eigvalsh(0.5 * (m + ops.mT(m)))
+        lops = ops_for(lam)
+        top = lops.amax(lops.abs(lam), axis=-1)
+        out = lam[..., 0] <= self._rtol(x) * lops.where(top > 0, top, lops.ones_like(top))
+        refuse(out, CutLocusError, _exp_domain_message, self.name, self.k, lam[..., 0], out)
         return x + u
 
     def _log(self, x, y):

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..backend import Array, ops_for, to_numpy
+from ..check_levels import level_of
 from ..errors import ShapeError
 
 __all__ = ["PlaneRotation"]
@@ -45,6 +46,11 @@ class PlaneRotation:
     :math:`\|w\|/\|u\|`, as in the report), and :meth:`inverse` is the rotation back. Vectors are
     the last axis; ``x`` may have leading batch dimensions. numpy and torch alike (differentiable
     in torch with respect to x, u and w away from the degenerate cases).
+
+    At the check level ``"eager"`` the degenerate cases are told apart by reading the norms; at
+    ``"deferred"`` and ``"off"`` (:mod:`riemfl.check_levels`) nothing is read: every case is
+    computed and the one that holds selected elementwise (the identity as the angle 0, with
+    ``identity`` False), with the same values.
     """
 
     def __init__(self, u: Array, w: Array, *, tol: float | None = None) -> None:
@@ -55,9 +61,12 @@ class PlaneRotation:
             )
         ops = ops_for(u, w)
         tol = 1e2 * ops.eps(u) if tol is None else tol
+        self.dim = int(u.shape[0])
+        if level_of(u) != "eager":
+            self._select(ops, u, w, tol)
+            return
         nu = ops.sqrt(ops.sum(u * u))
         nw = ops.sqrt(ops.sum(w * w))
-        self.dim = int(u.shape[0])
         self.identity = ops.to_float(nu) <= tol or ops.to_float(nw) <= tol
         if self.identity:
             self.cos, self.sin = 1.0, 0.0
@@ -79,6 +88,33 @@ class PlaneRotation:
         self.e1, self.e2 = e1, r / nr
         self.cos = cos
         self.sin = ops.sqrt(ops.maximum(1.0 - cos * cos, 0.0))
+
+    def _select(self, ops, u: Array, w: Array, tol: float) -> None:
+        """The rotation without a read: each degenerate case selected where it holds, its
+        unused inputs replaced by harmless values (no NaN reaches the gradient)."""
+        self.identity = False
+        nu, nw = ops.safe_sqrt(ops.sum(u * u)), ops.safe_sqrt(ops.sum(w * w))
+        one = ops.ones_like(nu)
+        zero = (nu <= tol) | (nw <= tol)
+        e1 = u / ops.where(zero, one, nu)
+        nw = ops.where(zero, one, nw)
+        cos = ops.sum(w * e1) / nw
+        r = w / nw - cos * e1
+        degenerate = ops.safe_sqrt(ops.sum(r * r)) <= tol
+        parallel = degenerate & (cos > 0)
+        anti = degenerate & ~(cos > 0)
+        # antiparallel: e2 from the coordinate axis least aligned with e1
+        if ops.is_torch:
+            lib = ops.t
+            unit = lib.arange(self.dim, device=u.device) == lib.argmin(lib.abs(e1))
+        else:
+            unit = np.arange(self.dim) == np.argmin(np.abs(e1))
+        unit = ops.where(unit, ops.ones_like(e1), ops.zeros_like(e1))
+        r = ops.where(anti, unit - ops.sum(e1 * unit) * e1, r)
+        identity = zero | parallel
+        self.e1, self.e2 = e1, r / ops.where(identity, one, ops.safe_sqrt(ops.sum(r * r)))
+        self.cos = ops.where(identity, one, ops.where(anti, -one, cos))
+        self.sin = ops.safe_sqrt(1.0 - self.cos * self.cos)
 
     @property
     def angle(self) -> float:

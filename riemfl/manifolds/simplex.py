@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
+from ..check_levels import refuse
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, nonzero, sinc_sqrt, squared_angle
@@ -272,21 +273,23 @@ class Simplex(Manifold):
         ops = ops_for(a)
         tau = (ops.sum(a, axis=-1, keepdims=True) - 1.0) / self.C
         p = a - tau
-        low = to_numpy(p).min(axis=-1)
-        if np.any(low <= 0):
-            i = _first(low <= 0)
-            row = to_numpy(p)[i]
-            zeros = [int(k) for k in np.flatnonzero(row <= 0)]
-            where = f" (batch element {i})" if i else ""
-            raise ProjectionError(
-                f"{self.name}: a has no nearest point in the open simplex{where}: its projection "
-                f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
-                f"{float(to_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
-                f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
-                f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
-                f"project_closed_simplex(a) projects onto the closed simplex"
-            )
+        refuse(p <= 0, ProjectionError, self._no_nearest_message, p, tau)
         return p
+
+    def _no_nearest_message(self, p: Array, tau: Array) -> str:
+        low = to_numpy(p).min(axis=-1)
+        i = _first(low <= 0)
+        row = to_numpy(p)[i]
+        zeros = [int(k) for k in np.flatnonzero(row <= 0)]
+        where = f" (batch element {i})" if i else ""
+        return (
+            f"{self.name}: a has no nearest point in the open simplex{where}: its projection "
+            f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
+            f"{float(to_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
+            f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
+            f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
+            f"project_closed_simplex(a) projects onto the closed simplex"
+        )
 
     def _to_tangent(self, x, a):
         return a - ops_for(x, a).sum(a, axis=-1, keepdims=True) * x
@@ -324,26 +327,28 @@ class Simplex(Manifold):
         w = u / (2.0 * root)
         theta2 = ops.sum(w * w, axis=-1, keepdims=True)
         y = cos_sqrt(theta2) * root + sinc_sqrt(theta2) * w
-        theta = np.sqrt(to_numpy(theta2)[..., 0])
-        low = to_numpy(y).min(axis=-1)
-        out = (theta >= math.pi / 2) | (low <= 0)
-        if np.any(out):
-            i = _first(out)
-            where = f" (batch element {i})" if i else ""
-            length = 2 * float(theta[i])
-            if length >= math.pi:
-                why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
-            else:
-                k = int(np.argmin(to_numpy(y)[i]))
-                why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
-                why += "reaches 0 before t = 1"
-            raise CutLocusError(
-                f"{self.name}: exp leaves the open simplex{where}: {why}; expected |u|_p below "
-                f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
-                f"2 arcsin(sqrt(min p)))"
-            )
+        out = (ops.sqrt(theta2[..., 0]) >= math.pi / 2) | (-ops.amax(-y, axis=-1) <= 0)
+        refuse(out, CutLocusError, self._exp_leaves_message, theta2, y)
         q = nonzero(y * y)
         return q / ops.sum(q, axis=-1, keepdims=True)
+
+    def _exp_leaves_message(self, theta2: Array, y: Array) -> str:
+        theta = np.sqrt(to_numpy(theta2)[..., 0])
+        low = to_numpy(y).min(axis=-1)
+        i = _first((theta >= math.pi / 2) | (low <= 0))
+        where = f" (batch element {i})" if i else ""
+        length = 2 * float(theta[i])
+        if length >= math.pi:
+            why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
+        else:
+            k = int(np.argmin(to_numpy(y)[i]))
+            why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
+            why += "reaches 0 before t = 1"
+        return (
+            f"{self.name}: exp leaves the open simplex{where}: {why}; expected |u|_p below "
+            f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
+            f"2 arcsin(sqrt(min p)))"
+        )
 
     def _sphere_log_parts(self, x, y):
         """(ops, sqrt p, sqrt q, cos alpha, w = sqrt q - cos alpha sqrt p, |w|^2)."""

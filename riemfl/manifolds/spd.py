@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
+from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
 from .base import Manifold, delegated_map, dist_from_squared, result_checked
@@ -222,6 +223,33 @@ def _eigvalsh(a: Array) -> np.ndarray:
     return np.linalg.eigvalsh(to_numpy(a, np.float64))
 
 
+def _lowest_eigenvalues(a: Array) -> Array:
+    """The smallest eigenvalue of each symmetric matrix of ``a``, for a map's check: numpy
+    float64 at the check level ``"eager"`` (:func:`_eigvalsh`, the read the check makes
+    anyway), else on ``a``'s device (float32 in float64, outside autograd; no read)."""
+    if not is_torch(a) or level_of(a) == "eager":
+        return _eigvalsh(a)[..., 0]
+    import torch
+
+    return torch.linalg.eigvalsh(widen(a.detach()))[..., 0]
+
+
+def _refuse_eigenvalue(
+    low: Array, bound: float, error: type[Exception], message: Callable[..., str], *args
+) -> None:
+    """A map's check that the smallest eigenvalues ``low`` (one per batch element) are above
+    ``bound``, at the check level of ``low`` (:func:`~riemfl.check_levels.refuse`): else
+    ``error(message(*args, value, at))`` for the first batch element with ``low <= bound``
+    (``value`` its eigenvalue, ``at`` " (batch element i)" or "" for a single point)."""
+    refuse(low <= bound, error, _eigenvalue_message, low, bound, message, args)
+
+
+def _eigenvalue_message(low: Array, bound: float, message: Callable[..., str], args: tuple) -> str:
+    low = to_numpy(low, np.float64)
+    i, at = _first_bad(low <= bound)
+    return message(*args, float(low[i]), at)
+
+
 def _refuse(
     bad: np.ndarray, error: type[Exception], message: Callable[[tuple[int, ...], str], str]
 ) -> None:
@@ -246,15 +274,27 @@ def _linalg_errors() -> tuple[type[BaseException], ...]:
 
 
 def _cholesky_frame(x, name: str):
-    """``(R, R^{-1})`` with :math:`X = R^\top R` (R upper triangular); differentiable in torch."""
+    """``(R, R^{-1})`` with :math:`X = R^\top R` (R upper triangular); differentiable in torch.
+
+    Where the factorisation fails (x not numerically positive definite): ``NotOnManifoldError``
+    at the check level ``"eager"``; for torch at ``"deferred"`` and ``"off"``, ``cholesky_ex``
+    (no host synchronisation) and NaN factors there, so the map's result is NaN and the
+    boundary of the level traces it to the point, as eager mode's translation of the error
+    does (:meth:`~riemfl.manifolds.base.Manifold._refuse_boundary`)."""
     ops = ops_for(x)
-    try:
-        lower = ops.cholesky(x)
-    except _linalg_errors() as exc:
-        raise NotOnManifoldError(
-            f"{name}: the Cholesky factorisation of the point x failed: x is not (numerically) "
-            f"positive definite; check_point(x) names the violation"
-        ) from exc
+    if ops.is_torch and level_of(x) != "eager":
+        import torch
+
+        lower, info = torch.linalg.cholesky_ex(x)
+        lower = nan_unless((info == 0)[..., None, None], lower)
+    else:
+        try:
+            lower = ops.cholesky(x)
+        except _linalg_errors() as exc:
+            raise NotOnManifoldError(
+                f"{name}: the Cholesky factorisation of the point x failed: x is not "
+                f"(numerically) positive definite; check_point(x) names the violation"
+            ) from exc
     r = ops.mT(lower)
     if type(r) is np.ndarray:  # numpy has no triangular solve: R^{-1} by one inversion
         return r, np.linalg.inv(r)
@@ -277,6 +317,32 @@ def _definite(x):
 
     info = torch.linalg.cholesky_ex(x.detach())[1]
     return nan_unless((info == 0)[..., None, None], x)
+
+
+def _inverse_retract_message(name: str, value: float, at: str) -> str:
+    return (
+        f"{name}: Y is not R_X(U) for any U with I + W positive definite (W = R^-T U R^-1, "
+        f"X = R^T R): 2 R^-T Y R^-1 - I has the eigenvalue {value:.3e} <= 0{at}; the inverse "
+        f"retraction needs Y > X/2 in the Loewner order"
+    )
+
+
+def _bw_exp_message(name: str, value: float, at: str) -> str:
+    return (
+        f"{name}: exp leaves the cone: the geodesic (I + t L) X (I + t L), L = L_X[U], is "
+        f"singular at t = {-1.0 / value:.4g} <= 1 (lambda_min(L) = {value:.4g} <= -1){at}; "
+        f"expected I + L_X[U] positive definite (every U with |U|_X < "
+        f"local_injectivity_radius(X) = sqrt(lambda_min(X)))"
+    )
+
+
+def _project_message(name: str, value: float, at: str) -> str:
+    return (
+        f"{name}: a has no nearest point in the open cone of positive-definite matrices{at}: "
+        f"sym(a) has the eigenvalue {value:.3e} <= 0, so the nearest point of the closed cone "
+        f"(eigenvalues clipped at 0) is singular, which the open cone does not contain. "
+        f"Expected lambda_min(sym(a)) > 0"
+    )
 
 
 # --------------------------------------------------------------------------- the three metrics
@@ -340,17 +406,9 @@ class _AffineInvariant:
         root, lam = sym_function(
             sym(2.0 * m) - eye, _sqrt, None, divided_differences=_sqrt_dd, eigenvalues=True
         )
-        low = to_numpy(lam, np.float64)[..., 0]
-        _refuse(
-            low <= 0,
-            CutLocusError,
-            lambda i, at: (
-                f"{self.name}: Y is not R_X(U) for any U with I + W positive definite "
-                f"(W = R^-T U R^-1, X = R^T R): 2 R^-T Y R^-1 - I has the eigenvalue "
-                f"{float(low[i]):.3e} <= 0{at}; the inverse retraction needs Y > X/2 in the "
-                f"Loewner order"
-            ),
-        )
+        # (the eigenvalues are at hand: the check costs no factorisation, also when deferred)
+        low = to_numpy(lam, np.float64)[..., 0] if level_of(lam) == "eager" else lam[..., 0]
+        _refuse_eigenvalue(low, 0.0, CutLocusError, _inverse_retract_message, self.name)
         return self._unwhiten(r, root - eye)
 
     def log(self, x, y):
@@ -462,17 +520,9 @@ class _BuresWasserstein:
     def exp(self, x, u):
         x = _definite(x)
         ell = lyapunov(x, u)
-        low = _eigvalsh(ell)[..., 0]
-        _refuse(
-            low <= -1.0,
-            CutLocusError,
-            lambda i, at: (
-                f"{self.name}: exp leaves the cone: the geodesic (I + t L) X (I + t L), L = "
-                f"L_X[U], is singular at t = {-1.0 / float(low[i]):.4g} <= 1 (lambda_min(L) = "
-                f"{float(low[i]):.4g} <= -1){at}; expected I + L_X[U] positive definite (every "
-                f"U with |U|_X < local_injectivity_radius(X) = sqrt(lambda_min(X)))"
-            ),
-        )
+        if level_of(ell) != "off":
+            low = _lowest_eigenvalues(ell)
+            _refuse_eigenvalue(low, -1.0, CutLocusError, _bw_exp_message, self.name)
         return sym(x + u + ell @ x @ ell)
 
     retract = exp
@@ -714,17 +764,9 @@ class SPD(Manifold):
     # ------------------------------------------------------------------ the open cone
     def _project(self, a):
         p = sym(a)
-        low = _eigvalsh(p)[..., 0]
-        _refuse(
-            low <= 0,
-            ProjectionError,
-            lambda i, at: (
-                f"{self.name}: a has no nearest point in the open cone of positive-definite "
-                f"matrices{at}: sym(a) has the eigenvalue {float(low[i]):.3e} <= 0, so the "
-                f"nearest point of the closed cone (eigenvalues clipped at 0) is singular, which "
-                f"the open cone does not contain. Expected lambda_min(sym(a)) > 0"
-            ),
-        )
+        if level_of(p) != "off":
+            low = _lowest_eigenvalues(p)
+            _refuse_eigenvalue(low, 0.0, ProjectionError, _project_message, self.name)
         return p
 
     def _to_tangent(self, x, a):

@@ -13,12 +13,14 @@ e_2^\top - e_2 e_1^\top)`, has norm :math:`\sqrt2\,\theta`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
+from ..check_levels import checks, level_of, refuse
 from ..errors import CutLocusError, ParameterError, ProjectionError
-from ..linalg import polar, qr_positive, skew, special_polar, sym, sym_function
+from ..linalg import polar, qr_positive, signed_svd, skew, special_polar, sym, sym_function
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cosm1_over, sinc_sqrt, squared_angle
 from .stiefel import Stiefel
@@ -39,6 +41,59 @@ def _where(mask: np.ndarray) -> tuple[tuple[int, ...], str]:
     """The first batch index where ``mask`` holds, and the words naming it."""
     index = tuple(int(i) for i in np.argwhere(np.atleast_1d(mask))[0]) if mask.ndim else ()
     return index, (f" (batch element {index})" if index else "")
+
+
+def _cut_locus_message(name: str, cut, details, wrap: Callable[[str], str] | None = None) -> str:
+    """The message of the :class:`~riemfl.errors.CutLocusError` of log and parallel transport:
+    ``cut`` holds where X^T Y is a rotation by pi (None: the batch element is not named); with
+    ``wrap``, ``wrap(message)`` (a caller's error about the same rotation)."""
+    where = "" if cut is None else _where(to_numpy(cut))[1]
+    message = (
+        f"{name}: X^T Y is a rotation by pi{where}: its principal logarithm is not unique, nor is "
+        f"the minimising geodesic (the cut locus), so log and parallel transport are not "
+        f"defined. Expected rotation angles below pi ({details})"
+    )
+    return message if wrap is None else wrap(message)
+
+
+def _nearest_rotation(a: Array, rtol: float) -> tuple[Array, Array]:
+    r""":func:`~riemfl.linalg.special_polar` with its verdict returned, not checked: the factor
+    and where :math:`\sigma'_{n-1} + \sigma'_n \le r\sigma_1` (no read: the check levels
+    ``"deferred"`` and ``"off"``, where the square root of :meth:`SpecialOrthogonal._sqrtm`
+    refuses the cut locus with its own error)."""
+    if is_torch(a):
+        from ..linalg_torch import Polar
+
+        q, s = Polar.apply(a, True)
+    else:
+        u, s, vh = signed_svd(a)
+        q = u @ vh
+    return q, s[..., -2] + s[..., -1] <= rtol * s[..., 0]
+
+
+class _FoundAs:
+    """The details of the cut-locus message of :meth:`SpecialOrthogonal._sqrtm` at a deferred
+    check: ``str()`` (at the boundary) runs :func:`~riemfl.linalg.special_polar` at the level
+    ``"eager"`` for the words of its error."""
+
+    def __init__(self, shifted: Array, rtol: float) -> None:
+        self.shifted, self.rtol = shifted, rtol
+
+    def __str__(self) -> str:
+        try:
+            with checks("eager"):
+                special_polar(self.shifted, rtol=self.rtol, what="matrix I + X^T Y")
+        except ProjectionError as exc:
+            return f"found as: {exc}"
+        return "found as: the nearest rotation to I + X^T Y"  # (changed in place since)
+
+
+def _inverse_retract_message(name: str) -> str:
+    return (
+        f"{name}: the inverse polar retraction is defined where every rotation angle of X^T Y "
+        f"is below pi/2 (its symmetric part positive definite): no tangent U has polar(X + U) "
+        f"= Y otherwise. Expected Y closer to X"
+    )
 
 
 # ------------------------------------------------------------------ theta / sin(theta) of 1 - cos
@@ -207,23 +262,23 @@ class SpecialOrthogonal(Manifold):
         t2 = 0.5 * ops.sum(w * w, axis=(-2, -1), keepdims=True)
         return ops.eye(self.n, w) + sinc_sqrt(t2) * w - cosm1_over(t2) * (w @ w)
 
-    def _cut_locus(self, where: str, details: str):
-        return CutLocusError(
-            f"{self.name}: X^T Y is a rotation by pi{where}: its principal logarithm is not "
-            f"unique, nor is the minimising geodesic (the cut locus), so log and parallel "
-            f"transport are not defined. Expected rotation angles below pi ({details})"
-        )
-
-    def _sqrtm(self, r):
+    def _sqrtm(self, r, error: type[Exception] = CutLocusError, wrap=None):
         """The principal square root of rotations R with n >= 4: the nearest rotation to I + R
         (the polar factor of a normal matrix with eigenvalues 2 cos(t/2) e^(it/2)), refused
-        (CutLocusError) where R has an angle within 1e3 eps of pi, where I + R is singular."""
+        where R has an angle within 1e3 eps of pi, where I + R is singular: ``error`` (a
+        CutLocusError by default) with the message of :func:`_cut_locus_message` (``wrap``)."""
         ops = ops_for(r)
         shifted = ops.eye(self.n, r) + r
+        rtol = 1e3 * ops.eps(r)
+        if level_of(r) != "eager":
+            half, cut = _nearest_rotation(shifted, rtol)
+            found = _FoundAs(shifted, rtol)
+            refuse(cut, error, _cut_locus_message, self.name, None, found, wrap)
+            return half
         try:
-            return special_polar(shifted, rtol=1e3 * ops.eps(r), what="matrix I + X^T Y")
+            return special_polar(shifted, rtol=rtol, what="matrix I + X^T Y")
         except ProjectionError as exc:
-            raise self._cut_locus("", f"found as: {exc}") from exc
+            raise error(_cut_locus_message(self.name, None, f"found as: {exc}", wrap)) from exc
 
     def _plane_parts(self, r):
         """(ops, cos theta, S = skew(R), sin^2 theta) of rotations R for n <= 3 (one plane)."""
@@ -232,30 +287,36 @@ class SpecialOrthogonal(Manifold):
         s = skew(r)
         return ops, c, s, 0.5 * ops.sum(s * s, axis=(-2, -1), keepdims=True)
 
-    def _logm(self, r):
-        """The principal logarithm of rotations R (skew); CutLocusError at angle pi."""
+    def _logm(self, r, error: type[Exception] = CutLocusError, wrap=None):
+        """The principal logarithm of rotations R (skew); at angle pi ``error`` (a
+        CutLocusError by default) with the message of :func:`_cut_locus_message` (``wrap``).
+
+        At the check level ``"eager"`` the axis formula of n = 3 beyond 2 pi/3 runs only where
+        a rotation needs it; at the others always (no read), its inputs replaced by harmless
+        values where it is not used, so that no NaN reaches the gradient."""
         if self.n > 3:  # log R = 2 log R^(1/2), whose angles are at most pi/2
-            half = self._sqrtm(r)
+            half = self._sqrtm(r, error, wrap)
             e = ops_for(half).eye(self.n, half) - sym(half)
             return 2.0 * skew(sym_function(e, _theta_over_sine, _d_theta_over_sine) @ skew(half))
         ops, c, s, s2 = self._plane_parts(r)
         tol = 1e3 * ops.eps(r)
-        cut = to_numpy((c < 0) & (s2 <= tol * tol))[..., 0, 0]
-        if np.any(cut):
-            raise self._cut_locus(_where(cut)[1], "sin(theta) <= 1e3 eps and cos(theta) < 0")
+        cut = ((c < 0) & (s2 <= tol * tol))[..., 0, 0]
+        details = "sin(theta) <= 1e3 eps and cos(theta) < 0"
+        refuse(cut, error, _cut_locus_message, self.name, cut, details, wrap)
         out = angle_over_sine(c, s2) * s
         if self.n == 2:  # theta/sin(theta) * S = theta J exactly: J is the only direction
             return out
         # n = 3 beyond 2 pi/3: the axis from the symmetric part, B = (C - cI)/(1 - c) = a a^T
         near = c < -0.5
-        if not ops.any(near):
+        if level_of(r) == "eager" and not ops.any(near):
             return out
+        one = ops.ones_like(c)
         vee = ops.stack([s[..., 2, 1], s[..., 0, 2], s[..., 1, 0]], axis=-1)[..., None]
-        b = (sym(r) - c * ops.eye(3, r)) / ops.where(near, 1.0 - c, ops.ones_like(c))
+        b = (sym(r) - c * ops.eye(3, r)) / ops.where(near, 1.0 - c, one)
         axis = b @ vee
-        length = ops.sqrt(ops.sum(axis * axis, axis=(-2, -1), keepdims=True))
-        axis = axis / ops.where(near, length, ops.ones_like(length))
-        theta = ops.arctan2(ops.sqrt(s2), c)
+        squared = ops.sum(axis * axis, axis=(-2, -1), keepdims=True)
+        axis = axis / ops.sqrt(ops.where(near, squared, one))
+        theta = ops.arctan2(ops.sqrt(ops.where(near, s2, one)), c)
         hat = ops.einsum("ijk,...k->...ij", ops.asarray(-_LEVI_CIVITA, r), axis[..., 0])
         return ops.where(near, theta * hat, out)
 
@@ -276,14 +337,15 @@ class SpecialOrthogonal(Manifold):
         ops = ops_for(x, y)
         r = ops.mT(x) @ y
         c = sym(r)
+        if ops.is_torch and level_of(c) != "eager":  # the _ex forms: no raise, no synchronisation
+            torch = ops.t
+            info = torch.linalg.cholesky_ex(c.detach())[1]
+            refuse(info != 0, CutLocusError, _inverse_retract_message, self.name)
+            return x @ skew(torch.linalg.solve_ex(c, skew(r))[0])
         try:
             ops.cholesky(c)
         except Exception as exc:  # numpy's or torch's LinAlgError: C is not positive definite
-            raise CutLocusError(
-                f"{self.name}: the inverse polar retraction is defined where every rotation angle "
-                f"of X^T Y is below pi/2 (its symmetric part positive definite): no tangent U "
-                f"has polar(X + U) = Y otherwise. Expected Y closer to X"
-            ) from exc
+            raise CutLocusError(_inverse_retract_message(self.name)) from exc
         return x @ skew(ops.solve(c, skew(r)))
 
     def _exp(self, x, u):

@@ -6,12 +6,32 @@ import math
 
 import numpy as np
 
-from ..backend import ops_for
+from ..backend import Array, ops_for
+from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, ParameterError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt, squared_angle
 
-__all__ = ["Sphere"]
+__all__ = ["Sphere", "ambient_norm"]
+
+
+def ambient_norm(a: Array) -> Array:
+    r""":math:`\|a\|` over the last axis (kept), scaled by :math:`\max_i |a_i|` where
+    :math:`\|a\|^2` overflows (a itself is finite: the input policy); at the check levels
+    ``"deferred"`` and ``"off"`` without a read (the scaled form where it overflows, the scale
+    1 elsewhere: the same norm), so a row of a batch may differ by an ulp from eager mode's,
+    which scales the whole batch where one row overflows."""
+    ops = ops_for(a)
+    nrm = ops.sqrt(ops.vecdot(a, a))
+    if level_of(a) == "eager":
+        if not ops.all_finite(nrm):
+            scale = ops.amax(ops.abs(a), axis=-1, keepdims=True)
+            nrm = scale * ops.sqrt(ops.vecdot(a / scale, a / scale))
+        return nrm
+    # without a read: the scaled norm everywhere, with the scale 1 (exact: the same norm)
+    # where |a|^2 is finite, so that no zero scale reaches a division
+    scale = ops.where(nrm < math.inf, 1.0, ops.amax(ops.abs(a), axis=-1, keepdims=True))
+    return scale * ops.sqrt(ops.vecdot(a / scale, a / scale))
 
 
 class Sphere(Manifold):
@@ -83,16 +103,8 @@ class Sphere(Manifold):
         return ops_for(u, v).vecdot(u, v)
 
     def _project(self, a):
-        ops = ops_for(a)
-        nrm = ops.sqrt(self._dot(a, a))
-        if not ops.all_finite(nrm):  # |a|^2 overflowed (a itself is finite: the input policy)
-            scale = ops.amax(ops.abs(a), axis=-1, keepdims=True)
-            nrm = scale * ops.sqrt(self._dot(a / scale, a / scale))
-        if ops.any(nrm <= ops.eps(a) * 10):
-            raise ProjectionError(
-                f"{self.name}: P_M(a) = a/|a| is not defined at a = 0 (every point of the sphere "
-                f"is nearest); expected a nonzero ambient vector"
-            )
+        nrm = ambient_norm(a)
+        refuse(nrm <= ops_for(a).eps(a) * 10, ProjectionError, _zero_message, self.name)
         return a / nrm
 
     def _to_tangent(self, x, a):
@@ -108,13 +120,8 @@ class Sphere(Manifold):
         return y / ops_for(y).sqrt(self._dot(y, y))
 
     def _inverse_retract(self, x, y):
-        ops = ops_for(x, y)
         c = self._dot(x, y)
-        if ops.any(c <= 0):
-            raise CutLocusError(
-                f"{self.name}: the inverse projection retraction needs <x, y> > 0; "
-                f"got <x, y> = {ops.to_float(-ops.amax(-c)):.3e}"
-            )
+        refuse(c <= 0, CutLocusError, _inverse_retract_message, self.name, c)
         return y / c - x
 
     def _exp(self, x, u):
@@ -133,11 +140,8 @@ class Sphere(Manifold):
 
     def _log(self, x, y):
         ops, c, w, s2 = self._log_parts(x, y)
-        if ops.any((c < 0) & (s2 <= (1e3 * ops.eps(s2)) ** 2)):
-            raise CutLocusError(
-                f"{self.name}: log is not defined for antipodal points (y = -x): every "
-                f"direction is a minimising geodesic; expected <x, y> > -1"
-            )
+        antipodal = (c < 0) & (s2 <= (1e3 * ops.eps(s2)) ** 2)
+        refuse(antipodal, CutLocusError, _antipodal_log_message, self.name)
         return angle_over_sine(c, s2) * w
 
     def _dist(self, x, y):
@@ -150,8 +154,8 @@ class Sphere(Manifold):
 
     def _parallel_transport(self, x, y, u):
         c = self._dot(x, y)
-        if ops_for(c).any(c <= -1 + 1e3 * ops_for(c).eps(c)):
-            raise CutLocusError(f"{self.name}: parallel transport between antipodal points")
+        antipodal = c <= -1 + 1e3 * ops_for(c).eps(c)
+        refuse(antipodal, CutLocusError, _antipodal_transport_message, self.name)
         return u - self._dot(y, u) / (1.0 + c) * (x + y)
 
     def _ehess_to_rhess(self, x, g, h, u):
@@ -168,3 +172,29 @@ class Sphere(Manifold):
     def _tangent_violation(self, x, u):
         ops = ops_for(x, u)
         return "<x, u> = 0", ops.to_float(ops.abs(self._dot(x, u)))
+
+
+def _zero_message(name: str) -> str:
+    return (
+        f"{name}: P_M(a) = a/|a| is not defined at a = 0 (every point of the sphere is "
+        f"nearest); expected a nonzero ambient vector"
+    )
+
+
+def _inverse_retract_message(name: str, c) -> str:
+    ops = ops_for(c)
+    return (
+        f"{name}: the inverse projection retraction needs <x, y> > 0; "
+        f"got <x, y> = {ops.to_float(-ops.amax(-c)):.3e}"
+    )
+
+
+def _antipodal_log_message(name: str) -> str:
+    return (
+        f"{name}: log is not defined for antipodal points (y = -x): every direction is a "
+        f"minimising geodesic; expected <x, y> > -1"
+    )
+
+
+def _antipodal_transport_message(name: str) -> str:
+    return f"{name}: parallel transport between antipodal points"

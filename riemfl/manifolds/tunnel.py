@@ -69,6 +69,13 @@ class EpsilonTunnel(Manifold):
         "parallel_transport": _NO_GEODESICS,
     }
 
+    _ON_THE_HOST = (
+        "the closest parameter c(t*) of the query is found on the host (float64 numpy: the "
+        "real roots of d/dt |c(t) - a|^2, a cubic in closed form or a companion matrix's "
+        "eigenvalues; riemfl.manifolds.bezier_closest.closest_parameter), then moved back"
+    )
+    deferred_reads = {"project": _ON_THE_HOST, "retract": _ON_THE_HOST}
+
     def __init__(self, curve: BezierCurve, eps: float) -> None:
         if not isinstance(curve, BezierCurve) or not curve.euclidean:
             raise ParameterError("EpsilonTunnel needs a BezierCurve with a Euclidean base")

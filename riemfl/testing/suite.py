@@ -59,9 +59,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ..check_levels import checks as riemfl_checks
 from ..errors import NotOnManifoldError, ShapeError
 from ..manifolds.base import Manifold
-from . import bad_input, checks
+from . import bad_input, checks, levels
 from . import strategies as rst
 from .bad_input import BAD_INPUT_METHODS
 from .config import (
@@ -75,7 +76,7 @@ from .config import (
     torch_available,
 )
 
-__all__ = ["ManifoldTests", "METHODS"]
+__all__ = ["ManifoldTests", "METHODS", "method_arguments"]
 
 _NEEDS = {
     "log": ("exp", "log"),
@@ -470,6 +471,23 @@ class ManifoldTests:
         single = [config.convert(a[0]) for a in args]
         checks.check_broadcast_batch_point(self.manifold, method, single, self.tol(config))
 
+    @pytest.mark.parametrize("method", METHODS)
+    def test_deferred_reads_nothing(self, method):
+        """At the check levels ``deferred`` and ``off``: no host read (except the maps of
+        ``deferred_reads``), eager values, nothing raised at the boundary
+        (:func:`riemfl.testing.levels.check_deferred_reads_nothing`)."""
+        if not torch_available():
+            pytest.skip("torch is not installed")
+        if not levels.declares_deferred_reads(self.manifold):
+            pytest.skip(
+                f"{self.manifold.name}: its class does not declare deferred_reads (the maps "
+                f"that read values at the deferred level, {{}} for none), so the kit does not "
+                f"hold it to zero reads"
+            )
+        self.require(*_NEEDS.get(method, ()), method)
+        args, _ = self.method_args(method, 0)
+        levels.check_deferred_reads_nothing(self.manifold, method, args)
+
     @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("backend", ["numpy", "torch"])
     @pytest.mark.parametrize("method", METHODS)
@@ -546,9 +564,10 @@ class ManifoldTests:
                 continue
             args, roles = self.method_args(method, 0)
             skip = [i for i, name in enumerate("xy") if f"{method}:{name}" in self.boundary_exempt]
-            bad_input.check_boundary_points(
-                self.manifold, method, args, roles, points, config.convert, skip
-            )
+            with riemfl_checks("eager"):  # the errors are expected at the call
+                bad_input.check_boundary_points(
+                    self.manifold, method, args, roles, points, config.convert, skip
+                )
 
     @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("method", BAD_INPUT_METHODS)
@@ -557,8 +576,39 @@ class ManifoldTests:
         outcome the input policy prescribes (:mod:`riemfl.testing.bad_input`)."""
         self.require(*_NEEDS.get(method, ()), *((method,) if method in METHODS else ()))
         args, roles = self.method_args(method, 0)
-        bad_input.check_bad_input(self.manifold, method, args, roles)
+        with riemfl_checks("eager"):  # the errors are expected at the call
+            bad_input.check_bad_input(self.manifold, method, args, roles)
 
 
 #: numpy float64 versus torch float64: same algorithm, only rounding differs
 TOLERANCE_BACKENDS = Tolerance(atol=1e-9, rtol=1e-9)
+
+
+class _Standalone(ManifoldTests):
+    """The kit's argument builder outside pytest (not a test class)."""
+
+    __test__ = False
+
+    def __init__(self, manifold: Manifold, batch_size: int) -> None:
+        self.manifold = manifold
+        self.batch_size = batch_size
+
+    def require_constant(self, name: str) -> float:
+        try:
+            return getattr(self.manifold, name)
+        except NotImplementedError:  # an open set without a uniform reach: a short step
+            return 0.1
+
+
+def method_arguments(
+    manifold: Manifold, method: str, seed: int = 0, batch_size: int = 3
+) -> tuple[list[np.ndarray], list[str]]:
+    """The conformance kit's arguments of ``method`` for ``manifold``, outside a test class.
+
+    numpy float64 arrays with a leading batch of ``batch_size`` (points, tangent vectors of
+    norm within the kit's radius, ambient arrays near the manifold for ``project``) and their
+    roles (``"point"``, ``"tangent"``, ``"ambient"``), as
+    :meth:`ManifoldTests.method_args` draws them; where the manifold has no uniform reach, the
+    ambient step of ``project`` takes 0.1.
+    """
+    return _Standalone(manifold, batch_size).method_args(method, seed)
