@@ -20,7 +20,7 @@ import numpy as np
 
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..errors import ParameterError
-from .base import Manifold
+from .base import MAP_ROLES, Manifold
 from .bezier import BezierCurve
 from .bezier_arclength import quadratic_coefficients
 
@@ -97,20 +97,7 @@ class BezierGraph(Manifold):
     #: a polynomial (the closest point), and the inverse arc length a bracketed solve, both found
     #: in numpy on the host; torch gets one differentiable Newton step at the solution
     deferred_reads = dict.fromkeys(
-        (
-            "project",
-            "to_tangent",
-            "egrad_to_rgrad",
-            "retract",
-            "inverse_retract",
-            "exp",
-            "log",
-            "dist",
-            "squared_dist",
-            "transport",
-            "parallel_transport",
-            "ehess_to_rhess",
-        ),
+        (m for m in MAP_ROLES if m not in ("inner", "norm", "retraction_transport", "point_gap")),
         "the parameter t(x) of a point is a root of a polynomial found in numpy on the host (and "
         "exp's inverse arc length a bracketed solve there); torch gets one Newton step at it",
     )
