@@ -31,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -203,7 +204,7 @@ def _time(
     fn: Callable, args: Sequence, device: str, level: str | None, calls: int, repeats: int
 ) -> float:
     """Median seconds per call; ``level`` None for a peer (no check level)."""
-    context = riemfl.checks(level) if level is not None else _nothing()
+    context = riemfl.checks(level) if level is not None else contextlib.nullcontext()
     with context:
         for _ in range(3):
             fn(*args)
@@ -218,14 +219,6 @@ def _time(
             _sync(device)
             samples.append((time.perf_counter() - start) / calls)
     return statistics.median(samples)
-
-
-class _nothing:  # noqa: N801 (a no-op context manager)
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _reads_and_syncs(
