@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine_info, single_thread, write_result  # noqa: E402
 
 import riemfl  # noqa: E402
-from riemfl.federated import ExponentialTime, FedAsync, FedBuff, run_async  # noqa: E402
+from riemfl.federated import ExponentialTime, FedAsync, FedBuff, RunOptions, run_async  # noqa: E402
 
 __all__ = ["InstantTrainer", "MLPTrainer", "bench_events", "bench_overhead", "main"]
 
@@ -126,8 +126,8 @@ def bench_events(
                     10**12,
                     workers=min(workers, n),
                     timing=ExponentialTime(1.0),
-                    eval_every=None,
                     max_updates=events,
+                    options=RunOptions(record_every=None),
                 )
                 samples.append((time.perf_counter() - t0) / events * 1e6)
             us = statistics.median(samples)
@@ -182,8 +182,7 @@ def bench_overhead(steps: int, repeats: int) -> dict[str, Any]:
             workers=5,
             x0=x0.copy(),
             timing=ExponentialTime(1.0),
-            eval_every=None,
-            seed=0,
+            options=RunOptions(record_every=None, seed=0),
         )
         sim.append(time.perf_counter() - t0)
         t0 = time.perf_counter()

@@ -59,7 +59,7 @@ from riemfl.adapters.flower import (  # noqa: E402
     simulate,
 )
 
-from riemfl.federated import FedAsync, RFedProj, run_async, run_sync  # noqa: E402
+from riemfl.federated import FedAsync, RFedProj, RunOptions, run_async, run_sync  # noqa: E402
 
 __all__ = ["Settings", "run_benchmark", "format_table", "main"]
 
@@ -134,7 +134,7 @@ def _round_times(history: Any) -> list[float]:
 def _in_process_sync(job: SyncJob, repeats: int) -> dict[str, Any]:
     samples, cpu, point = [], [], None
     for _ in range(repeats):
-        h = run_sync(job.resolved, job.algorithm, job.rounds, seed=job.seed)
+        h = run_sync(job.resolved, job.algorithm, job.steps, options=job.options)
         samples += _round_times(h)
         cpu += [float(t) for t in np.diff(h.cpu_time)]
         point = h.final_point
@@ -150,7 +150,9 @@ def _in_process_async(job: AsyncJob, repeats: int) -> dict[str, Any]:
     per_update, staleness = [], []
     for r in range(repeats):
         t0 = time.perf_counter()
-        h = run_async(job.trainer(), FedAsync(), job.server_steps, seed=r, eval_every=1)
+        h = run_async(
+            job.trainer(), FedAsync(), job.steps, options=RunOptions(seed=r, record_every=1)
+        )
         per_update.append((time.perf_counter() - t0) / len(h.log["client"]))
         staleness.append(h.staleness_stats()["mean"])
     return {

@@ -92,7 +92,7 @@ def _deployment_rounds(nodes: int, rounds: int, workdir: Path, say: Any) -> dict
                 config = {
                     **RUN_CONFIG,
                     **CONFIGS[name][1],
-                    "rounds": rounds,
+                    "steps": rounds,
                     "job": name.replace("+", "-"),
                 }
                 t0 = time.perf_counter()

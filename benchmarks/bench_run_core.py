@@ -12,7 +12,7 @@ Memory is measured in a fresh subprocess per configuration.
    10 clients), so the MNIST-size problem here is :func:`bench_sync.kpca_like_blocks` (synthetic
    Gaussian rows of exactly that size, a few dominant directions weighted per client, as in
    ``bench_sync.py``), and the digits problem itself is measured too. A round of the engine is the
-   interval between two ``on_round`` calls (sampling, the stacked client rule, the checks of every
+   interval between two ``on_step`` calls (sampling, the stacked client rule, the checks of every
    upload, the server rule, the delivery, the metrics of the row and its recording); the bare
    oracle cost is the same algorithm's ``broadcast``, ``client_step``, ``server_step`` and
    ``client_finish`` on the full stack in a plain loop. Both end at the same point (checked bit
@@ -104,6 +104,7 @@ from riemfl.federated import (  # noqa: E402
     FedBuff,
     RFedAvg,
     RFedProj,
+    RunOptions,
     initial_point,
     run_async,
     run_sync,
@@ -324,10 +325,16 @@ def plain_rounds(
 def _engine_rounds(
     problem: FederatedProblem, algorithm: Any, x0: Any, rounds: int
 ) -> tuple[Any, list[Stamp], list[float]]:
-    """``run_sync`` with a stamp before the call and at every ``on_round``; also the engine's
+    """``run_sync`` with a stamp before the call and at every ``on_step``; also the engine's
     per-round ``cpu_time`` (metrics excluded)."""
     stamps = [_stamp()]
-    h = run_sync(problem, algorithm, rounds, x0=x0, on_round=lambda r, h: stamps.append(_stamp()))
+    h = run_sync(
+        problem,
+        algorithm,
+        rounds,
+        x0=x0,
+        options=RunOptions(on_step=lambda r, h: stamps.append(_stamp())),
+    )
     return h.final_point, stamps, np.diff(h.cpu_time).tolist()
 
 
@@ -539,9 +546,8 @@ def _event_run(trainer: ShiftTrainer, rule: Any, events: int, workers: int) -> A
         10**12,
         workers=min(workers, trainer.n_clients),
         timing=ExponentialTime(1.0),
-        eval_every=None,
         max_updates=events,
-        seed=0,
+        options=RunOptions(record_every=None, seed=0),
     )
 
 
@@ -695,13 +701,15 @@ def bench_checkpoint(s: Settings, folder: Path) -> list[dict[str, Any]]:
             FedAsync(),
             steps,
             workers=1,
-            eval_every=None,
-            checkpoint=p,
-            checkpoint_every=1,
             x0=x,
+            options=RunOptions(record_every=None, checkpoint=p, checkpoint_every=1),
         ),
         "run_sync (RFedAvg, no client state)": lambda p: run_sync(
-            problem, RFedAvg(0.1, 1), steps, x0=x, checkpoint=p, checkpoint_every=1
+            problem,
+            RFedAvg(0.1, 1),
+            steps,
+            x0=x,
+            options=RunOptions(checkpoint=p, checkpoint_every=1),
         ),
     }
     for label, run in runs.items():
@@ -802,7 +810,9 @@ def _checkpoints_at(
     """Cost of the checkpoints of a run that holds ``rows`` rows (part 5a)."""
     path = folder / f"history-{rows}.rfl"
     path.unlink(missing_ok=True)
-    run_sync(problem, RFedProj(0.1, 1), rows, checkpoint=path, checkpoint_every=rows)
+    run_sync(
+        problem, RFedProj(0.1, 1), rows, options=RunOptions(checkpoint=path, checkpoint_every=rows)
+    )
     stamps: dict[int, Stamp] = {}
     end, every = rows + h["window"], h["every"]
     with _gc_paused(), _counted_writes() as written:
@@ -810,11 +820,13 @@ def _checkpoints_at(
             problem,
             RFedProj(0.1, 1),
             end,
-            checkpoint=path,
-            checkpoint_every=every,
-            on_round=lambda r, _: stamps.__setitem__(r, _stamp()),
+            options=RunOptions(
+                checkpoint=path,
+                checkpoint_every=every,
+                on_step=lambda r, _: stamps.__setitem__(r, _stamp()),
+            ),
         )
-    # on_round(r) comes before the checkpoint of round r: it lies in the interval to r + 1
+    # on_step(r) comes before the checkpoint of round r: it lies in the interval to r + 1
     cpu = {r: stamps[r + 1][0] - stamps[r][0] for r in stamps if r + 1 in stamps}
     wall = {r: stamps[r + 1][1] - stamps[r][1] for r in stamps if r + 1 in stamps}
     saved = [r for r in wall if r % every == 0]

@@ -79,6 +79,7 @@ from riemfl.federated import (  # noqa: E402
     History,
     ProblemTrainer,
     RFedProj,
+    RunOptions,
     run_async,
     run_sync,
 )
@@ -427,22 +428,26 @@ def _flip_problem() -> KPCAProblem:
 
 
 def _flip_runner(engine: str, every: int) -> Callable[..., History]:
-    """``run(rounds, **checkpointing)``: the engine's run on the small kPCA problem, recording
-    (async: evaluating) every ``every`` steps."""
+    """``run(rounds, **checkpointing)``: the engine's run on the small kPCA problem, with the
+    :class:`RunOptions` fields ``checkpointing``, recording every round (sync) or every
+    ``every`` steps (async)."""
     problem = _flip_problem()
     if engine == "sync":
         return lambda rounds, **kw: run_sync(
-            problem, RFedProj(4e-3, 5), rounds, seed=2, batch_size=5, clients_per_round=6, **kw
+            problem,
+            RFedProj(4e-3, 5),
+            rounds,
+            batch_size=5,
+            clients_per_round=6,
+            options=RunOptions(seed=2, **kw),
         )
     trainer = ProblemTrainer(problem, 4e-3, 5, batch_size=5)
     return lambda rounds, **kw: run_async(
         trainer,
         FedBuff(buffer_size=4),
         rounds,
-        seed=2,
         timing=ExponentialTime(1.0),
-        eval_every=every,
-        **kw,
+        options=RunOptions(seed=2, record_every=every, **kw),
     )
 
 
@@ -708,7 +713,7 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
             problem,
             FaultyRFedProj(4e-3, 5, kind, schedule),
             f["sync_rounds"],
-            seed=seed,
+            options=RunOptions(seed=seed),
         )
         judge = lambda h: _judge_rounds(h, schedule, kind)  # noqa: E731
         injected = int(schedule.sum())
@@ -718,10 +723,9 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
             trainer,
             FedBuff(buffer_size=f["buffer"]),
             f["async_steps"],
-            seed=seed,
             max_failures=None,
             timing=ExponentialTime(1.0),
-            eval_every=5,
+            options=RunOptions(seed=seed, record_every=5),
         )
         judge = lambda h: _judge_arrivals(h, trainer, kind)  # noqa: E731
         injected = None  # known after the run
@@ -730,7 +734,8 @@ def _one_fault_run(engine: str, kind: str, s: Settings, seed: int) -> dict[str, 
         floral = _faulty_floral_trainer(kind, schedule)
         from riemfl.nn.floral import run_floral
 
-        run = lambda: run_floral(floral, f["floral_rounds"], seed=seed, eval_every=5)  # noqa: E731
+        options = RunOptions(seed=seed, record_every=5)
+        run = lambda: run_floral(floral, f["floral_rounds"], options=options)  # noqa: E731
         judge = lambda h: _judge_rounds(h, schedule, kind)  # noqa: E731
         injected = int(schedule.sum())
     with warnings.catch_warnings():

@@ -35,6 +35,7 @@ from riemfl.federated import (
     FedAsync,
     FedBuff,
     ProblemTrainer,
+    RunOptions,
     run_async,
 )
 from riemfl.problems import SoftmaxRegressionProblem
@@ -58,10 +59,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     }
     summary: dict[str, dict[str, float]] = {}
     histories = {}
+    options = RunOptions(seed=0, record_every=max(opts.steps // 20, 1))
     for name, (rule, trainer) in runs.items():
         history = run_async(
-            trainer, rule, opts.steps, workers=3, timing=ExponentialTime(1.0), seed=0,
-            x0=np.zeros(problem.manifold.point_shape), eval_every=max(opts.steps // 20, 1),
+            trainer, rule, opts.steps, workers=3, timing=ExponentialTime(1.0),
+            x0=np.zeros(problem.manifold.point_shape), options=options,
         )  # fmt: skip
         histories[name] = history
         summary[name] = {

@@ -29,7 +29,7 @@ import time
 import numpy as np
 from riemfl.adapters.flower import AsyncJob, ProblemSpec, SyncJob, simulate
 
-from riemfl.federated import FedAsync, RFedProj, run_sync
+from riemfl.federated import FedAsync, RFedProj, RunOptions, run_sync
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,11 +46,11 @@ def main(argv: list[str] | None = None) -> None:
 
     n = problem.n_clients
     print(f"1. in-process: RFedProj on {problem.name}, {n} clients, {rounds} rounds")
-    local = run_sync(problem, algorithm, rounds, seed=0)
+    local = run_sync(problem, algorithm, rounds, options=RunOptions(seed=0))
     print(f"   optimality gap {local.optimality_gap[0]:.3g} -> {local.optimality_gap[-1]:.3g}")
 
     print("2. Flower simulation (3 SuperNodes) of the same job, and 3. FedAsync on Flower")
-    sync_job = SyncJob(spec, algorithm, rounds, name="rfedproj", seed=0)
+    sync_job = SyncJob(spec, algorithm, rounds, name="rfedproj", options=RunOptions(seed=0))
     async_job = AsyncJob(spec, FedAsync(), steps, 1 / problem.smoothness, 5, name="fedasync")
     t0 = time.perf_counter()
     results = simulate([sync_job, async_job], num_supernodes=3)
@@ -72,13 +72,13 @@ def main(argv: list[str] | None = None) -> None:
 
         config = {"problem": "kpca-synthetic", "problem-clients": 6, "problem-k": 2,
                   "problem-seed": 1, "algorithm": "rfedproj", "step-size": 4e-3,
-                  "local-steps": 5, "rounds": min(rounds, 3), "seed": 0}  # fmt: skip
+                  "local-steps": 5, "steps": min(rounds, 3), "seed": 0}  # fmt: skip
         print("4. a real deployment: SuperLink + 2 SuperNodes on 127.0.0.1, flwr run")
         with tempfile.TemporaryDirectory() as workdir, LocalDeployment(2, workdir) as deployment:
             result = deployment.run(config)
-        short = run_sync(problem, algorithm, config["rounds"], seed=0)
+        short = run_sync(problem, algorithm, config["steps"], options=RunOptions(seed=0))
         diff = np.max(np.abs(result["final_point"] - short.final_point))
-        print(f"   {config['rounds']} rounds; same iterates as in-process: max |difference| "
+        print(f"   {config['steps']} rounds; same iterates as in-process: max |difference| "
               f"{diff:.1e}")  # fmt: skip
 
 

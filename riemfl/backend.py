@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ._validation import is_int
 from .errors import ParameterError
 
 Array = Any  # numpy.ndarray or torch.Tensor
@@ -120,9 +121,7 @@ def as_generator(seed_or_rng: RandomState, *, name: str = "") -> np.random.Gener
     """
     if isinstance(seed_or_rng, np.random.Generator):
         return seed_or_rng
-    if seed_or_rng is None or (
-        isinstance(seed_or_rng, (int, np.integer)) and not isinstance(seed_or_rng, bool)
-    ):
+    if seed_or_rng is None or is_int(seed_or_rng):
         return np.random.default_rng(seed_or_rng)
     prefix = f"{name}: " if name else ""
     raise ParameterError(

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDATION = {"errors", "tuning", "progress"}
 CORE = FOUNDATION | {
+    "_validation",
     "backend",
     "check_levels",
     "check_levels_torch",
@@ -30,7 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "tuning": set(),
     "progress": set(),
-    "backend": {"errors"},
+    "_validation": {"errors"},
+    "backend": {"_validation", "errors"},
     "check_levels": {"backend", "check_levels_torch", "errors"},  # (imported while compiling)
     "check_levels_torch": {"check_levels", "errors"},
     "linalg": {

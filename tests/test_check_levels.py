@@ -15,6 +15,7 @@ from riemfl.errors import (
     ParameterError,
     ProjectionError,
 )
+from riemfl.federated import RunOptions
 from riemfl.testing import importorskip
 
 torch = importorskip("torch")
@@ -276,7 +277,7 @@ def test_a_federated_run_raises_a_deferred_violation_at_the_end_of_its_round():
 
     seen = []
 
-    def on_round(r, history):
+    def on_step(r, history):
         seen.append(r)
         if r == 2:  # recorded after round 2's boundary: round 3's boundary raises it
             check_levels.refuse(np.array([True]), ProjectionError, lambda: "a deferred check")
@@ -284,7 +285,7 @@ def test_a_federated_run_raises_a_deferred_violation_at_the_end_of_its_round():
     problem = KPCAProblem.synthetic(n_clients=3, d=6, k=2, p=20, seed=0)
     with riemfl.checks("deferred"):
         with pytest.raises(ProjectionError, match="a deferred check"):
-            run_sync(problem, RFedProj(0.01, 2), 6, on_round=on_round)
+            run_sync(problem, RFedProj(0.01, 2), 6, options=RunOptions(on_step=on_step))
     assert seen == [1, 2]
 
 

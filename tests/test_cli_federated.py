@@ -10,6 +10,7 @@ import pytest
 from riemfl.cli import main
 from riemfl.experiments import zhang2024
 from riemfl.experiments.registry import PROBLEMS, build_problem
+from riemfl.experiments.zhang2024.run import Problems, warm_up
 from riemfl.federated import METRICS, History
 from riemfl.federated.checkpoint import load_checkpoint
 from riemfl.testing import importorskip
@@ -136,7 +137,7 @@ def test_run_async_engine(tmp_path, capsys, rule):
         "5",
         "--buffer-size",
         "3",
-        "--eval-every",
+        "--record-every",
         "4",
         "--server-lr",
         "0.1",
@@ -208,7 +209,7 @@ def test_run_curve_rules_on_the_euclidean_problem(tmp_path, capsys, rule):
         "2",
         "--curve-steps",
         "3",
-        "--eval-every",
+        "--record-every",
         "10",
     )
     assert code == 0
@@ -289,7 +290,7 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     lines = [
         line for line in printed.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")
     ]
-    # one line per claim (riemfl/experiments/zhang2024.py docstring), claim 8 under 3 readings
+    # one line per claim (the docstring of riemfl.experiments.zhang2024), claim 8 under 3 readings
     assert len(lines) == 12
     labels = [line.split("claim ")[1].split(":")[0].split(" ")[0] for line in lines]
     verdicts = dict(zip(labels, (line.split()[0] for line in lines), strict=True))
@@ -374,7 +375,7 @@ def test_warm_up_runs_each_kind_of_run_once():
     untimed rounds, so that no run's CPU seconds carry the process's first-call costs."""
     figs = zhang2024.figures(quick=True)
     runs = [run for n in (4, 9) for _, panel in figs[n].panels for _, run in panel]
-    kinds = zhang2024._warm_up(runs + runs[:2], zhang2024._Problems(None))
+    kinds = warm_up(runs + runs[:2], Problems(None))
     expected = {(r.problem, r.algorithm, r.local_steps, r.batch_size, r.step) for r in runs}
     assert len(kinds) == len(expected) and set(kinds) == expected
 
@@ -388,7 +389,7 @@ def test_run_async_writes_a_checkpoint_and_the_same_command_resumes_it(tmp_path)
         "async",
         "--rounds",
         "10",
-        "--eval-every",
+        "--record-every",
         "5",
         "--checkpoint-every",
         "5",

@@ -30,7 +30,7 @@ RUNS = {
         "fedbuff",
         "--rounds",
         "300",
-        "--eval-every",
+        "--record-every",
         "5",
     ],
 }

@@ -16,7 +16,7 @@ from riemfl.experiments.registry import (
     build_problem,
 )
 from riemfl.extras import EXTRAS
-from riemfl.federated import AsyncManifold, AsyncRule, run_sync
+from riemfl.federated import AsyncManifold, AsyncRule, RunOptions, run_sync
 from riemfl.manifolds import Euclidean
 from riemfl.testing import importorskip
 
@@ -81,7 +81,7 @@ def test_the_defaults_of_every_problem_converge(name, digits_file):
     problem = build_problem(name, data=digits_file if entry.needs_data else None)
     step = entry.default_step(problem)
     algorithm = build_algorithm("rfedproj", step_size=step, local_steps=DEFAULT_LOCAL_STEPS)
-    history = run_sync(problem, algorithm, entry.rounds, seed=0)
+    history = run_sync(problem, algorithm, entry.rounds, options=RunOptions(seed=0))
     g = history.grad_norm
     assert g[-1] <= entry.tolerance * g[0], (name, g[-1] / g[0], entry.tolerance)
     assert history.check_divergence() is None

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.slow
 
 from riemfl.errors import ParameterError  # noqa: E402
 from riemfl.experiments import licudi2025  # noqa: E402
+from riemfl.experiments.licudi2025.data import validation_split  # noqa: E402
+from riemfl.experiments.licudi2025.run import cached_run  # noqa: E402
 
 
 def _rows(md: str) -> list[str]:
@@ -113,7 +115,7 @@ def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     saved = json.loads(old.read_text())
     old.write_text(json.dumps({**saved, "curve": {"step": [0, 3, 6], "accuracy": [0, 0, 0]}}))
     rate = data["rates"]["FedAsync"]
-    again = licudi2025._cached_run(tmp_path / "runs", "FedAsync", 0, settings, rate=rate)
+    again = cached_run(tmp_path / "runs", "FedAsync", 0, settings, rate=rate)
     assert again["curve"] == saved["curve"] == json.loads(old.read_text())["curve"]
     with pytest.raises(ParameterError, match="unknown methods"):
         licudi2025.reproduce(
@@ -125,7 +127,7 @@ def test_the_line_search_never_sees_a_test_row():
     from riemfl.nn import digits_clients
 
     data = digits_clients(n_clients=5, alpha=0.5, seed=0)
-    split = licudi2025._validation_split(data, 0.25, seed=3)
+    split = validation_split(data, 0.25, seed=3)
     for (x, y, _, _), (_, y2, xv, yv) in zip(data, split, strict=True):
         assert len(y2) + len(yv) == len(y) and len(yv) == round(0.25 * len(y))
         rows = {r.tobytes() for r in x.reshape(len(x), -1)}
@@ -206,8 +208,8 @@ def test_asyncbezier_runs_its_own_rule_and_curve_clients_not_fedasyncs(tmp_path)
     accuracies tied as counts (243 of the 362 test rows each)."""
     s = licudi2025.Settings.quick()
     s.server_steps, s.n_clients, s.eval_every = 6, 6, 3
-    fed = licudi2025._cached_run(tmp_path, "FedAsync", 0, s, rate=1.0)
-    bez = licudi2025._cached_run(tmp_path, "AsyncBezier", 0, s, rate=1.0)
+    fed = cached_run(tmp_path, "FedAsync", 0, s, rate=1.0)
+    bez = cached_run(tmp_path, "AsyncBezier", 0, s, rate=1.0)
     assert len(list(tmp_path.glob("*.json"))) == 2  # two cache entries, not one shared
     assert bez["curve"]["updates"] == fed["curve"]["updates"]  # the same arrivals...
     assert bez["curve"]["time"][-1] > fed["curve"]["time"][-1]  # ...each with curve epochs

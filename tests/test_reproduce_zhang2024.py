@@ -9,6 +9,8 @@ import json
 import pytest
 
 from riemfl.experiments import zhang2024
+from riemfl.experiments.zhang2024.report import report_markdown
+from riemfl.experiments.zhang2024.run import Problems, Reuse, run_all
 from riemfl.progress import ProgressBar
 
 RUNS = [
@@ -18,16 +20,16 @@ RUNS = [
 
 
 def _run_all(out, problems):
-    stream, reuse, results = io.StringIO(), zhang2024._Reuse(), {}
+    stream, reuse, results = io.StringIO(), Reuse(), {}
     with ProgressBar(10, "zhang2024", stream=stream) as bar:
-        zhang2024._run_all(RUNS, problems, out, bar, results, reuse)
+        run_all(RUNS, problems, out, bar, results, reuse)
     return stream.getvalue().splitlines(), reuse, results
 
 
 def test_a_rerun_reuses_the_finished_runs_and_says_so(tmp_path):
     """A rerun read every run back from its checkpoint and reported "wall time 7 s" as if it
     had computed them; its non-terminal progress bar stopped short of its total."""
-    problems = zhang2024._Problems(None)
+    problems = Problems(None)
     lines, reuse, first = _run_all(tmp_path, problems)
     assert lines[-1].startswith("zhang2024 [########################] 10/10  ")
     assert (reuse.runs, reuse.reused, reuse.resumed) == (2, 0, 0)
@@ -39,7 +41,7 @@ def test_a_rerun_reuses_the_finished_runs_and_says_so(tmp_path):
     assert said.startswith("this invocation took 3 s and reused 2 of 2 runs cached by an earlier")
     assert f"delete {tmp_path / 'checkpoints'} to compute them again" in said
     assert all(again[k].same_results(first[k]) for k in first)
-    report = zhang2024._report({}, again, [], quick=True, data=None, seconds=3.0, cached=said)
+    report = report_markdown({}, again, [], quick=True, data=None, seconds=3.0, cached=said)
     assert said in report and "wall time 3 s" not in report
 
 

@@ -107,12 +107,13 @@ def _legend_covers_a_panel(fig):
 def test_zhang2024_figures_say_when_curves_lie_on_each_other(tmp_path):
     importorskip("matplotlib")
     from riemfl.experiments import zhang2024
+    from riemfl.experiments.zhang2024.figures import plot_figure
 
     h = _kpca_history(3)
     a = zhang2024.Run("kpca", "rfedavg", 2, 3, 0.05)
     b = zhang2024.Run("kpca", "rfedprox", 2, 3, 0.05)
     fig = _zhang_figure([("", [("RFedAvg", a), ("RFedProx", b)])])
-    f = zhang2024._plot(fig, {a.key: h, b.key: h}, tmp_path / "f.png", Styles())
+    f = plot_figure(fig, {a.key: h, b.key: h}, tmp_path / "f.png", Styles())
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     (legend,) = f.legends  # one legend, below the panels
     assert [t.get_text() for t in legend.get_texts()] == ["RFedAvg", "RFedProx (= RFedAvg)"]
@@ -125,6 +126,7 @@ def test_zhang2024_figures_start_at_round_1_on_a_log_axis_and_share_y(tmp_path):
     panels had each their own y range."""
     importorskip("matplotlib")
     from riemfl.experiments import zhang2024
+    from riemfl.experiments.zhang2024.figures import plot_figure
 
     h, g = _kpca_history(40), _kpca_history(10)
     a = zhang2024.Run("kpca", "rfedavg", 2, 40, 0.05)
@@ -132,7 +134,7 @@ def test_zhang2024_figures_start_at_round_1_on_a_log_axis_and_share_y(tmp_path):
     fig = _zhang_figure(
         [("tau=2", [("RFedAvg", a)]), ("tau=3", [("RFedAvg", b)])], ("round", "uplink_matrices")
     )
-    f = zhang2024._plot(fig, {a.key: h, b.key: g}, tmp_path / "f.png", Styles())
+    f = plot_figure(fig, {a.key: h, b.key: g}, tmp_path / "f.png", Styles())
     assert len(f.axes) == 4
     for ax in f.axes:
         assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -219,6 +221,7 @@ def test_privacy_figure_tick_labels_do_not_collide(tmp_path):
 def test_floral_curves_legend_covers_no_curve(tmp_path):
     importorskip("matplotlib")
     from riemfl.experiments import floral
+    from riemfl.experiments.floral.figures import curves_plot
 
     s = floral.Settings(seeds=(0,), columns=("Full R", "Full LS"))
     steps = list(range(0, 81, 5))
@@ -231,7 +234,7 @@ def test_floral_curves_legend_covers_no_curve(tmp_path):
         for col in s.columns
         for i, m in enumerate(floral.METHODS)
     ]
-    fig = floral._curves_plot(digits, s, Styles([m.label for m in floral.METHODS]), tmp_path)
+    fig = curves_plot(digits, s, Styles([m.label for m in floral.METHODS]), tmp_path)
     assert (tmp_path / "table1_curves.png").exists()
     assert not _legend_covers_a_panel(fig)
     assert all(t.get_fontsize() >= 9 for t in fig.legends[0].get_texts())
@@ -242,6 +245,7 @@ def test_floral_curves_legend_covers_no_curve(tmp_path):
 def test_licudi2025_says_one_seed_and_draws_no_error_bar_for_it(tmp_path, seeds):
     importorskip("matplotlib")
     from riemfl.experiments import licudi2025
+    from riemfl.experiments.licudi2025 import figures
 
     s = licudi2025.Settings(seeds=seeds, methods=("FedAsync", "AsyncBezier"))
     runs = [
@@ -260,8 +264,8 @@ def test_licudi2025_says_one_seed_and_draws_no_error_bar_for_it(tmp_path, seeds)
         for m in s.methods
         for seed in seeds
     ]
-    label = licudi2025._plot(runs, s, tmp_path / "a.png").axes[0].get_ylabel()
-    bars = licudi2025._plot_fairness(runs, s, tmp_path / "f.png")
+    label = figures.plot_accuracy(runs, s, tmp_path / "a.png").axes[0].get_ylabel()
+    bars = figures.plot_fairness(runs, s, tmp_path / "f.png")
     from matplotlib.container import BarContainer
 
     has_error_bars = [

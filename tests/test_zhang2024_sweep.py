@@ -17,6 +17,8 @@ from riemfl.experiments.step_sweep import (
     largest_stable_step,
     uploads_to_tolerance,
 )
+from riemfl.experiments.zhang2024.run import Problems
+from riemfl.experiments.zhang2024.tau import claim_tau
 from riemfl.federated import History
 
 TOL = 1e-6
@@ -125,7 +127,7 @@ def test_claim_8b_is_gated_and_8a_8c_are_readings():
     for t in setting.taus:
         for seed in (setting.tune_seed, setting.report_seed):
             results[setting.run(t, 1e-3, seed).key] = _stall()
-    a, b, c = zhang2024._claim_tau({}, results, set(), setting)
+    a, b, c = claim_tau({}, results, set(), setting)
     assert [x.label for x in (a, b, c)] == ["8a", "8b", "8c"]
     assert [x.gated for x in (a, b, c)] == [False, True, False]
     assert a.passed is None  # no figure ran: the fixed-eta reading is not checked
@@ -133,7 +135,7 @@ def test_claim_8b_is_gated_and_8a_8c_are_readings():
     # the held-out seed decides: there, tau = 10 needs more uploads than tau = 5
     for s in setting.steps:
         results[setting.run(10, s, setting.report_seed).key] = _linear(0.8)
-    _, b, _ = zhang2024._claim_tau({}, results, set(), setting)
+    _, b, _ = claim_tau({}, results, set(), setting)
     assert b.passed is False and "tau=10" in b.would_change
 
 
@@ -163,7 +165,7 @@ def test_the_sweep_protocol_is_the_stated_one():
     fixed = {r.key for r in setting.report_runs({"fixed": dict.fromkeys(setting.taus, 1e-4)})}
     assert {r.key for r in figs[9].runs} <= fixed
     # and the tuning seed is another LRMC instance
-    problems = zhang2024._Problems(None)
+    problems = Problems(None)
     a, b = problems("lrmc-synthetic", 0), problems("lrmc-synthetic", 1)
     assert not np.array_equal(a.factors[0], b.factors[0])
     assert zhang2024.Run("lrmc", "rfedproj", 2, 3, 1e-4).key == "lrmc-rfedproj-tau2-R3-0.0001"

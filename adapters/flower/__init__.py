@@ -16,7 +16,7 @@ Example
 -------
 >>> from riemfl.adapters.flower import ProblemSpec, SyncJob, simulate  # doctest: +SKIP
 >>> from riemfl.federated import RFedProj  # doctest: +SKIP
->>> job = SyncJob(ProblemSpec("kpca-synthetic", clients=10), RFedProj(4e-3, 10), rounds=20)
+>>> job = SyncJob(ProblemSpec("kpca-synthetic", clients=10), RFedProj(4e-3, 10), steps=20)
 >>> history = simulate([job], num_supernodes=5)["sync"]  # doctest: +SKIP
 """
 

@@ -51,14 +51,13 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ...check_levels import raise_deferred
 from ...errors import RiemflError
 from ...federated.async_engine import AsyncHistory, VersionStore
 from ...federated.async_rules import Arrival
 from ...federated.engine import ClientDroppedWarning
 from ...federated.faults import FaultRecorder
+from ...federated.seeds import SeedStreams
 from .checks import check_control_points, check_local_model
 from .errors import NoProgressError, ReplyTimeoutError
 from .grid_io import Poller, node_lost, push, reply_error, setup_nodes
@@ -110,8 +109,8 @@ class _AsyncRun:
                 "node_workers": job.node_workers,
                 "engine": "flower",
                 "job": job.name,
-                "seed": job.seed,
-                "server_steps": job.server_steps,
+                "seed": job.options.seed,
+                "steps": job.steps,
                 "weights": job.weights,
                 "max_staleness": job.max_staleness,
                 "time": "wall-clock seconds since the first dispatch",
@@ -145,7 +144,7 @@ class _AsyncRun:
                 "job": self.job.name,
                 "client": client,
                 "version": version,
-                "seed": self.job.seed,
+                "seed": self.job.options.seed,
                 "dispatch": self.dispatched,
                 "epochs": -1 if epochs is None else int(epochs),
                 **self.meta,
@@ -226,7 +225,7 @@ class _AsyncRun:
     def no_progress(self) -> NoProgressError:
         """The error of a run with no message in flight (every client excluded)."""
         job = self.job
-        where = f"job {job.name!r}, server step {self.store.current} of {job.server_steps}"
+        where = f"job {job.name!r}, server step {self.store.current} of {job.steps}"
         if self.queue:  # clients left, but the grid accepted none of their messages
             return NoProgressError(
                 f"{where}: the grid accepted no message to clients {sorted(self.queue)}"
@@ -291,16 +290,16 @@ class _AsyncRun:
             self.exclude([client], f"{self.failures[client]} faulty replies in a row; last: {why}")
         else:
             self.queue.append(client)
-        if stepped and job.eval_every and store.current % job.eval_every == 0:
+        every = job.options.record_every
+        if stepped and every and store.current % every == 0:
             self.evaluate()
 
     def run(self) -> AsyncHistory:
         job = self.job
-        if job.eval_every:
-            self.evaluate()
+        self.evaluate()  # row 0, as every engine records it (RunOptions.record_every)
         self.dispatch()
         poller = Poller(job.max_poll)
-        while self.store.current < job.server_steps:
+        while self.store.current < job.steps:
             self.expire()
             if not self.in_flight:
                 raise self.no_progress()
@@ -314,19 +313,20 @@ class _AsyncRun:
                 if key not in self.in_flight:  # e.g. from a node excluded meanwhile
                     continue
                 client, version, _ = self.in_flight.pop(key)
-                if self.store.current < job.server_steps:
+                if self.store.current < job.steps:
                     self.arrive(reply, client, version)
                 else:  # arrived with others after the last step: not applied
                     self.late(reply, client, version)
             raise_deferred()  # the server steps' deferred checks (riemfl.checks): one read
-            if self.store.current < job.server_steps:
+            if self.store.current < job.steps:
                 self.dispatch()
         self.drain()
         h = self.history
         h.peak_versions = self.store.peak
         output = getattr(job.rule, "output", None)  # e.g. an SWA average (AsyncManifold)
         h.final_point = output(self.store.model) if callable(output) else self.store.model
-        if job.eval_every and (not h.metrics or h.metrics["step"][-1] != self.store.current):
+        last_recorded = h.metrics["step"][-1] if h.metrics else None
+        if last_recorded != self.store.current:  # the last step's row
             self.evaluate()
         return h
 
@@ -384,7 +384,7 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
     manifold = problem.manifold
     job.rule.validate(manifold)
     job.rule.reset(manifold, problem.n_clients)
-    init_rng = np.random.default_rng(np.random.SeedSequence(job.seed).spawn(4)[0])  # as run_async
+    init_rng = SeedStreams(job.options.seed, "async").generator("initial_point")
     x0 = job.x0 if job.x0 is not None else manifold.random_point(rng=init_rng)
     hosting = setup_nodes(
         grid,

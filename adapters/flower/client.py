@@ -127,7 +127,7 @@ def _local_noise(job: SyncJob, r: int, phase: int) -> Callable[[Sequence[int]], 
     rule = job.algorithm
     if not isinstance(rule, PrivateAlgorithm) or rule.settings.mode != "local":
         return None
-    return lambda clients: client_noise(job.seed, clients, r, phase)
+    return lambda clients: client_noise(job.options.seed, clients, r, phase)
 
 
 class _Handlers:

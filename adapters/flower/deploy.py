@@ -31,6 +31,7 @@ from ...experiments.registry import (
     build_async_rule,
 )
 from ...federated.privacy import DPSettings
+from ...federated.run_core import RunOptions
 from .client import make_client_app
 from .errors import ProtocolError
 from .jobs import MAX_FAILURES, REGISTRATION_TIMEOUT, REPLY_TIMEOUT, AsyncJob, ProblemSpec, SyncJob
@@ -69,7 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "global-step-size": 1.0,
     "mu": 1.0,
     "operators": "approximate",
-    "rounds": 5,
+    "steps": 5,
     "seed": 0,
     "clients-per-round": 0,
     "batch-size": 0,
@@ -77,7 +78,6 @@ DEFAULTS: dict[str, Any] = {
     "server-lr": 0.0,
     "buffer-size": 10,
     "staleness": "constant",
-    "server-steps": 50,
     "workers": 0,
     "node-workers": 1,
     "max-staleness": -1,
@@ -139,7 +139,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
     )
     common = {
         "name": c["job"],
-        "seed": int(c["seed"]),
+        "options": RunOptions(seed=int(c["seed"])),
         "atol": float(c["atol"]),
         "registration_timeout": float(c["registration-timeout"]),
         "reply_timeout": float(c["reply-timeout"]),
@@ -158,7 +158,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         job: SyncJob | AsyncJob = SyncJob(
             spec,
             algorithm,
-            int(c["rounds"]),
+            int(c["steps"]),
             clients_per_round=int(c["clients-per-round"]) or None,
             batch_size=int(c["batch-size"]) or None,
             secagg=_secagg(c),
@@ -193,7 +193,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         job = AsyncJob(
             spec,
             rule,
-            int(c["server-steps"]),
+            int(c["steps"]),
             step,
             int(c["local-steps"]),
             batch_size=int(c["batch-size"]) or None,

@@ -23,6 +23,7 @@ from ...federated.async_rules import AsyncRule
 from ...federated.curve_local import BezierProblemTrainer
 from ...federated.local import ProblemTrainer
 from ...federated.privacy import DPSettings, PrivateAlgorithm
+from ...federated.run_core import RunOptions
 from ...problems.base import FederatedProblem
 from .errors import NotSumOnlyError, TrainerMismatchError
 from .secure import SecAggSettings
@@ -125,6 +126,20 @@ def _check_count(what: str, value: int | None, low: int, high: float = math.inf)
     return int(value)
 
 
+def _check_options(options: Any) -> None:
+    """A job's options: a :class:`~riemfl.federated.RunOptions` without a checkpoint."""
+    if not isinstance(options, RunOptions):
+        raise ParameterError(
+            f"options must be a riemfl.federated.RunOptions, got {type(options).__name__}"
+        )
+    if options.checkpoint is not None:
+        raise ParameterError(
+            f"options.checkpoint={str(options.checkpoint)!r}: Flower jobs do not write "
+            "checkpoints (a job that dies is run again from the start); expected "
+            "checkpoint=None, or run_sync/run_async in process for a resumable run"
+        )
+
+
 def _check_timeouts(job: Any) -> None:
     """Check (and convert to float) the job's timeouts and polling interval."""
     for what in ("registration_timeout", "reply_timeout", "max_poll"):
@@ -174,7 +189,7 @@ class _Job:
 
 @dataclass
 class SyncJob(_Job):
-    """A synchronous riemfl algorithm run for ``rounds`` rounds through Flower.
+    """A synchronous riemfl algorithm run for ``steps`` rounds through Flower.
 
     Same meaning of every parameter as in :func:`riemfl.federated.run_sync`; for the same seed
     the iterates are those of ``run_sync`` (``docs/flower.md``, "Equivalence").
@@ -185,13 +200,16 @@ class SyncJob(_Job):
     algorithm : SyncAlgorithm
         RFedProj, RFedAvg, RFedProx, RFedSVRG (FedAvg: RFedAvg on a Euclidean problem), or any
         :class:`~riemfl.federated.SyncAlgorithm`.
-    rounds : int
+    steps : int
+        Communication rounds.
+    options : RunOptions, optional
+        The run's options, as in ``run_sync``: the seed (initial point, client sampling,
+        mini-batches, noise), ``record_every``, the progress bar and ``on_step``. A checkpoint
+        is refused: Flower jobs are not resumable yet.
     name : str
         Identifies the job in messages and in the nodes' state.
-    seed : int
-        Seed of the initial point, the client sampling and the mini-batches.
     x0 : array, optional
-        Initial global model (default: :func:`riemfl.federated.initial_point` of ``seed``).
+        Initial global model (default: :func:`riemfl.federated.initial_point` of the seed).
     clients_per_round, batch_size : int, optional
         As in ``run_sync``.
     atol : float
@@ -227,9 +245,8 @@ class SyncJob(_Job):
 
     problem: FederatedProblem | ProblemSpec
     algorithm: SyncAlgorithm
-    rounds: int
+    steps: int
     name: str = "sync"
-    seed: int = 0
     x0: Any = None
     clients_per_round: int | None = None
     batch_size: int | None = None
@@ -240,6 +257,7 @@ class SyncJob(_Job):
     registration_timeout: float = REGISTRATION_TIMEOUT
     secagg: SecAggSettings | bool | None = None
     privacy: DPSettings | None = None
+    options: RunOptions = field(default_factory=RunOptions, kw_only=True)
 
     def _wrap_private(self) -> None:
         """``algorithm`` wrapped in a PrivateAlgorithm of ``privacy`` (once: a copy made with
@@ -263,7 +281,8 @@ class SyncJob(_Job):
             )
         self.secagg = _check_secagg(self.secagg, self.algorithm)
         self._wrap_private()
-        _check_count("rounds", self.rounds, 0)
+        _check_count("steps", self.steps, 0)
+        _check_options(self.options)
         problem = self.resolved
         _check_count("clients_per_round", self.clients_per_round, 1, problem.n_clients)
         _check_count("batch_size", self.batch_size, 1)
@@ -292,14 +311,17 @@ class AsyncJob(_Job):
     ----------
     problem : FederatedProblem or ProblemSpec
     rule : AsyncRule
-    server_steps : int
+    steps : int
         Stop after this many server steps (global model versions).
     step_size, local_steps, batch_size
         The local training (:class:`~riemfl.federated.ProblemTrainer`; for a curve rule,
         ``local_steps`` is the default of ``warmup_steps`` and ``curve_steps``).
+    options : RunOptions, optional
+        The run's options, as in ``run_async``: the seed (initial point, the clients'
+        mini-batches), ``record_every`` (evaluate the global model every this many server
+        steps; None: at step 0 and the last step only), the progress bar and ``on_step``. A
+        checkpoint is refused: Flower jobs are not resumable yet.
     name : str
-    seed : int
-        Seed of the initial point (as ``run_async``) and of the clients' mini-batches.
     x0 : array, optional
     workers : int, optional
         Clients in flight at once (default: all), at most ``node_workers`` per node.
@@ -307,8 +329,6 @@ class AsyncJob(_Job):
         :math:`w_i` of the rule's rate, as in ``run_async``.
     max_staleness : int, optional
         Drop (not apply) an update staler than this.
-    eval_every : int or None
-        Evaluate the global model every this many server steps.
     atol : float
         Tolerance of the check that a returned local model is on the manifold.
     registration_timeout : float
@@ -355,17 +375,15 @@ class AsyncJob(_Job):
 
     problem: FederatedProblem | ProblemSpec
     rule: AsyncRule
-    server_steps: int
+    steps: int
     step_size: float
     local_steps: int = 5
     batch_size: int | None = None
     name: str = "async"
-    seed: int = 0
     x0: Any = None
     workers: int | None = None
     weights: str = "samples"
     max_staleness: int | None = None
-    eval_every: int | None = 1
     atol: float = 1e-8
     reply_timeout: float = REPLY_TIMEOUT
     drain_timeout: float = 60.0
@@ -378,19 +396,20 @@ class AsyncJob(_Job):
     registration_timeout: float = REGISTRATION_TIMEOUT
     max_failures: int = MAX_FAILURES
     node_workers: int = 1
+    options: RunOptions = field(default_factory=RunOptions, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         if not isinstance(self.rule, AsyncRule):
             raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
         self._check_client_kind()
-        _check_count("server_steps", self.server_steps, 0)
+        _check_count("steps", self.steps, 0)
+        _check_options(self.options)
         check_step_size("step_size", self.step_size)
         check_local_steps(self.local_steps)
         problem = self.resolved
         _check_count("workers", self.workers, 1, problem.n_clients)
         _check_count("max_staleness", self.max_staleness, 0)
-        _check_count("eval_every", self.eval_every, 1)
         self.max_failures = _check_count("max_failures", self.max_failures, 1)
         self.node_workers = _check_count("node_workers", self.node_workers, 1)
         if self.weights not in ("samples", "uniform"):

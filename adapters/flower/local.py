@@ -25,6 +25,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..._validation import integer
 from ...errors import ParameterError
 from ._flwr import INSTALL_HINT
 from .certificates import TlsFiles, check_tls_files, write_node_keys, write_tls_files
@@ -107,7 +108,7 @@ class LocalDeployment:
     Examples
     --------
     >>> with LocalDeployment(2, tmp) as deployment:  # doctest: +SKIP
-    ...     result = deployment.run({"algorithm": "rfedproj", "rounds": 3})
+    ...     result = deployment.run({"algorithm": "rfedproj", "steps": 3})
     """
 
     def __init__(
@@ -120,8 +121,7 @@ class LocalDeployment:
         authenticate: bool | None = None,
         wait: bool = True,
     ) -> None:
-        if isinstance(supernodes, bool) or int(supernodes) != supernodes or supernodes < 1:
-            raise ParameterError(f"supernodes must be an integer >= 1, got {supernodes!r}")
+        integer(supernodes, "LocalDeployment: supernodes", minimum=1)
         if not isinstance(tls, (bool, TlsFiles)):
             raise ParameterError(f"tls must be True, False or a TlsFiles, got {tls!r}")
         authenticate = tls is not False if authenticate is None else bool(authenticate)

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import integer, optional, real
 from ...errors import ParameterError
 from ._flwr import flwr
 from .checks import check_upload_arrays, upload_verdicts
@@ -119,22 +120,18 @@ class SecAggSettings:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        c = self.clipping_range
-        if isinstance(c, bool) or not (isinstance(c, int | float) and math.isfinite(c) and c > 0):
-            raise ParameterError(f"clipping_range must be a finite number > 0, got {c!r}")
-        object.__setattr__(self, "clipping_range", float(c))
+        c = real(self.clipping_range, "SecAggSettings: clipping_range", above=0)
+        object.__setattr__(self, "clipping_range", c)
         for what in ("quantization_range", "modulus_range"):
-            v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, int) or not _power_of_two(v):
+            v = integer(getattr(self, what), f"SecAggSettings: {what}", minimum=1)
+            if not _power_of_two(v):
                 raise ParameterError(f"{what} must be an integer, {_POWER_OF_TWO}, got {v!r}")
+            object.__setattr__(self, what, v)
         if self.modulus_range > 2**32:
             raise ParameterError(
                 f"modulus_range must be at most 2**32 (Flower's masks), got {self.modulus_range}"
             )
-        if self.timeout is not None:
-            t = self.timeout
-            if isinstance(t, bool) or not (isinstance(t, int | float) and t > 0):
-                raise ParameterError(f"timeout must be a number > 0 or None, got {t!r}")
+        optional(real, self.timeout, "SecAggSettings: timeout", above=0)
         self.workflow(1.0, None)  # Flower's own checks of the other settings
 
     def workflow(self, weight: float, timeout: float | None) -> Any:

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ...errors import ParameterError
+from ..._validation import integer
 from ._flwr import flwr
 from .client import make_client_app
 from .errors import FlowerAdapterError, FlowerNotInstalledError, JobFailedError
@@ -208,10 +208,7 @@ def simulate(
         jobs' results (``.results``), the failed job's name (``.job``), what it raised
         (``.cause``, also ``__cause__``) and the jobs not run (``.skipped``).
     """
-    if isinstance(num_supernodes, bool) or int(num_supernodes) != num_supernodes:
-        raise ParameterError(f"num_supernodes must be an integer >= 1, got {num_supernodes!r}")
-    if num_supernodes < 1:
-        raise ParameterError(f"num_supernodes must be an integer >= 1, got {num_supernodes!r}")
+    integer(num_supernodes, "simulate: num_supernodes", minimum=1)
     jobs = _with_timeouts(
         list(jobs),
         registration_timeout=registration_timeout,

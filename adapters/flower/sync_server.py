@@ -7,7 +7,8 @@ accounting) and the global objective as evaluator; only the executor differs,
 :class:`GridClients`, which runs the client rule on the nodes:
 
 1. clients and mini-batches are drawn with :func:`riemfl.federated.engine.sample_round` from
-   :func:`~riemfl.federated.engine.run_rng` of the job's seed (the same draws as ``run_sync``),
+   ``rounds`` stream of the job's seed (:class:`~riemfl.federated.seeds.SeedStreams`; the
+   same draws as ``run_sync``),
    and the batches travel in the message of each node;
 2. per phase, every node with participating clients gets the broadcast and runs the
    algorithm's ``client_step`` on its stack; the server checks every reply
@@ -36,6 +37,7 @@ sum (also on a SecAgg+ sum, through its ``from_total``) and the ``epsilon`` colu
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,8 +51,9 @@ from ...federated.faults import FaultRecorder
 from ...federated.history import METRICS, History
 from ...federated.local import problem_metrics
 from ...federated.privacy import GaussianSum, privatize
-from ...federated.rounds import PhaseReply, RoundSteps, run_rng
-from ...federated.run_core import RunOptions, run_steps
+from ...federated.rounds import PhaseReply, RoundSteps
+from ...federated.run_core import EngineSpec, run_steps
+from ...federated.seeds import SeedStreams
 from .checks import check_upload_arrays, upload_verdicts
 from .grid_io import exchange, reply_error, setup_nodes
 from .jobs import SyncJob
@@ -271,7 +274,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     ``warnings`` every dropped client with its reason.
     """
     problem, algorithm = job.resolved, job.algorithm
-    x0 = job.x0 if job.x0 is not None else initial_point(problem, job.seed)
+    x0 = job.x0 if job.x0 is not None else initial_point(problem, job.options.seed)
     server, _ = algorithm.init(problem, x0)
     hosting = setup_nodes(
         grid,
@@ -288,10 +291,10 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
         config={
             "problem": problem.describe(),
             "algorithm": algorithm.describe(),
-            "seed": job.seed,
+            "seed": job.options.seed,
             "clients_per_round": job.clients_per_round,
             "batch_size": job.batch_size,
-            "rounds": job.rounds,
+            "steps": job.steps,
             "engine": "flower",
             "job": job.name,
             "nodes": len(hosting),
@@ -303,7 +306,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
         problem,
         server,
         lambda phase: algorithm.upload_shapes(problem, phase),
-        run_rng(job.seed),
+        SeedStreams(job.options.seed).generator("rounds"),
         FaultRecorder(history, label=f"job {job.name}, "),
         clients_per_round=job.clients_per_round,
         batch_size=job.batch_size,
@@ -311,8 +314,9 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
         clock=time.thread_time,
         aggregator=_aggregator(job),
     )
-    options = RunOptions(job.rounds, desc=f"job {job.name}", columns=METRICS)
-    history = run_steps(steps, lambda x: problem_metrics(problem, x), history, {}, options)
+    spec = EngineSpec(job.steps, label=f"job {job.name}", columns=METRICS)
+    evaluate = functools.partial(problem_metrics, problem)
+    history = run_steps(steps, evaluate, history, {}, job.options, spec)
     if job.privacy is not None:
         history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=job.privacy.delta)
     return history
@@ -328,5 +332,5 @@ def _aggregator(job: SyncJob) -> GaussianSum | None:
         job.privacy,
         population=job.resolved.n_clients,
         sample_size=job.clients_per_round,
-        seed=job.seed,
+        seed=job.options.seed,
     )[1]

@@ -339,10 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
         "clients wait",
     )
     a.add_argument(
-        "--eval-every",
+        "--record-every",
         type=_int_at_least(1),
         default=None,
-        help="metrics every k server steps (default: 10)",
+        help="record a row with metrics every k server steps (default: 10)",
     )
     a.add_argument(
         "--warmup-steps",

@@ -41,7 +41,7 @@ ASYNC_DEFAULTS: dict[str, Any] = {
     "staleness": "constant",
     "max_staleness": None,
     "staleness_policy": "drop",
-    "eval_every": 10,
+    "record_every": 10,
     "warmup_steps": None,
     "curve_steps": None,
     "vartheta": None,
@@ -211,11 +211,9 @@ def run(args: argparse.Namespace) -> int:
             problem,
             algorithm,
             args.rounds,
-            seed=args.seed,
+            options=_run_options(args, out),
             clients_per_round=args.clients_per_round,
             batch_size=args.batch_size,
-            **_checkpointing(args, out),
-            progress=not args.no_progress,
             grad_tol=args.grad_tol,
             privacy=privacy,
         )
@@ -271,12 +269,20 @@ def _warn(history: Any, args: argparse.Namespace) -> None:
         print(f"riemfl: warning: {entry['reason']}", file=sys.stderr)
 
 
-def _checkpointing(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """The engines' checkpoint arguments: ``out/checkpoint.rfl`` every ``--checkpoint-every``
-    steps, at the end and when interrupted (``--checkpoint-every 0``: no checkpoint file)."""
-    if args.checkpoint_every == 0:
-        return {"checkpoint": None}
-    return {"checkpoint": out / CHECKPOINT_NAME, "checkpoint_every": args.checkpoint_every}
+def _run_options(args: argparse.Namespace, out: Path, record_every: int | None = 1) -> Any:
+    """The run's :class:`~riemfl.federated.RunOptions`: ``--seed``, the progress bar, and the
+    checkpoint ``out/checkpoint.rfl`` every ``--checkpoint-every`` steps, at the end and when
+    interrupted (``--checkpoint-every 0``: no checkpoint file)."""
+    from ..federated import RunOptions
+
+    saved = args.checkpoint_every != 0
+    return RunOptions(
+        seed=args.seed,
+        record_every=record_every,
+        checkpoint=out / CHECKPOINT_NAME if saved else None,
+        checkpoint_every=args.checkpoint_every if saved else 10,
+        progress=not args.no_progress,
+    )
 
 
 def _async_parts(
@@ -340,13 +346,10 @@ def _run_async(
         args.rounds,
         workers=args.workers,
         timing=timing,
-        seed=args.seed,
+        options=_run_options(args, out, record_every=args.record_every),
         scheduler=args.scheduler,
         max_staleness=args.max_staleness,
         staleness_policy=args.staleness_policy,
-        eval_every=args.eval_every,
-        progress=not args.no_progress,
-        **_checkpointing(args, out),
     )
     _warn(history, args)
     history.config["problem"] = problem.describe()

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..federated import DPSettings, RFedAvg, RFedProj, run_sync
+from ..federated import DPSettings, RFedAvg, RFedProj, RunOptions, run_sync
 from ..federated.serialise import json_float
 from ..progress import ProgressBar
 from .registry import PROBLEMS, build_problem
@@ -86,9 +86,9 @@ def _one(problem: Any, rule: str, sigma: float | None, seed: int, s: Settings, r
         problem,
         algorithm,
         rounds,
-        seed=seed,
         clients_per_round=s.clients_per_round,
         privacy=privacy,
+        options=RunOptions(seed=seed),
     )
     out = {
         "gap": float(h.optimality_gap[-1]),

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import DataError, ParameterError
 from ..federated import AsyncRule, RFedAvg, RFedProj, RFedProx, RFedSVRG, SyncAlgorithm
 from ..manifolds.base import Manifold
@@ -501,11 +502,8 @@ def build_problem(
         )
     if clients is None:
         clients = entry.default_clients
-    elif isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-        raise ParameterError(
-            f"problem {name!r}: expected a number of clients (--clients) that is an int >= 1, "
-            f"got {clients!r}"
-        )
+    else:
+        clients = integer(clients, f"problem {name!r}: number of clients (--clients)", minimum=1)
     return entry.build(clients, k, seed, data, progress)
 
 

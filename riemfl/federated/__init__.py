@@ -54,7 +54,8 @@ from .local import ProblemTrainer
 from .privacy import DPSettings, GaussianSum, PrivateAlgorithm, privatize
 from .rfedproj import RFedProj
 from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
-from .run_core import RunOptions, Steps, run_steps
+from .run_core import EngineSpec, RunOptions, Steps, run_steps
+from .seeds import SeedStreams
 from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
@@ -120,6 +121,8 @@ __all__ = [
     "RoundSteps",
     "RunInterrupted",
     "RunOptions",
+    "EngineSpec",
+    "SeedStreams",
     "ServerRule",
     "StackedClients",
     "Steps",

@@ -43,7 +43,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, deque
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -59,7 +58,8 @@ from .faults import FaultRecorder, failure_reason, upload_problem
 from .fingerprint import data_digest, settings
 from .history import LOG_COLUMNS, AsyncHistory, History
 from .rule_state import has_state
-from .run_core import RunOptions, Stateful, check_count, run_steps
+from .run_core import EngineSpec, RunOptions, Stateful, check_count, run_steps
+from .seeds import SeedStreams
 from .staleness import StalenessPolicy
 from .timing import ProportionalTime, TimingModel
 from .versions import VersionStore
@@ -140,7 +140,8 @@ class EventLoop:
         The clients' local training, the server rule, the model space and the initial model.
     history : History
         Receives the per-update log, the drops and the summary.
-    seed : int
+    streams : SeedStreams
+        The run's named random streams (timing, scheduler, clients).
     workers : int
     timing : TimingModel
     weights : numpy.ndarray
@@ -162,7 +163,7 @@ class EventLoop:
         x0: Any,
         history: History,
         *,
-        seed: int,
+        streams: SeedStreams,
         workers: int,
         timing: TimingModel,
         weights: np.ndarray,
@@ -181,9 +182,9 @@ class EventLoop:
         self.mode, self.staleness = mode, staleness
         self.limit = math.inf if max_updates is None else max_updates
         self.max_failures = max_failures
-        seqs = np.random.SeedSequence(seed).spawn(4)
-        self.time_rng, self.sched_rng = (np.random.default_rng(s) for s in seqs[1:3])
-        self.client_rngs = [np.random.default_rng(s) for s in seqs[3].spawn(self.n)]
+        self.time_rng = streams.generator("timing")
+        self.sched_rng = streams.generator("scheduler")
+        self.client_rngs = streams.per_client("clients", self.n)
         self.expected = {"x": upload_shape(rule, tuple(np.shape(x0)))}
         self.dtype = getattr(x0, "dtype", None)  # the model's: uploads of another are dropped
         self.curve = self.expected["x"] != tuple(np.shape(x0))
@@ -492,27 +493,22 @@ class EventLoop:
 def run_async(
     trainer: Any,
     rule: AsyncRule,
-    server_steps: int,
+    steps: int,
     *,
+    options: RunOptions | None = None,
     workers: int | None = None,
     timing: TimingModel | None = None,
     x0: Any = None,
-    seed: int = 0,
     weights: str = "samples",
     scheduler: str = "fifo",
     scheduler_k: float = 2.0,
     mode: str = "events",
     max_staleness: int | None = None,
     staleness_policy: str = "drop",
-    eval_every: int | None = 1,
     max_updates: int | None = None,
     max_failures: int | None = 3,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    resume: bool = True,
-    progress: bool = False,
 ) -> History:
-    """Simulate asynchronous federated training until ``server_steps`` server steps.
+    """Simulate asynchronous federated training until ``steps`` server steps.
 
     Parameters
     ----------
@@ -524,14 +520,21 @@ def run_async(
         ``initial_parameters(seed)``).
     rule : AsyncRule
         The server rule (FedAsync, FedBuff, ...).
-    server_steps : int
-        Stop after this many server steps (global model versions).
+    steps : int
+        Stop after this many server steps (global model versions; a step of an asynchronous
+        run is a server step).
+    options : RunOptions, optional
+        Seed, recording cadence, checkpoint, resume, progress bar and callback
+        (:class:`~riemfl.federated.run_core.RunOptions`; default ``RunOptions()``). Rows carry
+        ``trainer.evaluate``'s metrics when the trainer has one. The seed gives the initial
+        point, the timing, the scheduler, the clients' generators and the rule's randomness
+        (:class:`~riemfl.federated.seeds.SeedStreams`, layout ``"async"``).
     workers : int, optional
         Clients training at once (default: all).
     timing : TimingModel
         Duration of a local run (default :class:`ProportionalTime`: one time unit per batch).
     x0 : array, optional
-        Initial global model (default: a random point of the manifold from ``seed``).
+        Initial global model (default: a random point of the manifold from the seed).
     weights : {"samples", "uniform"}
         :math:`w_i`: dataset share (Licudi et al. 2025, App. B) or 1/n.
     scheduler : {"fifo", "paper"}
@@ -548,18 +551,10 @@ def run_async(
         discards staler updates (counted in ``dropped``); ``"block"`` holds free workers idle so
         that no update is ever staler than ``max_staleness``; the idle worker-time it costs is
         the ``blocked_time`` column.
-    eval_every : int or None
-        Record a row with ``trainer.evaluate``'s metrics every this many server steps (and at
-        steps 0 and the last); None: rows at steps 0 and the last, without evaluation.
     max_updates : int, optional
         Safety stop after this many client updates.
     max_failures : int or None
         Exclude a client after this many consecutive failed arrivals (None: retry forever).
-    checkpoint : path, optional
-        File for the full simulator state, written every ``checkpoint_every`` server steps, at
-        the end and when interrupted; an existing one is resumed when ``resume``.
-    progress : bool
-        Show a progress bar.
 
     Returns
     -------
@@ -568,6 +563,8 @@ def run_async(
         the trainer's metrics and ``wall_time``; ``log``: one entry per client update;
         ``warnings``: every dropped arrival; ``summary["peak_versions"]``.
     """
+    options = RunOptions() if options is None else options
+    seed, streams = options.seed, SeedStreams(options.seed, "async")
     n = trainer.n_clients
     if isinstance(trainer, HasManifold) and trainer.manifold is not None:
         manifold = trainer.manifold
@@ -581,7 +578,7 @@ def run_async(
             )
         manifold = Euclidean(*np.shape(x0))
     rule.validate(manifold)
-    server_steps = check_count("server_steps", server_steps)
+    steps = check_count("steps", steps)
     workers = n if workers is None else check_count("workers", workers, 1)
     if not 1 <= workers <= n:
         raise ParameterError(f"workers must be in 1..{n}, got {workers!r}")
@@ -598,12 +595,11 @@ def run_async(
     if isinstance(timing, TimingModel):
         timing.reset(n)
     if x0 is None:
-        init_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])
-        x0 = manifold.random_point(rng=init_rng)
+        x0 = manifold.random_point(rng=streams.generator("initial_point"))
     w = _weights(trainer, weights)
     rule.reset(manifold, n)
-    if callable(getattr(rule, "seed", None)):  # children 0-3 of the seed: the loop's generators
-        rule.seed(np.random.SeedSequence(seed).spawn(5)[4])
+    if callable(getattr(rule, "seed", None)):
+        rule.seed(streams.sequence("rule"))
     config = {
         "rule": rule.describe(),
         "n_clients": n,
@@ -614,7 +610,7 @@ def run_async(
         "max_staleness": max_staleness,
         "staleness_policy": staleness_policy,
         "seed": seed,
-        "server_steps": server_steps,
+        "steps": steps,
         "weights": weights,
     }
     history = History(config=config)
@@ -624,7 +620,7 @@ def run_async(
         manifold,
         x0,
         history,
-        seed=seed,
+        streams=streams,
         workers=workers,
         timing=timing,
         weights=w,
@@ -636,29 +632,23 @@ def run_async(
         max_failures=max_failures,
     )
     history.summary["peak_versions"] = 1
-    evaluate = trainer.evaluate if eval_every and isinstance(trainer, Evaluates) else None
-    options = RunOptions(
-        server_steps,
-        record_every=eval_every or None,
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        progress=progress,
-        desc=f"{rule.name} (async)",
+    evaluate = trainer.evaluate if isinstance(trainer, Evaluates) else None
+    spec = EngineSpec(
+        steps,
+        label=f"{rule.name} (async)",
         columns=("step", "time", "updates", "dropped", "blocked_time"),
     )
     fingerprint = {
-        **{k: v for k, v in config.items() if k != "server_steps"},
+        **{k: v for k, v in config.items() if k != "steps"},
         "scheduler_k": scheduler_k,
         "trainer": settings(trainer),
-        "eval_every": eval_every,
         "timing": {**settings(timing), "arrays": data_digest(timing)},
         "max_updates": max_updates,
         "max_failures": max_failures,
         "data": data_digest(trainer),
         "x0": data_digest(x0),
     }
-    history = run_steps(loop, evaluate, history, fingerprint, options)
+    history = run_steps(loop, evaluate, history, fingerprint, options, spec)
     if "epsilon" in history.metrics:  # a private rule's (FedBuff(privacy=...))
         history.summary["epsilon"] = history.metrics["epsilon"][-1]
     return history

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import ParameterError
 from ..manifolds.bezier import bernstein_weights
 from ..manifolds.euclidean import Euclidean
 from ..problems.base import FederatedProblem, sample_batches
-from ..problems.checks import int_in_range
 from .algorithm import check_step_size
 from .local import problem_metrics
 
@@ -87,10 +87,9 @@ class BezierProblemTrainer:
         self.manifold = problem.manifold
         self.step_size = check_step_size("step_size", step_size)
         name = "BezierProblemTrainer"
-        inf = float("inf")
-        self.warmup_steps = int_in_range(warmup_steps, 0, inf, name, "warmup_steps")
-        self.curve_steps = int_in_range(curve_steps, 0, inf, name, "curve_steps")
-        self.degree = int_in_range(degree, 1, inf, name, "degree")
+        self.warmup_steps = integer(warmup_steps, f"{name}: warmup_steps", minimum=0)
+        self.curve_steps = integer(curve_steps, f"{name}: curve_steps", minimum=0)
+        self.degree = integer(degree, f"{name}: degree", minimum=1)
         if not float(mu) >= 0.0:
             raise ParameterError(f"mu must be >= 0, got {mu!r}")
         self.mu = float(mu)

@@ -21,8 +21,7 @@ resumed run continues to exactly the result of an uninterrupted one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import functools
 from typing import Any
 
 import numpy as np
@@ -39,24 +38,24 @@ from .fingerprint import data_digest
 from .history import METRICS, History
 from .local import problem_metrics
 from .privacy import DPSettings, privatize
-from .rounds import PhaseReply, RoundSteps, run_rng, sample_round, take_rows
-from .run_core import RunOptions, check_count, run_steps
+from .rounds import PhaseReply, RoundSteps, sample_round, take_rows
+from .run_core import EngineSpec, RunOptions, check_count, run_steps
+from .seeds import SeedStreams
 
 __all__ = [
     "run_sync",
     "StackedClients",
     "ClientDroppedWarning",
     "initial_point",
-    "run_rng",
     "sample_round",
 ]
 
 
 def initial_point(problem: FederatedProblem, seed: int) -> Any:
     """The default starting point of seed ``seed``: shared by every algorithm run on it."""
-    init_seq = np.random.SeedSequence(seed).spawn(2)[0]
+    rng = SeedStreams(seed).generator("initial_point")
     like = getattr(problem, "array_like", None)
-    return problem.manifold.random_point(rng=np.random.default_rng(init_seq), like=like)
+    return problem.manifold.random_point(rng=rng, like=like)
 
 
 # --------------------------------------------------------------------------------------- arrays
@@ -225,55 +224,39 @@ class StackedClients:
 def run_sync(
     problem: FederatedProblem,
     algorithm: SyncAlgorithm,
-    rounds: int,
+    steps: int,
     *,
+    options: RunOptions | None = None,
     x0: Any = None,
-    seed: int = 0,
     clients_per_round: int | None = None,
     batch_size: int | None = None,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    resume: bool = True,
-    progress: bool = False,
-    desc: str | None = None,
     grad_tol: float | None = None,
-    on_round: Callable[[int, History], None] | None = None,
     aggregator: Aggregator | None = None,
     privacy: DPSettings | None = None,
 ) -> History:
-    """Run ``rounds`` synchronous rounds of ``algorithm`` on ``problem``.
+    """Run ``steps`` synchronous rounds of ``algorithm`` on ``problem``.
 
     Parameters
     ----------
     problem : FederatedProblem
     algorithm : SyncAlgorithm
         E.g. :class:`~riemfl.federated.RFedProj`.
-    rounds : int
-        R, the number of communication rounds.
+    steps : int
+        R, the number of communication rounds (a step of a synchronous run is a round).
+    options : RunOptions, optional
+        Seed, recording cadence, checkpoint, resume, progress bar and callback
+        (:class:`~riemfl.federated.run_core.RunOptions`; default ``RunOptions()``). The seed
+        gives the initial point, the client sampling and mini-batches and the privacy noise
+        (:class:`~riemfl.federated.seeds.SeedStreams`).
     x0 : array, optional
-        Initial global model (default: :func:`initial_point` of ``seed``, the same for every
+        Initial global model (default: :func:`initial_point` of the seed, the same for every
         algorithm).
-    seed : int
-        Seed of the initial point, client sampling and mini-batches.
     clients_per_round : int, optional
         Sample this many clients per round uniformly without replacement (default: all).
     batch_size : int, optional
         Mini-batch size b of the local gradients (default: full local gradients).
-    checkpoint : path, optional
-        File for the full run state (server and client states, RNG state, history): a record
-        (the new rows and the state) appended every ``checkpoint_every`` rounds, at the end and
-        when interrupted (:mod:`riemfl.federated.checkpoint`).
-    resume : bool
-        When ``checkpoint`` exists, continue from it (it must come from the same problem, data,
-        algorithm and settings; :class:`~riemfl.errors.CheckpointError` otherwise).
-    progress : bool
-        Show a progress bar on stderr.
-    desc : str, optional
-        Label of the progress bar (default: algorithm and problem names).
     grad_tol : float, optional
         Stop after the first round whose Riemannian gradient norm is at most ``grad_tol``.
-    on_round : callable, optional
-        Called as ``on_round(r, history)`` after every round (e.g. an outer progress bar).
     aggregator : Aggregator, optional
         What the server step of a sum-only phase receives: ``aggregate(uploads, phase)`` ->
         (sum per key, count) (default :class:`~riemfl.federated.aggregation.PlainSum`; see
@@ -283,14 +266,14 @@ def run_sync(
         updates, Gaussian noise is added to the sum (or by each client), and every row gets the
         column ``epsilon`` (at ``privacy.delta``, replace-one-client), also in
         ``history.summary``. Needs a rule whose every phase is sum-only. The noise comes from
-        ``seed`` too (:func:`~riemfl.federated.privacy.noise_streams`) and is checkpointed.
+        seed too (:func:`~riemfl.federated.privacy.noise_streams`) and is checkpointed.
 
     Returns
     -------
     History
         Columns :data:`~riemfl.federated.history.METRICS` (and ``epsilon`` with ``privacy``)
-        for rounds 0 (the initial point) to ``rounds``; ``warnings`` lists every dropped client
-        with its reason.
+        for round 0 (the initial point), every ``options.record_every`` rounds and round
+        ``steps``; ``warnings`` lists every dropped client with its reason.
 
     Raises
     ------
@@ -299,7 +282,9 @@ def run_sync(
     RunInterrupted
         On SIGINT/SIGTERM (after writing the checkpoint).
     """
-    rounds = check_count("rounds", rounds)
+    options = RunOptions() if options is None else options
+    seed = options.seed
+    steps = check_count("steps", steps)
     if clients_per_round is not None and not 1 <= clients_per_round <= problem.n_clients:
         raise ParameterError(
             f"clients_per_round must be in 1..{problem.n_clients}, got {clients_per_round!r}"
@@ -327,38 +312,34 @@ def run_sync(
         "clients_per_round": clients_per_round,
         "batch_size": batch_size,
     }
-    history = History(config={**fingerprint, "rounds": rounds})
+    history = History(config={**fingerprint, "steps": steps})
     if x0 is None:
         x0 = initial_point(problem, seed)
     server, clients = algorithm.init(problem, x0)
     dtype = algorithm.output(server).dtype
-    steps = RoundSteps(
+    rounds = RoundSteps(
         algorithm,
         StackedClients(problem, algorithm, clients, dtype),
         problem,
         server,
         lambda phase: algorithm.upload_shapes(problem, phase),
-        run_rng(seed),
+        SeedStreams(seed).generator("rounds"),
         FaultRecorder(history),
         clients_per_round=clients_per_round,
         batch_size=batch_size,
         dtype=dtype,
         aggregator=aggregator,
     )
-    options = RunOptions(
-        rounds,
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        progress=progress,
-        desc=desc if desc is not None else f"{algorithm.name} on {problem.name}",
+    spec = EngineSpec(
+        steps,
+        label=f"{algorithm.name} on {problem.name}",
         show=("grad_norm",),
         columns=METRICS,
         stop=None if grad_tol is None else (lambda row: row["grad_norm"] <= grad_tol),
-        on_step=on_round,
     )
     matched = {**fingerprint, "data": data_digest(problem), "x0": data_digest(x0)}
-    history = run_steps(steps, lambda x: problem_metrics(problem, x), history, matched, options)
+    evaluate = functools.partial(problem_metrics, problem)
+    history = run_steps(rounds, evaluate, history, matched, options, spec)
     if privacy is not None:
         history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=privacy.delta)
     return history

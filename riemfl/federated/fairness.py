@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import real
 from ..errors import ParameterError
 
 __all__ = ["gini", "theil", "time_to_error", "staleness_summary"]
@@ -124,8 +125,7 @@ def time_to_error(
     err = np.asarray(errors, dtype=np.float64)
     if err.ndim != 1:
         raise ParameterError(f"time_to_error: errors must be 1-D, got shape {err.shape}")
-    if not isinstance(e, (int, float, np.integer, np.floating)) or isinstance(e, bool):
-        raise ParameterError(f"time_to_error: e must be a real number, got {e!r}")
+    real(e, "time_to_error: e")
     if steps is not None:
         st = np.asarray(steps)
         if st.shape != err.shape or not (st.size == 0 or np.issubdtype(st.dtype, np.integer)):

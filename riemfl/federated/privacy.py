@@ -54,6 +54,7 @@ from .aggregation import Aggregator, PlainSum
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .privacy_accounting import REPLACE_ONE, ClientLevelAccountant
 from .run_core import Stateful
+from .seeds import SeedStreams
 
 __all__ = [
     "DPSettings",
@@ -127,11 +128,10 @@ class DPSettings:
 
 
 def noise_streams(seed: int) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
-    """The seeds of the central (aggregator) and local (client) noise of run ``seed``: children
-    2 and 3 of its :class:`~numpy.random.SeedSequence` (0 and 1 are the initial point and the
-    sampling, :func:`~riemfl.federated.rounds.run_rng`)."""
-    children = np.random.SeedSequence(seed).spawn(4)
-    return children[2], children[3]
+    """The seeds of the central (aggregator) and local (client) noise of run ``seed``: its
+    ``central_noise`` and ``local_noise`` streams (:class:`~riemfl.federated.seeds.SeedStreams`)."""
+    streams = SeedStreams(seed)
+    return streams.sequence("central_noise"), streams.sequence("local_noise")
 
 
 # ------------------------------------------------------------------------------- array helpers

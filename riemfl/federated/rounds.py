@@ -4,7 +4,8 @@
 engine. Per round it
 
 1. samples the participating clients and their mini-batches (:func:`sample_round`, from the
-   run's generator :func:`run_rng`: the same seed gives the same draws on every engine);
+   run's ``rounds`` stream of :class:`~riemfl.federated.seeds.SeedStreams`: the same seed
+   gives the same draws on every engine);
 2. per phase of the server rule (a :class:`ServerRule`, e.g. any
    :class:`~riemfl.federated.SyncAlgorithm`): broadcasts the message, lets the *executor* run
    the client rule of the participants (:class:`ClientExecutor`: in process on a stack of
@@ -46,16 +47,10 @@ __all__ = [
     "PhaseReply",
     "RoundSteps",
     "sample_round",
-    "run_rng",
     "take_rows",
 ]
 
 State = dict[str, Any]
-
-
-def run_rng(seed: int) -> np.random.Generator:
-    """The generator of a run's client sampling and mini-batches (independent of its x0)."""
-    return np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
 
 
 def sample_round(
@@ -201,7 +196,8 @@ class RoundSteps:
     upload_shapes : callable(phase) -> dict
         Shape of one client's upload per key.
     rng : numpy.random.Generator
-        The run's generator (:func:`run_rng`).
+        The run's generator (the ``rounds`` stream of
+        :class:`~riemfl.federated.seeds.SeedStreams`).
     faults : FaultRecorder
     clients_per_round, batch_size : int, optional
         Partial participation and mini-batches (:func:`sample_round`).

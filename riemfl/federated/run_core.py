@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .._validation import integer
 from ..check_levels import raise_deferred
 from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
@@ -61,6 +62,7 @@ __all__ = [
     "Stateful",
     "Evaluator",
     "RunOptions",
+    "EngineSpec",
     "run_steps",
     "check_count",
 ]
@@ -119,53 +121,102 @@ def check_count(name: str, value: Any, minimum: int = 0, *, optional: bool = Fal
     return int(value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
-    """How :func:`run_steps` records, shows, saves and stops a run.
+    """How a run is seeded, recorded, shown, saved and resumed: one object, the same for every
+    engine (:func:`~riemfl.federated.run_sync`, :func:`~riemfl.federated.run_async`,
+    :func:`~riemfl.nn.floral.run_floral` and the Flower jobs of :mod:`riemfl.adapters.flower`).
+
+    A run is configured by three things: what is trained (a problem or a trainer), how the
+    server and clients update it (an algorithm or a rule, with the engine's own keywords), and
+    these options. A *step* of a run is one update of the global model: a communication round
+    of a synchronous engine, a server step of an asynchronous one.
+
+    Attributes
+    ----------
+    seed : int
+        The run's seed: every random stream of the run (initial point, client sampling,
+        mini-batches, timing, noise) is a named child of it (:class:`~riemfl.federated.seeds.
+        SeedStreams`).
+    record_every : int or None
+        Record a row, with the evaluator's metrics, at step 0, every this many steps and at the
+        last step. None: rows at step 0 and the last step only.
+    checkpoint : path or None
+        The checkpoint file (:mod:`riemfl.federated.checkpoint`): a record appended every
+        ``checkpoint_every`` steps, at the end, at an early stop and when interrupted.
+    checkpoint_every : int
+        Steps between checkpoint writes.
+    resume : bool
+        Continue from ``checkpoint`` when it exists (it must come from the same run: same
+        problem or trainer, data, method and settings, else
+        :class:`~riemfl.errors.CheckpointMismatchError`).
+    progress : bool
+        Show a progress bar on stderr.
+    desc : str or None
+        The progress bar's label (None: the engine names the method and the problem).
+    on_step : callable(step, history), optional
+        Called after every step (e.g. to drive an outer progress bar).
+
+    Raises
+    ------
+    ParameterError
+        A count that is not an integer in range, or a seed that is not a non-negative integer.
+    """
+
+    seed: int = 0
+    record_every: int | None = 1
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 10
+    resume: bool = True
+    progress: bool = False
+    desc: str | None = None
+    on_step: Callable[[int, History], None] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seed", integer(self.seed, "RunOptions: seed", minimum=0))
+        if self.record_every is not None:
+            every = integer(self.record_every, "RunOptions: record_every", minimum=1)
+            object.__setattr__(self, "record_every", every)
+        every = integer(self.checkpoint_every, "RunOptions: checkpoint_every", minimum=1)
+        object.__setattr__(self, "checkpoint_every", every)
+        if self.on_step is not None and not callable(self.on_step):
+            raise ParameterError(
+                f"RunOptions: on_step must be callable as on_step(step, history), "
+                f"got {self.on_step!r}"
+            )
+
+    def label(self, default: str) -> str:
+        """The progress bar's label: ``desc``, or the engine's ``default``."""
+        return default if self.desc is None else self.desc
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine tells :func:`run_steps` about its steps (the user's part of a run's
+    configuration is :class:`RunOptions`).
 
     Attributes
     ----------
     steps : int
         Steps to run (rounds, server steps).
-    record_every : int or None
-        Record (and evaluate) a row every this many steps; the last step is always recorded.
-        None: rows 0 and the last only.
-    checkpoint : path or None
-        The checkpoint file.
-    checkpoint_every : int
-        Steps between checkpoint writes.
-    resume : bool
-        Continue from ``checkpoint`` when it exists.
-    progress : bool
-        Show a progress bar on stderr.
-    desc : str
-        The progress bar's label.
+    label : str
+        The progress bar's default label (``RunOptions.desc`` overrides it).
     show : sequence of str
         Columns shown after the bar (those recorded).
     columns : sequence of str
         Leading column order of the rows (the engines' documented schemas).
     stop : callable(row) -> bool, optional
         Stop after a recorded row for which it returns True.
-    on_step : callable(step, history), optional
-        Called after every step.
     """
 
     steps: int
-    record_every: int | None = 1
-    checkpoint: str | Path | None = None
-    checkpoint_every: int = 10
-    resume: bool = True
-    progress: bool = False
-    desc: str = "run"
+    label: str = "run"
     show: Sequence[str] = ()
     columns: Sequence[str] = ()
     stop: Callable[[dict[str, Any]], bool] | None = None
-    on_step: Callable[[int, History], None] | None = None
 
     def __post_init__(self) -> None:
-        self.steps = check_count("the number of steps", self.steps)
-        self.record_every = check_count("record_every", self.record_every, 1, optional=True)
-        self.checkpoint_every = check_count("checkpoint_every", self.checkpoint_every, 1)
+        object.__setattr__(self, "steps", integer(self.steps, "the number of steps", minimum=0))
 
 
 def _canonical(fingerprint: dict[str, Any]) -> Any:
@@ -274,9 +325,10 @@ class _Loop:
         history: History,
         fingerprint: dict[str, Any],
         options: RunOptions,
+        spec: EngineSpec,
     ) -> None:
         self.steps, self.evaluate, self.history = steps, evaluate, history
-        self.fingerprint, self.options = _canonical(fingerprint), options
+        self.fingerprint, self.options, self.spec = _canonical(fingerprint), options, spec
         self.start = 0
         self.wall0 = time.perf_counter()
         path = options.checkpoint
@@ -300,6 +352,15 @@ class _Loop:
                 "wall": float,
             },
         )
+        if "record_every" not in state["fingerprint"]:
+            raise CheckpointMismatchError(
+                f"checkpoint {str(path)!r} was written by a riemfl whose engines took their run "
+                "options as separate keywords (its fingerprint has no 'record_every'); this "
+                "riemfl configures a run with one RunOptions and cannot tell whether that run "
+                "had the same options. Start the run afresh: resume=False, or "
+                "`riemfl run --overwrite`",
+                "record_every: missing there",
+            )
         if not _same(state["fingerprint"], self.fingerprint):
             saved, now = _flat(state["fingerprint"]), _flat(self.fingerprint)
             differ = sorted(k for k in {*saved, *now} if not _same(saved.get(k), now.get(k)))
@@ -309,10 +370,10 @@ class _Loop:
                 f"{shown}); delete it, name another checkpoint file, or pass resume=False",
                 shown,
             )
-        if state["step"] > self.options.steps:
+        if state["step"] > self.spec.steps:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} is at step {state['step']}, beyond the "
-                f"{self.options.steps} steps asked for"
+                f"{self.spec.steps} steps asked for"
             )
         where = f"checkpoint {str(path)!r}"
         _consistent(where, require_count, "its 'step'", state["step"])
@@ -338,12 +399,12 @@ class _Loop:
         return True
 
     def _stopped(self, step: int) -> bool:
-        """Whether ``options.stop`` ends the run at its last row, when that row is of ``step``
+        """Whether ``spec.stop`` ends the run at its last row, when that row is of ``step``
         (the row a run that stopped there was stopped by; asked again, so that a run resumed
         with another tolerance goes on)."""
-        if self.options.stop is None or self._last_recorded() != step:
+        if self.spec.stop is None or self._last_recorded() != step:
             return False
-        return bool(self.options.stop({k: v[-1] for k, v in self.history.metrics.items()}))
+        return bool(self.spec.stop({k: v[-1] for k, v in self.history.metrics.items()}))
 
     def save(self, step: int) -> None:
         if self.file is None:
@@ -369,7 +430,7 @@ class _Loop:
         if self.evaluate is not None:
             row.update(self.evaluate(self.steps.output()))
         row["wall_time"] = time.perf_counter() - self.wall0
-        row = _ordered(row, self.options.columns)
+        row = _ordered(row, self.spec.columns)
         self.history.record(row)
         return row
 
@@ -387,18 +448,20 @@ class _Loop:
         return history
 
     def _run(self) -> History:
-        opts = self.options
+        opts, spec = self.options, self.spec
         if not self.resume():
             self.record(self.steps.row())
         done = self.start
         last_saved = self.start
         with (
             handle_interrupts(),
-            ProgressBar(opts.steps, opts.desc, enabled=opts.progress, start=self.start) as bar,
+            ProgressBar(
+                spec.steps, opts.label(spec.label), enabled=opts.progress, start=self.start
+            ) as bar,
         ):
             # the loop body runs once per step (an asynchronous server step can be a single
             # client update): its bookkeeping is kept to a few local lookups
-            advance, last, every = self.steps.advance, opts.steps, opts.checkpoint_every
+            advance, last, every = self.steps.advance, spec.steps, opts.checkpoint_every
             record_every, on_step = opts.record_every or last + 1, opts.on_step
             show = bar.update if opts.progress else None
             for step in range(last + 1 if self.finished else self.start + 1, last + 1):
@@ -417,8 +480,8 @@ class _Loop:
                 stop = False
                 if step % record_every == 0 or step == last:
                     row = self.record(self.steps.row())
-                    bar.update(1, **{k: row[k] for k in opts.show if k in row})
-                    stop = opts.stop is not None and opts.stop(row)
+                    bar.update(1, **{k: row[k] for k in spec.show if k in row})
+                    stop = spec.stop is not None and spec.stop(row)
                 elif show is not None:
                     show(1)
                 if on_step is not None:
@@ -453,8 +516,9 @@ def run_steps(
     history: History,
     fingerprint: dict[str, Any],
     options: RunOptions,
+    spec: EngineSpec,
 ) -> History:
-    """Run ``options.steps`` steps of ``steps`` (module docstring); return the history.
+    """Run ``spec.steps`` steps of ``steps`` (module docstring); return the history.
 
     Parameters
     ----------
@@ -467,6 +531,9 @@ def run_steps(
     fingerprint : dict
         What a checkpoint must match to be resumed: settings and a hash of the data.
     options : RunOptions
+        The user's options (seed, recording, checkpoints, progress, callback).
+    spec : EngineSpec
+        The engine's part: the number of steps, the bar's label and columns, the stop test.
 
     Raises
     ------
@@ -475,4 +542,5 @@ def run_steps(
     RunInterrupted
         When SIGINT/SIGTERM arrived (the checkpoint, if any, is written first).
     """
-    return _Loop(steps, evaluate, history, fingerprint, options).run()
+    fingerprint = {**fingerprint, "record_every": options.record_every}
+    return _Loop(steps, evaluate, history, fingerprint, options, spec).run()

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import real
 from ..errors import ParameterError
 from .checkpoint import inconsistent
 from .rule_state import StateReader
@@ -36,19 +37,13 @@ from .rule_state import StateReader
 __all__ = ["TimingModel", "ProportionalTime", "ExponentialTime", "LogNormalTime", "TraceTime"]
 
 
-def _positive(name: str, value: float) -> float:
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _per_client(name: str, value: float | Sequence[float], n: int, client: int) -> float:
-    if isinstance(value, int | float):
-        return float(value)
+def _per_client(name: str, value: float | Sequence[float], n: int, client: int) -> Any:
+    """``value`` itself when it is one number (or any scalar), else its entry for ``client``."""
+    if np.ndim(value) == 0:
+        return value
     if len(value) != n:
         raise ParameterError(f"{name} has {len(value)} entries for {n} clients")
-    return float(value[client])
+    return value[client]
 
 
 class TimingModel(abc.ABC):
@@ -114,11 +109,12 @@ class ProportionalTime(TimingModel):
     """
 
     def __init__(self, speed: float = 1.0, slowdown: float | Sequence[float] = 1.0) -> None:
-        self.speed = _positive("speed", speed)
+        self.speed = real(speed, "ProportionalTime: speed", above=0)
         self.slowdown = slowdown
 
     def duration(self, client, num_batches, n_clients, rng):
-        factor = _positive("slowdown", _per_client("slowdown", self.slowdown, n_clients, client))
+        factor = _per_client("slowdown", self.slowdown, n_clients, client)
+        factor = real(factor, "ProportionalTime: slowdown", above=0)
         return max(num_batches, 1) / self.speed * factor
 
 
@@ -129,7 +125,8 @@ class ExponentialTime(TimingModel):
         self.mean = mean
 
     def duration(self, client, num_batches, n_clients, rng):
-        mean = _positive("mean", _per_client("mean", self.mean, n_clients, client))
+        mean = _per_client("mean", self.mean, n_clients, client)
+        mean = real(mean, "ExponentialTime: mean", above=0)
         return float(rng.exponential(mean)) + 1e-12  # strictly positive
 
 
@@ -138,10 +135,11 @@ class LogNormalTime(TimingModel):
 
     def __init__(self, mean: float | Sequence[float] = 1.0, sigma: float = 0.5) -> None:
         self.mean = mean
-        self.sigma = _positive("sigma", sigma)
+        self.sigma = real(sigma, "LogNormalTime: sigma", above=0)
 
     def duration(self, client, num_batches, n_clients, rng):
-        mean = _positive("mean", _per_client("mean", self.mean, n_clients, client))
+        mean = _per_client("mean", self.mean, n_clients, client)
+        mean = real(mean, "LogNormalTime: mean", above=0)
         mu = math.log(mean) - 0.5 * self.sigma**2
         return float(rng.lognormal(mu, self.sigma))
 
@@ -165,7 +163,7 @@ class TraceTime(TimingModel):
     run_state_attributes = ("_position",)
 
     def __init__(self, traces: Sequence[Sequence[float]]) -> None:
-        self.traces = [[_positive("trace entry", v) for v in tr] for tr in traces]
+        self.traces = [[real(v, "TraceTime: trace entry", above=0) for v in tr] for tr in traces]
         if any(len(tr) == 0 for tr in self.traces):
             raise ParameterError("every client's trace needs at least one duration")
         self._position = [0] * len(self.traces)

@@ -426,7 +426,7 @@ class Manifold(ABC):
                 self._refuse_boundary(method, arrays, roles)
             except NotOnManifoldError as err:
                 raise err from exc
-        if isinstance(exc, _linalg_errors()):
+        if isinstance(exc, linalg_errors()):
             raise ConvergenceError(
                 f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
                 f"expected arguments of moderate size and condition"
@@ -787,7 +787,7 @@ def result_checked(*maps: str, **first: tuple[int, ...]) -> dict[str, tuple[int,
     return {**dict.fromkeys(maps, ()), **first}
 
 
-def _linalg_errors() -> tuple[type[BaseException], ...]:
+def linalg_errors() -> tuple[type[BaseException], ...]:
     """numpy's and (where loaded) torch's linear-algebra exceptions."""
     torch = sys.modules.get("torch")
     return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())

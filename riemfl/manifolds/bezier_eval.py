@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, ops_for
-from ..errors import ParameterError
 from .bezier_autograd import contraction_function
 from .bezier_buffers import flat_alias
 
@@ -68,9 +68,7 @@ def power_basis_matrix(degree: int) -> np.ndarray:
 
     (lower triangular; row 0 is :math:`a_0 = P_0`). Exact small integers for the degrees in use.
     """
-    n = int(degree)
-    if n < 0:
-        raise ParameterError(f"power_basis_matrix: degree must be >= 0, got {degree}")
+    n = integer(degree, "power_basis_matrix: degree", minimum=0)
     w = np.zeros((n + 1, n + 1))
     for j in range(n + 1):
         for i in range(j + 1):

@@ -10,9 +10,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer, optional, real
 from ..backend import Array, is_torch, ops_for, to_like, to_numpy
 from ..check_levels import level_of, refuse
-from ..errors import ConvergenceError, NotOnManifoldError, ParameterError, ProjectionError
+from ..errors import ConvergenceError, NotOnManifoldError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import nonzero
 from .inputs import first_nonpositive, positive_or_nan
@@ -222,22 +223,11 @@ class BirkhoffPolytope(Manifold):
         max_iter: int = 1000,
         fixed_sweeps: int | None = None,
     ) -> None:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 2:
-            raise ParameterError(f"BirkhoffPolytope(n) needs an integer n >= 2, got n={n!r}")
-        if tol is not None and not (math.isfinite(tol) and 0 < tol < 1):
-            raise ParameterError(f"BirkhoffPolytope tol must be in (0, 1), got {tol!r}")
-        if not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-            raise ParameterError(f"BirkhoffPolytope max_iter must be >= 1, got {max_iter!r}")
-        if fixed_sweeps is not None and (
-            not isinstance(fixed_sweeps, (int, np.integer))
-            or isinstance(fixed_sweeps, bool)
-            or fixed_sweeps < 1
-        ):
-            raise ParameterError(
-                f"BirkhoffPolytope fixed_sweeps must be an integer >= 1, got {fixed_sweeps!r}"
-            )
-        self.n, self.tol, self.max_iter = int(n), tol, int(max_iter)
-        self.fixed_sweeps = FIXED_SWEEPS if fixed_sweeps is None else int(fixed_sweeps)
+        self.n = integer(n, "BirkhoffPolytope(n): n", minimum=2)
+        self.tol = optional(real, tol, "BirkhoffPolytope: tol", above=0, below=1)
+        self.max_iter = integer(max_iter, "BirkhoffPolytope: max_iter", minimum=1)
+        sweeps = optional(integer, fixed_sweeps, "BirkhoffPolytope: fixed_sweeps", minimum=1)
+        self.fixed_sweeps = FIXED_SWEEPS if sweeps is None else sweeps
         self.point_shape = (self.n, self.n)
         self.name = f"BirkhoffPolytope({self.n})"
 

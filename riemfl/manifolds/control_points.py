@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from .._validation import integer
 from ..backend import Array, ops_for
 from ..errors import NotOnManifoldError, ParameterError
 from .base import Manifold, dist_from_squared
@@ -40,10 +39,8 @@ class ControlPoints(Manifold):
     def __init__(self, manifold: Manifold, n_points: int) -> None:
         if not isinstance(manifold, Manifold):
             raise ParameterError("ControlPoints(manifold, n_points) needs a Manifold")
-        if not isinstance(n_points, (int, np.integer)) or n_points < 1:
-            raise ParameterError(f"ControlPoints needs n_points >= 1, got {n_points!r}")
         self.base = manifold
-        self.n_points = int(n_points)
+        self.n_points = integer(n_points, "ControlPoints(manifold, n_points): n_points", minimum=1)
         self.point_shape = (self.n_points,) + tuple(manifold.point_shape)
         self.name = f"ControlPoints({manifold.name}, {self.n_points})"
         self.unsupported = dict(manifold.unsupported)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from .._validation import integer
 from ..backend import ops_for
 from ..errors import ParameterError
 from .base import Manifold, result_checked
@@ -14,9 +13,9 @@ __all__ = ["Euclidean"]
 
 
 def _check_shape_parameters(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if not shape or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+    if not shape:
         raise ParameterError(f"{name} needs positive integer dimensions, got {shape}")
-    return tuple(int(s) for s in shape)
+    return tuple(integer(s, f"{name}(*shape): every dimension", minimum=1) for s in shape)
 
 
 class Euclidean(Manifold):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, ops_for
-from ..errors import NotOnManifoldError, ParameterError
+from ..errors import NotOnManifoldError
 from ..linalg import solve_lyapunov
 from .base import Manifold
 from .inputs import first_rank_deficient
@@ -68,12 +69,8 @@ class FactorQuotient(Manifold):
 
     def __init__(self, n: int, k: int) -> None:
         family = type(self).__name__
-        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, k))
-        if not ints or k < self.minimum_k or n < k:
-            raise ParameterError(
-                f"{family}(n, k) needs integers n >= k >= {self.minimum_k}, got n={n!r}, k={k!r}"
-            )
-        self.n, self.k = int(n), int(k)
+        self.k = integer(k, f"{family}(n, k): k", minimum=self.minimum_k)
+        self.n = integer(n, f"{family}(n, k): n (n >= k)", minimum=self.k)
         self.point_shape = (self.n, self.k)
         self.name = f"{family}({self.n}, {self.k})"
 

@@ -26,9 +26,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer, optional, real
 from ..backend import Array, is_torch, ops_for, to_numpy, widen
 from ..check_levels import level_of, refuse
-from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError, ShapeError
+from ..errors import CutLocusError, NotOnManifoldError, ProjectionError, ShapeError
 from ..linalg import qr_positive, require_finite, singular_values
 from .base import Manifold, result_checked
 from .inputs import first_rank_deficient, nan_unless
@@ -308,16 +309,10 @@ class FixedRank(Manifold):
     }
 
     def __init__(self, m: int, n: int, r: int, *, rtol: float | None = None) -> None:
-        ints = all(isinstance(v, (int, np.integer)) for v in (m, n, r))
-        if not ints or not (m >= 1 and n >= 1 and 1 <= r <= min(m, n)):
-            raise ParameterError(
-                f"FixedRank(m, n, r) needs integers m, n >= 1 and 1 <= r <= min(m, n), "
-                f"got m={m!r}, n={n!r}, r={r!r}"
-            )
-        if rtol is not None and not (math.isfinite(rtol) and 0 < rtol < 1):
-            raise ParameterError(f"FixedRank rtol must be in (0, 1), got {rtol!r}")
-        self.m, self.n, self.r = int(m), int(n), int(r)
-        self.rtol = rtol
+        self.m = integer(m, "FixedRank(m, n, r): m", minimum=1)
+        self.n = integer(n, "FixedRank(m, n, r): n", minimum=1)
+        self.r = integer(r, "FixedRank(m, n, r): r (r <= min(m, n))", 1, min(self.m, self.n))
+        self.rtol = optional(real, rtol, "FixedRank: rtol", above=0, below=1)
         self.point_shape = (self.m, self.n)
         self.name = f"FixedRank({self.m}, {self.n}, {self.r})"
 

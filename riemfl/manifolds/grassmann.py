@@ -14,9 +14,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, ops_for
 from ..check_levels import level_of, refuse, refuse_nonfinite
-from ..errors import CutLocusError, ParameterError
+from ..errors import CutLocusError
 from ..linalg import polar, require_finite, sym_function
 from .base import Manifold, dist_from_squared, result_checked
 from .elementary import (
@@ -90,10 +91,8 @@ class Grassmann(Manifold):
     """
 
     def __init__(self, n: int, p: int) -> None:
-        ints = all(isinstance(v, (int, np.integer)) for v in (n, p))
-        if not ints or not n > p >= 1:
-            raise ParameterError(f"Grassmann(n, p) needs integers n > p >= 1, got n={n!r}, p={p!r}")
-        self.n, self.p = int(n), int(p)
+        self.n = integer(n, "Grassmann(n, p): n", minimum=2)
+        self.p = integer(p, "Grassmann(n, p): p (p < n)", minimum=1, maximum=self.n - 1)
         self.point_shape = (self.n, self.p)
         self.name = f"Grassmann({self.n}, {self.p})"
         self._stiefel = Stiefel(self.n, self.p)

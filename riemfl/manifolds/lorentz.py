@@ -10,9 +10,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer, real
 from ..backend import Array, ops_for
 from ..check_levels import level_of, refuse
-from ..errors import ParameterError, ProjectionError
+from ..errors import ProjectionError
 from .base import Manifold, result_checked
 from .elementary import acosh1p_over_sinh, asinh_sqrt_over, cosh_sqrt, sinhc_sqrt
 
@@ -109,12 +110,8 @@ class Lorentz(Manifold):
     """
 
     def __init__(self, n: int, beta: float = 1.0) -> None:
-        if not isinstance(n, (int, np.integer)) or n < 1:
-            raise ParameterError(f"Lorentz(n) needs an integer n >= 1, got {n!r}")
-        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-            raise ParameterError(f"Lorentz beta must be a finite positive number, got {beta!r}")
-        self.n = int(n)
-        self.beta = float(beta)
+        self.n = integer(n, "Lorentz(n): n", minimum=1)
+        self.beta = real(beta, "Lorentz: beta", above=0)
         self.point_shape = (self.n + 1,)
         self.name = f"Lorentz({self.n})" if beta == 1.0 else f"Lorentz({self.n}, beta={beta})"
 

@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import ops_for, to_numpy
 from ..check_levels import refuse
-from ..errors import ParameterError, ProjectionError
+from ..errors import ProjectionError
 from .base import Manifold, delegated_map, dist_from_squared
 from .elementary import squared_angle
 from .sphere import Sphere, ambient_norm
@@ -98,12 +99,8 @@ class Oblique(Manifold):
     """
 
     def __init__(self, n: int, m: int) -> None:
-        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, m))
-        if not ints or n < 2 or m < 1:
-            raise ParameterError(
-                f"Oblique(n, m) needs integers n >= 2, m >= 1, got n={n!r}, m={m!r}"
-            )
-        self.n, self.m = int(n), int(m)
+        self.n = integer(n, "Oblique(n, m): n", minimum=2)
+        self.m = integer(m, "Oblique(n, m): m", minimum=1)
         self.point_shape = (self.n, self.m)
         self.name = f"Oblique({self.n}, {self.m})"
         self._sphere = Sphere(self.n)

@@ -41,9 +41,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._validation import integer, real
 from ..backend import NUMPY, Array, cast_like, ops_for, to_numpy, widen
 from ..check_levels import refuse
-from ..errors import NotOnManifoldError, ParameterError, ProjectionError
+from ..errors import NotOnManifoldError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import artanh_sqrt_over, asinh_sqrt_over, sech2_sqrt, tanh_sqrt_over
 from .inputs import nan_unless
@@ -228,12 +229,8 @@ class PoincareBall(Manifold):
     }
 
     def __init__(self, n: int, c: float = 1.0) -> None:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise ParameterError(f"PoincareBall(n) needs an integer n >= 1, got {n!r}")
-        if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
-            raise ParameterError(f"PoincareBall c must be a finite positive number, got {c!r}")
-        self.n = int(n)
-        self.c = float(c)
+        self.n = integer(n, "PoincareBall(n): n", minimum=1)
+        self.c = real(c, "PoincareBall: c", above=0)
         self.point_shape = (self.n,)
         self.name = f"PoincareBall({self.n})" if c == 1.0 else f"PoincareBall({self.n}, c={c})"
         self.lorentz = Lorentz(self.n, beta=1.0 / self.c)

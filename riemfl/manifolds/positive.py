@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..check_levels import refuse
 from ..errors import NotOnManifoldError, ParameterError, ProjectionError
@@ -86,11 +87,11 @@ class Positive(Manifold):
     }
 
     def __init__(self, *shape: int) -> None:
-        if not shape or any(
-            not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 1 for s in shape
-        ):
+        if not shape:
             raise ParameterError(f"Positive(*shape) needs positive integer dimensions, got {shape}")
-        self.point_shape = tuple(int(s) for s in shape)
+        self.point_shape = tuple(
+            integer(s, "Positive(*shape): every dimension", minimum=1) for s in shape
+        )
         self.name = f"Positive{self.point_shape if len(shape) > 1 else '(' + str(shape[0]) + ')'}"
 
     @property

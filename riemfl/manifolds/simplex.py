@@ -20,9 +20,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer, real
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..check_levels import refuse
-from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
+from ..errors import CutLocusError, NotOnManifoldError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, nonzero, sinc_sqrt, squared_angle
 from .inputs import first_nonpositive, nan_unless, positive_or_nan
@@ -189,14 +190,8 @@ class Simplex(Manifold):
     }
 
     def __init__(self, C: int, concentration: float = 1.0) -> None:
-        if not isinstance(C, (int, np.integer)) or C < 2:
-            raise ParameterError(f"Simplex(C) needs an integer C >= 2, got {C!r}")
-        if not (isinstance(concentration, (int, float)) and 0 < concentration < math.inf):
-            raise ParameterError(
-                f"Simplex concentration must be a finite positive number, got {concentration!r}"
-            )
-        self.C = int(C)
-        self.concentration = float(concentration)
+        self.C = integer(C, "Simplex(C): C", minimum=2)
+        self.concentration = real(concentration, "Simplex: concentration", above=0)
         self.point_shape = (self.C,)
         suffix = "" if concentration == 1.0 else f", concentration={concentration:g}"
         self.name = f"Simplex({self.C}{suffix})"

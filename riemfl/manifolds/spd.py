@@ -26,16 +26,16 @@ cheaper and better conditioned than :math:`X^{\pm 1/2}`.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
 from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
 from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
-from .base import Manifold, delegated_map, dist_from_squared, result_checked
+from .base import Manifold, delegated_map, dist_from_squared, linalg_errors, result_checked
 from .elementary import artanh_sqrt_over, sinhc_sqrt
 from .inputs import nan_unless
 
@@ -268,11 +268,6 @@ def _first_bad(bad: np.ndarray) -> tuple[tuple[int, ...], str] | None:
     return i, f" (batch element {i})" if i else ""
 
 
-def _linalg_errors() -> tuple[type[BaseException], ...]:
-    torch = sys.modules.get("torch")
-    return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
-
-
 def _cholesky_frame(x, name: str):
     """``(R, R^{-1})`` with :math:`X = R^\top R` (R upper triangular); differentiable in torch.
 
@@ -290,7 +285,7 @@ def _cholesky_frame(x, name: str):
     else:
         try:
             lower = ops.cholesky(x)
-        except _linalg_errors() as exc:
+        except linalg_errors() as exc:
             raise NotOnManifoldError(
                 f"{name}: the Cholesky factorisation of the point x failed: x is not "
                 f"(numerically) positive definite; check_point(x) names the violation"
@@ -700,8 +695,7 @@ class SPD(Manifold):
     """
 
     def __init__(self, n: int, metric: str = "affine-invariant") -> None:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise ParameterError(f"SPD(n) needs an integer n >= 1, got {n!r}")
+        n = integer(n, "SPD(n): n", minimum=1)
         if metric not in METRICS:
             raise ParameterError(
                 f"SPD metric must be one of {', '.join(repr(m) for m in METRICS)}, got {metric!r}"

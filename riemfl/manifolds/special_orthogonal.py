@@ -17,9 +17,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, is_torch, ops_for, to_numpy
 from ..check_levels import checks, level_of, refuse
-from ..errors import CutLocusError, ParameterError, ProjectionError
+from ..errors import CutLocusError, ProjectionError
 from ..linalg import polar, qr_positive, signed_svd, skew, special_polar, sym, sym_function
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cosm1_over, sinc_sqrt, squared_angle
@@ -228,9 +229,7 @@ class SpecialOrthogonal(Manifold):
     """
 
     def __init__(self, n: int) -> None:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 2:
-            raise ParameterError(f"SpecialOrthogonal(n) needs an integer n >= 2, got {n!r}")
-        self.n = int(n)
+        self.n = integer(n, "SpecialOrthogonal(n): n", minimum=2)
         self.point_shape = (self.n, self.n)
         self.name = f"SpecialOrthogonal({self.n})"
         self._stiefel = Stiefel(self.n, self.n)  # O(n): SO(n) is its component of det 1

@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import Array, ops_for
 from ..check_levels import level_of, refuse
-from ..errors import CutLocusError, ParameterError, ProjectionError
+from ..errors import CutLocusError, ProjectionError
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cos_sqrt, sinc_sqrt, squared_angle
 
@@ -70,9 +71,7 @@ class Sphere(Manifold):
     """
 
     def __init__(self, n: int) -> None:
-        if not isinstance(n, (int, np.integer)) or n < 2:
-            raise ParameterError(f"Sphere(n) needs an integer n >= 2, got {n!r}")
-        self.n = int(n)
+        self.n = integer(n, "Sphere(n): n", minimum=2)
         self.point_shape = (self.n,)
         self.name = f"Sphere({self.n})"
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .. import tuning
+from .._validation import integer
 from ..backend import Array, is_torch, ops_for
 from ..check_levels import level_of, refuse
 from ..errors import ConvergenceError, ParameterError
@@ -596,9 +597,8 @@ class Stiefel(Manifold):
         log_tol: float | None = None,
         log_max_iter: int = 200,
     ) -> None:
-        ints = all(isinstance(v, (int, np.integer)) for v in (n, p))
-        if not ints or not n >= p >= 1:
-            raise ParameterError(f"Stiefel(n, p) needs integers n >= p >= 1, got n={n!r}, p={p!r}")
+        n = integer(n, "Stiefel(n, p): n", minimum=1)
+        p = integer(p, "Stiefel(n, p): p (p <= n)", minimum=1, maximum=n)
         if metric not in METRICS:
             raise ParameterError(
                 f"Stiefel metric must be one of {', '.join(repr(m) for m in METRICS)}, "

@@ -14,10 +14,8 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 
-import numpy as np
-
+from .._validation import integer
 from ..backend import Array, ops_for
-from ..errors import ParameterError
 from ..linalg import skew, sym
 from .base import Manifold
 from .euclidean import Euclidean
@@ -38,9 +36,7 @@ class _LinearSubspace(Manifold):
 
     def __init__(self, n: int) -> None:
         kind = type(self).__name__
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < self.smallest:
-            raise ParameterError(f"{kind}(n) needs an integer n >= {self.smallest}, got {n!r}")
-        self.n = int(n)
+        self.n = integer(n, f"{kind}(n): n", minimum=self.smallest)
         self.point_shape = (self.n, self.n)
         self.name = f"{kind}({self.n})"
 

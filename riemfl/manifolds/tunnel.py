@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from .._validation import real
 from ..backend import Array, RandomState, as_generator, ops_for, to_numpy
 from ..errors import ParameterError
 from .base import Manifold
@@ -79,10 +80,7 @@ class EpsilonTunnel(Manifold):
     def __init__(self, curve: BezierCurve, eps: float) -> None:
         if not isinstance(curve, BezierCurve) or not curve.euclidean:
             raise ParameterError("EpsilonTunnel needs a BezierCurve with a Euclidean base")
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-            raise ParameterError(
-                f"EpsilonTunnel: eps must be a finite positive number, got {eps!r}"
-            )
+        eps = real(eps, "EpsilonTunnel: eps", above=0)
         graph = BezierGraph(curve)  # also rejects curves that are not immersions
         if eps >= graph.reach:
             raise ParameterError(

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from .._validation import integer
 from ..errors import ParameterError
-from ..problems.checks import int_in_range
 from .trainer import TorchClientTrainer
 
 __all__ = ["BezierClientTrainer"]
@@ -95,13 +95,12 @@ class BezierClientTrainer(_WrappedTrainer):
         if not isinstance(trainer, TorchClientTrainer):
             raise ParameterError(f"{name} wraps a TorchClientTrainer, got {type(trainer).__name__}")
         self.trainer = trainer
-        inf = float("inf")
         self.warmup_epochs = (
             trainer.epochs
             if warmup_epochs is None
-            else int_in_range(warmup_epochs, 1, inf, name, "warmup_epochs")
+            else integer(warmup_epochs, f"{name}: warmup_epochs", minimum=1)
         )
-        self.curve_epochs = int_in_range(curve_epochs, 0, inf, name, "curve_epochs")
+        self.curve_epochs = integer(curve_epochs, f"{name}: curve_epochs", minimum=0)
         self.curve_lr = trainer.lr if curve_lr is None else float(curve_lr)
         if not (math.isfinite(self.curve_lr) and self.curve_lr > 0):
             raise ParameterError(f"{name}: curve_lr must be finite and > 0, got {curve_lr!r}")

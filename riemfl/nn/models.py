@@ -26,12 +26,12 @@ Models
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from .._validation import integer
 from ..backend import is_torch
 from ..errors import ParameterError, ShapeError
 
@@ -43,12 +43,6 @@ __all__ = [
     "load_flat_parameters",
     "n_parameters",
 ]
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ParameterError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
 
 
 class SmallCNN(nn.Module):
@@ -89,15 +83,15 @@ class SmallCNN(nn.Module):
         hidden: int = 64,
     ) -> None:
         super().__init__()
-        n_classes = _positive_int(n_classes, "SmallCNN: n_classes")
-        self.in_channels = _positive_int(in_channels, "SmallCNN: in_channels")
-        self.image_size = _positive_int(image_size, "SmallCNN: image_size")
+        n_classes = integer(n_classes, "SmallCNN: n_classes", minimum=1)
+        self.in_channels = integer(in_channels, "SmallCNN: in_channels", minimum=1)
+        self.image_size = integer(image_size, "SmallCNN: image_size", minimum=1)
         if self.image_size % 4:
             raise ParameterError(f"SmallCNN: image_size must be a multiple of 4, got {image_size}")
         if len(channels) != 2:
             raise ParameterError(f"SmallCNN: channels must be two ints, got {channels!r}")
-        c1, c2 = (_positive_int(c, "SmallCNN: channels") for c in channels)
-        hidden = _positive_int(hidden, "SmallCNN: hidden")
+        c1, c2 = (integer(c, "SmallCNN: channels", minimum=1) for c in channels)
+        hidden = integer(hidden, "SmallCNN: hidden", minimum=1)
         side = self.image_size // 4
         self.features = nn.Sequential(
             nn.Conv2d(self.in_channels, c1, 3, padding=1),
@@ -144,7 +138,7 @@ class MLP(nn.Module):
         sizes = list(sizes)
         if len(sizes) < 2:
             raise ParameterError(f"MLP: sizes needs at least two widths, got {sizes!r}")
-        sizes = [_positive_int(s, "MLP: every size") for s in sizes]
+        sizes = [integer(s, "MLP: every size", minimum=1) for s in sizes]
         layers: list[nn.Module] = []
         for j, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             if j:
@@ -185,9 +179,11 @@ class CharTransformer(nn.Module):
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
-        vocab, context = _positive_int(vocab, "vocab"), _positive_int(context, "context")
-        n_layers, n_heads = _positive_int(n_layers, "n_layers"), _positive_int(n_heads, "n_heads")
-        d_model = _positive_int(d_model, "d_model")
+        vocab = integer(vocab, "CharTransformer: vocab", minimum=1)
+        context = integer(context, "CharTransformer: context", minimum=1)
+        n_layers = integer(n_layers, "CharTransformer: n_layers", minimum=1)
+        n_heads = integer(n_heads, "CharTransformer: n_heads", minimum=1)
+        d_model = integer(d_model, "CharTransformer: d_model", minimum=1)
         if d_model % n_heads:
             raise ParameterError(
                 f"CharTransformer: d_model = {d_model} must be divisible by n_heads = {n_heads}"

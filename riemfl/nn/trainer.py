@@ -37,9 +37,10 @@ from scipy.stats import rankdata
 from torch import nn
 
 from .. import tuning
+from .._validation import integer, real
 from ..backend import is_torch
 from ..errors import DataError, ParameterError, ShapeError
-from ..problems.checks import data_rng, int_in_range, is_int
+from ..problems.checks import data_rng
 from ..problems.data import load_digits
 from ..problems.partition import dirichlet_partition
 from .models import flatten_parameters, load_flat_parameters, n_parameters
@@ -151,16 +152,6 @@ def macro_auroc_auprc(y_true: Any, scores: Any) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------- trainer
-def _finite_float(value: Any, name: str, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ParameterError(f"TorchClientTrainer: {name} must be a real number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ParameterError(f"TorchClientTrainer: {name} must be finite and {bound}, got {v}")
-    return v
-
-
 class TorchClientTrainer:
     r"""Local FedProx training with Adam for every client of a torch model.
 
@@ -223,10 +214,10 @@ class TorchClientTrainer:
             raise ParameterError(f"{name}: model_fn must be a callable returning a torch module")
         if loss not in LOSSES:
             raise ParameterError(f"{name}: loss must be one of {LOSSES}, got {loss!r}")
-        self.epochs = int_in_range(epochs, 1, float("inf"), name, "epochs")
-        self.batch_size = int_in_range(batch_size, 1, float("inf"), name, "batch_size")
-        self.lr = _finite_float(lr, "lr", positive=True)
-        self.mu = _finite_float(mu, "mu", positive=False)
+        self.epochs = integer(epochs, f"{name}: epochs", minimum=1)
+        self.batch_size = integer(batch_size, f"{name}: batch_size", minimum=1)
+        self.lr = real(lr, f"{name}: lr", above=0)
+        self.mu = real(mu, f"{name}: mu", at_least=0)
         self.loss = loss
         self.device = torch.device(device)
         model = model_fn()
@@ -355,10 +346,9 @@ class TorchClientTrainer:
         ``torch.manual_seed(seed)`` (inside ``fork_rng``), so equal seeds give equal vectors.
         The trainer's own model is left with those parameters.
         """
-        if not is_int(seed):
-            raise ParameterError(f"initial_parameters: seed must be an int, got {seed!r}")
+        seed = integer(seed, "initial_parameters: seed")
         with torch.random.fork_rng(devices=self._fork_devices()):
-            torch.manual_seed(int(seed))
+            torch.manual_seed(seed)
             for m in self.model.modules():
                 reset = getattr(m, "reset_parameters", None)
                 if callable(reset):
@@ -491,10 +481,12 @@ class TorchClientTrainer:
 
     # ------------------------------------------------------------------ helpers
     def _client(self, i: Any) -> int:
-        return int_in_range(i, 0, self.n_clients - 1, "TorchClientTrainer", "client index i")
+        return integer(
+            i, "TorchClientTrainer: client index i", minimum=0, maximum=self.n_clients - 1
+        )
 
     def _epochs(self, epochs: Any) -> int:
-        return int_in_range(epochs, 1, float("inf"), "TorchClientTrainer", "epochs")
+        return integer(epochs, "TorchClientTrainer: epochs", minimum=1)
 
     def _fork_devices(self) -> list[Any]:
         return [] if self.device.type == "cpu" else [self.device]
@@ -575,14 +567,7 @@ def digits_clients(
     MissingDependencyError
         Without scikit-learn (``pip install 'riemfl[data]'``).
     """
-    if (
-        isinstance(test_fraction, bool)
-        or not isinstance(test_fraction, (int, float))
-        or not (0 <= test_fraction < 1)
-    ):
-        raise ParameterError(
-            f"digits_clients: test_fraction must be in [0, 1), got {test_fraction!r}"
-        )
+    real(test_fraction, "digits_clients: test_fraction", at_least=0, below=1)
     x, y = load_digits()
     rng = data_rng(seed, "digits_clients")
     return dirichlet_clients(

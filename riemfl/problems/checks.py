@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._validation import integer, is_int
 from ..backend import is_torch
 from ..errors import ParameterError, ShapeError
 
@@ -18,9 +18,6 @@ __all__ = [
     "check_k",
     "float_matrix",
     "data_rng",
-    "int_in_range",
-    "is_int",
-    "nonnegative_float",
     "matrix_blocks",
 ]
 
@@ -98,24 +95,9 @@ def batch_array(batches: Any, ids: np.ndarray, n_samples: np.ndarray, name: str)
     return batches.astype(np.intp, copy=False)
 
 
-def is_int(value: Any) -> bool:
-    """True for Python and numpy integers (bool excluded)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def int_in_range(value: Any, lo: int, hi: float, name: str, what: str) -> int:
-    """``value`` as an int after checking ``lo <= value <= hi``; else a ParameterError."""
-    if not is_int(value) or not lo <= value <= hi:
-        bound = f">= {lo}" if hi == float("inf") else f"in {lo}..{hi}"
-        raise ParameterError(f"{name}: {what} must be an int {bound}, got {value!r}")
-    return int(value)
-
-
 def check_k(k: Any, d: int, name: str) -> int:
     """The number of components: an int with 1 <= k <= d."""
-    if not is_int(k) or not 1 <= k <= d:
-        raise ParameterError(f"{name}: k must be an int with 1 <= k <= d = {d}, got {k!r}")
-    return int(k)
+    return integer(k, f"{name}: k (k <= d = {d})", minimum=1, maximum=d)
 
 
 def float_matrix(a: Any, what: str, *, allow_nan: bool = False) -> np.ndarray:
@@ -146,19 +128,6 @@ def data_rng(seed: Any, tag: str) -> np.random.Generator:
         word = int.from_bytes(tag.encode()[:8].ljust(8, b"\0"), "little")
         return np.random.default_rng(None if seed is None else [int(seed), word])
     raise ParameterError(f"seed must be None, an int or a numpy.random.Generator, got {seed!r}")
-
-
-def nonnegative_float(value: Any, name: str, what: str, *, positive: bool = False) -> float:
-    """``value`` as a float after checking it is a finite real number >= 0 (> 0 with
-    ``positive``); else a ParameterError."""
-    bound = "> 0" if positive else ">= 0"
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-    if ok:
-        v = float(value)
-        ok = math.isfinite(v) and (v > 0 if positive else v >= 0)
-    if not ok:
-        raise ParameterError(f"{name}: {what} must be a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 def matrix_blocks(blocks: Any, name: str, what: str, *, min_n: int = 1) -> list[np.ndarray]:

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import DataError, ParameterError
 from ..extras import import_extra
-from .checks import float_matrix, is_int
+from .checks import float_matrix
 
 __all__ = [
     "label_sorted_indices",
@@ -69,13 +70,12 @@ def label_sorted_indices(labels: Any, n_clients: int) -> list[np.ndarray]:
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise DataError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
-    if not is_int(n_clients) or not 1 <= n_clients <= labels.size:
-        raise ParameterError(
-            f"n_clients = {n_clients!r} must be an int with 1 <= n_clients <= {labels.size} (the "
-            "number of rows), so that every client gets at least one row"
-        )
+    # every client gets at least one row
+    n_clients = integer(
+        n_clients, "label_sorted_indices: n_clients (<= the number of rows)", 1, labels.size
+    )
     order = np.argsort(labels, kind="stable")
-    return np.array_split(order, int(n_clients))
+    return np.array_split(order, n_clients)
 
 
 def label_sorted_split(features: Any, labels: Any, n_clients: int) -> list[np.ndarray]:

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import NotOnManifoldError, ParameterError, ShapeError
 from ..manifolds.poincare import PoincareBall
 from ..manifolds.product import Product
@@ -67,8 +68,6 @@ from .checks import (
     batch_array,
     client_index,
     data_rng,
-    int_in_range,
-    nonnegative_float,
     point_stack,
 )
 
@@ -87,8 +86,8 @@ def balanced_tree(branching: int, depth: int) -> np.ndarray:
     Node k > 0 has parent (k - 1) // branching; there are
     :math:`N = \\sum_{l=0}^{h} b^l` nodes and N - 1 edges.
     """
-    branching = int_in_range(branching, 1, math.inf, "balanced_tree", "branching")
-    depth = int_in_range(depth, 1, math.inf, "balanced_tree", "depth")
+    branching = integer(branching, "balanced_tree: branching", minimum=1)
+    depth = integer(depth, "balanced_tree: depth", minimum=1)
     n = sum(branching**level for level in range(depth + 1))
     child = np.arange(1, n)
     return np.stack([(child - 1) // branching, child], axis=1)
@@ -180,10 +179,10 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         reference_iterations: int = 3000,
     ) -> None:
         where = "HyperbolicEmbeddingProblem"
-        self.n_nodes = int_in_range(n_nodes, 2, math.inf, where, "n_nodes")
-        self.dim = int_in_range(dim, 1, math.inf, where, "dim")
-        self.c = nonnegative_float(c, where, "c", positive=True)
-        self.mu = nonnegative_float(mu, where, "mu")
+        self.n_nodes = integer(n_nodes, f"{where}: n_nodes", minimum=2)
+        self.dim = integer(dim, f"{where}: dim", minimum=1)
+        self.c = real(c, f"{where}: c", above=0)
+        self.mu = real(mu, f"{where}: mu", at_least=0)
         rel = self._ints(relations, "relations", 2)
         neg = self._ints(negatives, "negatives", 2)
         own = self._ints(owners, "owners", 1)
@@ -224,8 +223,8 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         self.manifold = Product(*([factor] * self.n_nodes))
         self.name = name
         self.smoothness = None
-        self.reference_iterations = int_in_range(
-            reference_iterations, 0, math.inf, where, "reference_iterations"
+        self.reference_iterations = integer(
+            reference_iterations, f"{where}: reference_iterations", minimum=0
         )
         self.reference_point: np.ndarray | None = None
         self.reference_loss: float | None = None
@@ -299,11 +298,11 @@ class HyperbolicEmbeddingProblem(FederatedProblem):
         edges = balanced_tree(branching, depth)
         n_nodes = edges.shape[0] + 1
         relations = np.concatenate([edges, edges[:, ::-1]])
-        n_clients = int_in_range(n_clients, 1, len(relations), where, "n_clients")
+        n_clients = integer(n_clients, f"{where}: n_clients", minimum=1, maximum=len(relations))
         adjacency = np.eye(n_nodes, dtype=bool)
         adjacency[edges[:, 0], edges[:, 1]] = adjacency[edges[:, 1], edges[:, 0]] = True
         most = n_nodes - int(adjacency.sum(axis=1).max())
-        n_negatives = int_in_range(n_negatives, 1, most, where, "n_negatives")
+        n_negatives = integer(n_negatives, f"{where}: n_negatives", minimum=1, maximum=most)
         rng = data_rng(seed, "hyptree")
         negatives = np.stack(
             [

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import DataError, ParameterError, ShapeError
 from ..manifolds.stiefel import Stiefel
 from .base import FederatedProblem
@@ -46,7 +47,6 @@ from .checks import (
     client_index,
     data_rng,
     float_matrix,
-    int_in_range,
     point_stack,
 )
 from .data import label_sorted_split, load_digits, load_mnist
@@ -232,7 +232,7 @@ class KPCAProblem(FederatedProblem):
         if scale not in ("variance", "std"):
             raise ParameterError(f"scale must be 'variance' or 'std', got {scale!r}")
         for what, v in (("n_clients", n_clients), ("d", d), ("p", p)):
-            int_in_range(v, 1, math.inf, "KPCAProblem.synthetic", what)
+            integer(v, f"KPCAProblem.synthetic: {what}", minimum=1)
         rng = data_rng(seed, "kpca")
         level = 2.0 * np.arange(1, n_clients + 1) / n_clients
         std = np.sqrt(level) if scale == "variance" else level

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import is_int
 from ..errors import DataError, ParameterError
 
 __all__ = [
@@ -187,8 +188,8 @@ def load_femnist(
 
 
 def _int_labels(ys: list[Any], user: str) -> np.ndarray:
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ys):
-        bad = next(v for v in ys if not isinstance(v, int) or isinstance(v, bool))
+    if not all(is_int(v) for v in ys):
+        bad = next(v for v in ys if not is_int(v))
         raise DataError(f"FEMNIST user {user!r}: labels must be ints, got {bad!r}")
     y = np.array(ys, dtype=np.int64)
     if y.size and (y.min() < 0 or y.max() >= FEMNIST_CLASSES):

@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import ParameterError, ShapeError
 from ..manifolds.euclidean import Euclidean
 from ..progress import ProgressBar
 from .base import FederatedProblem
-from .checks import batch_array, client_index, float_matrix, int_in_range, point_stack
+from .checks import batch_array, client_index, float_matrix, point_stack
 from .data import label_sorted_indices, load_digits, load_mnist
 from .partition import dirichlet_partition
 
@@ -104,9 +105,8 @@ class SoftmaxRegressionProblem(FederatedProblem):
                 f"{where}: labels must be a sequence with one label array per client "
                 f"({len(features)}), got {type(labels).__name__}"
             )
-        self.n_classes = int_in_range(n_classes, 2, float("inf"), where, "n_classes")
-        if not (isinstance(l2, (int, float)) and np.isfinite(l2) and l2 > 0):
-            raise ParameterError(f"{where}: l2 must be a finite float > 0, got {l2!r}")
+        self.n_classes = integer(n_classes, f"{where}: n_classes", minimum=2)
+        l2 = real(l2, f"{where}: l2", above=0)
         blocks = [
             float_matrix(x, f"{where}: features of client {i}") for i, x in enumerate(features)
         ]

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import ParameterError, ShapeError
 from ..manifolds.stiefel import Stiefel
 from .base import FederatedProblem
@@ -47,7 +48,6 @@ from .checks import (
     client_index,
     data_rng,
     float_matrix,
-    int_in_range,
     point_stack,
 )
 
@@ -110,10 +110,9 @@ class LRMCProblem(FederatedProblem):
             raise ParameterError("LRMCProblem: matrix has NaN or infinite observed entries")
         d, t = a.shape
         self.k = check_k(k, d, "LRMCProblem")
-        int_in_range(n_clients, 1, t, "LRMCProblem", "n_clients (at most the number of columns)")
-        if not (isinstance(rcond, (float, int)) and 0 <= rcond < 1):
-            raise ParameterError(f"LRMCProblem: rcond must be in [0, 1), got {rcond!r}")
-        self.d, self.n_columns, self.rcond = d, t, float(rcond)
+        integer(n_clients, "LRMCProblem: n_clients (at most the number of columns)", 1, t)
+        self.d, self.n_columns = d, t
+        self.rcond = real(rcond, "LRMCProblem: rcond", at_least=0, below=1)
         self.name = name
         self.manifold = Stiefel(d, self.k)
         self.n_clients = int(n_clients)
@@ -161,10 +160,9 @@ class LRMCProblem(FederatedProblem):
         start the solver at the solution).
         """
         for what, v in (("d", d), ("T", T)):
-            int_in_range(v, 1, math.inf, "LRMCProblem.synthetic", what)
+            integer(v, f"LRMCProblem.synthetic: {what}", minimum=1)
         check_k(k, d, "LRMCProblem.synthetic")
-        if not (isinstance(oversampling, (int, float)) and oversampling > 0):
-            raise ParameterError(f"oversampling must be a positive number, got {oversampling!r}")
+        real(oversampling, "LRMCProblem.synthetic: oversampling", above=0)
         rng = data_rng(seed, "lrmc")
         left = rng.standard_normal((d, k))
         right = rng.standard_normal((k, T))
@@ -282,5 +280,5 @@ class LRMCProblem(FederatedProblem):
     def min_observations(self) -> int:
         """The fewest observed entries in any column (the fallback runs for those below k)."""
         counts = self._mask.sum(axis=-1)
-        real = np.arange(counts.shape[1])[None, :] < self._sizes[:, None]
-        return int(counts[real].min()) if real.any() else math.nan
+        present = np.arange(counts.shape[1])[None, :] < self._sizes[:, None]
+        return int(counts[present].min()) if present.any() else math.nan

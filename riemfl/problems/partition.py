@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..backend import as_generator
 from ..errors import DataError, ParameterError
-from .checks import int_in_range
 
 __all__ = [
     "dirichlet_partition",
@@ -100,13 +100,10 @@ def dirichlet_partition(
     """
     name = "dirichlet_partition"
     labels = _labels(labels, name)
-    n_clients = int_in_range(n_clients, 1, float("inf"), name, "n_clients")
-    if not isinstance(alpha, (int, float, np.floating, np.integer)) or not (
-        np.isfinite(alpha) and alpha > 0
-    ):
-        raise ParameterError(f"{name}: alpha must be a finite float > 0, got {alpha!r}")
-    min_size = int_in_range(min_size, 0, labels.size // n_clients, name, "min_size")
-    max_tries = int_in_range(max_tries, 1, float("inf"), name, "max_tries")
+    n_clients = integer(n_clients, f"{name}: n_clients", minimum=1)
+    real(alpha, f"{name}: alpha", above=0)
+    min_size = integer(min_size, f"{name}: min_size", minimum=0, maximum=labels.size // n_clients)
+    max_tries = integer(max_tries, f"{name}: max_tries", minimum=1)
     rng = as_generator(rng, name=name)
     classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
     for _ in range(max_tries):
@@ -161,7 +158,9 @@ def natural_partition(
         if rng is not None:
             raise ParameterError(f"{name}: rng only shuffles the groups dealt to n_clients")
         return [g.astype(np.int64) for g in per_group]
-    n_clients = int_in_range(n_clients, 1, ids.size, name, "n_clients (<= number of groups)")
+    n_clients = integer(
+        n_clients, f"{name}: n_clients (<= number of groups)", minimum=1, maximum=ids.size
+    )
     if rng is None:
         deal = np.arange(ids.size)
     else:
@@ -184,8 +183,8 @@ def proportional_sizes(n: int, n_clients: int) -> np.ndarray:
     numpy.ndarray of int64, shape (N,)
     """
     name = "proportional_sizes"
-    n = int_in_range(n, 0, float("inf"), name, "n")
-    n_clients = int_in_range(n_clients, 1, float("inf"), name, "n_clients")
+    n = integer(n, f"{name}: n", minimum=0)
+    n_clients = integer(n_clients, f"{name}: n_clients", minimum=1)
     i = np.arange(1, n_clients + 1, dtype=np.int64)
     total = n_clients * (n_clients + 1) // 2
     sizes, rem = np.divmod(n * i, total)  # exact integer shares: floor and remainder

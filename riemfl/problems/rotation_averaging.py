@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import DataError, ProjectionError
 from ..linalg import skew, special_polar
 from ..manifolds.special_orthogonal import SpecialOrthogonal
@@ -38,9 +39,7 @@ from .checks import (
     batch_array,
     client_index,
     data_rng,
-    int_in_range,
     matrix_blocks,
-    nonnegative_float,
     point_stack,
 )
 
@@ -140,11 +139,11 @@ class RotationAveragingProblem(FederatedProblem):
             The rotations are n x n (SO(3) by default).
         """
         where = "RotationAveragingProblem.synthetic"
-        n_clients = int_in_range(n_clients, 1, math.inf, where, "n_clients")
-        per_client = int_in_range(per_client, 1, math.inf, where, "per_client")
-        n = int_in_range(n, 2, math.inf, where, "n")
-        noise = nonnegative_float(noise, where, "noise")
-        heterogeneity = nonnegative_float(heterogeneity, where, "heterogeneity")
+        n_clients = integer(n_clients, f"{where}: n_clients", minimum=1)
+        per_client = integer(per_client, f"{where}: per_client", minimum=1)
+        n = integer(n, f"{where}: n", minimum=2)
+        noise = real(noise, f"{where}: noise", at_least=0)
+        heterogeneity = real(heterogeneity, f"{where}: heterogeneity", at_least=0)
         rng = data_rng(seed, "rotavg")
         so = SpecialOrthogonal(n)
         eye = np.eye(n)

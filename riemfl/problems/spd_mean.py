@@ -41,12 +41,12 @@ but its Euclidean gradient is not globally Lipschitz, so ``smoothness`` is None.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import NotOnManifoldError, ParameterError
 from ..linalg import sym
 from ..manifolds.spd import SPD, dlogm, expm, logm
@@ -55,9 +55,7 @@ from .checks import (
     batch_array,
     client_index,
     data_rng,
-    int_in_range,
     matrix_blocks,
-    nonnegative_float,
     point_stack,
 )
 
@@ -166,11 +164,11 @@ class SPDMeanProblem(FederatedProblem):
             The metric of the problem.
         """
         where = "SPDMeanProblem.synthetic"
-        n_clients = int_in_range(n_clients, 1, math.inf, where, "n_clients")
-        n = int_in_range(n, 1, math.inf, where, "n")
-        per_client = int_in_range(per_client, 1, math.inf, where, "per_client")
-        heterogeneity = nonnegative_float(heterogeneity, where, "heterogeneity")
-        spread = nonnegative_float(spread, where, "spread")
+        n_clients = integer(n_clients, f"{where}: n_clients", minimum=1)
+        n = integer(n, f"{where}: n", minimum=1)
+        per_client = integer(per_client, f"{where}: per_client", minimum=1)
+        heterogeneity = real(heterogeneity, f"{where}: heterogeneity", at_least=0)
+        spread = real(spread, f"{where}: spread", at_least=0)
         rng = data_rng(seed, "spdmean")
         centres = expm(sym(rng.standard_normal((n_clients, n, n))) * (0.5 * heterogeneity))
         roots = expm(0.5 * logm(centres))

@@ -37,6 +37,7 @@ from riemfl.federated import (  # noqa: E402
     RFedAvg,
     RFedProj,
     RFedSVRG,
+    RunOptions,
     run_sync,
 )
 from riemfl.problems import FunctionProblem  # noqa: E402
@@ -73,12 +74,20 @@ def least_squares(n: int = 5, d: int = 4, seed: int = 0) -> FunctionProblem:
 EUCLIDEAN = least_squares()
 ETA = 4e-3
 SYNC_JOBS = [
-    SyncJob(KPCA, RFedProj(ETA, 3), 4, name="rfedproj", seed=3, clients_per_round=4, batch_size=5),
-    SyncJob(KPCA, RFedSVRG(ETA, 3), 3, name="rfedsvrg", seed=2, batch_size=5),
-    SyncJob(EUCLIDEAN, RFedAvg(0.02, 3), 3, name="fedavg", seed=4),
+    SyncJob(
+        KPCA,
+        RFedProj(ETA, 3),
+        4,
+        name="rfedproj",
+        clients_per_round=4,
+        batch_size=5,
+        options=RunOptions(seed=3),
+    ),
+    SyncJob(KPCA, RFedSVRG(ETA, 3), 3, name="rfedsvrg", batch_size=5, options=RunOptions(seed=2)),
+    SyncJob(EUCLIDEAN, RFedAvg(0.02, 3), 3, name="fedavg", options=RunOptions(seed=4)),
 ]
-BAD = SyncJob(KPCA, RFedAvg(ETA, 2), 3, name="bad", seed=5)
-CRASH = SyncJob(KPCA, RFedProj(ETA, 2), 2, name="crash", seed=6)
+BAD = SyncJob(KPCA, RFedAvg(ETA, 2), 3, name="bad", options=RunOptions(seed=5))
+CRASH = SyncJob(KPCA, RFedProj(ETA, 2), 2, name="crash", options=RunOptions(seed=6))
 CRASH_NODE = 2
 ASYNC_BAD = AsyncJob(KPCA, FedAsync(), 12, ETA, 2, name="async-bad")
 FEDASYNC = AsyncJob(KPCA_K2, FedAsync(), 150, 1 / KPCA_K2.build().smoothness, 5, name="fedasync")
@@ -110,16 +119,16 @@ def test_sync_iterates_equal_run_sync(results, job):
     reference = run_sync(
         job.resolved,
         job.algorithm,
-        job.rounds,
-        seed=job.seed,
+        job.steps,
         clients_per_round=job.clients_per_round,
         batch_size=job.batch_size,
+        options=job.options,
     )
     np.testing.assert_allclose(history.final_point, reference.final_point, rtol=0, atol=1e-10)
     for key in ("loss", "optimality_gap", "grad_norm", "uplink_matrices", "uplink_bytes"):
         np.testing.assert_allclose(getattr(history, key), getattr(reference, key), atol=1e-10)
     assert history.participants == reference.participants
-    assert history.round == list(range(job.rounds + 1))
+    assert history.round == list(range(job.steps + 1))
     assert history.warnings == []
     assert history.config["engine"] == "flower"
     assert all(b > a for a, b in zip(history.wall_time, history.wall_time[1:], strict=False))

@@ -30,7 +30,7 @@ RUN_CONFIG = {
     "algorithm": "rfedproj",
     "step-size": 4e-3,
     "local-steps": 3,
-    "rounds": 2,
+    "steps": 2,
     "seed": 3,
     "batch-size": 5,
 }
@@ -54,7 +54,7 @@ def test_sync_job_through_superlink_and_supernodes(tmp_path):
     assert all(proc.poll() is not None for _, proc in deployment.processes)
 
     job = job_from_run_config(RUN_CONFIG)
-    reference = run_sync(job.resolved, job.algorithm, job.rounds, seed=job.seed, batch_size=5)
+    reference = run_sync(job.resolved, job.algorithm, job.steps, batch_size=5, options=job.options)
     assert result["kind"] == "SyncJob"
     history = result["history"]
     assert history["config"]["engine"] == "flower" and history["config"]["nodes"] == 2

@@ -27,7 +27,7 @@ RUN_CONFIG = {
     "algorithm": "rfedproj",
     "step-size": 4e-3,
     "local-steps": 3,
-    "rounds": 1,
+    "steps": 1,
     "seed": 3,
     "secagg": True,
 }
@@ -48,11 +48,11 @@ def test_secagg_and_central_dp_through_superlink_and_supernodes(tmp_path):
     assert all(proc.poll() is not None for _, proc in deployment.processes)
 
     job = job_from_run_config(RUN_CONFIG)
-    problem, rounds = job.resolved, job.rounds
+    problem, rounds = job.resolved, job.steps
     bound = rounds * SecAggSettings().error_bound(NODES, max_weight(2))
-    plain = run_sync(problem, job.algorithm, rounds, seed=job.seed)
+    plain = run_sync(problem, job.algorithm, rounds, options=job.options)
     settings = DPSettings(DP["dp-clip"], DP["dp-noise"])
-    dp = run_sync(problem, job.algorithm, rounds, seed=job.seed, privacy=settings)
+    dp = run_sync(problem, job.algorithm, rounds, privacy=settings, options=job.options)
     history = private["history"]
     assert history["config"]["nodes"] == NODES and history["warnings"] == []
     assert history["metrics"]["participants"][1:] == [4] * rounds

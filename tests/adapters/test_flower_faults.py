@@ -52,7 +52,7 @@ from riemfl.adapters.flower.wire import ASYNC, PING  # noqa: E402
 
 import riemfl  # noqa: E402
 from riemfl.errors import ParameterError, RiemflError  # noqa: E402
-from riemfl.federated import ClientDroppedWarning, FedAsync, RFedAvg, RFedProj  # noqa: E402
+from riemfl.federated import ClientDroppedWarning, FedAsync, RFedAvg, RFedProj, RunOptions  # noqa: E402
 
 NODES = 3
 KPCA = ProblemSpec("kpca-synthetic", clients=6, seed=1)
@@ -340,8 +340,8 @@ class RecordRayAddress:
         return call_next(message, context)
 
 
-DIE_SYNC = SyncJob(KPCA, RFedProj(ETA, 2), 3, name="die-sync", seed=1)
-COMPLEX_SYNC = SyncJob(KPCA, RFedAvg(ETA, 2), 2, name="complex-sync", seed=2)
+DIE_SYNC = SyncJob(KPCA, RFedProj(ETA, 2), 3, name="die-sync", options=RunOptions(seed=1))
+COMPLEX_SYNC = SyncJob(KPCA, RFedAvg(ETA, 2), 2, name="complex-sync", options=RunOptions(seed=2))
 DIE_ASYNC = AsyncJob(KPCA, FedAsync(), 10, ETA, 2, name="die-async")
 COMPLEX_ASYNC = AsyncJob(KPCA, FedAsync(), 10, ETA, 2, name="complex-async", max_failures=2)
 LOOPBACK = PingJob(repeats=1, name="loopback")
@@ -448,7 +448,7 @@ HANG_ASYNC = AsyncJob(
     name="hang-async",
     reply_timeout=HANG_TIMEOUT,
     drain_timeout=1.0,
-    eval_every=50,
+    options=RunOptions(record_every=50),
 )
 
 
@@ -463,7 +463,7 @@ def test_a_hanging_node_is_excluded_alone_async():
     with pytest.warns(ClientDroppedWarning, match="reply_timeout"):
         results = simulate([HANG_ASYNC], NODES, backend_config=default_backend_config(2), mods=mods)
     history = results["hang-async"]
-    assert history.metrics["step"][-1] == HANG_ASYNC.server_steps
+    assert history.metrics["step"][-1] == HANG_ASYNC.steps
     assert history.config["node_workers"] == 1
     reasons = excluded(history)
     assert sorted(reasons) == clients_of(HANG)

@@ -33,7 +33,7 @@ from test_flower_secagg import (  # noqa: E402
 )
 
 from riemfl.errors import ParameterError  # noqa: E402
-from riemfl.federated import RFedAvg, RFedProj, RFedSVRG, run_sync  # noqa: E402
+from riemfl.federated import RFedAvg, RFedProj, RFedSVRG, RunOptions, run_sync  # noqa: E402
 from riemfl.federated.privacy import (  # noqa: E402
     DPSettings,
     PrivateAlgorithm,
@@ -50,9 +50,16 @@ def flower(job: SyncJob):
 
 
 def test_no_clip_and_no_noise_is_the_plain_flower_run_bit_for_bit():
-    job = SyncJob(KPCA, RFedProj(ETA, 2), 2, name="id", seed=1, privacy=DPSettings(math.inf, 0))
+    job = SyncJob(
+        KPCA,
+        RFedProj(ETA, 2),
+        2,
+        name="id",
+        privacy=DPSettings(math.inf, 0),
+        options=RunOptions(seed=1),
+    )
     history = flower(job)
-    plain = flower(SyncJob(KPCA, RFedProj(ETA, 2), 2, name="plain", seed=1))
+    plain = flower(SyncJob(KPCA, RFedProj(ETA, 2), 2, name="plain", options=RunOptions(seed=1)))
     assert np.array_equal(history.final_point, plain.final_point)
     assert history.metrics["loss"] == plain.metrics["loss"]
     assert history.metrics["epsilon"][1:] == [math.inf, math.inf]
@@ -67,14 +74,25 @@ def test_central_noise_is_run_syncs(make):
     """The nodes clip as the in-process clients do and the server adds the same noise to the
     same sum (one draw per phase from the run's central stream); epsilon is the same."""
     settings = DPSettings(0.02, 0.7)
-    job = SyncJob(KPCA, make(), 2, name="central", seed=2, clients_per_round=4, privacy=settings)
+    job = SyncJob(
+        KPCA,
+        make(),
+        2,
+        name="central",
+        clients_per_round=4,
+        privacy=settings,
+        options=RunOptions(seed=2),
+    )
     history = flower(job)
-    local = run_sync(KPCA.build(), make(), 2, seed=2, clients_per_round=4, privacy=settings)
+    local = run_sync(
+        KPCA.build(), make(), 2, clients_per_round=4, privacy=settings, options=RunOptions(seed=2)
+    )
     np.testing.assert_allclose(history.final_point, local.final_point, rtol=0, atol=1e-10)
     assert history.metrics["epsilon"] == local.metrics["epsilon"]
     assert history.summary["epsilon"] == local.summary["epsilon"] < math.inf
     assert not np.allclose(
-        history.final_point, run_sync(KPCA.build(), make(), 2, seed=2).final_point
+        history.final_point,
+        run_sync(KPCA.build(), make(), 2, options=RunOptions(seed=2)).final_point,
     )
 
 
@@ -100,9 +118,19 @@ def test_central_noise_after_secagg_is_run_syncs_within_the_bound(updates_in):
     sum over m) is run_sync(privacy=...)'s within the quantisation bound over m; every update
     that entered the sum was clipped on its node."""
     settings = DPSettings(0.02, 0.7)
-    secure = SyncJob(KPCA, RFedProj(ETA, 2), 1, name="dpsec", seed=3, secagg=True, privacy=settings)
+    secure = SyncJob(
+        KPCA,
+        RFedProj(ETA, 2),
+        1,
+        name="dpsec",
+        secagg=True,
+        privacy=settings,
+        options=RunOptions(seed=3),
+    )
     history = flower(secure)
-    local = run_sync(KPCA.build(), RFedProj(ETA, 2), 1, seed=3, privacy=settings)
+    local = run_sync(
+        KPCA.build(), RFedProj(ETA, 2), 1, privacy=settings, options=RunOptions(seed=3)
+    )
     gap = np.abs(history.final_point - local.final_point).max()
     assert 0 < gap < SecAggSettings().error_bound(NODES, WEIGHT) / 6
     assert history.metrics["epsilon"] == local.metrics["epsilon"]
@@ -116,9 +144,19 @@ def test_local_noise_comes_from_each_clients_own_stream(updates_in):
     stream (child (client, round, phase) of the run's local stream), whichever node hosts it;
     the server adds none; epsilon is the in-process local mode's."""
     settings = DPSettings(0.02, 0.5, mode="local")
-    job = SyncJob(KPCA, RFedProj(ETA, 2), 2, name="local", seed=4, secagg=True, privacy=settings)
+    job = SyncJob(
+        KPCA,
+        RFedProj(ETA, 2),
+        2,
+        name="local",
+        secagg=True,
+        privacy=settings,
+        options=RunOptions(seed=4),
+    )
     history = flower(job)
-    local = run_sync(KPCA.build(), RFedProj(ETA, 2), 2, seed=4, privacy=settings)
+    local = run_sync(
+        KPCA.build(), RFedProj(ETA, 2), 2, privacy=settings, options=RunOptions(seed=4)
+    )
     assert history.metrics["epsilon"] == local.metrics["epsilon"] < [math.inf] * 3
     shape = KPCA.build().manifold.point_shape
     for (r, c), update in updates_in.items():
@@ -158,20 +196,27 @@ def test_private_jobs_in_flowers_simulation_engine():
     from riemfl.adapters.flower import simulate
 
     central = SyncJob(
-        KPCA, RFedProj(ETA, 2), 2, name="central", seed=5, privacy=DPSettings(0.02, 0.7)
+        KPCA,
+        RFedProj(ETA, 2),
+        2,
+        name="central",
+        privacy=DPSettings(0.02, 0.7),
+        options=RunOptions(seed=5),
     )
     local = SyncJob(
         KPCA,
         RFedProj(ETA, 2),
         2,
         name="local",
-        seed=5,
         secagg=True,
         privacy=DPSettings(0.02, 0.5, mode="local"),
+        options=RunOptions(seed=5),
     )
     results = simulate([central, local], NODES)
     for job in (central, local):
-        reference = run_sync(KPCA.build(), RFedProj(ETA, 2), 2, seed=5, privacy=job.privacy)
+        reference = run_sync(
+            KPCA.build(), RFedProj(ETA, 2), 2, privacy=job.privacy, options=RunOptions(seed=5)
+        )
         history = results[job.name]
         assert history.metrics["epsilon"] == reference.metrics["epsilon"]
         assert history.warnings == [] and history.participants[1:] == [6, 6]

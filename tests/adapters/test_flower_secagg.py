@@ -45,6 +45,7 @@ from riemfl.federated import (  # noqa: E402
     RFedAvg,
     RFedProj,
     RFedSVRG,
+    RunOptions,
     run_sync,
 )
 
@@ -229,7 +230,9 @@ def test_secure_sums_are_the_exact_sums_within_the_quantisation_bound(task_ident
     N W 2c/Q; and round 1 (the same inputs as the plain run) gives the plain run's iterate
     x^1 = sum / m within that bound over m."""
     settings = SecAggSettings()
-    secure = SyncJob(KPCA, RecordingRFedProj(ETA, 2), 3, name="sec", seed=1, secagg=settings)
+    secure = SyncJob(
+        KPCA, RecordingRFedProj(ETA, 2), 3, name="sec", secagg=settings, options=RunOptions(seed=1)
+    )
     history = run(secure)
     bound = settings.error_bound(NODES, WEIGHT)
     assert bound == NODES * 2 * 16 / 2**22
@@ -239,7 +242,7 @@ def test_secure_sums_are_the_exact_sums_within_the_quantisation_bound(task_ident
         exact = sum(rows_in[(r, 0)].values())
         assert 0 < np.abs(total - exact).max() < bound  # quantised, within the bound
     plain = RecordingRFedProj(ETA, 2)
-    run_sync(KPCA.build(), plain, 1, seed=1)
+    run_sync(KPCA.build(), plain, 1, options=RunOptions(seed=1))
     x1_plain, x1_secure = plain.sums[0][0] / 6, secure.algorithm.sums[0][0] / 6
     assert 0 < np.abs(x1_secure - x1_plain).max() < bound / 6
     assert history.uplink_matrices[-1] == pytest.approx(3.0)  # as if each client sent its row
@@ -256,7 +259,7 @@ def test_a_two_phase_rule_runs_both_phases_securely(task_identity):
     history = run(secure)
     assert history.warnings == [] and [c for _, c in secure.algorithm.sums] == [6] * 4
     plain = RecordingSVRG(ETA, 2, upload="tangent")
-    run_sync(KPCA.build(), plain, 1, seed=0)
+    run_sync(KPCA.build(), plain, 1, options=RunOptions(seed=0))
     gap = np.abs(secure.algorithm.sums[0][0] - plain.sums[0][0]).max()  # phase 0, same inputs
     assert 0 < gap < settings.error_bound(NODES, WEIGHT)
 
@@ -265,7 +268,9 @@ def test_a_node_that_drops_out_of_secagg_does_not_stop_the_round(task_identity, 
     """Node 1 fails while it would send its masked vector in round 2: SecAgg+ unmasks without
     it (2 of 3 nodes remain, threshold 2), its clients are dropped with the reason, the node
     is excluded afterwards, and each sum is the exact sum of the rows that entered it."""
-    job = SyncJob(KPCA, RecordingRFedProj(ETA, 2), 3, name="drop", seed=1, secagg=True)
+    job = SyncJob(
+        KPCA, RecordingRFedProj(ETA, 2), 3, name="drop", secagg=True, options=RunOptions(seed=1)
+    )
     with pytest.warns(ClientDroppedWarning, match="dropped out of secure aggregation"):
         history = run(job, [SecAggDropout(1, rounds=[2])])
     assert history.participants == [0, 6, 4, 4]
@@ -288,7 +293,7 @@ def test_too_many_dropouts_or_an_early_one_fail_the_phase(task_identity):
         ([SecAggDropout(1), SecAggDropout(2)], "two"),
         ([SecAggDropout(1, stage="setup")], "setup"),
     ):
-        job = SyncJob(KPCA, RFedProj(ETA, 2), 2, name=name, seed=1, secagg=True)
+        job = SyncJob(KPCA, RFedProj(ETA, 2), 2, name=name, secagg=True, options=RunOptions(seed=1))
         with pytest.warns(ClientDroppedWarning), pytest.raises(ClientFailureError) as info:
             run(job, mods)
         assert "every participating client failed" in str(info.value)
@@ -301,11 +306,29 @@ def test_secure_simulation_matches_the_plain_one_within_the_bound():
     """Flower's simulation engine (Ray): plain and secure RFedAvg with tangent uploads (round 1
     has the same inputs: its sums agree within the bound), and a secure run whose node 2
     process dies during SecAgg+ in round 2 and is excluded from then on."""
-    plain = SyncJob(KPCA, RecordingRFedAvg(ETA, 2, upload="tangent"), 3, name="plain", seed=2)
-    secure = SyncJob(
-        KPCA, RecordingRFedAvg(ETA, 2, upload="tangent"), 3, name="secure", seed=2, secagg=True
+    plain = SyncJob(
+        KPCA,
+        RecordingRFedAvg(ETA, 2, upload="tangent"),
+        3,
+        name="plain",
+        options=RunOptions(seed=2),
     )
-    dies = SyncJob(KPCA, RFedAvg(ETA, 2, upload="tangent"), 3, name="dies", seed=2, secagg=True)
+    secure = SyncJob(
+        KPCA,
+        RecordingRFedAvg(ETA, 2, upload="tangent"),
+        3,
+        name="secure",
+        secagg=True,
+        options=RunOptions(seed=2),
+    )
+    dies = SyncJob(
+        KPCA,
+        RFedAvg(ETA, 2, upload="tangent"),
+        3,
+        name="dies",
+        secagg=True,
+        options=RunOptions(seed=2),
+    )
     mods = [SecAggDropout(2, fault="die", rounds=[2], job="dies")]
     with pytest.warns(ClientDroppedWarning):
         results = simulate([plain, secure, dies], NODES, mods=mods)

@@ -302,7 +302,7 @@ def test_client_rule_isolates_a_failing_client():
 def test_job_validation():
     with pytest.raises(ParameterError, match="job name"):
         SyncJob(KPCA, RFedProj(1e-3), 2, name="a/b")
-    with pytest.raises(ParameterError, match="rounds"):
+    with pytest.raises(ParameterError, match="steps"):
         SyncJob(KPCA, RFedProj(1e-3), -1)
     with pytest.raises(ParameterError, match=r"clients_per_round must be an integer in 1\.\.6"):
         SyncJob(KPCA, RFedProj(1e-3), 2, clients_per_round=7)
@@ -471,16 +471,16 @@ def test_fault_and_deployment_arguments():
 
 # --------------------------------------------------------------------------------- deploy app
 def test_run_config_builds_jobs():
-    job = deploy.job_from_run_config({"problem-clients": 4, "rounds": 2, "batch-size": 3})
+    job = deploy.job_from_run_config({"problem-clients": 4, "steps": 2, "batch-size": 3})
     assert isinstance(job, SyncJob) and isinstance(job.algorithm, RFedProj)
-    assert job.rounds == 2 and job.batch_size == 3 and job.clients_per_round is None
+    assert job.steps == 2 and job.batch_size == 3 and job.clients_per_round is None
     # the registry's default for kpca-synthetic at the run config's tau = 5
     default = PROBLEMS["kpca-synthetic"].default_step(job.resolved, 5)
     assert job.algorithm.step_size == default
     assert job.resolved.n_clients == 4
-    assert deploy.job_from_run_config({"problem-clients": 4, "rounds": 2, "batch-size": 3}) is job
+    assert deploy.job_from_run_config({"problem-clients": 4, "steps": 2, "batch-size": 3}) is job
     other = deploy.job_from_run_config(
-        {"engine": "async", "rule": "fedbuff", "buffer-size": 3, "server-steps": 7}
+        {"engine": "async", "rule": "fedbuff", "buffer-size": 3, "steps": 7}
     )
     assert isinstance(other, AsyncJob) and other.rule.buffer_size == 3
     with pytest.raises(ParameterError, match="unknown run-config keys"):
@@ -527,11 +527,11 @@ def test_run_config_builds_curve_rule_jobs():
 def test_app_project_is_a_valid_flower_app(tmp_path):
     from flwr.common.config import validate_config
 
-    path = deploy.write_app_project(tmp_path / "app", {"rounds": 3, "output": "/tmp/r.json"})
+    path = deploy.write_app_project(tmp_path / "app", {"steps": 3, "output": "/tmp/r.json"})
     config = tomllib.loads(path.read_text())
     app = config["tool"]["flwr"]["app"]
     assert app["components"]["serverapp"] == "riemfl.adapters.flower.deploy:server_app"
-    assert app["config"]["rounds"] == 3 and app["config"]["output"] == "/tmp/r.json"
+    assert app["config"]["steps"] == 3 and app["config"]["output"] == "/tmp/r.json"
     assert set(app["config"]) == set(deploy.DEFAULTS)
     ok, errors, _ = validate_config(config, check_module=True, project_dir=path.parent)
     assert ok, errors

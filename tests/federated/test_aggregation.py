@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from riemfl.errors import ParameterError
-from riemfl.federated import RFedAvg, RFedProj, RFedProx, RFedSVRG, run_sync
+from riemfl.federated import RFedAvg, RFedProj, RFedProx, RFedSVRG, RunOptions, run_sync
 from riemfl.federated.aggregation import Aggregator, PlainSum
 from riemfl.federated.async_rules import FedAsync, FedBuff
 
@@ -66,7 +66,7 @@ SUM_ONLY = [
 
 @pytest.mark.parametrize("make", SUM_ONLY)
 def test_sum_only_phases_see_only_the_aggregator_s_sum(stiefel_problem, monkeypatch, make):
-    kw = {"seed": 1, "clients_per_round": 4, "batch_size": 4}
+    kw = {"options": RunOptions(seed=1), "clients_per_round": 4, "batch_size": 4}
     reference = run_sync(stiefel_problem, make(), 4, **kw)
     algorithm = make()
     _no_stack_server_step(monkeypatch, algorithm)
@@ -81,24 +81,33 @@ def test_sum_only_phases_see_only_the_aggregator_s_sum(stiefel_problem, monkeypa
 
 def test_the_server_step_uses_what_the_aggregator_returns(stiefel_problem):
     """An aggregator that adds to the sum changes the iterates: the engine does not bypass it."""
-    shifted = run_sync(stiefel_problem, RFedProj(0.02, 3), 3, seed=1, aggregator=Recording(1e-3))
-    plain = run_sync(stiefel_problem, RFedProj(0.02, 3), 3, seed=1)
+    shifted = run_sync(
+        stiefel_problem,
+        RFedProj(0.02, 3),
+        3,
+        aggregator=Recording(1e-3),
+        options=RunOptions(seed=1),
+    )
+    plain = run_sync(stiefel_problem, RFedProj(0.02, 3), 3, options=RunOptions(seed=1))
     assert np.max(np.abs(shifted.final_point - plain.final_point)) > 1e-6
 
 
 @pytest.mark.parametrize("make", TANGENT_RULES)
 @pytest.mark.parametrize("kw", [{}, {"clients_per_round": 4, "batch_size": 4}])
 def test_tangent_uploads_give_the_point_uploads_run(stiefel_problem, make, kw):
-    point = run_sync(stiefel_problem, make("point"), 5, seed=2, **kw)
-    tangent = run_sync(stiefel_problem, make("tangent"), 5, seed=2, **kw)
+    options = RunOptions(seed=2)
+    point = run_sync(stiefel_problem, make("point"), 5, options=options, **kw)
+    tangent = run_sync(stiefel_problem, make("tangent"), 5, options=options, **kw)
     np.testing.assert_allclose(tangent.final_point, point.final_point, rtol=0, atol=1e-12)
     np.testing.assert_allclose(tangent.loss, point.loss, rtol=1e-12)
     assert tangent.uplink_matrices == point.uplink_matrices  # one point-sized array per upload
 
 
 def test_tangent_uploads_on_the_euclidean_space_are_fedavg(euclidean_problem):
-    point = run_sync(euclidean_problem, RFedAvg(0.05, 2), 3, seed=0)
-    tangent = run_sync(euclidean_problem, RFedAvg(0.05, 2, upload="tangent"), 3, seed=0)
+    point = run_sync(euclidean_problem, RFedAvg(0.05, 2), 3, options=RunOptions(seed=0))
+    tangent = run_sync(
+        euclidean_problem, RFedAvg(0.05, 2, upload="tangent"), 3, options=RunOptions(seed=0)
+    )
     np.testing.assert_allclose(tangent.final_point, point.final_point, rtol=0, atol=1e-14)
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import riemfl
 from riemfl.errors import ParameterError
+from riemfl.federated import RunOptions
 from riemfl.federated.async_engine import AsyncHistory, VersionStore, run_async
 from riemfl.federated.async_rules import ASGD, FedAsync, FedBuff, OrthoStrict
 from riemfl.federated.async_scheduler import WaitingQueue
@@ -33,7 +34,7 @@ def test_fedbuff_with_zero_delays_and_k_equal_n_is_fedavg(euclid_trainer):
     tr = euclid_trainer
     n = tr.n_clients
     x0 = np.random.default_rng(0).normal(size=(5, 2))
-    h = run_async(tr, FedBuff(buffer_size=n), 6, x0=x0, eval_every=None)
+    h = run_async(tr, FedBuff(buffer_size=n), 6, x0=x0, options=RunOptions(record_every=None))
     x = x0
     for _ in range(6):
         x = np.mean([tr.train(i, x, None) for i in range(n)], axis=0)
@@ -43,7 +44,8 @@ def test_fedbuff_with_zero_delays_and_k_equal_n_is_fedavg(euclid_trainer):
 
 def test_fedbuff_with_k_one_is_asynchronous_sgd(euclid_trainer):
     tr = euclid_trainer
-    kw = {"x0": np.ones((5, 2)), "eval_every": None, "timing": ExponentialTime(1.0), "seed": 3}
+    options = RunOptions(seed=3, record_every=None)
+    kw = {"x0": np.ones((5, 2)), "timing": ExponentialTime(1.0), "options": options}
     buff = run_async(tr, FedBuff(buffer_size=1, server_lr=0.5), 30, **kw)
     asgd = run_async(tr, ASGD(server_lr=0.5 * tr.n_clients), 30, weights="uniform", **kw)
     np.testing.assert_allclose(buff.final_point, asgd.final_point, atol=1e-12)
@@ -51,7 +53,8 @@ def test_fedbuff_with_k_one_is_asynchronous_sgd(euclid_trainer):
 
 
 def test_orthostrict_asgd_and_fedasync_coincide_in_a_run(euclid_trainer):
-    kw = {"x0": np.ones((5, 2)), "eval_every": None, "timing": ExponentialTime(1.0), "seed": 1}
+    options = RunOptions(seed=1, record_every=None)
+    kw = {"x0": np.ones((5, 2)), "timing": ExponentialTime(1.0), "options": options}
     a = run_async(euclid_trainer, OrthoStrict(alpha=0.0, server_lr=2.0), 25, **kw)
     b = run_async(euclid_trainer, OrthoStrict(alpha=1.0, server_lr=2.0), 25, **kw)
     np.testing.assert_allclose(a.final_point, b.final_point, atol=1e-12)
@@ -59,9 +62,9 @@ def test_orthostrict_asgd_and_fedasync_coincide_in_a_run(euclid_trainer):
 
 def test_runs_are_reproducible_from_the_seed(stiefel_trainer):
     kw = {"workers": 3, "timing": LogNormalTime(1.0, 0.8)}
-    a = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=5, **kw)
-    b = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=5, **kw)
-    c = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, seed=6, **kw)
+    a = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, options=RunOptions(seed=5), **kw)
+    b = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, options=RunOptions(seed=5), **kw)
+    c = run_async(stiefel_trainer, FedAsync(server_lr=3.0), 40, options=RunOptions(seed=6), **kw)
     assert a.log == b.log
     assert a.same_results(b)  # everything but the measured wall-clock column
     np.testing.assert_array_equal(a.final_point, b.final_point)
@@ -77,8 +80,7 @@ def test_version_store_holds_only_versions_in_use(stiefel_trainer):
             60,
             workers=workers,
             timing=ExponentialTime([0.2, 1.0, 3.0, 5.0, 8.0]),
-            seed=2,
-            eval_every=None,
+            options=RunOptions(seed=2, record_every=None),
         )
         assert h.peak_versions <= workers + 1
         if workers == 5:
@@ -103,7 +105,7 @@ def test_max_staleness_drops_stale_updates(stiefel_trainer):
         60,
         timing=ExponentialTime([0.1, 0.1, 1, 5, 9]),
         max_staleness=2,
-        seed=0,
+        options=RunOptions(seed=0),
     )
     applied = np.array(h.log["applied"])
     staleness = np.array(h.log["staleness"])
@@ -132,8 +134,7 @@ def test_block_policy_bounds_every_update_and_never_deadlocks(
         timing=ExponentialTime(means),
         max_staleness=tau,
         staleness_policy="block",
-        seed=seed,
-        eval_every=20,
+        options=RunOptions(seed=seed, record_every=20),
     )
     assert max(h.log["staleness"]) <= tau
     assert all(h.log["applied"]) and h.metrics["dropped"][-1] == 0
@@ -142,7 +143,7 @@ def test_block_policy_bounds_every_update_and_never_deadlocks(
 
 
 def test_block_policy_against_drop_and_the_unbounded_run(stiefel_trainer):
-    kw = {"timing": ExponentialTime([0.1, 0.1, 1, 5, 9]), "seed": 0, "eval_every": 10}
+    kw = {"timing": ExponentialTime([0.1, 0.1, 1, 5, 9]), "options": RunOptions(record_every=10)}
     rule = FedAsync(server_lr=3.0)
     free = run_async(stiefel_trainer, rule, 60, **kw)
     drop = run_async(stiefel_trainer, rule, 60, max_staleness=2, **kw)
@@ -167,8 +168,7 @@ def test_theory_mode_uniform_arrivals_with_bounded_staleness(euclid_trainer):
         400,
         mode="theory",
         max_staleness=3,
-        seed=0,
-        eval_every=None,
+        options=RunOptions(seed=0, record_every=None),
     )
     assert max(h.log["staleness"]) == 3 and min(h.log["staleness"]) == 0
     counts = np.bincount(h.log["client"], minlength=euclid_trainer.n_clients)
@@ -238,7 +238,7 @@ def test_history_round_trip_and_staleness_stats(tmp_path, stiefel_trainer):
         10,
         workers=3,
         timing=ExponentialTime(1.0),
-        eval_every=5,
+        options=RunOptions(record_every=5),
     )
     back = AsyncHistory.from_json(h.to_json(tmp_path / "h.json"))
     np.testing.assert_equal(back.metrics, h.metrics)

@@ -24,6 +24,7 @@ from riemfl.federated import (
     FedAsync,
     OrthoDCCorrection,
     ProblemTrainer,
+    RunOptions,
     run_async,
     staleness_penalty,
 )
@@ -289,7 +290,10 @@ def test_bezier_problem_trainer_follows_algorithm_2():
 def test_asyncbezier_runs_converge_and_reject_point_uploads():
     problem = LeastSquares(d=4, n=5, seed=2)
     trainer = BezierProblemTrainer(problem, 0.2, warmup_steps=3, curve_steps=3)
-    kw = {"timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]), "seed": 0, "eval_every": 20}
+    kw = {
+        "timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]),
+        "options": RunOptions(record_every=20),
+    }
     for rule in (AsyncBezier(problem.manifold, 2.0), AsyncBezierED(problem.manifold, 1.0)):
         h = run_async(trainer, rule, 60, x0=np.full(4, 5.0), **kw)
         assert h.metrics["optimality_gap"][-1] < 1e-2 * h.metrics["optimality_gap"][0]
@@ -347,7 +351,12 @@ def test_torch_bezier_client(tmp_path):
         assert np.isfinite(t.train(0, x, np.random.default_rng(0))).all()
     assert curve.num_batches(1) == base.num_batches(1, 2)
     h = run_async(
-        curve, AsyncBezier(riemfl.Euclidean(x.size), 1.5), 6, workers=2, x0=x, seed=0, eval_every=3
+        curve,
+        AsyncBezier(riemfl.Euclidean(x.size), 1.5),
+        6,
+        workers=2,
+        x0=x,
+        options=RunOptions(seed=0, record_every=3),
     )
     assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
     with pytest.raises(ParameterError):
@@ -467,8 +476,7 @@ def test_curve_client_and_asynccurve_run():
         6,
         workers=2,
         x0=x,
-        seed=0,
-        eval_every=3,
+        options=RunOptions(seed=0, record_every=3),
     )
     assert h.metrics["step"][-1] == 6 and math.isfinite(h.metrics["accuracy"][-1])
     assert not np.array_equal(h.final_point, x)

@@ -27,6 +27,7 @@ from riemfl.federated import (
     History,
     ProblemTrainer,
     RFedProj,
+    RunOptions,
     TraceTime,
     run_async,
     run_sync,
@@ -60,7 +61,12 @@ def _stiefel():
 
 
 def _sync(path, rounds):
-    return run_sync(_stiefel(), RFedProj(0.02, 3), rounds, checkpoint=path, checkpoint_every=2)
+    return run_sync(
+        _stiefel(),
+        RFedProj(0.02, 3),
+        rounds,
+        options=RunOptions(checkpoint=path, checkpoint_every=2),
+    )
 
 
 def _async_trainer(step_size=0.05, local_steps=3, batch_size=3):
@@ -68,13 +74,15 @@ def _async_trainer(step_size=0.05, local_steps=3, batch_size=3):
     return ProblemTrainer(problem, step_size, local_steps, batch_size=batch_size)
 
 
-ASYNC_KW = {"timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]), "seed": 4}
+ASYNC_TIMING = ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0])
 
 
-def _async(path, steps, trainer=None, **kw):
+def _async(path, steps, trainer=None, timing=ASYNC_TIMING, **options):
+    """FedBuff for ``steps`` server steps, checkpointed at ``path``; ``options`` are
+    :class:`RunOptions` fields over seed 4 and a checkpoint every 3 steps."""
     trainer = _async_trainer() if trainer is None else trainer
-    kw = {**ASYNC_KW, "checkpoint": path, "checkpoint_every": 3, **kw}
-    return run_async(trainer, FedBuff(buffer_size=3), steps, **kw)
+    options = RunOptions(**{"seed": 4, "checkpoint": path, "checkpoint_every": 3, **options})
+    return run_async(trainer, FedBuff(buffer_size=3), steps, timing=timing, options=options)
 
 
 def _set(*keys_value):
@@ -239,9 +247,9 @@ def test_an_async_checkpoint_of_another_local_training_is_refused(tmp_path, sett
 
 def test_an_async_checkpoint_of_another_evaluation_cadence_is_refused(tmp_path):
     path = tmp_path / "async.ckpt"
-    _async(path, 4, eval_every=2)
-    with pytest.raises(CheckpointMismatchError, match="eval_every"):
-        _async(path, 8, eval_every=1)
+    _async(path, 4, record_every=2)
+    with pytest.raises(CheckpointMismatchError, match="record_every"):
+        _async(path, 8, record_every=1)
 
 
 def test_the_same_trainer_settings_resume(tmp_path):
@@ -256,7 +264,14 @@ def test_the_same_trainer_settings_resume(tmp_path):
 def test_async_drops_a_float32_upload_to_a_float64_model_as_sync_does():
     trainer = FaultyTrainer(_async_trainer(), bad={2}, mode="float32")
     with pytest.warns(ClientDroppedWarning, match="dtype float32; expected float64"):
-        h = run_async(trainer, FedBuff(buffer_size=3), 6, **ASYNC_KW, max_failures=None)
+        h = run_async(
+            trainer,
+            FedBuff(buffer_size=3),
+            6,
+            timing=ASYNC_TIMING,
+            max_failures=None,
+            options=RunOptions(seed=4),
+        )
     applied = np.array(h.log["applied"])
     clients = np.array(h.log["client"])
     assert clients[clients == 2].size > 0 and not applied[clients == 2].any()
@@ -349,14 +364,14 @@ def test_the_cli_refuses_an_async_checkpoint_of_another_local_training(tmp_path,
 
     out = tmp_path / "run"
     argv = ["run", "kpca-synthetic", "--engine", "async", "--algorithm", "fedbuff", "--rounds",
-            "3", "--eval-every", "1", "--no-progress", "--out", str(out)]  # fmt: skip
+            "3", "--record-every", "1", "--no-progress", "--out", str(out)]  # fmt: skip
     assert main([*argv, "--step", "1e-3"]) == 0
     capsys.readouterr()
     assert main([*argv, "--step", "2e-3"]) == 2
     err = capsys.readouterr().err
     assert "checkpoint of another run" in err and "step_size" in err, err
-    assert main([*argv, "--step", "1e-3", "--eval-every", "2"]) == 2
-    assert "eval_every" in capsys.readouterr().err
+    assert main([*argv, "--step", "1e-3", "--record-every", "2"]) == 2
+    assert "record_every" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- FLoRAL
@@ -372,11 +387,13 @@ def _floral_trainer(lr=0.1):
     )
 
 
-def _floral(path, rounds, **kw):
+def _floral(path, rounds, **options):
+    """``rounds`` FLoRAL rounds, checkpointed at ``path``; ``options`` are :class:`RunOptions`
+    fields over seed 1 and a checkpoint every 2 rounds."""
     from riemfl.nn.floral import run_floral
 
-    kw = {"checkpoint": path, "checkpoint_every": 2, "seed": 1, **kw}
-    return run_floral(_floral_trainer(), rounds, **kw)
+    options = RunOptions(**{"checkpoint": path, "checkpoint_every": 2, "seed": 1, **options})
+    return run_floral(_floral_trainer(), rounds, options=options)
 
 
 @pytest.mark.parametrize(
@@ -400,9 +417,9 @@ def test_an_inconsistent_floral_checkpoint_is_refused_naming_the_field(tmp_path,
 
 def test_a_floral_checkpoint_of_another_evaluation_cadence_is_refused(tmp_path):
     path = tmp_path / "floral.ckpt"
-    _floral(path, 4, eval_every=2)
-    with pytest.raises(CheckpointMismatchError, match="eval_every"):
-        _floral(path, 6, eval_every=1)
+    _floral(path, 4, record_every=2)
+    with pytest.raises(CheckpointMismatchError, match="record_every"):
+        _floral(path, 6, record_every=1)
 
 
 def test_an_async_floral_checkpoint_of_other_learning_rates_is_refused(tmp_path):
@@ -412,8 +429,8 @@ def test_an_async_floral_checkpoint_of_other_learning_rates_is_refused(tmp_path)
         trainer = _floral_trainer(lr)
         rule = FloralFedBuff(trainer.layout, trainer.upload_weights, buffer_size=2)
         x0 = trainer.global_parameters()
-        kw = {"timing": ExponentialTime(1.0), "x0": x0, "checkpoint": tmp_path / "a.ckpt"}
-        return run_async(trainer, rule, steps, **kw)
+        options = RunOptions(checkpoint=tmp_path / "a.ckpt")
+        return run_async(trainer, rule, steps, timing=ExponentialTime(1.0), x0=x0, options=options)
 
     run(0.1, 2)
     with pytest.raises(CheckpointMismatchError, match="another run") as info:

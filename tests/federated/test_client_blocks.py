@@ -12,7 +12,7 @@ from _problems import FlakyProblem
 from riemfl import tuning
 from riemfl.errors import ParameterError
 from riemfl.experiments.registry import ALGORITHMS, build_algorithm
-from riemfl.federated import ClientDroppedWarning, RFedProj, run_sync
+from riemfl.federated import ClientDroppedWarning, RFedProj, RunOptions, run_sync
 from riemfl.federated.client_blocks import BlockAssembler, StackOutcome, block_ranges
 from riemfl.federated.engine import StackedClients
 from riemfl.problems import KPCAProblem
@@ -39,7 +39,7 @@ def blocks_of_two(monkeypatch):
 
 def _run(problem, name, **kw):
     algorithm = build_algorithm(name, step_size=0.02, local_steps=3)
-    return run_sync(problem, algorithm, 4, seed=5, **kw)
+    return run_sync(problem, algorithm, 4, options=RunOptions(seed=5), **kw)
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
@@ -74,11 +74,14 @@ def test_a_failing_client_is_dropped_from_its_block_only(stiefel_problem, blocks
 
 def test_blocks_resume_to_the_uninterrupted_run(tmp_path, stiefel_problem, blocks_of_two):
     algorithm = RFedProj(0.02, 3)
-    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 5}
-    ref = run_sync(stiefel_problem, algorithm, 8, **kw)
+    kw = {"batch_size": 4, "clients_per_round": 5}
+    ref = run_sync(stiefel_problem, algorithm, 8, options=RunOptions(seed=3), **kw)
     path = tmp_path / "run.ckpt"
-    run_sync(stiefel_problem, algorithm, 5, checkpoint=path, checkpoint_every=2, **kw)
-    resumed = run_sync(stiefel_problem, algorithm, 8, checkpoint=path, **kw)
+    saving = RunOptions(seed=3, checkpoint=path, checkpoint_every=2)
+    run_sync(stiefel_problem, algorithm, 5, options=saving, **kw)
+    resumed = run_sync(
+        stiefel_problem, algorithm, 8, options=RunOptions(seed=3, checkpoint=path), **kw
+    )
     np.testing.assert_array_equal(resumed.final_point, ref.final_point)
     np.testing.assert_array_equal(resumed.loss, ref.loss)
 

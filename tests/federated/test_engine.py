@@ -18,6 +18,7 @@ from riemfl.federated import (
     RFedAvg,
     RFedProj,
     RFedSVRG,
+    RunOptions,
     initial_point,
     run_sync,
 )
@@ -67,8 +68,14 @@ def test_the_one_by_one_fallback_gives_the_stacked_result(stiefel_problem):
     """When the stacked call fails for everyone, clients rerun alone: no one is dropped and the
     trajectory equals the stacked run's (mini-batches included)."""
     P = stiefel_problem
-    stacked = run_sync(P, RFedProj(0.02, 3), 5, batch_size=4, seed=7)
-    alone = run_sync(FlakyProblem(P, only_stacked=True), RFedProj(0.02, 3), 5, batch_size=4, seed=7)
+    stacked = run_sync(P, RFedProj(0.02, 3), 5, batch_size=4, options=RunOptions(seed=7))
+    alone = run_sync(
+        FlakyProblem(P, only_stacked=True),
+        RFedProj(0.02, 3),
+        5,
+        batch_size=4,
+        options=RunOptions(seed=7),
+    )
     assert alone.warnings == []
     np.testing.assert_allclose(alone.grad_norm, stacked.grad_norm, rtol=1e-12)
     np.testing.assert_allclose(alone.final_point, stacked.final_point, atol=1e-13)
@@ -82,7 +89,9 @@ def test_the_run_fails_clearly_when_every_client_fails(stiefel_problem):
 
 # ----------------------------------------------------------------------------- sampling, batches
 def test_client_sampling_is_uniform_without_replacement(stiefel_problem):
-    h = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, clients_per_round=2, seed=1)
+    h = run_sync(
+        stiefel_problem, RFedProj(0.02, 2), 30, clients_per_round=2, options=RunOptions(seed=1)
+    )
     assert h.participants[1:] == [2] * 30
     n = stiefel_problem.n_clients
     assert h.uplink_matrices[-1] == pytest.approx(30 * 2 / n)
@@ -95,9 +104,9 @@ def test_full_batch_equals_full_gradients(stiefel_problem):
 
 
 def test_mini_batches_are_reproducible_from_the_seed(stiefel_problem):
-    a = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, seed=5)
-    b = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, seed=5)
-    c = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, seed=6)
+    a = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, options=RunOptions(seed=5))
+    b = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, options=RunOptions(seed=5))
+    c = run_sync(stiefel_problem, RFedProj(0.02, 3), 4, batch_size=3, options=RunOptions(seed=6))
     _same_trajectory(a, b)
     assert not np.allclose(a.grad_norm[1:], c.grad_norm[1:])
 
@@ -105,19 +114,20 @@ def test_mini_batches_are_reproducible_from_the_seed(stiefel_problem):
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"rounds": -1},
-        {"rounds": 2.5},
+        {"steps": -1},
+        {"steps": 2.5},
         {"clients_per_round": 0},
         {"clients_per_round": 99},
         {"batch_size": 0},
         {"batch_size": 9},  # more than the 8 samples of a client
-        {"checkpoint_every": 0},
+        {"options": {"checkpoint_every": 0}},
     ],
 )
 def test_bad_engine_arguments_raise(stiefel_problem, kwargs):
-    kwargs = {"rounds": 2, **kwargs}
+    kwargs = {"steps": 2, **kwargs}
     with pytest.raises(ParameterError):
-        run_sync(stiefel_problem, RFedProj(0.02, 2), **kwargs)
+        options = RunOptions(**kwargs.pop("options", {}))
+        run_sync(stiefel_problem, RFedProj(0.02, 2), options=options, **kwargs)
 
 
 def test_grad_tol_stops_at_the_first_round_below_it(stiefel_problem):
@@ -133,12 +143,12 @@ def test_grad_tol_stops_at_the_first_round_below_it(stiefel_problem):
 def test_resume_continues_to_the_uninterrupted_result(tmp_path, stiefel_problem, algorithm):
     """Mini-batches and client sampling included: the RNG state is part of the checkpoint."""
     P = stiefel_problem
-    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 4}
-    ref = run_sync(P, algorithm, 12, **kw)
-    path = tmp_path / "run.ckpt"
-    first = run_sync(P, algorithm, 7, checkpoint=path, checkpoint_every=3, **kw)  # "dies" at 7
+    kw = {"batch_size": 4, "clients_per_round": 4}
+    ref = run_sync(P, algorithm, 12, options=RunOptions(seed=3), **kw)
+    saved = RunOptions(seed=3, checkpoint=tmp_path / "run.ckpt", checkpoint_every=3)
+    first = run_sync(P, algorithm, 7, options=saved, **kw)  # "dies" at 7
     assert len(first) == 8
-    resumed = run_sync(P, algorithm, 12, checkpoint=path, checkpoint_every=3, **kw)
+    resumed = run_sync(P, algorithm, 12, options=saved, **kw)
     _same_trajectory(resumed, ref)
     assert resumed.cpu_time == sorted(resumed.cpu_time)
 
@@ -147,21 +157,29 @@ def test_resume_from_an_older_checkpoint_replays_the_lost_rounds(tmp_path, stief
     P = stiefel_problem
     ref = run_sync(P, RFedProj(0.02, 3), 9, batch_size=4)
     path = tmp_path / "run.ckpt"
-    run_sync(P, RFedProj(0.02, 3), 4, checkpoint=path, checkpoint_every=4, batch_size=4)
+    run_sync(
+        P,
+        RFedProj(0.02, 3),
+        4,
+        batch_size=4,
+        options=RunOptions(checkpoint=path, checkpoint_every=4),
+    )
     saved = checkpoint_module.load_checkpoint(path)
     assert saved["step"] == 4
-    resumed = run_sync(P, RFedProj(0.02, 3), 9, checkpoint=path, batch_size=4)
+    resumed = run_sync(P, RFedProj(0.02, 3), 9, batch_size=4, options=RunOptions(checkpoint=path))
     _same_trajectory(resumed, ref)
 
 
 def test_a_checkpoint_of_another_run_is_refused(tmp_path, stiefel_problem):
     path = tmp_path / "run.ckpt"
-    run_sync(stiefel_problem, RFedProj(0.02, 3), 2, checkpoint=path)
+    run_sync(stiefel_problem, RFedProj(0.02, 3), 2, options=RunOptions(checkpoint=path))
     with pytest.raises(CheckpointError, match="another run"):
-        run_sync(stiefel_problem, RFedProj(0.03, 3), 4, checkpoint=path)
+        run_sync(stiefel_problem, RFedProj(0.03, 3), 4, options=RunOptions(checkpoint=path))
     with pytest.raises(CheckpointError, match="beyond"):
-        run_sync(stiefel_problem, RFedProj(0.02, 3), 1, checkpoint=path)
-    fresh = run_sync(stiefel_problem, RFedProj(0.03, 3), 2, checkpoint=path, resume=False)
+        run_sync(stiefel_problem, RFedProj(0.02, 3), 1, options=RunOptions(checkpoint=path))
+    fresh = run_sync(
+        stiefel_problem, RFedProj(0.03, 3), 2, options=RunOptions(checkpoint=path, resume=False)
+    )
     assert len(fresh) == 3
 
 
@@ -169,7 +187,7 @@ def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path, stiefel_problem):
     path = tmp_path / "run.ckpt"
     path.write_bytes(b"not a pickle")
     with pytest.raises(CheckpointError, match="cannot read"):
-        run_sync(stiefel_problem, RFedProj(0.02, 3), 2, checkpoint=path)
+        run_sync(stiefel_problem, RFedProj(0.02, 3), 2, options=RunOptions(checkpoint=path))
 
 
 def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -244,7 +262,7 @@ def test_history_plot_writes_a_png(tmp_path, stiefel_problem):
 
 
 def test_progress_bar_reports_rounds(capsys, stiefel_problem):
-    run_sync(stiefel_problem, RFedProj(0.02, 2), 10, progress=True)
+    run_sync(stiefel_problem, RFedProj(0.02, 2), 10, options=RunOptions(progress=True))
     err = capsys.readouterr().err
     assert "rfedproj on quadratic" in err and "10/10" in err and "grad_norm=" in err
 

@@ -13,7 +13,8 @@ from riemfl.federated.engine import StackedClients, initial_point
 from riemfl.federated.faults import FaultRecorder
 from riemfl.federated.history import History
 from riemfl.federated.privacy import DPSettings, GaussianSum, privatize
-from riemfl.federated.rounds import PhaseReply, RoundSteps, run_rng
+from riemfl.federated.rounds import PhaseReply, RoundSteps
+from riemfl.federated.seeds import SeedStreams
 from riemfl.testing import importorskip
 
 
@@ -44,7 +45,7 @@ def steps(problem, algorithm, wrap=lambda inner: inner, aggregator=None) -> Roun
         problem,
         server,
         lambda phase: algorithm.upload_shapes(problem, phase),
-        run_rng(1),
+        SeedStreams(1).generator("rounds"),
         FaultRecorder(History(config={})),
         clients_per_round=4,
         dtype=dtype,

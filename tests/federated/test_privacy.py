@@ -20,6 +20,7 @@ from riemfl.federated import (
     RFedProj,
     RFedProx,
     RFedSVRG,
+    RunOptions,
     run_async,
     run_sync,
 )
@@ -137,16 +138,18 @@ def test_tangent_rules_project_the_noisy_sum_onto_the_tangent_space(stiefel_prob
 @pytest.mark.parametrize("kw", [{}, {"clients_per_round": 3, "batch_size": 4}])
 def test_no_clipping_and_no_noise_is_the_non_private_run_exactly(stiefel_problem, name, kw):
     make = SUM_ONLY[name]
-    plain = run_sync(stiefel_problem, make(), 4, seed=3, **kw)
-    private = run_sync(stiefel_problem, make(), 4, seed=3, privacy=INF, **kw)
+    options = RunOptions(seed=3)
+    plain = run_sync(stiefel_problem, make(), 4, options=options, **kw)
+    private = run_sync(stiefel_problem, make(), 4, options=options, privacy=INF, **kw)
     np.testing.assert_array_equal(private.final_point, plain.final_point)
     assert private.loss == plain.loss and private.epsilon[-1] == math.inf
 
 
 def test_fedbuff_without_clipping_or_noise_is_fedbuff(stiefel_problem):
     trainer = ProblemTrainer(stiefel_problem, 0.02, 2)
-    plain = run_async(trainer, FedBuff(3), 6, seed=1, eval_every=3)
-    private = run_async(trainer, FedBuff(3, privacy=INF), 6, seed=1, eval_every=3)
+    options = RunOptions(seed=1, record_every=3)
+    plain = run_async(trainer, FedBuff(3), 6, options=options)
+    private = run_async(trainer, FedBuff(3, privacy=INF), 6, options=options)
     np.testing.assert_array_equal(private.final_point, plain.final_point)
 
 
@@ -158,7 +161,12 @@ def _direct_epsilon(event, count, delta):
 def test_epsilon_grows_with_the_rounds_and_is_dp_accounting_s(stiefel_problem):
     settings = DPSettings(1.0, 4.0, delta=1e-5)
     h = run_sync(
-        stiefel_problem, RFedProj(0.02, 2), 4, seed=0, clients_per_round=1, privacy=settings
+        stiefel_problem,
+        RFedProj(0.02, 2),
+        4,
+        clients_per_round=1,
+        privacy=settings,
+        options=RunOptions(seed=0),
     )
     eps = np.asarray(h.epsilon)
     assert eps[0] == 0 and np.all(np.diff(eps) > 0)
@@ -166,7 +174,9 @@ def test_epsilon_grows_with_the_rounds_and_is_dp_accounting_s(stiefel_problem):
     assert eps[-1] == pytest.approx(_direct_epsilon(event, 4, 1e-5), rel=1e-9)
     assert h.summary["epsilon"] == eps[-1]
     # every client in every round, two releases per RFedSVRG round: Gaussian(sigma/2), 2R times
-    svrg = run_sync(stiefel_problem, SUM_ONLY["rfedsvrg"](), 3, seed=0, privacy=settings)
+    svrg = run_sync(
+        stiefel_problem, SUM_ONLY["rfedsvrg"](), 3, privacy=settings, options=RunOptions(seed=0)
+    )
     direct = _direct_epsilon(dpa.GaussianDpEvent(2.0), 6, 1e-5)
     assert svrg.epsilon[-1] == pytest.approx(direct, rel=1e-9)
 
@@ -174,26 +184,26 @@ def test_epsilon_grows_with_the_rounds_and_is_dp_accounting_s(stiefel_problem):
 @pytest.mark.parametrize("mode", ["central", "local"])
 def test_a_resumed_private_run_is_bit_identical(stiefel_problem, tmp_path, mode):
     settings = DPSettings(0.05, 0.8, mode=mode)
-    kw = {"seed": 4, "clients_per_round": 3, "privacy": settings}
-    full = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, **kw)
-    path = tmp_path / "run.rfl"
-    run_sync(stiefel_problem, RFedProj(0.02, 2), 3, checkpoint=path, **kw)
-    resumed = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, checkpoint=path, **kw)
+    kw = {"clients_per_round": 3, "privacy": settings}
+    full = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, options=RunOptions(seed=4), **kw)
+    saved = RunOptions(seed=4, checkpoint=tmp_path / "run.rfl")
+    run_sync(stiefel_problem, RFedProj(0.02, 2), 3, options=saved, **kw)
+    resumed = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, options=saved, **kw)
     np.testing.assert_array_equal(resumed.final_point, full.final_point)
     assert resumed.epsilon == full.epsilon and resumed.loss == full.loss
-    other = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, **{**kw, "seed": 5})
+    other = run_sync(stiefel_problem, RFedProj(0.02, 2), 6, options=RunOptions(seed=5), **kw)
     assert not np.array_equal(other.final_point, full.final_point)  # the noise is drawn
 
 
 def test_a_resumed_private_fedbuff_run_is_bit_identical(stiefel_problem, tmp_path):
     trainer = ProblemTrainer(stiefel_problem, 0.02, 2)
     settings = DPSettings(0.02, 1.0)
-    full = run_async(trainer, FedBuff(3, privacy=settings), 6, seed=2, eval_every=2)
-    path = tmp_path / "async.rfl"
-    run_async(trainer, FedBuff(3, privacy=settings), 3, seed=2, eval_every=2, checkpoint=path)
-    resumed = run_async(
-        trainer, FedBuff(3, privacy=settings), 6, seed=2, eval_every=2, checkpoint=path
+    full = run_async(
+        trainer, FedBuff(3, privacy=settings), 6, options=RunOptions(seed=2, record_every=2)
     )
+    saved = RunOptions(seed=2, record_every=2, checkpoint=tmp_path / "async.rfl")
+    run_async(trainer, FedBuff(3, privacy=settings), 3, options=saved)
+    resumed = run_async(trainer, FedBuff(3, privacy=settings), 6, options=saved)
     np.testing.assert_array_equal(resumed.final_point, full.final_point)
     eps = full.metrics["epsilon"]
     assert full.summary["epsilon"] == eps[-1]

@@ -24,6 +24,7 @@ from riemfl.federated import (
     RFedProj,
     RFedSVRG,
     RunInterrupted,
+    RunOptions,
     TraceTime,
     run_async,
     run_sync,
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedW
 
 # ----------------------------------------------------------------------------- helpers
 class InterruptAt:
-    """An ``on_round`` callback that asks the run to stop after round ``r``."""
+    """An ``on_step`` callback that asks the run to stop after step ``r``."""
 
     def __init__(self, r):
         self.r = r
@@ -84,7 +85,9 @@ def test_sync_a_complex_upload_is_dropped_and_only_that_client(stiefel_problem):
 def test_async_a_faulty_arrival_is_dropped_and_the_client_retried(mode, manifold):
     problem = QuadraticProblem(manifold, n=5, p=8, seed=1)
     trainer = FaultyTrainer(ProblemTrainer(problem, 0.02, 3), bad={1}, mode=mode, rate=0.5)
-    h = run_async(trainer, FedAsync(server_lr=2.0), 30, seed=1, max_failures=None)
+    h = run_async(
+        trainer, FedAsync(server_lr=2.0), 30, max_failures=None, options=RunOptions(seed=1)
+    )
     assert np.isfinite(h.final_point).all() and np.isrealobj(h.final_point)
     manifold.check_point(h.final_point)
     assert h.warnings and {w["client"] for w in h.warnings} == {1}
@@ -100,7 +103,7 @@ def test_async_a_faulty_arrival_is_dropped_and_the_client_retried(mode, manifold
 def test_async_a_client_failing_k_times_in_a_row_is_excluded():
     problem = _euclid()
     trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad={0, 3}, mode="raise")
-    h = run_async(trainer, FedAsync(server_lr=1.0), 40, seed=2, max_failures=2)
+    h = run_async(trainer, FedAsync(server_lr=1.0), 40, max_failures=2, options=RunOptions(seed=2))
     failed = [w["client"] for w in h.warnings]
     assert failed.count(0) == failed.count(3) == 2  # then never dispatched again
     late = h.log["client"][len(h.log["client"]) // 2 :]
@@ -111,7 +114,7 @@ def test_async_raises_only_when_no_client_can_make_progress():
     problem = _euclid()
     trainer = FaultyTrainer(ProblemTrainer(problem, 0.05, 3), bad=range(5), mode="nan")
     with pytest.raises(ClientFailureError, match="no client can make progress"):
-        run_async(trainer, FedAsync(server_lr=1.0), 10, seed=0, max_failures=3)
+        run_async(trainer, FedAsync(server_lr=1.0), 10, max_failures=3, options=RunOptions(seed=0))
 
 
 def test_async_theory_mode_isolates_faults_too():
@@ -159,46 +162,43 @@ def _async_cases():
 @pytest.mark.parametrize("case", sorted(_async_cases()))
 def test_async_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, case):
     trainer, rule, kw = _async_cases()[case]
-    kw = {"timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]), "seed": 4, "eval_every": 3, **kw}
-    ref = run_async(trainer, rule(), 24, **kw)
+    kw = {"timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]), **kw}
+    ref = run_async(trainer, rule(), 24, options=RunOptions(seed=4, record_every=3), **kw)
     path = tmp_path / "async.ckpt"
-    first = run_async(trainer, rule(), 9, checkpoint=path, checkpoint_every=4, **kw)
+    saved = RunOptions(seed=4, record_every=3, checkpoint=path, checkpoint_every=4)
+    first = run_async(trainer, rule(), 9, options=saved, **kw)
     assert load_checkpoint(path)["step"] == 9 and first.step[-1] == 9
-    resumed = run_async(trainer, rule(), 24, checkpoint=path, checkpoint_every=4, **kw)
+    resumed = run_async(trainer, rule(), 24, options=saved, **kw)
     assert resumed.same_results(ref)
     np.testing.assert_array_equal(resumed.final_point, ref.final_point)
 
 
 def test_async_resume_from_an_older_checkpoint_replays_lost_steps(tmp_path):
     trainer, rule, kw = _async_cases()["fedbuff"]
-    kw = {"timing": ExponentialTime(1.0), "seed": 7, **kw}
-    ref = run_async(trainer, rule(), 20, **kw)
+    kw = {"timing": ExponentialTime(1.0), **kw}
+    ref = run_async(trainer, rule(), 20, options=RunOptions(seed=7), **kw)
     path = tmp_path / "async.ckpt"
-    run_async(trainer, rule(), 8, checkpoint=path, checkpoint_every=5, **kw)
-    resumed = run_async(trainer, rule(), 20, checkpoint=path, **kw)
+    saving = RunOptions(seed=7, checkpoint=path, checkpoint_every=5)
+    run_async(trainer, rule(), 8, options=saving, **kw)
+    resumed = run_async(trainer, rule(), 20, options=RunOptions(seed=7, checkpoint=path), **kw)
     assert resumed.same_results(ref)
 
 
 # ----------------------------------------------------------------------------- interruption
 def test_sync_interrupt_saves_and_the_same_call_resumes(tmp_path, stiefel_problem):
-    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 4}
-    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, **kw)
+    kw = {"batch_size": 4, "clients_per_round": 4}
+    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, options=RunOptions(seed=3), **kw)
     path = tmp_path / "run.ckpt"
+    interrupted = RunOptions(seed=3, checkpoint=path, checkpoint_every=100, on_step=InterruptAt(5))
     with pytest.raises(RunInterrupted) as info:
-        run_sync(
-            stiefel_problem,
-            RFedSVRG(0.02, 3),
-            12,
-            checkpoint=path,
-            checkpoint_every=100,
-            on_round=InterruptAt(5),
-            **kw,
-        )
+        run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, options=interrupted, **kw)
     assert info.value.step == 5 and info.value.checkpoint == str(path)
     assert isinstance(info.value, KeyboardInterrupt)  # callers that catch Ctrl-C catch it
     assert load_checkpoint(path)["step"] == 5  # saved at the interruption, not only every 100
     assert not interrupt_requested()  # the request ended with the run
-    resumed = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, **kw)
+    resumed = run_sync(
+        stiefel_problem, RFedSVRG(0.02, 3), 12, options=RunOptions(seed=3, checkpoint=path), **kw
+    )
     assert resumed.same_results(ref)
 
 
@@ -213,19 +213,20 @@ def test_async_interrupt_saves_and_the_same_call_resumes(tmp_path):
                 request_interrupt()
             return super().train(i, start, rng, epochs)
 
-    ref = run_async(trainer, rule(), 20, seed=1, **kw)
+    ref = run_async(trainer, rule(), 20, options=RunOptions(seed=1), **kw)
     path = tmp_path / "async.ckpt"
+    saved = RunOptions(seed=1, checkpoint=path)
     with pytest.raises(RunInterrupted) as info:
-        run_async(Interrupting(trainer), rule(), 20, seed=1, checkpoint=path, **kw)
+        run_async(Interrupting(trainer), rule(), 20, options=saved, **kw)
     assert 0 < info.value.step < 20 and load_checkpoint(path)["step"] == info.value.step
     Interrupting.at = None
-    resumed = run_async(Interrupting(trainer), rule(), 20, seed=1, checkpoint=path, **kw)
+    resumed = run_async(Interrupting(trainer), rule(), 20, options=saved, **kw)
     assert resumed.same_results(ref)
 
 
 def test_without_a_checkpoint_an_interrupt_still_stops_cleanly(stiefel_problem):
     with pytest.raises(RunInterrupted, match="no checkpoint"):
-        run_sync(stiefel_problem, RFedProj(0.02, 2), 10, on_round=InterruptAt(2))
+        run_sync(stiefel_problem, RFedProj(0.02, 2), 10, options=RunOptions(on_step=InterruptAt(2)))
 
 
 def test_a_stale_request_from_outside_a_run_is_ignored(stiefel_problem):
@@ -240,21 +241,22 @@ def test_a_stale_request_from_outside_a_run_is_ignored(stiefel_problem):
 def test_a_checkpoint_of_other_client_data_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
     problem = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
-    run_sync(problem, RFedProj(0.02, 3), 3, checkpoint=path)
+    run_sync(problem, RFedProj(0.02, 3), 3, options=RunOptions(checkpoint=path))
     swapped = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
     swapped.A[[0, 1]] = swapped.A[[1, 0]]  # two clients' data exchanged: describe() is equal
     swapped.C = swapped.A.transpose(0, 2, 1) @ swapped.A
     assert swapped.describe() == problem.describe()
     with pytest.raises(CheckpointError, match="another run"):
-        run_sync(swapped, RFedProj(0.02, 3), 6, checkpoint=path)
+        run_sync(swapped, RFedProj(0.02, 3), 6, options=RunOptions(checkpoint=path))
 
 
 def test_a_checkpoint_of_another_async_configuration_is_refused(tmp_path):
     trainer, rule, kw = _async_cases()["fedbuff"]
     path = tmp_path / "async.ckpt"
-    run_async(trainer, rule(), 4, checkpoint=path, workers=2, **kw)
+    saved = RunOptions(checkpoint=path)
+    run_async(trainer, rule(), 4, workers=2, options=saved, **kw)
     with pytest.raises(CheckpointError, match="another run"):
-        run_async(trainer, rule(), 8, checkpoint=path, workers=3, **kw)
+        run_async(trainer, rule(), 8, workers=3, options=saved, **kw)
 
 
 # ----------------------------------------------------------------------------- crafted files
@@ -279,16 +281,16 @@ def _crafted(path, edit):
 def test_a_valid_file_whose_content_does_not_fit_the_run_is_refused(tmp_path, edit, match):
     path = tmp_path / "run.ckpt"
     problem = QuadraticProblem(riemfl.Stiefel(7, 3), n=6, p=8, seed=1)
-    run_sync(problem, RFedProj(0.02, 3), 3, checkpoint=path)
+    run_sync(problem, RFedProj(0.02, 3), 3, options=RunOptions(checkpoint=path))
     _crafted(path, edit)
     with pytest.raises(CheckpointError, match=match):
-        run_sync(problem, RFedProj(0.02, 3), 6, checkpoint=path)
+        run_sync(problem, RFedProj(0.02, 3), 6, options=RunOptions(checkpoint=path))
 
 
 def test_an_async_file_with_a_model_of_another_shape_is_refused(tmp_path):
     trainer, rule, kw = _async_cases()["fedbuff"]
     path = tmp_path / "async.ckpt"
-    run_async(trainer, rule(), 4, checkpoint=path, **kw)
+    run_async(trainer, rule(), 4, options=RunOptions(checkpoint=path), **kw)
 
     def edit(payload):
         versions = payload["state"]["store"]["versions"]
@@ -296,7 +298,7 @@ def test_an_async_file_with_a_model_of_another_shape_is_refused(tmp_path):
 
     _crafted(path, edit)
     with pytest.raises(CheckpointError, match="model version"):
-        run_async(trainer, rule(), 8, checkpoint=path, **kw)
+        run_async(trainer, rule(), 8, options=RunOptions(checkpoint=path), **kw)
 
 
 # ----------------------------------------------------------------------------- checkpoint records
@@ -332,7 +334,10 @@ def test_the_bytes_written_per_checkpoint_do_not_grow_with_the_run(
 
         def run(rounds=rounds, path=path):
             history[rounds] = run_sync(
-                stiefel_problem, RFedProj(0.02, 2), rounds, checkpoint=path, checkpoint_every=2
+                stiefel_problem,
+                RFedProj(0.02, 2),
+                rounds,
+                options=RunOptions(checkpoint=path, checkpoint_every=2),
             )
 
         per_checkpoint[rounds] = _checkpoint_bytes(monkeypatch, run) / (rounds // 2)
@@ -341,7 +346,12 @@ def test_the_bytes_written_per_checkpoint_do_not_grow_with_the_run(
     assert per_checkpoint[400] <= (1.05 if compact_min is None else 1.3) * per_checkpoint[40]
     everything = len(history[400].to_json())  # what a checkpoint rewrote before
     assert per_checkpoint[400] < everything / 5
-    resumed = run_sync(stiefel_problem, RFedProj(0.02, 2), 400, checkpoint=tmp_path / "400.ckpt")
+    resumed = run_sync(
+        stiefel_problem,
+        RFedProj(0.02, 2),
+        400,
+        options=RunOptions(checkpoint=tmp_path / "400.ckpt"),
+    )
     assert resumed == history[400]  # the file holds the whole history
 
 
@@ -350,14 +360,16 @@ def test_a_checkpoint_cut_inside_its_last_record_resumes_from_the_one_before(
 ):
     """What a SIGKILL during an append leaves: the torn record is dropped, the lost rounds are
     recomputed, and the result is the uninterrupted one."""
-    kw = {"seed": 3, "batch_size": 4, "clients_per_round": 4}
-    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, **kw)
+    kw = {"batch_size": 4, "clients_per_round": 4}
+    ref = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, options=RunOptions(seed=3), **kw)
     path = tmp_path / "run.ckpt"
-    run_sync(stiefel_problem, RFedSVRG(0.02, 3), 9, checkpoint=path, checkpoint_every=3, **kw)
+    saving = RunOptions(seed=3, checkpoint=path, checkpoint_every=3)
+    run_sync(stiefel_problem, RFedSVRG(0.02, 3), 9, options=saving, **kw)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 100])  # the record of round 9 torn
     assert load_checkpoint(path)["step"] == 6
-    resumed = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, checkpoint=path, **kw)
+    resuming = RunOptions(seed=3, checkpoint=path)
+    resumed = run_sync(stiefel_problem, RFedSVRG(0.02, 3), 12, options=resuming, **kw)
     assert resumed.same_results(ref)
     np.testing.assert_array_equal(resumed.final_point, ref.final_point)
 
@@ -370,8 +382,9 @@ def test_a_history_that_lost_entries_is_saved_whole(tmp_path, stiefel_problem):
         if r == 5:
             history.warnings.clear()
 
-    def run(rounds, **kw):
-        return run_sync(stiefel_problem, ComplexFor(bad=2), rounds, on_round=forget, **kw)
+    def run(rounds, **options):
+        options = RunOptions(on_step=forget, **options)
+        return run_sync(stiefel_problem, ComplexFor(bad=2), rounds, options=options)
 
     ref = run(10)
     path = tmp_path / "run.ckpt"
@@ -384,7 +397,12 @@ def test_a_checkpoint_that_cannot_be_synced_stops_the_run(tmp_path, monkeypatch,
     """A checkpoint's sync to disk runs while the next rounds compute; its failure is not
     lost: the run raises it (at the next checkpoint, or at the end)."""
     path = tmp_path / "run.ckpt"
-    run_sync(stiefel_problem, RFedProj(0.02, 2), 2, checkpoint=path, checkpoint_every=2)
+    run_sync(
+        stiefel_problem,
+        RFedProj(0.02, 2),
+        2,
+        options=RunOptions(checkpoint=path, checkpoint_every=2),
+    )
 
     def failing(fd):
         raise OSError("the disk is gone")
@@ -392,7 +410,12 @@ def test_a_checkpoint_that_cannot_be_synced_stops_the_run(tmp_path, monkeypatch,
     monkeypatch.setattr(os, "fdatasync", failing, raising=False)
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises(OSError, match="the disk is gone"):
-        run_sync(stiefel_problem, RFedProj(0.02, 2), 3, checkpoint=path, checkpoint_every=2)
+        run_sync(
+            stiefel_problem,
+            RFedProj(0.02, 2),
+            3,
+            options=RunOptions(checkpoint=path, checkpoint_every=2),
+        )
 
 
 def test_history_entries_since_a_mark_rebuild_it(stiefel_problem):
@@ -429,10 +452,12 @@ class SharedInit(RFedProj):
 def test_client_state_is_copied_only_when_rows_are_written_in_place(stiefel_problem):
     n, shape = stiefel_problem.n_clients, stiefel_problem.manifold.point_shape
     shared = np.zeros((n, *shape))
-    run_sync(stiefel_problem, SharedInit(shared), 4, clients_per_round=3, seed=1)
+    run_sync(
+        stiefel_problem, SharedInit(shared), 4, clients_per_round=3, options=RunOptions(seed=1)
+    )
     assert not shared.any()  # partial rounds wrote into the engine's own copy, not the caller's
-    full = run_sync(stiefel_problem, SharedInit(shared), 4, seed=1)
-    plain = run_sync(stiefel_problem, RFedProj(0.02, 2), 4, seed=1)
+    full = run_sync(stiefel_problem, SharedInit(shared), 4, options=RunOptions(seed=1))
+    plain = run_sync(stiefel_problem, RFedProj(0.02, 2), 4, options=RunOptions(seed=1))
     assert not shared.any()
     np.testing.assert_array_equal(full.final_point, plain.final_point)
 
@@ -447,11 +472,15 @@ def test_async_resume_with_a_trace_timing_is_bit_identical(tmp_path):
     """TraceTime's position in each trace is run state: a resumed run (a new process builds a
     new TraceTime) draws the durations the uninterrupted run draws."""
     trainer, rule, kw = _async_cases()["fedbuff"]
-    kw = {"seed": 4, "eval_every": 3, "workers": 3, **kw}
-    ref = run_async(trainer, rule(), 24, timing=_trace(), **kw)
+    kw = {"workers": 3, **kw}
+    ref = run_async(
+        trainer, rule(), 24, timing=_trace(), options=RunOptions(seed=4, record_every=3), **kw
+    )
     path = tmp_path / "async.ckpt"
-    run_async(trainer, rule(), 9, timing=_trace(), checkpoint=path, checkpoint_every=4, **kw)
-    resumed = run_async(trainer, rule(), 24, timing=_trace(), checkpoint=path, **kw)
+    saving = RunOptions(seed=4, record_every=3, checkpoint=path, checkpoint_every=4)
+    run_async(trainer, rule(), 9, timing=_trace(), options=saving, **kw)
+    resuming = RunOptions(seed=4, record_every=3, checkpoint=path)
+    resumed = run_async(trainer, rule(), 24, timing=_trace(), options=resuming, **kw)
     assert resumed.same_results(ref)
     np.testing.assert_array_equal(resumed.final_point, ref.final_point)
 
@@ -460,31 +489,33 @@ def test_a_trace_timing_starts_every_run_at_the_start_of_its_traces():
     """One TraceTime given to two runs: the second draws what the first drew."""
     trainer, rule, kw = _async_cases()["fedbuff"]
     timing = _trace()
-    first = run_async(trainer, rule(), 12, timing=timing, seed=2, **kw)
-    again = run_async(trainer, rule(), 12, timing=timing, seed=2, **kw)
+    first = run_async(trainer, rule(), 12, timing=timing, options=RunOptions(seed=2), **kw)
+    again = run_async(trainer, rule(), 12, timing=timing, options=RunOptions(seed=2), **kw)
     assert again.same_results(first)
 
 
 # ----------------------------------------------------------------------------- early stops
 def test_an_async_early_stop_is_saved_and_the_same_call_redoes_nothing(tmp_path):
-    """``max_updates`` ends the run before ``server_steps``: the checkpoint is written there,
+    """``max_updates`` ends the run before ``steps``: the checkpoint is written there,
     and the same call returns the finished run without training a client again."""
     trainer, rule, kw = _async_cases()["fedbuff"]
-    kw = {"timing": ExponentialTime(1.0), "seed": 4, "max_updates": 23, **kw}
-    ref = run_async(trainer, rule(), 50, **kw)
+    kw = {"timing": ExponentialTime(1.0), "max_updates": 23, **kw}
+    ref = run_async(trainer, rule(), 50, options=RunOptions(seed=4), **kw)
     assert ref.step[-1] < 50  # stopped early by max_updates
     path = tmp_path / "async.ckpt"
-    first = run_async(FaultyTrainer(trainer), rule(), 50, checkpoint=path, checkpoint_every=4, **kw)
+    saved = RunOptions(seed=4, checkpoint=path, checkpoint_every=4)
+    first = run_async(FaultyTrainer(trainer), rule(), 50, options=saved, **kw)
     assert first.same_results(ref)
     assert load_checkpoint(path)["step"] == ref.step[-1]
     again = FaultyTrainer(trainer)
-    rerun = run_async(again, rule(), 50, checkpoint=path, checkpoint_every=4, **kw)
+    rerun = run_async(again, rule(), 50, options=saved, **kw)
     assert again.calls == 0 and rerun == first  # the rows read back, wall times included
     np.testing.assert_array_equal(rerun.final_point, ref.final_point)
     again = FaultyTrainer(trainer)
-    longer = run_async(again, rule(), 80, checkpoint=path, **kw)  # no further step either
-    assert longer.config.pop("server_steps") == 80 and again.calls == 0
-    longer.config["server_steps"] = 50
+    resuming = RunOptions(seed=4, checkpoint=path)
+    longer = run_async(again, rule(), 80, options=resuming, **kw)  # no further step either
+    assert longer.config.pop("steps") == 80 and again.calls == 0
+    longer.config["steps"] = 50
     assert longer == first
 
 
@@ -497,12 +528,13 @@ def test_a_sync_stop_at_the_gradient_tolerance_is_final_for_the_same_call(
     ref = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, grad_tol=tol)
     assert ref.round[-1] == 8
     path = tmp_path / "run.ckpt"
-    kw = {"grad_tol": tol, "checkpoint": path, "checkpoint_every": 5}
-    assert run_sync(stiefel_problem, RFedProj(0.02, 2), 30, **kw).same_results(ref)
+    saved = RunOptions(checkpoint=path, checkpoint_every=5)
+    assert run_sync(
+        stiefel_problem, RFedProj(0.02, 2), 30, grad_tol=tol, options=saved
+    ).same_results(ref)
     rounds = []
-    rerun = run_sync(
-        stiefel_problem, RFedProj(0.02, 2), 30, on_round=lambda r, h: rounds.append(r), **kw
-    )
+    watched = RunOptions(checkpoint=path, checkpoint_every=5, on_step=lambda r, h: rounds.append(r))
+    rerun = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, grad_tol=tol, options=watched)
     assert rounds == [] and rerun.same_results(ref)
-    lower = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, **{**kw, "grad_tol": tol / 10})
+    lower = run_sync(stiefel_problem, RFedProj(0.02, 2), 30, grad_tol=tol / 10, options=saved)
     assert lower.round[-1] > 8  # another tolerance continues the run

@@ -472,7 +472,7 @@ def test_power_basis_matrix_gives_the_curve():
             expected = bernstein_weights(degree, np.array(t)) @ cp
             np.testing.assert_allclose(by_powers, expected, atol=1e-12)
     assert np.array_equal(power_basis_matrix(2), [[1, 0, 0], [-2, 2, 0], [1, -2, 1]])
-    with pytest.raises(ParameterError, match="degree must be >= 0"):
+    with pytest.raises(ParameterError, match="degree must be an integer >= 0, got -1"):
         power_basis_matrix(-1)
 
 

@@ -114,7 +114,7 @@ def test_constants_and_typed_errors():
     assert m.dim == 9
     with pytest.raises(ProjectionError, match="positive entries"):
         m.project(-np.ones((4, 4)))
-    with pytest.raises(ParameterError, match="n >= 2"):
+    with pytest.raises(ParameterError, match=r"BirkhoffPolytope\(n\): n must be an integer >= 2"):
         BirkhoffPolytope(1)
     with pytest.raises(ParameterError, match="tol"):
         BirkhoffPolytope(3, tol=0.0)

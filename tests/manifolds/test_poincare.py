@@ -98,10 +98,10 @@ def mp_exp(x, u, c):
 # --------------------------------------------------------------------------- construction
 def test_parameters_and_constants():
     for bad in (0, 2.5, True):
-        with pytest.raises(ParameterError, match="integer n >= 1"):
+        with pytest.raises(ParameterError, match=r"PoincareBall\(n\): n must be an integer >= 1"):
             PoincareBall(bad)
     for bad in (0.0, -1.0, math.inf, math.nan, "1"):
-        with pytest.raises(ParameterError, match="finite positive"):
+        with pytest.raises(ParameterError, match="PoincareBall: c must be a finite number > 0"):
             PoincareBall(3, c=bad)
     m = PoincareBall(3, c=4.0)
     assert m.name == "PoincareBall(3, c=4.0)" and PoincareBall(2).name == "PoincareBall(2)"

@@ -86,7 +86,7 @@ def test_check_point_is_strict():
 def test_parameters_and_names():
     assert Positive(3).name == "Positive(3)"
     assert Positive(4, 2).name == "Positive(4, 2)" and Positive(4, 2).dim == 8
-    with pytest.raises(ParameterError, match="positive integer"):
+    with pytest.raises(ParameterError, match="every dimension must be an integer >= 1, got 0"):
         Positive(0)
 
 

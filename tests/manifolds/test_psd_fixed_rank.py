@@ -123,7 +123,7 @@ def test_domains_and_typed_errors():
         m.check_point(nan)
     np.testing.assert_array_equal(m.project(y), y)
     assert float(m.local_proximal_smoothness(y)) == pytest.approx(1.0)
-    with pytest.raises(ParameterError, match="n >= k >= 1"):
+    with pytest.raises(ParameterError, match=r"PSDFixedRank\(n, k\): n \(n >= k\) .* >= 3"):
         PSDFixedRank(2, 3)
     ok, why = m.supports("parallel_transport")
     assert not ok and "O'Neill" in why

@@ -48,7 +48,7 @@ def close(a, b, tol):
 # --------------------------------------------------------------------------- construction
 def test_parameters_are_checked():
     for bad in (0, -1, 2.0, True, "3"):
-        with pytest.raises(ParameterError, match="integer n >= 1"):
+        with pytest.raises(ParameterError, match=r"SPD\(n\): n must be an integer >= 1"):
             SPD(bad)
     with pytest.raises(ParameterError, match="affine-invariant"):
         SPD(3, metric="stein")

@@ -51,8 +51,8 @@ def test_maps_are_flat():
 
 
 def test_parameters():
-    with pytest.raises(ParameterError, match="n >= 2"):
+    with pytest.raises(ParameterError, match=r"SkewSymmetric\(n\): n must be an integer >= 2"):
         SkewSymmetric(1)
-    with pytest.raises(ParameterError, match="n >= 1"):
+    with pytest.raises(ParameterError, match=r"Symmetric\(n\): n must be an integer >= 1"):
         Symmetric(0)
     assert Symmetric(1).dim == 1

@@ -15,7 +15,7 @@ importorskip("sklearn")
 from torch import nn  # noqa: E402
 
 from riemfl.errors import CheckpointError, ClientFailureError, DataError, ParameterError  # noqa: E402
-from riemfl.federated import ExponentialTime, run_async  # noqa: E402
+from riemfl.federated import ExponentialTime, RunOptions, run_async  # noqa: E402
 from riemfl.nn import MLP  # noqa: E402
 from riemfl.nn.floral import (  # noqa: E402
     EnsembleModel,
@@ -68,7 +68,7 @@ def test_router_never_leaves_the_client(digits_ls):
     np.testing.assert_array_equal(tr.layout.flatten(model), before)
     tr.router_logits[0] = theta
     # after a round the clients' routers differ (they are not averaged) and stay client-side
-    h = run_floral(tr, 2, seed=1, eval_every=None)
+    h = run_floral(tr, 2, options=RunOptions(seed=1, record_every=None))
     assert h.final_point.shape == (tr.layout.size,)
     assert len({tuple(np.round(t, 6)) for t in tr.router_logits}) == tr.n_clients
 
@@ -104,7 +104,7 @@ def test_synthetic_linear_with_pi_star_recovers_the_cluster_models():
     tr = FloralTrainer(
         model, task.clients, loss="mse", lr=0.1, batch_size=4, clusters=task.clusters
     )
-    h = run_floral(tr, 150, eval_every=50)
+    h = run_floral(tr, 150, options=RunOptions(record_every=50))
     assert h.metrics["loss"][-1] < 1e-2 * h.metrics["loss"][0]
     for k in range(len(task.clients)):
         merged = tr.personal_model(k, h.final_point)[0]
@@ -121,7 +121,7 @@ def test_synthetic_learned_router_finds_the_clusters():
     tr = FloralTrainer(
         model, task.clients, loss="mse", lr=0.1, router_lr=1.0, batch_size=4, clusters=task.clusters
     )
-    h = run_floral(tr, 60, eval_every=30)
+    h = run_floral(tr, 60, options=RunOptions(record_every=30))
     assert h.metrics["cluster_recovery"][-1] == 1.0
     assert h.metrics["mismatch"][-1] < 0.2
 
@@ -221,7 +221,7 @@ def test_tiny_runs_of_every_method(kind, digits_ls):
     }[kind]()
     tr = _trainer(model, digits_ls, lr=0.2)
     agg = FloralAggregator(tr.layout, "products" if kind == "products" else "factors")
-    h = run_floral(tr, 4, aggregator=agg, clients_per_round=4, eval_every=2)
+    h = run_floral(tr, 4, aggregator=agg, clients_per_round=4, options=RunOptions(record_every=2))
     assert h.metrics["round"] == [0, 2, 4] and len(h.log["client"]) == 16
     assert 0 <= h.metrics["accuracy"][-1] <= 1 and np.isfinite(h.metrics["loss"]).all()
     assert h.metrics["loss"][-1] < h.metrics["loss"][0]
@@ -243,27 +243,28 @@ def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path, digits_ls):
         if r == 4:
             raise Interrupted
 
-    full = run_floral(make(), 6, clients_per_round=3, seed=2, eval_every=3)
+    full = run_floral(make(), 6, clients_per_round=3, options=RunOptions(seed=2, record_every=3))
     ckpt = tmp_path / "run.ckpt"
     with pytest.raises(Interrupted):  # killed after round 4; the checkpoint holds round 3
         run_floral(
             make(),
             6,
             clients_per_round=3,
-            seed=2,
-            eval_every=3,
-            checkpoint=ckpt,
-            checkpoint_every=3,
-            on_round=stop_at_4,
+            options=RunOptions(
+                seed=2, record_every=3, checkpoint=ckpt, checkpoint_every=3, on_step=stop_at_4
+            ),
         )
     resumed = run_floral(
-        make(), 6, clients_per_round=3, seed=2, eval_every=3, checkpoint=ckpt, checkpoint_every=3
+        make(),
+        6,
+        clients_per_round=3,
+        options=RunOptions(seed=2, record_every=3, checkpoint=ckpt, checkpoint_every=3),
     )
     np.testing.assert_array_equal(resumed.final_point, full.final_point)
     assert resumed.metrics["accuracy"] == full.metrics["accuracy"]
     assert resumed.log["client"] == full.log["client"]
     with pytest.raises(CheckpointError, match="another run"):
-        run_floral(make(), 6, clients_per_round=2, seed=2, checkpoint=ckpt)
+        run_floral(make(), 6, clients_per_round=2, options=RunOptions(seed=2, checkpoint=ckpt))
 
 
 def test_diverging_client_is_dropped_with_a_warning(digits_ls):
@@ -271,7 +272,7 @@ def test_diverging_client_is_dropped_with_a_warning(digits_ls):
     tr = _trainer(floralize(MLP([64, 16, 10]), 4, 0.1, seed=0), digits_ls, lr=1e30)
     with warnings.catch_warnings(record=True), pytest.raises(ClientFailureError, match="every"):
         warnings.simplefilter("always")
-        run_floral(tr, 1, eval_every=None)
+        run_floral(tr, 1, options=RunOptions(record_every=None))
 
 
 def test_fedbuff_floral_runs_on_the_async_engine(digits_ls):
@@ -286,7 +287,7 @@ def test_fedbuff_floral_runs_on_the_async_engine(digits_ls):
             workers=4,
             timing=ExponentialTime(1.0),
             x0=tr.global_parameters(),
-            eval_every=2,
+            options=RunOptions(record_every=2),
         )
         assert h.metrics["step"][-1] == 4 and len(h.log["client"]) == 12
         assert max(h.log["staleness"]) >= 1 and 0 <= h.metrics["accuracy"][-1] <= 1
@@ -331,7 +332,7 @@ def test_a_faulty_floral_client_is_dropped_and_keeps_its_personal_state(digits_l
     tr.train = faulty
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        h = run_floral(tr, 1, eval_every=None)
+        h = run_floral(tr, 1, options=RunOptions(record_every=None))
     assert [w["client"] for w in h.warnings] == [2]
     assert 2 not in h.log["client"] and h.participants[-1] == tr.n_clients - 1
     assert np.isfinite(h.final_point).all() and np.isrealobj(h.final_point)

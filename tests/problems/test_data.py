@@ -48,8 +48,8 @@ def test_label_sorted_split_mnist_sizes():
 @pytest.mark.parametrize(
     "features, labels, n, error, words",
     [
-        (np.ones((3, 2)), np.arange(3), 4, ParameterError, "n_clients = 4"),
-        (np.ones((3, 2)), np.arange(3), 0, ParameterError, "1 <= n_clients"),
+        (np.ones((3, 2)), np.arange(3), 4, ParameterError, "n_clients .* <= 3, got 4"),
+        (np.ones((3, 2)), np.arange(3), 0, ParameterError, "n_clients .* >= 1 and <= 3, got 0"),
         (np.ones((3, 2)), np.arange(3), 1.5, ParameterError, "int"),
         (np.ones((3, 2)), np.arange(4), 2, DataError, "one label per row"),
         (np.ones(3), np.arange(3), 2, RiemflError, "2-D"),

@@ -193,7 +193,11 @@ def test_digits_problem():
     [
         (lambda: KPCAProblem([], 1), ParameterError, "non-empty"),
         (lambda: KPCAProblem([np.ones((2, 3)), np.ones((2, 4))], 1), ShapeError, "dimension d"),
-        (lambda: KPCAProblem([np.ones((2, 3))], 4), ParameterError, "1 <= k <= d"),
+        (
+            lambda: KPCAProblem([np.ones((2, 3))], 4),
+            ParameterError,
+            r"k \(k <= d = 3\) must be an integer >= 1",
+        ),
         (lambda: KPCAProblem([np.ones(3)], 1), ShapeError, "2-D"),
         (lambda: KPCAProblem([np.full((2, 3), np.nan)], 1), ParameterError, "NaN"),
         (lambda: KPCAProblem.synthetic(scale="sd"), ParameterError, "scale"),

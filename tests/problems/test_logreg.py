@@ -117,9 +117,9 @@ def test_label_sorted_split():
 @pytest.mark.parametrize(
     "kwargs, error, words",
     [
-        ({"n_classes": 1}, ParameterError, "n_classes must be an int >= 2"),
-        ({"l2": 0.0}, ParameterError, "l2 must be a finite float > 0"),
-        ({"l2": float("nan")}, ParameterError, "l2 must be a finite float > 0"),
+        ({"n_classes": 1}, ParameterError, "n_classes must be an integer >= 2"),
+        ({"l2": 0.0}, ParameterError, "l2 must be a finite number > 0"),
+        ({"l2": float("nan")}, ParameterError, "l2 must be a finite number > 0"),
         ({"labels": [np.array([0, 1, 2])] * 2}, ParameterError, "one label array per client"),
         ({"labels": [np.array([0, 1])]}, ShapeError, "labels must be 3 integers"),
         ({"labels": [np.array([0.0, 1.0, 1.0])]}, ShapeError, "labels must be 3 integers"),

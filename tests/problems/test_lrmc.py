@@ -163,7 +163,11 @@ def test_unobserved_entries_may_be_nan():
     [
         (lambda: LRMCProblem(np.ones((3, 4)), np.ones((3, 3), bool), 2, 1), ShapeError, "mask"),
         (lambda: LRMCProblem(np.ones((3, 4)), np.full((3, 4), 2), 2, 1), ParameterError, "0/1"),
-        (lambda: LRMCProblem(np.ones((3, 4)), np.ones((3, 4), bool), 5, 1), ParameterError, "1..4"),
+        (
+            lambda: LRMCProblem(np.ones((3, 4)), np.ones((3, 4), bool), 5, 1),
+            ParameterError,
+            "<= 4, got 5",
+        ),
         (lambda: LRMCProblem(np.ones((3, 4)), np.ones((3, 4), bool), 2, 4), ParameterError, "k"),
         (
             lambda: LRMCProblem(np.full((3, 4), np.inf), np.ones((3, 4), bool), 2, 1),

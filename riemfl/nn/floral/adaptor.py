@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..._validation import real
 from ...errors import ParameterError, ShapeError
 
 __all__ = ["MatrixView", "MixtureContext", "MixtureAdaptor", "INITS", "PRECONDITIONERS"]
@@ -115,13 +116,9 @@ class MixtureContext:
     """
 
     def __init__(self, n_clusters: int, lora_scale: float = 1.0, min_prob: float = 0.0) -> None:
-        if not (isinstance(lora_scale, (int, float)) and math.isfinite(lora_scale)):
-            raise ParameterError(f"lora_scale must be a finite number, got {lora_scale!r}")
-        if not (isinstance(min_prob, (int, float)) and 0 <= min_prob < 1):
-            raise ParameterError(f"min_prob must be in [0, 1), got {min_prob!r}")
         self.n_clusters = n_clusters
-        self.lora_scale = float(lora_scale)
-        self.min_prob = float(min_prob)
+        self.lora_scale = real(lora_scale, "MixtureAdaptor: lora_scale")
+        self.min_prob = real(min_prob, "MixtureAdaptor: min_prob", at_least=0, below=1)
         self._w: torch.Tensor | None = None
 
     def mixture_weights(self, pi: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import integer
 from ...errors import ParameterError
 from ...federated.async_rules import Arrival, AsyncRule, SumBuffer
 from ...federated.rule_state import Commit, StateReader, commit_all, setter
@@ -78,10 +79,7 @@ class FloralFedBuff(AsyncRule):
         adaptors: str = "factors",
     ) -> None:
         super().__init__(server_lr)
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
-            raise ParameterError(
-                f"FloralFedBuff: buffer_size must be an int >= 1, got {buffer_size!r}"
-            )
+        buffer_size = integer(buffer_size, "FloralFedBuff: buffer_size", minimum=1)
         if adaptors not in ADAPTOR_AGGREGATIONS:
             raise ParameterError(f"FloralFedBuff: adaptors must be one of {ADAPTOR_AGGREGATIONS}")
         self.layout = layout

@@ -27,16 +27,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...errors import ParameterError
+from ..._validation import integer, real
 
 __all__ = ["lora_rank", "check_rho", "nominal_increase", "parameter_counts"]
 
 
 def check_rho(rho: Any, where: str) -> float:
     """``rho`` as a float in (0, 1], or :class:`ParameterError` naming ``where``."""
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not (0 < rho <= 1):
-        raise ParameterError(f"{where}: rho must be a number in (0, 1], got {rho!r}")
-    return float(rho)
+    return real(rho, f"{where}: rho", above=0, at_most=1)
 
 
 def lora_rank(rho: float, m: int, n: int) -> int:
@@ -66,9 +64,7 @@ def lora_rank(rho: float, m: int, n: int) -> int:
     (1, 4, 1)
     """
     rho = check_rho(rho, "lora_rank")
-    for name, v in (("m", m), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ParameterError(f"lora_rank: {name} must be an int >= 1, got {v!r}")
+    m, n = integer(m, "lora_rank: m", minimum=1), integer(n, "lora_rank: n", minimum=1)
     # the small guard keeps exact products such as 0.1 * 200 * 50 / 250 = 4 from flooring to 3
     r = math.floor(rho * m * n / (m + n) + 1e-9)
     return min(max(1, r), m, n)
@@ -84,12 +80,8 @@ def nominal_increase(d: int, n_clusters: int, rho: float) -> dict[str, float]:
         fractions of d (``floral_fraction``, ``ensemble_fraction``). Example (Sec. 6): d = 1000,
         C = 4, rho = 1% gives 40 against 3000.
     """
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise ParameterError(f"nominal_increase: d must be an int >= 1, got {d!r}")
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or n_clusters < 1:
-        raise ParameterError(
-            f"nominal_increase: n_clusters must be an int >= 1, got {n_clusters!r}"
-        )
+    d = integer(d, "nominal_increase: d", minimum=1)
+    n_clusters = integer(n_clusters, "nominal_increase: n_clusters", minimum=1)
     rho = check_rho(rho, "nominal_increase")
     floral = n_clusters * rho * d
     ensemble = float((n_clusters - 1) * d)

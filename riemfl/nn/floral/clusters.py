@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import integer
 from ...errors import DataError, ParameterError
-from ...problems.checks import data_rng, int_in_range
+from ...problems.checks import data_rng
 
 __all__ = [
     "ClusteredTask",
@@ -109,7 +110,7 @@ def reduce_rows(n: int, fraction: float = 0.05, minimum: int = 10) -> int:
         If ``minimum < 1`` (a client would be left without rows) or ``fraction`` is not in
         (0, 1].
     """
-    int_in_range(minimum, 1, math.inf, "reduce_rows", "minimum (rows kept per client)")
+    integer(minimum, "reduce_rows: minimum (rows kept per client)", minimum=1)
     if not 0 < fraction <= 1:
         raise ParameterError(f"reduce_rows: fraction must be in (0, 1], got {fraction!r}")
     return min(n, max(minimum, int(round(fraction * n))))
@@ -192,8 +193,8 @@ def clustered_images(
         raise ParameterError(f"{name}: transform must be one of {TRANSFORMS}, got {transform!r}")
     if evaluation not in ("full", "shard"):
         raise ParameterError(f"{name}: evaluation must be 'full' or 'shard', got {evaluation!r}")
-    int_in_range(n_clients, 1, math.inf, name, "n_clients")
-    int_in_range(n_clusters, 1, n_clients, name, "n_clusters (<= n_clients)")
+    integer(n_clients, f"{name}: n_clients", minimum=1)
+    integer(n_clusters, f"{name}: n_clusters (<= n_clients)", minimum=1, maximum=n_clients)
     x = _as_images(images, channels, name)
     y = np.asarray(labels).astype(np.int64)
     if y.shape != (x.shape[0],):

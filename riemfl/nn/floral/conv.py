@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..._validation import is_int
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
 from .linear import resolve_rank
@@ -63,10 +64,10 @@ CONV_VARIANTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 
 def _pair(v, name: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    if isinstance(v, tuple) and len(v) == 2 and all(isinstance(e, int) for e in v):
-        return v
+    if is_int(v):
+        return (int(v), int(v))
+    if isinstance(v, tuple) and len(v) == 2 and all(is_int(e) for e in v):
+        return (int(v[0]), int(v[1]))
     raise ParameterError(f"MixtureConv2d: unsupported {name} {v!r}; expected an int or a pair")
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from ..._validation import integer
 from ...errors import ParameterError
 from .router import Router
 
@@ -58,10 +59,7 @@ class EnsembleModel(nn.Module):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or n_clusters < 1:
-            raise ParameterError(
-                f"EnsembleModel: n_clusters must be an int >= 1, got {n_clusters!r}"
-            )
+        n_clusters = integer(n_clusters, "EnsembleModel: n_clusters", minimum=1)
         if any(True for _ in model.buffers()):
             raise ParameterError(
                 "EnsembleModel: models with buffers (e.g. batch norm) are not supported"

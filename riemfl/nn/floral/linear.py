@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..._validation import integer
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
 from .budget import lora_rank
@@ -134,8 +135,4 @@ def resolve_rank(rho: float | None, rank: int | None, m: int, n: int, where: str
         if rho is None:
             raise ParameterError(f"{where}: give rho (relative budget) or rank")
         return lora_rank(rho, m, n)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= min(m, n):
-        raise ParameterError(
-            f"{where}: rank must be an int in 1..min(m, n) = 1..{min(m, n)}, got {rank!r}"
-        )
-    return rank
+    return integer(rank, f"{where}: rank (<= min(m, n))", minimum=1, maximum=min(m, n))

@@ -21,8 +21,6 @@ optimiser and the history, so a resumed run ends exactly where an uninterrupted 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +29,9 @@ from ...errors import ParameterError
 from ...federated.faults import FaultRecorder, failure_reason, upload_problem
 from ...federated.fingerprint import data_digest
 from ...federated.history import History
-from ...federated.rounds import PhaseReply, RoundSteps, run_rng
-from ...federated.run_core import RunOptions, check_count, run_steps
+from ...federated.rounds import PhaseReply, RoundSteps
+from ...federated.run_core import EngineSpec, RunOptions, check_count, run_steps
+from ...federated.seeds import SeedStreams
 from .server import FloralAggregator
 from .trainer import FloralTrainer
 
@@ -167,49 +166,31 @@ class FloralClients:
 
 def run_floral(
     trainer: FloralTrainer,
-    rounds: int,
+    steps: int,
     *,
+    options: RunOptions | None = None,
     aggregator: FloralAggregator | None = None,
     clients_per_round: int | None = None,
-    seed: int = 0,
     x0: np.ndarray | None = None,
-    eval_every: int | None = 1,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    resume: bool = True,
-    progress: bool = False,
-    desc: str = "floral",
-    on_round: Callable[[int, History], None] | None = None,
 ) -> History:
-    """Run ``rounds`` synchronous FLoRAL rounds (module docstring).
+    """Run ``steps`` synchronous FLoRAL rounds (module docstring).
 
     Parameters
     ----------
     trainer : FloralTrainer
         The clients (data, personal state, local training).
-    rounds : int
-        Communication rounds R.
+    steps : int
+        Communication rounds R (a step of a synchronous run is a round).
+    options : RunOptions, optional
+        Seed (client sampling and the local runs' shuffles), recording cadence, checkpoint,
+        resume, progress bar and callback (:class:`~riemfl.federated.run_core.RunOptions`;
+        default ``RunOptions()``).
     aggregator : FloralAggregator, optional
         Default: factor-wise averages (Algorithm 1) with plain averaging.
     clients_per_round : int, optional
         Participants per round (default: all).
-    seed : int
-        Seed of the client sampling and of the local runs' shuffles.
     x0 : array (D,), optional
         Initial global vector (default: ``trainer.global_parameters()``).
-    eval_every : int or None
-        Evaluate every this many rounds (and at rounds 0 and R); None: only at 0 and R.
-    checkpoint : path, optional
-        Run-state file: a record (the new rows and the state) appended every
-        ``checkpoint_every`` rounds, at the end and when interrupted
-        (:mod:`riemfl.federated.checkpoint`).
-    resume : bool
-        Continue from ``checkpoint`` when it exists (same settings and data, else
-        ``CheckpointError``).
-    progress : bool
-        Show a progress bar.
-    on_round : callable(round, history), optional
-        Called after every round.
 
     Returns
     -------
@@ -219,7 +200,9 @@ def run_floral(
         diagnostics and ``wall_time``; ``log``: one entry per accepted client update;
         ``warnings``: every dropped client; ``final_point``: the last global vector.
     """
-    rounds = check_count("run_floral: rounds", rounds)
+    options = RunOptions() if options is None else options
+    seed = options.seed
+    steps = check_count("run_floral: steps", steps)
     aggregator = aggregator if aggregator is not None else FloralAggregator(trainer.layout)
     n = trainer.n_clients
     if clients_per_round is not None and not 1 <= clients_per_round <= n:
@@ -238,11 +221,11 @@ def run_floral(
         "clients_per_round": clients_per_round,
         "seed": seed,
     }
-    history = History(config={**config, "rounds": rounds, "engine": "floral-sync"})
-    rng = run_rng(seed)
+    history = History(config={**config, "steps": steps, "engine": "floral-sync"})
+    rng = SeedStreams(seed).generator("rounds")
     shapes = upload_shapes(trainer)
     server = FloralServer(aggregator, trainer.layout.n_clusters is not None)
-    steps = RoundSteps(
+    rounds = RoundSteps(
         server,
         FloralClients(trainer, rng, history),
         trainer,
@@ -255,24 +238,8 @@ def run_floral(
     )
 
     def evaluate(point: np.ndarray) -> dict[str, float]:
-        return {**trainer.evaluate(point), **steps.server["info"]}
+        return {**trainer.evaluate(point), **rounds.server["info"]}
 
-    options = RunOptions(
-        rounds,
-        record_every=eval_every,
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        progress=progress,
-        desc=desc,
-        show=("accuracy", "loss"),
-        columns=("round",),
-        on_step=on_round,
-    )
-    fingerprint = {
-        **config,
-        "eval_every": eval_every,
-        "data": data_digest(trainer),
-        "x0": data_digest(x),
-    }
-    return run_steps(steps, evaluate, history, fingerprint, options)
+    spec = EngineSpec(steps, label="floral", show=("accuracy", "loss"), columns=("round",))
+    fingerprint = {**config, "data": data_digest(trainer), "x0": data_digest(x)}
+    return run_steps(rounds, evaluate, history, fingerprint, options, spec)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..._validation import integer
 from ...errors import ParameterError
 from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
@@ -223,8 +224,7 @@ def floralize(
         convolution), an ``exclude`` name that is not a module, or a model with no layer to
         adapt.
     """
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or n_clusters < 1:
-        raise ParameterError(f"floralize: n_clusters must be an int >= 1, got {n_clusters!r}")
+    n_clusters = integer(n_clusters, "floralize: n_clusters", minimum=1)
     if rank is None:
         check_rho(rho, "floralize")
     bad = [t for t in layer_types if t not in LAYER_TYPES]

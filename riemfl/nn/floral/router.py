@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..._validation import integer, is_int, real
 from ...errors import ParameterError, ShapeError
 
 __all__ = ["Router", "ROUTER_MODES"]
@@ -60,12 +61,10 @@ class Router(nn.Module):
 
     def __init__(self, n_clusters: int, mode: str = "learned", noise_std: float = 0.0) -> None:
         super().__init__()
-        if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or n_clusters < 1:
-            raise ParameterError(f"Router: n_clusters must be an int >= 1, got {n_clusters!r}")
+        n_clusters = integer(n_clusters, "Router: n_clusters", minimum=1)
         if mode not in ROUTER_MODES:
             raise ParameterError(f"Router: mode must be one of {ROUTER_MODES}, got {mode!r}")
-        if not (isinstance(noise_std, (int, float)) and noise_std >= 0):
-            raise ParameterError(f"Router: noise_std must be a float >= 0, got {noise_std!r}")
+        noise_std = real(noise_std, "Router: noise_std", at_least=0)
         self.n_clusters = n_clusters
         self.mode = mode
         self.noise_std = float(noise_std)
@@ -104,9 +103,8 @@ class Router(nn.Module):
             ``0..C-1``.
         """
         c = self.n_clusters
-        if isinstance(pi, int) and not isinstance(pi, bool):
-            if not 0 <= pi < c:
-                raise ParameterError(f"Router.set_fixed: cluster index {pi} not in 0..{c - 1}")
+        if is_int(pi):
+            pi = integer(pi, "Router.set_fixed: cluster index pi", minimum=0, maximum=c - 1)
             vec = torch.zeros(c)
             vec[pi] = 1.0
         else:

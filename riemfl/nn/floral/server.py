@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import real
 from ...errors import ParameterError, ShapeError
 from .aggregation import (
     average_base,
@@ -61,13 +62,10 @@ class ServerOptimizer:
         if kind not in ("sgd", "adam"):
             raise ParameterError(f"ServerOptimizer: kind must be 'sgd' or 'adam', got {kind!r}")
         lr = (1.0 if kind == "sgd" else 1e-3) if lr is None else lr
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ParameterError(f"ServerOptimizer: lr must be a finite number > 0, got {lr!r}")
-        if not all(0 <= b < 1 for b in betas) or not eps > 0:
-            raise ParameterError(
-                f"ServerOptimizer: need 0 <= betas < 1 and eps > 0, got {betas}, {eps}"
-            )
-        self.kind, self.lr, self.betas, self.eps = kind, float(lr), tuple(betas), float(eps)
+        self.kind = kind
+        self.lr = real(lr, "ServerOptimizer: lr", above=0)
+        self.betas = tuple(real(b, "ServerOptimizer: betas", at_least=0, below=1) for b in betas)
+        self.eps = real(eps, "ServerOptimizer: eps", above=0)
         self.reset()
 
     def reset(self) -> None:

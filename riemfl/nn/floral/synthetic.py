@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ParameterError
-from ...problems.checks import data_rng, int_in_range
+from ..._validation import integer, real
+from ...problems.checks import data_rng
 
 __all__ = ["SyntheticTask", "synthetic_linear", "synthetic_mlp"]
 
@@ -73,11 +73,10 @@ class SyntheticTask:
 
 
 def _check(n_clients: int, n_clusters: int, fraction: float, n_test: int, name: str) -> None:
-    int_in_range(n_clients, 1, math.inf, name, "n_clients")
-    int_in_range(n_clusters, 1, n_clients, name, "n_clusters (<= n_clients)")
-    int_in_range(n_test, 1, math.inf, name, "n_test")
-    if not (isinstance(fraction, (int, float)) and 0 < fraction):
-        raise ParameterError(f"{name}: samples_fraction must be > 0, got {fraction!r}")
+    integer(n_clients, f"{name}: n_clients", minimum=1)
+    integer(n_clusters, f"{name}: n_clusters (<= n_clients)", minimum=1, maximum=n_clients)
+    integer(n_test, f"{name}: n_test", minimum=1)
+    real(fraction, f"{name}: samples_fraction", above=0)
 
 
 def _truth(
@@ -116,7 +115,7 @@ def _build(
     """Check, draw the truth, then every client's fixed training and test sample."""
     _check(n_clients, n_clusters, fraction, n_test, name)
     d_x = sizes["d_x"]
-    int_in_range(rank, 1, min(d_x, d_out), name, "rank")
+    integer(rank, f"{name}: rank", minimum=1, maximum=min(d_x, d_out))
     rng = data_rng(seed, name)
     truth = _truth(rng, d_out, d_x, rank, n_clusters, **truth_args)
     if kind == "mlp":

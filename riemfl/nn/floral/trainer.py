@@ -32,7 +32,6 @@ Losses: ``"cross_entropy"`` (mean over the batch) and ``"mse"``, the synthetic t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,8 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..._validation import integer, real
 from ...errors import DataError, ParameterError, ShapeError
-from ...problems.checks import int_in_range
 from .adaptor import PRECONDITIONERS, MixtureAdaptor
 from .conv import MixtureConv2d
 from .layout import FederatedLayout
@@ -52,16 +51,6 @@ __all__ = ["FloralTrainer", "TRAINER_LOSSES"]
 TRAINER_LOSSES = ("cross_entropy", "mse")
 
 ClientData = tuple[Any, Any, Any, Any]
-
-
-def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ParameterError(
-            f"FloralTrainer: {name} must be a finite number {bound}, got {value!r}"
-        )
-    return float(value)
 
 
 class FloralTrainer:
@@ -131,13 +120,13 @@ class FloralTrainer:
                 )
         self.model = model
         self.loss = loss
-        self.lr = _positive(lr, "lr")
-        self.router_lr = _positive(router_lr, "router_lr", allow_zero=True)
-        self.batch_size = int_in_range(batch_size, 1, math.inf, "FloralTrainer", "batch_size")
-        self.local_epochs = int_in_range(local_epochs, 1, math.inf, "FloralTrainer", "local_epochs")
+        self.lr = real(lr, "FloralTrainer: lr", above=0)
+        self.router_lr = real(router_lr, "FloralTrainer: router_lr", at_least=0)
+        self.batch_size = integer(batch_size, "FloralTrainer: batch_size", minimum=1)
+        self.local_epochs = integer(local_epochs, "FloralTrainer: local_epochs", minimum=1)
         self.precondition = precondition
         self.conv_precondition = conv_precondition
-        self.precondition_eps = _positive(precondition_eps, "precondition_eps")
+        self.precondition_eps = real(precondition_eps, "FloralTrainer: precondition_eps", above=0)
         self.stateless_router = bool(stateless_router)
         self.layout = FederatedLayout(model)
         self.router = getattr(model, "router", None)
@@ -208,7 +197,7 @@ class FloralTrainer:
         return e * -(-self.n_samples(i) // self.batch_size)
 
     def _client(self, i: Any) -> int:
-        return int_in_range(i, 0, self.n_clients - 1, "FloralTrainer", "client index")
+        return integer(i, "FloralTrainer: client index", minimum=0, maximum=self.n_clients - 1)
 
     # ------------------------------------------------------------------ state
     def global_parameters(self) -> np.ndarray:
@@ -261,11 +250,7 @@ class FloralTrainer:
         i = self._client(i)
         if not isinstance(rng, np.random.Generator):
             raise ParameterError(f"train: rng must be a numpy Generator, got {type(rng).__name__}")
-        e = (
-            self.local_epochs
-            if epochs is None
-            else int_in_range(epochs, 1, math.inf, "train", "epochs")
-        )
+        e = self.local_epochs if epochs is None else integer(epochs, "train: epochs", minimum=1)
         if self.stateless_router:
             self.router_logits[i] = 0.0
         self._load(i, start)
