@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ..errors import MissingDependencyError, ParameterError
-from ..manifolds.base import Manifold
+from riemfl.errors import MissingDependencyError, ParameterError
+from riemfl.manifolds.base import Manifold
 
 __all__ = ["require", "LazyClass", "ForeignManifold", "EXACT_MAPS"]
 
@@ -117,8 +117,7 @@ class ForeignManifold(Manifold):
         exact : iterable of str or None
             The caller's claim (``None``: the table's).
         constants : mapping
-            ``proximal_smoothness`` (the reach), ``diameter``, ``injectivity_radius`` (None:
-            unknown).
+            ``reach``, ``diameter``, ``injectivity_radius`` (None: unknown).
         """
         self.wrapped = wrapped
         kind = type(wrapped).__name__
@@ -166,7 +165,7 @@ class ForeignManifold(Manifold):
 
     @property
     def reach(self) -> float:
-        return self._constant("proximal_smoothness")
+        return self._constant("reach")
 
     @property
     def diameter(self) -> float:

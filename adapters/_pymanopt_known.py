@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._lazy import EXACT_MAPS
+from riemfl.adapters._lazy import EXACT_MAPS
 
 __all__ = ["KNOWN", "known_for"]
 

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..backend import Array
-from ..manifolds import (
+from riemfl.backend import Array
+from riemfl.manifolds import (
     SPD,
     Elliptope,
     Euclidean,
@@ -42,7 +42,7 @@ from ..manifolds import (
     Stiefel,
     Symmetric,
 )
-from ..manifolds.base import Manifold
+from riemfl.manifolds.base import Manifold
 
 __all__ = ["TYPICAL_DIST", "typical_dist", "is_riemannian_submanifold", "weingarten", "pair_mean"]
 

@@ -29,9 +29,9 @@ import geoopt
 import torch
 from geoopt.utils import size2shape
 
-from ..errors import ShapeError
-from ..manifolds.lorentz import minkowski_inner
-from ..manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
+from riemfl.errors import ShapeError
+from riemfl.manifolds.lorentz import minkowski_inner
+from riemfl.manifolds.poincare import conformal_sigma, gyration, mobius_add, mobius_scalar_mul
 
 __all__ = [
     "EuclideanAPI",

@@ -1,6 +1,6 @@
 """Benchmark the asynchronous simulator: cost per event, version-store memory, overhead on a run.
 
-Two measurements (issue 5):
+Two measurements:
 
 * ``events``: the simulator's own cost per client update with *instant* clients (``train``
   returns its start point, so nothing but the event loop, the version store, the scheduler, the

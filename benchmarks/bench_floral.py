@@ -17,7 +17,7 @@ router, a trained-looking state).
   and its merged model (``FloralModel.merge()``, the base architecture with the mixture folded
   in).
 
-Goals (issue 18): FLoRAL(1%) train / base train <= 1.3 eager wherever the base step takes at
+Goals: FLoRAL(1%) train / base train <= 1.3 eager wherever the base step takes at
 least 1 ms, and <= 1.5 under ``torch.compile`` everywhere; merged inference / base in
 [0.9, 1.1].
 

@@ -68,10 +68,12 @@ REFERENCE = {"central": "plain", "local": "plain", "central-sampled": "plain-sam
 def _time(problem: Any, config: str, rounds: int) -> tuple[float, float]:
     """(engine CPU ms per round, wall ms per round) of one run."""
     privacy, m = CONFIGS[config]
-    step = PROBLEMS[problem.name].default_step(problem)
+    step_size = PROBLEMS[problem.name].default_step_size(problem)
     x0 = initial_point(problem, 0)
     t0 = time.perf_counter()
-    h = run_sync(problem, RFedProj(step, 10), rounds, x0=x0, clients_per_round=m, privacy=privacy)
+    h = run_sync(
+        problem, RFedProj(step_size, 10), rounds, x0=x0, clients_per_round=m, privacy=privacy
+    )
     wall = time.perf_counter() - t0
     return 1e3 * h.cpu_time[-1] / rounds, 1e3 * wall / rounds
 

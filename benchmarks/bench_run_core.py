@@ -53,7 +53,7 @@ Memory is measured in a fresh subprocess per configuration.
    written per checkpoint (every ``os.write`` of the process, counted) and the size of the
    history as JSON (what each checkpoint rewrote before the append-only format). Goal: the
    median at 20,000 rows <= 1.5x the median at 1,000 (flat). (b) The command ``riemfl run
-   kpca-synthetic --algorithm rfedproj --rounds 8000 --no-progress`` with ``--checkpoint-every
+   kpca-synthetic --algorithm rfedproj --steps 8000 --no-progress`` with ``--checkpoint-every
    10`` against ``--checkpoint-every 0``, in fresh processes, interleaved: median wall-clock
    seconds of the command (goal: ratio <= 1.2), its CPU seconds (user and system, which a
    loaded machine disturbs less) and the run's own seconds (the history's last ``wall_time``).
@@ -853,7 +853,7 @@ def _command_seconds(rounds: int, every: int, out: Path) -> dict[str, float]:
     from riemfl.federated import History
 
     cmd = [sys.executable, "-m", "riemfl", "run", "kpca-synthetic", "--algorithm", "rfedproj"]
-    cmd += ["--rounds", str(rounds), "--checkpoint-every", str(every), "--no-progress"]
+    cmd += ["--steps", str(rounds), "--checkpoint-every", str(every), "--no-progress"]
     cmd += ["--out", str(out), "--overwrite"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -1149,7 +1149,7 @@ def format_tables(result: dict[str, Any]) -> str:
     )
     c = hi["command"]
     rows = [
-        ["command", f"riemfl run kpca-synthetic --algorithm rfedproj --rounds {c['rounds']}"],
+        ["command", f"riemfl run kpca-synthetic --algorithm rfedproj --steps {c['rounds']}"],
         ["seconds with / without checkpoints", f"{c['with_s']:.1f} / {c['without_s']:.1f}"],
         ["CPU seconds with / without", f"{c['with_cpu_s']:.1f} / {c['without_cpu_s']:.1f}"],
         ["run's own seconds with / without", f"{c['with_run_s']:.1f} / {c['without_run_s']:.1f}"],

@@ -71,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness.py lies bes
 from _harness import machine_info, single_thread  # noqa: E402
 
 from riemfl import federated as fl  # noqa: E402
+from riemfl.experiments.registry import build_algorithm  # noqa: E402
 from riemfl.manifolds import Stiefel  # noqa: E402
 from riemfl.problems import KPCAProblem  # noqa: E402
 
@@ -427,11 +428,9 @@ def _round_robin(
 
 
 def _make_algorithm(name: str, operators: str, eta: float, tau: int, s: Settings):
-    """One of ``fl.ALGORITHMS`` with step ``eta``, ``tau`` local steps and ``operators``."""
-    options = {} if name == "rfedproj" else {"operators": operators}
-    if name == "rfedprox":
-        options["mu"] = s.prox_mu
-    return fl.ALGORITHMS[name](eta, tau, **options)
+    """The registry's algorithm ``name`` with step size ``eta``, ``tau`` local steps and
+    ``operators`` (RFedProx: proximal weight ``s.prox_mu``)."""
+    return build_algorithm(name, step_size=eta, local_steps=tau, mu=s.prox_mu, operators=operators)
 
 
 def _round_timer(problem: KPCAProblem, algorithm, x0: np.ndarray, rounds: int):
@@ -521,7 +520,7 @@ def _time_to_tolerance(s: Settings) -> list[dict[str, Any]]:
 
     def riemfl_solver(on: KPCAProblem, name: str):
         def solve(blocks, x0, eta, tau, *, max_rounds, grad_tol):
-            algorithm = fl.ALGORITHMS[name](eta, tau)
+            algorithm = build_algorithm(name, step_size=eta, local_steps=tau)
             h = fl.run_sync(on, algorithm, max_rounds, x0=x0, grad_tol=grad_tol)
             return np.asarray(h.final_point), int(h.round[-1]), float(h.grad_norm[-1])
 

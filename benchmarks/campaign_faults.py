@@ -199,7 +199,7 @@ def cli_command(engine: str, rounds: int, every: int) -> list[str]:
         "run",
         "kpca-synthetic",
         *ENGINE_ARGS[engine],
-        "--rounds",
+        "--steps",
         str(rounds),
         "--checkpoint-every",
         str(every),

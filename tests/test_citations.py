@@ -59,6 +59,9 @@ FORBIDDEN = {
     "'seeds/'": re.compile(r"\bseeds/", re.IGNORECASE),
     "'shared/notes'": re.compile(r"shared/notes", re.IGNORECASE),
     "a seed number ('seed 002')": re.compile(r"\bseeds?\s+00[0-9]\b", re.IGNORECASE),
+    "riemfl's issue tracker ('issue 17')": re.compile(
+        r"(?<!geoopt )(?<!pymanopt )\bissues?\s+#?\d+\b", re.IGNORECASE
+    ),
 }
 
 # ------------------------------------------------------------------------------ author-year keys

@@ -25,7 +25,7 @@ def test_cli_table_and_json(tmp_path, capsys):
         if "exp_log_roundtrip_error" in row:
             assert row["exp_log_roundtrip_error"] < 1e-9
     stiefel = next(r for r in rows if r["manifold"] == "Stiefel(20, 5)")
-    assert stiefel["proximal_smoothness"] == 1.0
+    assert stiefel["reach"] == 1.0
     assert stiefel["diameter"] == 2 * 5**0.5
     assert stiefel["maps"]["parallel_transport"] is False
 
@@ -61,9 +61,9 @@ def test_run_help_lists_every_problem_and_algorithm_with_defaults(capsys):
         assert summary, name
         assert f"\n  {name} " in text and summary.split()[0] in text, name
     words = " ".join(text.split())
-    assert "communication rounds R >= 1 (async: server steps; default: the problem's" in words
+    assert "steps R >= 1: communication rounds (sync) or server steps (async); default:" in words
     for name, entry in PROBLEMS.items():  # each problem's defaults, and why
-        defaults = f"Defaults: {entry.step.describe()}; {entry.rounds} rounds"
+        defaults = f"Defaults: {entry.step_size.describe()}; {entry.rounds} rounds"
         assert defaults in words, name
     assert "Theorem 4.3" in words and "tau >= 1 (default: 10)" in words
     assert "(default: None)" not in text and "(default: False)" not in text
@@ -80,7 +80,7 @@ def test_the_solve_for_f_star_shows_its_progress_on_the_command_line_only(tmp_pa
     says so (before the rounds' bar), and --no-progress silences it."""
     importorskip("matplotlib")
     data = _small_mnist(tmp_path / "small.npz")
-    argv = ["run", "logreg-mnist", "--data", str(data), "--algorithm", "rfedavg", "--rounds", "2"]
+    argv = ["run", "logreg-mnist", "--data", str(data), "--algorithm", "rfedavg", "--steps", "2"]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     assert "solving for f* (L-BFGS) [" in err and "iteration=" in err, err

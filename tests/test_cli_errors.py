@@ -1,4 +1,4 @@
-"""Issue 17, the command line: every user error is one line on stderr, exit status 2, no
+"""The command line: every user error is one line on stderr, exit status 2, no
 traceback, and no output folder left behind; divergence warns; ``--overwrite``; ``--strict``."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from riemfl.testing import importorskip
 
 importorskip("matplotlib")
 
-SYNTH = ("run", "kpca-synthetic", "--algorithm", "rfedavg", "--rounds", "2", "--no-progress")
+SYNTH = ("run", "kpca-synthetic", "--algorithm", "rfedavg", "--steps", "2", "--no-progress")
 
 
 def _error(capsys, argv, *words):
@@ -117,11 +117,11 @@ def test_out_where_even_root_cannot_create_a_folder(capsys):
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("--rounds", "0"),
+        ("--steps", "0"),
         ("--clients", "0"),
         ("--local-steps", "0"),
-        ("--step", "-1"),
-        ("--step", "nan"),
+        ("--step-size", "-1"),
+        ("--step-size", "nan"),
         ("--checkpoint-every", "-1"),
         ("--batch-size", "0"),
     ],
@@ -169,7 +169,7 @@ def test_errors_found_late_leave_no_folder(tmp_path, capsys):
         "asyncbezier",
         "--engine",
         "async",
-        "--rounds",
+        "--steps",
         "2",
         "--out",
         str(out),
@@ -186,9 +186,9 @@ def test_a_divergent_step_warns_in_the_history_and_on_stderr(tmp_path, capsys):
         "logreg-digits",
         "--algorithm",
         "rfedavg",
-        "--step",
+        "--step-size",
         "1e6",
-        "--rounds",
+        "--steps",
         "3",
         "--local-steps",
         "2",
@@ -227,9 +227,9 @@ def test_a_non_empty_out_needs_overwrite_but_a_checkpoint_resumes(tmp_path, caps
     assert not (out / "notes.txt").exists() and (out / "checkpoint.rfl").exists()
     assert main([*SYNTH, "--out", str(out)]) == 0  # the same run: resumed, no --overwrite
     capsys.readouterr()
-    _error(capsys, [*SYNTH, "--step", "1e-3", "--out", str(out)], "another run", "--overwrite")
+    _error(capsys, [*SYNTH, "--step-size", "1e-3", "--out", str(out)], "another run", "--overwrite")
     _error(capsys, [*SYNTH, "--checkpoint-every", "0", "--out", str(out)], "--overwrite")
-    assert main([*SYNTH, "--step", "1e-3", "--out", str(out), "--overwrite"]) == 0
+    assert main([*SYNTH, "--step-size", "1e-3", "--out", str(out), "--overwrite"]) == 0
 
 
 def test_overwrite_never_empties_the_current_folder(tmp_path, capsys, monkeypatch):
@@ -280,7 +280,7 @@ def test_check_stall_rule():
     entry = oscillating.check_stall(window=20)
     assert entry["kind"] == "stall" and entry["metric"] == "grad_norm"
     assert entry["round"] == len(oscillating) - 20 and entry["value"] == 0.54
-    assert "oscillates" in entry["reason"] and "--step" in entry["reason"]
+    assert "oscillates" in entry["reason"] and "--step-size" in entry["reason"]
     assert oscillating.check_stall(window=20) == entry and len(oscillating.warnings) == 1
     # progress, however slow; convergence to the rounding floor; too few rows: no warning
     assert _history(6.0 * 0.999 ** np.arange(80)).check_stall(window=20) is None
@@ -300,7 +300,7 @@ def test_check_stall_rule():
 def test_an_oscillating_run_warns_of_a_stall_once(tmp_path, capsys):
     """kPCA with the step the command line used to default to (its paper's 4e-3, given for
     tau = 5) at tau = 10: |grad f| alternates between two values for ever."""
-    argv = [*SYNTH[:3], "rfedproj", "--step", "4e-3", "--rounds", "300", "--no-progress"]
+    argv = [*SYNTH[:3], "rfedproj", "--step-size", "4e-3", "--steps", "300", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert err.count("riemfl: warning: the run stalls: the best grad_norm") == 1, err
@@ -309,7 +309,7 @@ def test_an_oscillating_run_warns_of_a_stall_once(tmp_path, capsys):
 
 
 def test_a_converging_run_does_not_warn(tmp_path, capsys):
-    argv = [*SYNTH[:3], "rfedproj", "--rounds", "150", "--no-progress", "--out", str(tmp_path)]
+    argv = [*SYNTH[:3], "rfedproj", "--steps", "150", "--no-progress", "--out", str(tmp_path)]
     assert main(argv) == 0
     assert "warning" not in capsys.readouterr().err
     assert json.loads((tmp_path / "history.json").read_text())["warnings"] == []
@@ -340,7 +340,7 @@ def test_fedbuff_refuses_a_manifold_without_a_proximal_radius_before_the_run():
     trainer = NeverTrained(_no_reach_problem(), 0.1, 2)
     with pytest.raises(ParameterError) as refused:
         run_async(trainer, FedBuff(2), 4, workers=2)
-    for word in ("FedBuff", "BirkhoffPolytope(3)", "proximal_smoothness", "local_proximal"):
+    for word in ("FedBuff", "BirkhoffPolytope(3)", "reach", "local_reach(x)"):
         assert word in str(refused.value), refused.value
 
 
@@ -353,7 +353,7 @@ def test_the_command_line_refuses_it_in_one_line_and_leaves_no_folder(
     monkeypatch.setitem(PROBLEMS, "no-reach", entry)
     out = tmp_path / "out"
     argv = ["run", "no-reach", "--algorithm", "fedbuff", "--engine", "async", "--out", str(out)]
-    _error(capsys, [*argv, "--no-progress"], "FedBuff", "BirkhoffPolytope(3)", "proximal")
+    _error(capsys, [*argv, "--no-progress"], "FedBuff", "BirkhoffPolytope(3)", "local_reach")
     assert not out.exists()
 
 
@@ -361,6 +361,6 @@ def test_fedbuff_runs_on_the_hyperbolic_tree(tmp_path, capsys):
     """Product(PoincareBall(2), ...) has a local radius (each factor's); the run of the report
     that ended in a NotImplementedError."""
     argv = ["run", "hyperbolic-tree", "--algorithm", "fedbuff", "--engine", "async"]
-    more = ["--workers", "2", "--rounds", "6", "--out", str(tmp_path), "--no-progress"]
+    more = ["--workers", "2", "--steps", "6", "--out", str(tmp_path), "--no-progress"]
     assert main([*argv, *more]) == 0
     assert "fedbuff (async) on hyperbolic-tree" in capsys.readouterr().out

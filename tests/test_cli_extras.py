@@ -93,9 +93,9 @@ def _run_argv(problem, method, out, data_file, *more):
     """A one-round ``riemfl run`` of ``method`` (an algorithm, or an asynchronous rule)."""
     argv = ["run", problem, "--algorithm", method, "--local-steps", "1"]
     if method in ASYNC_RULES:
-        argv += ["--engine", "async", "--workers", "2", "--rounds", "2", "--buffer-size", "2"]
+        argv += ["--engine", "async", "--workers", "2", "--steps", "2", "--buffer-size", "2"]
     else:
-        argv += ["--rounds", "1"]
+        argv += ["--steps", "1"]
     if PROBLEMS[problem].needs_data:
         argv += ["--data", str(data_file)]
     return [*argv, *more, "--out", str(out), "--overwrite", "--no-progress"]

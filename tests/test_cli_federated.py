@@ -25,17 +25,17 @@ def _run(tmp_path, *args):
 @pytest.mark.parametrize("algorithm", ["rfedproj", "rfedavg", "rfedprox", "rfedsvrg"])
 def test_run_writes_history_json_csv_and_plot(tmp_path, capsys, algorithm):
     code = _run(
-        tmp_path, "kpca-synthetic", "--algorithm", algorithm, "--rounds", "6", "--local-steps", "3"
+        tmp_path, "kpca-synthetic", "--algorithm", algorithm, "--steps", "6", "--local-steps", "3"
     )
     assert code == 0
     data = json.loads((tmp_path / "history.json").read_text())
     for key in METRICS:
         assert len(data["metrics"][key]) == 7, key
     assert data["config"]["algorithm"]["name"] == algorithm
-    # the default step 1/(max(tau, 10) L) (L: the largest client smoothness) at tau = 3
+    # the default step size 1/(max(tau, 10) L) (L: the largest client smoothness) at tau = 3
     problem = build_problem("kpca-synthetic")
-    step = PROBLEMS["kpca-synthetic"].default_step(problem, 3)
-    assert data["config"]["algorithm"]["step_size"] == step < 4e-3
+    step_size = PROBLEMS["kpca-synthetic"].default_step_size(problem, 3)
+    assert data["config"]["algorithm"]["step_size"] == step_size < 4e-3
     header = (tmp_path / "history.csv").read_text().splitlines()[0]
     assert header.split(",") == list(METRICS)
     assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
@@ -57,7 +57,7 @@ def test_run_kpca_mnist_reads_the_users_file(tmp_path):
             "rfedproj",
             "--data",
             str(data),
-            "--rounds",
+            "--steps",
             "3",
             "--out",
             str(out),
@@ -79,7 +79,7 @@ def test_run_lrmc_and_stochastic_options(tmp_path):
         "lrmc-synthetic",
         "--algorithm",
         "rfedproj",
-        "--rounds",
+        "--steps",
         "3",
         "--local-steps",
         "2",
@@ -102,7 +102,7 @@ def test_run_lrmc_and_stochastic_options(tmp_path):
 )
 def test_run_the_problems_on_spd_so3_and_the_poincare_ball(tmp_path, problem, algorithm, gap):
     """The issue-19 problems at their default step and the command line's 10 local steps."""
-    assert _run(tmp_path, problem, "--algorithm", algorithm, "--rounds", "30") == 0
+    assert _run(tmp_path, problem, "--algorithm", algorithm, "--steps", "30") == 0
     h = History.from_json(tmp_path / "history.json")
     assert h.config["problem"]["name"].startswith(problem.split("-")[0])
     if gap is None:  # f* unknown: the loss decreases, the reference is recorded
@@ -116,8 +116,8 @@ def test_run_reports_bad_input_as_an_error(tmp_path, capsys):
     assert _run(tmp_path, "kpca-mnist", "--algorithm", "rfedproj") == 2
     assert "needs --data" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="2"):  # refused by the parser, one line
-        _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--step", "-1")
-    assert "--step: expected a finite number > 0, got '-1'" in capsys.readouterr().err
+        _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--step-size", "-1")
+    assert "--step-size: expected a finite number > 0, got '-1'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _run(tmp_path, "no-such-problem", "--algorithm", "rfedproj")
 
@@ -131,7 +131,7 @@ def test_run_async_engine(tmp_path, capsys, rule):
         rule,
         "--engine",
         "async",
-        "--rounds",
+        "--steps",
         "8",
         "--workers",
         "5",
@@ -159,7 +159,7 @@ def test_run_async_with_a_blocking_staleness_bound(tmp_path, capsys):
         "fedasync",
         "--engine",
         "async",
-        "--rounds",
+        "--steps",
         "12",
         "--workers",
         "4",
@@ -199,7 +199,7 @@ def test_run_curve_rules_on_the_euclidean_problem(tmp_path, capsys, rule):
         rule,
         "--engine",
         "async",
-        "--rounds",
+        "--steps",
         "30",
         "--workers",
         "3",
@@ -233,7 +233,7 @@ def test_run_curve_rule_errors(tmp_path, capsys):
             "asyncbezier",
             "--engine",
             "async",
-            "--rounds",
+            "--steps",
             "2",
         )
         == 2
@@ -274,7 +274,7 @@ def test_run_curve_rule_errors(tmp_path, capsys):
 
 
 def test_run_engine_and_algorithm_must_match(tmp_path, capsys):
-    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedbuff", "--rounds", "2") == 2
+    assert _run(tmp_path, "kpca-synthetic", "--algorithm", "fedbuff", "--steps", "2") == 2
     assert "--engine sync runs the algorithms" in capsys.readouterr().err
     code = _run(tmp_path, "kpca-synthetic", "--algorithm", "rfedproj", "--engine", "async")
     assert code == 2
@@ -312,7 +312,7 @@ def test_reproduce_selected_figures_writes_a_report(tmp_path, capsys):
     assert summary["figures"] == [9] and len(summary["runs"]) == 3
     setting = zhang2024.sweep(quick=True)
     # the sweep's runs: the tuning grid on the tuning seed, the picks on the held-out seed
-    assert len(summary["sweep"]["runs"]) >= len(setting.taus) * len(setting.steps)
+    assert len(summary["sweep"]["runs"]) >= len(setting.taus) * len(setting.step_sizes)
     assert all((out / "runs" / f"{key}.json").exists() for key in summary["sweep"]["runs"])
     # a second call resumes every run from its checkpoint and reaches the same verdicts
     assert (
@@ -345,17 +345,17 @@ def test_every_figure_has_the_papers_settings():
     fig7 = figs[7]
     assert {run.rounds for run in fig7.runs} == {4000}  # the only R the paper states
     assert {run.local_steps for run in fig7.runs} == {10, 15, 20}
-    assert {run.step for run in fig7.runs} == {0.7e-3}
+    assert {run.step_size for run in fig7.runs} == {0.7e-3}
     assert {run.algorithm for run in figs[1].runs} == {
         "rfedproj",
         "rfedavg",
         "rfedprox",
         "rfedsvrg",
     }
-    assert {(r.local_steps, r.step) for r in figs[6].runs} == {(5, 4e-3)}
+    assert {(r.local_steps, r.step_size) for r in figs[6].runs} == {(5, 4e-3)}
     mnist3 = zhang2024.figures(mnist=True)[3]
     assert {r.batch_size for r in mnist3.runs} == {200, 500, 1000}
-    assert {r.step for r in mnist3.runs} == {"1/(20 beta)"}
+    assert {r.step_size for r in mnist3.runs} == {"1/(20 beta)"}
 
 
 @pytest.mark.slow
@@ -371,12 +371,12 @@ def test_the_quick_reproduction_passes_its_deterministic_claims(tmp_path):
 
 
 def test_warm_up_runs_each_kind_of_run_once():
-    """Before the timed runs every distinct (problem, algorithm, tau, batch, step) runs two
+    """Before the timed runs every distinct (problem, algorithm, tau, batch, step size) runs two
     untimed rounds, so that no run's CPU seconds carry the process's first-call costs."""
     figs = zhang2024.figures(quick=True)
     runs = [run for n in (4, 9) for _, panel in figs[n].panels for _, run in panel]
     kinds = warm_up(runs + runs[:2], Problems(None))
-    expected = {(r.problem, r.algorithm, r.local_steps, r.batch_size, r.step) for r in runs}
+    expected = {(r.problem, r.algorithm, r.local_steps, r.batch_size, r.step_size) for r in runs}
     assert len(kinds) == len(expected) and set(kinds) == expected
 
 
@@ -387,7 +387,7 @@ def test_run_async_writes_a_checkpoint_and_the_same_command_resumes_it(tmp_path)
         "fedbuff",
         "--engine",
         "async",
-        "--rounds",
+        "--steps",
         "10",
         "--record-every",
         "5",

@@ -21,14 +21,14 @@ from riemfl.testing import importorskip
 importorskip("matplotlib")
 
 RUNS = {
-    "sync": ["kpca-synthetic", "--algorithm", "rfedproj", "--rounds", "600"],
+    "sync": ["kpca-synthetic", "--algorithm", "rfedproj", "--steps", "600"],
     "async": [
         "kpca-synthetic",
         "--engine",
         "async",
         "--algorithm",
         "fedbuff",
-        "--rounds",
+        "--steps",
         "300",
         "--record-every",
         "5",
@@ -58,7 +58,7 @@ def test_a_checkpoint_of_the_previous_format_is_refused_by_name(tmp_path, capsys
     out.mkdir()
     old = b"RIEMFL-CHECKPOINT 2\n" + bytes(range(256)) * 4
     (out / CHECKPOINT_NAME).write_bytes(old)
-    argv = ["run", *RUNS["sync"][:3], "--rounds", "3", "--no-progress", "--out", str(out)]
+    argv = ["run", *RUNS["sync"][:3], "--steps", "3", "--no-progress", "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("riemfl: error: cannot read checkpoint") and "\n" not in err

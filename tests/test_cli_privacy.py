@@ -11,7 +11,7 @@ from riemfl.testing import importorskip
 
 importorskip("matplotlib")
 
-FAST = ["kpca-synthetic", "--clients", "4", "--rounds", "3", "--local-steps", "2"]
+FAST = ["kpca-synthetic", "--clients", "4", "--steps", "3", "--local-steps", "2"]
 
 
 def _run(tmp_path, *args):
@@ -34,7 +34,7 @@ def test_a_private_run_writes_epsilon(tmp_path, capsys):
 
 def test_a_private_fedbuff_run(tmp_path, capsys):
     args = ["kpca-synthetic", "--clients", "4", "--algorithm", "fedbuff", "--engine", "async"]
-    args += ["--rounds", "2", "--buffer-size", "2", "--local-steps", "2", "--record-every", "1"]
+    args += ["--steps", "2", "--buffer-size", "2", "--local-steps", "2", "--record-every", "1"]
     assert _run(tmp_path, *args, "--dp-clip", "0.01", "--dp-noise", "1", "--dp-mode", "local") == 0
     eps = json.loads((tmp_path / "history.json").read_text())["metrics"]["epsilon"]
     assert len(eps) == 3 and 0 == eps[0] < eps[1] <= eps[2]

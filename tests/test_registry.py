@@ -43,21 +43,22 @@ def test_curve_rules_need_the_manifold_and_keep_the_papers_defaults():
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in PROBLEMS.items() if not e.needs_data))
-def test_every_problem_without_data_builds_with_a_positive_default_step(name):
+def test_every_problem_without_data_builds_with_a_positive_default_step_size(name):
     for extra in PROBLEMS[name].extras:  # e.g. scikit-learn's digits
         for module in EXTRAS[extra]:
             importorskip(module)
     problem = build_problem(name, clients=3)
     assert problem.n_clients == 3
-    step = PROBLEMS[name].default_step(problem)
-    assert step > 0 and step == PROBLEMS[name].default_step(problem, DEFAULT_LOCAL_STEPS)
-    # the effective step eta * tau * eta_g of the rule is the same for every tau >= 10 and
+    step_size = PROBLEMS[name].default_step_size(problem)
+    assert step_size > 0
+    assert step_size == PROBLEMS[name].default_step_size(problem, DEFAULT_LOCAL_STEPS)
+    # the effective step size eta * tau * eta_g of the rule is the same for every tau >= 10 and
     # eta_g; with fewer local steps eta itself stays at its value for tau = 10
     for tau, eta_g in ((20, 1.0), (40, 2.0), (10, 0.5)):
-        eta = PROBLEMS[name].default_step(problem, tau, eta_g)
-        assert eta * tau * eta_g == pytest.approx(step * DEFAULT_LOCAL_STEPS)
+        eta = PROBLEMS[name].default_step_size(problem, tau, eta_g)
+        assert eta * tau * eta_g == pytest.approx(step_size * DEFAULT_LOCAL_STEPS)
     for tau in (1, 2, 5):
-        assert PROBLEMS[name].default_step(problem, tau) == step
+        assert PROBLEMS[name].default_step_size(problem, tau) == step_size
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +75,13 @@ def digits_file(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_the_defaults_of_every_problem_converge(name, digits_file):
-    """``riemfl run NAME --algorithm rfedproj`` with every default (clients, seed, tau, step,
-    rounds) reaches the problem's tolerance on the relative gradient norm, without a stall or
+    """``riemfl run NAME --algorithm rfedproj`` with every default (clients, seed, tau, step
+    size, rounds) reaches the problem's tolerance on the relative gradient norm, without a stall or
     a divergence (the data-file problems on the digits written as an MNIST file)."""
     entry = PROBLEMS[name]
     problem = build_problem(name, data=digits_file if entry.needs_data else None)
-    step = entry.default_step(problem)
-    algorithm = build_algorithm("rfedproj", step_size=step, local_steps=DEFAULT_LOCAL_STEPS)
+    step_size = entry.default_step_size(problem)
+    algorithm = build_algorithm("rfedproj", step_size=step_size, local_steps=DEFAULT_LOCAL_STEPS)
     history = run_sync(problem, algorithm, entry.rounds, options=RunOptions(seed=0))
     g = history.grad_norm
     assert g[-1] <= entry.tolerance * g[0], (name, g[-1] / g[0], entry.tolerance)
@@ -88,12 +89,12 @@ def test_the_defaults_of_every_problem_converge(name, digits_file):
     assert history.check_stall(floor=entry.tolerance) is None
 
 
-def test_kpca_synthetic_defaults_stay_below_the_step_that_oscillates():
+def test_kpca_synthetic_defaults_stay_below_the_step_size_that_oscillates():
     """The report's run: at tau = 10 the synthetic kPCA oscillates from eta * tau = 0.02 on
     (the paper's 4e-3 was for tau = 5); the default keeps a factor 2 below it."""
     problem = build_problem("kpca-synthetic")
     for tau in (2, 5, 10, 20, 40):
-        assert PROBLEMS["kpca-synthetic"].default_step(problem, tau) * tau <= 0.01
+        assert PROBLEMS["kpca-synthetic"].default_step_size(problem, tau) * tau <= 0.01
 
 
 def test_a_zero_smoothness_is_a_data_error():
@@ -101,7 +102,7 @@ def test_a_zero_smoothness_is_a_data_error():
         name, smoothness = "flat", 0.0
 
     with pytest.raises(DataError, match="smoothness L > 0"):
-        PROBLEMS["logreg-digits"].default_step(Flat())
+        PROBLEMS["logreg-digits"].default_step_size(Flat())
 
 
 def test_problems_that_need_data_say_so():

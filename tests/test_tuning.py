@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from riemfl import Stiefel, tuning
-from riemfl.federated.async_manifold import _combine, _difference_gram
+from riemfl.federated.async_manifold.rule import _combine, _difference_gram
 
 
 @pytest.mark.parametrize("block", [1, 4096, 2**40])

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from riemfl.experiments import zhang2024
 from riemfl.experiments.step_sweep import (
-    best_step,
+    best_step_size,
     is_stable,
-    largest_stable_step,
+    largest_stable_step_size,
     uploads_to_tolerance,
 )
 from riemfl.experiments.zhang2024.run import Problems
@@ -61,30 +61,30 @@ def test_stable_means_a_steady_fall_until_the_tolerance():
     assert is_stable(_trace([1.0, 1e-3, 1e-7, 2e-7, 1e-7, 3e-7, 1e-7, 2e-7, 1e-7, 2e-7, 1e-7]), TOL)
 
 
-def test_rule_i_picks_the_fewest_uploads_and_rule_ii_the_largest_stable_step():
+def test_rule_i_picks_the_fewest_uploads_and_rule_ii_the_largest_stable_step_size():
     tuning = {1e-4: _linear(0.8), 1e-3: _linear(0.5), 1e-2: _stall()}
-    assert best_step(tuning, TOL) == 1e-3
-    assert largest_stable_step(tuning, TOL) == 1e-3
-    # a larger stable step that is slower to the tolerance: rule (ii) takes it, rule (i) not
+    assert best_step_size(tuning, TOL) == 1e-3
+    assert largest_stable_step_size(tuning, TOL) == 1e-3
+    # a larger stable step size that is slower to the tolerance: rule (ii) takes it, rule (i) not
     tuning[3e-3] = _linear(0.7)
-    assert best_step(tuning, TOL) == 1e-3 and largest_stable_step(tuning, TOL) == 3e-3
-    # ties go to the smaller step; nothing qualifies: None
-    assert best_step({2e-3: _linear(0.5), 1e-3: _linear(0.5)}, TOL) == 1e-3
-    assert best_step({1e-3: _stall(), 1e-4: _linear(0.99)}, TOL) is None
-    assert largest_stable_step({1e-3: _stall()}, TOL) is None
+    assert best_step_size(tuning, TOL) == 1e-3 and largest_stable_step_size(tuning, TOL) == 3e-3
+    # ties go to the smaller step size; nothing qualifies: None
+    assert best_step_size({2e-3: _linear(0.5), 1e-3: _linear(0.5)}, TOL) == 1e-3
+    assert best_step_size({1e-3: _stall(), 1e-4: _linear(0.99)}, TOL) is None
+    assert largest_stable_step_size({1e-3: _stall()}, TOL) is None
 
 
 @given(st.lists(st.floats(0.05, 0.95), min_size=1, max_size=5, unique=True))
 def test_rule_i_on_linear_rates_is_the_fastest_rate(rates):
     """Identity: with |grad f| = rate^r the fewest uploads are the first r with rate^r <= tol,
-    least for the smallest rate (ties, after rounding up to whole rounds: the smaller step)."""
+    least for the smallest rate (ties, after rounding up to whole rounds: the smaller step size)."""
     tuning = {float(i + 1): _linear(rate, 400) for i, rate in enumerate(rates)}
     need = {
         s: int(np.argmax(r ** np.arange(401) <= TOL)) for s, r in zip(tuning, rates, strict=True)
     }
     fewest = min(need.values())
     assert need[float(1 + int(np.argmin(rates)))] == fewest
-    assert best_step(tuning, TOL) == min(s for s, n in need.items() if n == fewest)
+    assert best_step_size(tuning, TOL) == min(s for s, n in need.items() if n == fewest)
 
 
 def _fake_results(setting, tuning_rate, report_rate):
@@ -92,7 +92,7 @@ def _fake_results(setting, tuning_rate, report_rate):
     eta)`` per round, report-seed runs at ``report_rate(tau, eta)``."""
     results = {}
     for t in setting.taus:
-        for s in setting.steps:
+        for s in setting.step_sizes:
             results[setting.run(t, s, setting.tune_seed).key] = _linear(tuning_rate(t, s))
             results[setting.run(t, s, setting.report_seed).key] = _linear(report_rate(t, s))
     return results
@@ -115,7 +115,7 @@ def test_the_sweep_picks_on_the_tuning_seed_and_reports_the_held_out_seed():
     assert uploads["best"] == {2: 20.0, 5: 18.0}
     # the picks do not read the held-out runs at all
     held_out = {r.key for r in setting.report_runs(picks)} | {
-        setting.run(t, s, setting.report_seed).key for t in setting.taus for s in setting.steps
+        setting.run(t, s, setting.report_seed).key for t in setting.taus for s in setting.step_sizes
     }
     assert setting.choices({k: h for k, h in results.items() if k not in held_out}) == picks
 
@@ -133,7 +133,7 @@ def test_claim_8b_is_gated_and_8a_8c_are_readings():
     assert a.passed is None  # no figure ran: the fixed-eta reading is not checked
     assert b.passed is True and c.passed is True and "eta=0.0001" in b.detail
     # the held-out seed decides: there, tau = 10 needs more uploads than tau = 5
-    for s in setting.steps:
+    for s in setting.step_sizes:
         results[setting.run(10, s, setting.report_seed).key] = _linear(0.8)
     _, b, _ = claim_tau({}, results, set(), setting)
     assert b.passed is False and "tau=10" in b.would_change
@@ -157,8 +157,8 @@ def test_the_sweep_protocol_is_the_stated_one():
     figs = zhang2024.figures(quick=False)
     setting = zhang2024.sweep(quick=False)
     assert setting.taus == (2, 5, 10, 15, 20)
-    assert len(setting.steps) == 8 and {1e-4, 1e-3} <= set(setting.steps)
-    ratios = np.diff(np.log10(setting.steps))
+    assert len(setting.step_sizes) == 8 and {1e-4, 1e-3} <= set(setting.step_sizes)
+    ratios = np.diff(np.log10(setting.step_sizes))
     assert np.allclose(ratios, 1 / 3, atol=2e-3)  # a log grid
     assert setting.rounds == figs[9].runs[0].rounds and setting.tune_seed != setting.report_seed
     # the report seed is Fig. 9's instance: its fixed-eta runs are Fig. 9's runs themselves

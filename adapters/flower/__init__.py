@@ -20,9 +20,9 @@ Example
 >>> history = simulate([job], num_supernodes=5)["sync"]  # doctest: +SKIP
 """
 
-from .checks import UPLOAD_KINDS
-from .client import hosted_clients, make_client_app
-from .errors import (
+from riemfl.adapters.flower.checks import UPLOAD_KINDS
+from riemfl.adapters.flower.client import hosted_clients, make_client_app
+from riemfl.adapters.flower.errors import (
     FlowerAdapterError,
     FlowerNotInstalledError,
     JobFailedError,
@@ -33,12 +33,12 @@ from .errors import (
     ReplyTimeoutError,
     TrainerMismatchError,
 )
-from .faults import CorruptReplies, SecAggDropout
-from .jobs import AsyncJob, PingJob, ProblemSpec, SyncJob
-from .ping import PingResult
-from .secure import SecAggSettings
-from .server import make_server_app, run_job
-from .simulation import default_backend_config, simulate
+from riemfl.adapters.flower.faults import CorruptReplies, SecAggDropout
+from riemfl.adapters.flower.jobs import AsyncJob, PingJob, ProblemSpec, SyncJob
+from riemfl.adapters.flower.ping import PingResult
+from riemfl.adapters.flower.secure import SecAggSettings
+from riemfl.adapters.flower.server import make_server_app, run_job
+from riemfl.adapters.flower.simulation import default_backend_config, simulate
 
 __all__ = [
     "AsyncJob",

@@ -7,7 +7,7 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from .errors import FlowerNotInstalledError
+from riemfl.adapters.flower.errors import FlowerNotInstalledError
 
 __all__ = ["flwr", "INSTALL_HINT"]
 

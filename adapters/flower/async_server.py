@@ -14,7 +14,7 @@ ServerApp runs its own loop over ``Grid.push_messages`` / ``Grid.pull_messages``
    staleness = current version minus that one) and calls the rule's ``apply`` (FedAsync,
    FedBuff, AsyncBezier, ... - the same code as :func:`riemfl.federated.run_async`);
 3. the client rejoins the queue and is dispatched again with the current model as soon as its
-   node is free, until ``server_steps`` server steps have been taken;
+   node is free, until ``steps`` server steps have been taken;
 4. the replies still in flight are awaited (up to ``drain_timeout``) and not applied; one that
    says its node is gone still excludes the node.
 
@@ -28,9 +28,18 @@ messages wait behind them, and every node times out. With one message per node, 
 node holds one actor, the others serve the healthy nodes, and only the hanging node is
 excluded, ``reply_timeout`` seconds after its message was sent.
 
+The loop is the run core's (:func:`riemfl.federated.run_steps`, with
+:class:`GridAsyncSteps` as its steps): the rows every ``record_every`` server steps, the
+progress bar, ``on_step``, interruption, and checkpoints every ``checkpoint_every`` server steps
+that a job rerun with ``resume=True`` continues from after the ServerApp's process died (the
+model, the rule's state, the counters, the queue and the exclusions; the messages that were in
+flight are sent again, so the arrivals after a resume differ from an uninterrupted job's, as
+any two Flower jobs' arrivals do).
+
 Faults never stop the loop and never make it spin. A faulty reply (an exception the ClientApp
 raised, an upload that fails the checks) is logged with its reason, not applied, and the client
-is dispatched again; after ``max_failures`` faulty replies in a row the client is excluded. A
+is dispatched again; after ``max_failures`` faulty replies in a row the client is excluded
+(:class:`~riemfl.federated.exclusion.ExclusionPolicy`, the policy of ``run_async`` too). A
 node that is gone (a reply saying that its ClientApp process died, e.g. Ray's
 ``ActorDiedError``, or a message unanswered for ``reply_timeout`` seconds) is excluded with all
 its clients at once; its late reply, if any, is ignored. Exclusions are recorded in
@@ -51,18 +60,11 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
-from ...check_levels import raise_deferred
-from ...errors import RiemflError
-from ...federated.async_engine import AsyncHistory, VersionStore
-from ...federated.async_rules import Arrival
-from ...federated.engine import ClientDroppedWarning
-from ...federated.faults import FaultRecorder
-from ...federated.seeds import SeedStreams
-from .checks import check_control_points, check_local_model
-from .errors import NoProgressError, ReplyTimeoutError
-from .grid_io import Poller, node_lost, push, reply_error, setup_nodes
-from .jobs import AsyncJob
-from .wire import (
+from riemfl.adapters.flower.checks import check_control_points, check_local_model
+from riemfl.adapters.flower.errors import NoProgressError, ReplyTimeoutError
+from riemfl.adapters.flower.grid_io import Poller, node_lost, push, reply_error, setup_nodes
+from riemfl.adapters.flower.jobs import AsyncJob
+from riemfl.adapters.flower.wire import (
     ASYNC,
     check_point_meta,
     check_upload_meta,
@@ -72,58 +74,154 @@ from .wire import (
     upload_meta,
 )
 
-__all__ = ["run_async_job"]
+from riemfl.errors import RiemflError
+from riemfl.federated.async_engine import VersionStore
+from riemfl.federated.async_rules import Arrival
+from riemfl.federated.checkpoint import inconsistent, require_count, require_layout
+from riemfl.federated.engine import ClientDroppedWarning
+from riemfl.federated.exclusion import ExclusionPolicy
+from riemfl.federated.faults import FaultRecorder
+from riemfl.federated.fingerprint import data_digest, settings
+from riemfl.federated.history import History
+from riemfl.federated.privacy import summarise_privacy
+from riemfl.federated.run_core import EngineSpec, run_steps
+from riemfl.federated.seeds import SeedStreams
+
+__all__ = ["run_async_job", "GridAsyncSteps"]
 
 log = logging.getLogger("riemfl.adapters.flower")
 
 
-class _AsyncRun:
-    """State of one asynchronous job on the grid (the server's side)."""
+class GridAsyncSteps:
+    """One asynchronous job on the grid, as the run core's steps
+    (:class:`riemfl.federated.run_core.Steps`): :meth:`advance` handles the replies as they
+    arrive until the rule has taken one more server step.
 
-    def __init__(self, grid: Any, job: AsyncJob, hosting: dict[int, list[int]], x0: Any) -> None:
+    Its state (:meth:`state_dict`) is the current model and version, the rule's state, the
+    counters, the queue and the exclusions. The messages in flight when a checkpoint is taken
+    are not part of it: a job resumed from it sends their clients the current model again (they
+    head the queue), so a resumed job continues from the same model, rule state and exclusions
+    but not with the same arrivals, which a Flower job never repeats (they follow real compute
+    and messaging times).
+    """
+
+    def __init__(
+        self,
+        grid: Any,
+        job: AsyncJob,
+        hosting: dict[int, list[int]],
+        x0: Any,
+        history: History,
+    ) -> None:
         self.grid, self.job = grid, job
         self.problem = job.resolved
         self.manifold = self.problem.manifold
         self.hosting = hosting
         self.owner = {c: node for node, clients in hosting.items() for c in clients}
-        self.trainer = job.trainer()
         self.weights = job.weight_vector()
         self.workers = job.workers or self.problem.n_clients
         self.store = VersionStore(x0)
         self.queue: deque[int] = deque(range(self.problem.n_clients))
         self.in_flight: dict[str, tuple[int, int, float]] = {}  # id -> client, version, sent
-        self.failures = dict.fromkeys(range(self.problem.n_clients), 0)  # faults in a row
-        self.excluded: dict[int, str] = {}
+        self.arrived: deque[Any] = deque()  # replies pulled, not handled yet
+        self.exclusion = ExclusionPolicy(self.problem.n_clients, job.max_failures)
         self.timed_out = False  # whether the last exclusion was a reply timeout
         self.dispatched = 0
         self.counters = {"updates": 0, "dropped": 0}
         self.upload = upload_meta(job.curve, job.upload_shape)
         self.meta = {**point_meta(self.manifold), **self.upload}
         self.start = time.perf_counter()
-        rule = job.rule
-        self.history = AsyncHistory(
-            config={
-                "rule": rule.describe(),
-                "n_clients": self.problem.n_clients,
-                "workers": self.workers,
-                "node_workers": job.node_workers,
-                "engine": "flower",
-                "job": job.name,
-                "seed": job.options.seed,
-                "steps": job.steps,
-                "weights": job.weights,
-                "max_staleness": job.max_staleness,
-                "time": "wall-clock seconds since the first dispatch",
-                "max_failures": job.max_failures,
-                "excluded": [],
-            }
-        )
+        self.poller = Poller(job.max_poll)
+        self.history = history
         self.history.log["reason"] = []
         self.faults = FaultRecorder(self.history, label=f"job {job.name}, ")
-        self._epochs = getattr(rule, "local_epochs", None)
 
     def now(self) -> float:
         return time.perf_counter() - self.start
+
+    # ------------------------------------------------------------------ Steps
+    def row(self) -> dict[str, Any]:
+        return {"step": self.store.current, "time": self.now(), **self.counters}
+
+    def output(self) -> Any:
+        return self.job.rule.output(self.store.model)  # e.g. an SWA average
+
+    def advance(self, step: int) -> bool:
+        """Handle replies (dispatching the waiting clients whenever none is left to handle)
+        until the rule has taken server step ``step``.
+
+        Raises
+        ------
+        NoProgressError
+            When no message is in flight and none can be sent (every client excluded, or the
+            grid accepts no message).
+        """
+        while self.store.current < step:
+            if self.arrived:
+                reply = self.arrived.popleft()
+                key = reply.metadata.reply_to_message_id
+                if key in self.in_flight:  # not forgotten with a node excluded meanwhile
+                    client, version, _ = self.in_flight.pop(key)
+                    self.arrive(reply, client, version)
+                continue
+            self.dispatch()
+            self.expire()
+            if not self.in_flight:
+                raise self.no_progress()
+            replies = list(self.grid.pull_messages(list(self.in_flight)))
+            if replies:
+                self.poller.reset()
+                self.arrived.extend(replies)
+            else:
+                self.poller.wait()
+        return True
+
+    def validate(self, step: int) -> None:
+        """Check a loaded state: the model's version is ``step``; counters, exclusions and the
+        queue name existing clients; every client not excluded waits once."""
+        if self.store.current != step:
+            current = self.store.current
+            raise inconsistent(
+                "state key 'store.current'", current, f"{step}, the checkpoint's step"
+            )
+        for key, value in self.counters.items():
+            require_count(f"state key 'counters.{key}'", value)
+        self.exclusion.validate()
+        expected = sorted(set(self.owner) - set(self.exclusion.excluded))
+        if sorted(self.queue) != expected:
+            shown = f"each client that is not excluded ({expected}) once"
+            raise inconsistent("state key 'queue'", list(self.queue), shown)
+
+    def state_dict(self) -> dict[str, Any]:
+        waiting = [c for c, _, _ in self.in_flight.values()]  # sent again at resume
+        waiting += [c for c in self.queue if c not in waiting]
+        model = self.store.model
+        return {
+            "store": {
+                "current": self.store.current,
+                "versions": {self.store.current: model},
+                "refs": {self.store.current: 0},
+                "peak": self.store.peak,
+            },
+            "queue": waiting,
+            "counters": dict(self.counters),
+            "dispatched": self.dispatched,
+            "elapsed": self.now(),
+            "exclusion": self.exclusion.state_dict(),
+            "rule": self.job.rule.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        x0 = {"x": self.store.model}
+        for version, x in state["store"]["versions"].items():
+            require_layout({"x": x}, x0, f"checkpoint: model version {version}")
+        self.store.load_state_dict(state["store"])
+        self.queue = deque(int(c) for c in state["queue"])
+        self.counters = {k: int(state["counters"][k]) for k in self.counters}
+        self.dispatched = int(state["dispatched"])
+        self.start = time.perf_counter() - float(state["elapsed"])
+        self.exclusion.load_state_dict(state["exclusion"])
+        self.job.rule.load_state_dict(state["rule"])
 
     # ------------------------------------------------------------------ messages
     def dispatch(self) -> None:
@@ -139,7 +237,7 @@ class _AsyncRun:
                 continue
             busy[self.owner[client]] += 1
             version = self.store.acquire()
-            epochs = self._epochs(client) if self._epochs is not None else None
+            epochs = self.job.rule.local_epochs(client)
             config = {
                 "job": self.job.name,
                 "client": client,
@@ -191,24 +289,29 @@ class _AsyncRun:
     def exclude(self, clients: list[int], why: str, timed_out: bool = False) -> None:
         """Dispatch ``clients`` no more: forget their messages in flight; record why."""
         for client in clients:
-            if client in self.excluded:
-                continue
-            self.excluded[client] = why
-            self.history.config["excluded"].append(
-                {"client": client, "node": self.owner[client], "time": self.now(), "reason": why}
-            )
-            log.warning("job %s: client %d excluded: %s", self.job.name, client, why)
-            warnings.warn(
-                f"job {self.job.name!r}: client {client} excluded: {why}",
-                ClientDroppedWarning,
-                stacklevel=2,
-            )
+            if self.exclusion.exclude(client, why):
+                self._excluded(client, why)
+        self._forget_excluded()
+        self.timed_out = timed_out
+
+    def _excluded(self, client: int, why: str) -> None:
+        """Record that ``client`` is excluded (history, log, warning)."""
+        self.history.config["excluded"].append(
+            {"client": client, "node": self.owner[client], "time": self.now(), "reason": why}
+        )
+        log.warning("job %s: client %d excluded: %s", self.job.name, client, why)
+        warnings.warn(
+            f"job {self.job.name!r}: client {client} excluded: {why}",
+            ClientDroppedWarning,
+            stacklevel=3,
+        )
+
+    def _forget_excluded(self) -> None:
         for mid, (client, version, _) in list(self.in_flight.items()):
-            if client in self.excluded:
+            if client in self.exclusion:
                 del self.in_flight[mid]
                 self.store.release(version)
-        self.queue = deque(c for c in self.queue if c not in self.excluded)
-        self.timed_out = timed_out
+        self.queue = deque(c for c in self.queue if c not in self.exclusion)
 
     def lose_node(self, node: int, why: str, timed_out: bool = False) -> None:
         """Exclude every client of a node that is gone."""
@@ -230,28 +333,24 @@ class _AsyncRun:
             return NoProgressError(
                 f"{where}: the grid accepted no message to clients {sorted(self.queue)}"
             )
-        reasons = "; ".join(f"client {c}: {w}" for c, w in sorted(self.excluded.items()))
+        reasons = self.exclusion.summary(limit=self.problem.n_clients)
         error = ReplyTimeoutError if self.timed_out else NoProgressError
         return error(f"{where}: no client can make progress, every client is excluded: {reasons}")
 
     # ------------------------------------------------------------------ updates
-    def evaluate(self) -> None:
-        row = {"step": self.store.current, "time": self.now(), **self.counters}
-        row.update(self.trainer.evaluate(self.store.model))
-        self.history.record(row)
-
     def arrive(self, reply: Any, client: int, version: int) -> None:
         """Check and apply one reply; log it; release its version; queue the client again, or
-        exclude it (its node is gone, or ``max_failures`` faulty replies in a row)."""
+        exclude it (its node is gone, or too many faulty replies in a row: the
+        :class:`~riemfl.federated.exclusion.ExclusionPolicy` of every asynchronous engine)."""
         store, job = self.store, self.job
         self.counters["updates"] += 1
         staleness = store.current - version
         local, why = self._local_model(reply, client, version)
         faulty = why is not None
-        self.failures[client] = self.failures[client] + 1 if faulty else 0
         if why is None and job.max_staleness is not None and staleness > job.max_staleness:
             why = f"staleness {staleness} > max_staleness {job.max_staleness}"
-        stepped = False
+        if not faulty:
+            self.exclusion.succeeded(client)
         if why is None:
             arrival = Arrival(
                 client,
@@ -265,7 +364,6 @@ class _AsyncRun:
             new = job.rule.apply(self.manifold, arrival)
             if new is not None:
                 store.advance(new)
-                stepped = True
         else:
             self.counters["dropped"] += 1
             if faulty:  # recorded in History.warnings, as on every engine
@@ -286,49 +384,13 @@ class _AsyncRun:
         store.release(version)
         if node_lost(reply):
             self.lose_node(self.owner[client], why)
-        elif self.failures[client] >= job.max_failures:
-            self.exclude([client], f"{self.failures[client]} faulty replies in a row; last: {why}")
+            return
+        excluded = self.exclusion.failed(client, why) if faulty else None
+        if excluded is not None:
+            self._excluded(client, excluded)
+            self._forget_excluded()
         else:
             self.queue.append(client)
-        every = job.options.record_every
-        if stepped and every and store.current % every == 0:
-            self.evaluate()
-
-    def run(self) -> AsyncHistory:
-        job = self.job
-        self.evaluate()  # row 0, as every engine records it (RunOptions.record_every)
-        self.dispatch()
-        poller = Poller(job.max_poll)
-        while self.store.current < job.steps:
-            self.expire()
-            if not self.in_flight:
-                raise self.no_progress()
-            replies = list(self.grid.pull_messages(list(self.in_flight)))
-            if not replies:
-                poller.wait()
-                continue
-            poller.reset()
-            for reply in replies:
-                key = reply.metadata.reply_to_message_id
-                if key not in self.in_flight:  # e.g. from a node excluded meanwhile
-                    continue
-                client, version, _ = self.in_flight.pop(key)
-                if self.store.current < job.steps:
-                    self.arrive(reply, client, version)
-                else:  # arrived with others after the last step: not applied
-                    self.late(reply, client, version)
-            raise_deferred()  # the server steps' deferred checks (riemfl.checks): one read
-            if self.store.current < job.steps:
-                self.dispatch()
-        self.drain()
-        h = self.history
-        h.peak_versions = self.store.peak
-        output = getattr(job.rule, "output", None)  # e.g. an SWA average (AsyncManifold)
-        h.final_point = output(self.store.model) if callable(output) else self.store.model
-        last_recorded = h.metrics["step"][-1] if h.metrics else None
-        if last_recorded != self.store.current:  # the last step's row
-            self.evaluate()
-        return h
 
     def late(self, reply: Any, client: int, version: int) -> None:
         """A reply after the last server step: not applied; its version released. One that
@@ -338,12 +400,13 @@ class _AsyncRun:
             self.lose_node(self.owner[client], reply_error(reply))
 
     def drain(self) -> None:
-        """Wait (up to ``drain_timeout``) for the replies still in flight; handle each with
-        :meth:`late`."""
+        """Wait (up to ``drain_timeout``) for the replies still in flight, the ones pulled but
+        not handled included; handle each with :meth:`late`."""
         deadline = time.monotonic() + self.job.drain_timeout
         poller = Poller(self.job.max_poll)
         while self.in_flight and time.monotonic() < deadline:
-            got = list(self.grid.pull_messages(list(self.in_flight)))
+            got = [*self.arrived, *self.grid.pull_messages(list(self.in_flight))]
+            self.arrived.clear()
             for reply in got:
                 key = reply.metadata.reply_to_message_id
                 if key in self.in_flight:  # not forgotten with an excluded node
@@ -365,8 +428,8 @@ class _AsyncRun:
         self.in_flight.clear()
 
 
-def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistory:
-    """Run ``job`` over ``grid`` with the registered ``nodes``; return its :class:`AsyncHistory`.
+def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> History:
+    """Run ``job`` over ``grid`` with the registered ``nodes``; return its :class:`History`.
 
     ``metrics`` holds the global model's loss, optimality gap and gradient norm per evaluated
     server step (``time`` in wall-clock seconds); ``log`` holds one entry per update with its
@@ -382,10 +445,16 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
     """
     problem = job.resolved
     manifold = problem.manifold
-    job.rule.validate(manifold)
-    job.rule.reset(manifold, problem.n_clients)
-    init_rng = SeedStreams(job.options.seed, "async").generator("initial_point")
-    x0 = job.x0 if job.x0 is not None else manifold.random_point(rng=init_rng)
+    rule, options = job.rule, job.options
+    rule.validate(manifold)
+    rule.reset(manifold, problem.n_clients)
+    streams = SeedStreams(options.seed, "async")
+    rule.seed(streams.sequence("rule"))
+    x0 = (
+        job.x0
+        if job.x0 is not None
+        else manifold.random_point(rng=streams.generator("initial_point"))
+    )
     hosting = setup_nodes(
         grid,
         job.name,
@@ -396,4 +465,35 @@ def run_async_job(grid: Any, job: AsyncJob, nodes: Sequence[int]) -> AsyncHistor
         job.registration_timeout,
         max_poll=job.max_poll,
     )
-    return _AsyncRun(grid, job, hosting, x0).run()
+    config = {
+        "rule": rule.describe(),
+        "n_clients": problem.n_clients,
+        "workers": job.workers or problem.n_clients,
+        "node_workers": job.node_workers,
+        "engine": "flower",
+        "job": job.name,
+        "seed": options.seed,
+        "steps": job.steps,
+        "weights": job.weights,
+        "max_staleness": job.max_staleness,
+        "time": "wall-clock seconds since the first dispatch",
+        "max_failures": job.max_failures,
+    }
+    history = History(config={**config, "excluded": []})
+    steps = GridAsyncSteps(grid, job, hosting, x0, history)
+    fingerprint = {
+        **{k: v for k, v in config.items() if k != "steps"},
+        "nodes": len(hosting),
+        "trainer": settings(job.trainer()),
+        "data": data_digest(problem),
+        "x0": data_digest(x0),
+    }
+    spec = EngineSpec(job.steps, label=f"job {job.name}", show=("loss",), columns=("step",))
+    trainer = job.trainer()
+    try:
+        history = run_steps(steps, trainer.evaluate, history, fingerprint, options, spec)
+    finally:
+        steps.drain()
+    history.peak_versions = steps.store.peak
+    summarise_privacy(history, rule.privacy_delta())
+    return history

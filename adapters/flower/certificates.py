@@ -29,9 +29,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from riemfl.adapters.flower.errors import CertificateError
 
-from ...errors import ParameterError
-from .errors import CertificateError
+from riemfl.errors import ParameterError
 
 __all__ = [
     "LOOPBACK_NAMES",

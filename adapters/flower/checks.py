@@ -21,15 +21,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower.errors import ProtocolError
 
-from ...errors import RiemflError
-from ...federated.algorithm import SyncAlgorithm
-from ...federated.async_manifold import BezierEmbedding
-from ...federated.privacy import PrivateAlgorithm
-from ...federated.rfedproj import RFedProj
-from ...federated.tangent import RFedProx, RFedSVRG
-from ...manifolds.base import Manifold
-from .errors import ProtocolError
+from riemfl.errors import RiemflError
+from riemfl.federated.algorithm import SyncAlgorithm
+from riemfl.federated.async_manifold import BezierEmbedding
+from riemfl.federated.privacy import PrivateAlgorithm
+from riemfl.federated.rfedproj import RFedProj
+from riemfl.federated.tangent import RFedProx, RFedSVRG
+from riemfl.manifolds.base import Manifold
 
 __all__ = [
     "UPLOAD_KINDS",

@@ -20,16 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from ...federated.algorithm import ClientContext, SyncAlgorithm
-from ...federated.privacy import PrivateAlgorithm, client_noise
-from ...problems.base import FederatedProblem
-from ._flwr import flwr
-from .errors import ProtocolError
-from .jobs import AsyncJob, Job, SyncJob
-from .node_state import NodeState
-from .secure import Contribution, contribute
-from .wire import (
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.errors import ProtocolError
+from riemfl.adapters.flower.jobs import AsyncJob, Job, SyncJob
+from riemfl.adapters.flower.node_state import NodeState
+from riemfl.adapters.flower.secure import Contribution, contribute
+from riemfl.adapters.flower.wire import (
     check_point_meta,
     check_upload_meta,
     decode,
@@ -40,6 +36,10 @@ from .wire import (
     to_numpy,
     upload_meta,
 )
+
+from riemfl.federated.algorithm import ClientContext, SyncAlgorithm
+from riemfl.federated.privacy import PrivateAlgorithm, client_noise
+from riemfl.problems.base import FederatedProblem
 
 __all__ = ["make_client_app", "hosted_clients", "run_client_rule"]
 
@@ -221,6 +221,25 @@ class _Handlers:
             msg, {**reply, **point_meta(problem.manifold)}, prefixed("upload", uploads)
         )
 
+    def snapshot(self, msg: Any, context: Any) -> Any:
+        """A synchronous job's checkpoint: this node's rows, pending clients and pending rows."""
+        config, _ = decode(msg.content)
+        job: SyncJob = self._job(config, context, SyncJob)
+        rows, pending, pending_rows = NodeState(context.state, job.name).snapshot()
+        reply = {"job": job.name, "pending": pending, **point_meta(job.resolved.manifold)}
+        arrays = {**prefixed("rows", rows), **prefixed("pending", pending_rows)}
+        return self._reply(msg, reply, arrays)
+
+    def restore(self, msg: Any, context: Any) -> Any:
+        """A synchronous job's resume: install the checkpoint's rows of this node's clients."""
+        config, arrays = decode(msg.content)
+        job: SyncJob = self._job(config, context, SyncJob)
+        check_point_meta(job.resolved.manifold, config)
+        state = NodeState(context.state, job.name)
+        pending = [int(c) for c in config["pending"]]
+        state.restore(group("rows", arrays), pending, group("pending", arrays))
+        return self._reply(msg, {"job": job.name, "clients": state.hosted})
+
     def train_async(self, msg: Any, context: Any) -> Any:
         config, arrays = decode(msg.content)
         job: AsyncJob = self._job(config, context, AsyncJob)
@@ -287,7 +306,8 @@ def make_client_app(jobs: JobSource, *, mods: Sequence[Callable] | None = None) 
     -------
     flwr.clientapp.ClientApp
         With handlers ``train.riemfl_setup``, ``train.riemfl_sync``, ``train.riemfl_async``,
-        ``query.riemfl_ping``, and ``train`` (the SecAgg+ stages, behind Flower's
+        ``query.riemfl_ping``, ``query.riemfl_state`` / ``train.riemfl_state`` (a synchronous
+        job's checkpoint and resume), and ``train`` (the SecAgg+ stages, behind Flower's
         ``secaggplus_mod``).
     """
     f = flwr()  # first: without Flower, FlowerNotInstalledError
@@ -300,4 +320,6 @@ def make_client_app(jobs: JobSource, *, mods: Sequence[Callable] | None = None) 
     app.train("riemfl_sync")(handlers.sync)
     app.train("riemfl_async")(handlers.train_async)
     app.query("riemfl_ping")(handlers.ping)
+    app.query("riemfl_state")(handlers.snapshot)
+    app.train("riemfl_state")(handlers.restore)
     return app

@@ -22,22 +22,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower.client import make_client_app
+from riemfl.adapters.flower.errors import ProtocolError
+from riemfl.adapters.flower.jobs import (
+    MAX_FAILURES,
+    REGISTRATION_TIMEOUT,
+    REPLY_TIMEOUT,
+    AsyncJob,
+    ProblemSpec,
+    SyncJob,
+)
+from riemfl.adapters.flower.secure import SecAggSettings
+from riemfl.adapters.flower.server import make_server_app
+from riemfl.adapters.flower.wire import to_numpy
 
-from ...errors import ParameterError
-from ...experiments.registry import (
+from riemfl.errors import ParameterError
+from riemfl.experiments.registry import (
     CURVE_RULE_NAMES,
     PROBLEMS,
     build_algorithm,
     build_async_rule,
 )
-from ...federated.privacy import DPSettings
-from ...federated.run_core import RunOptions
-from .client import make_client_app
-from .errors import ProtocolError
-from .jobs import MAX_FAILURES, REGISTRATION_TIMEOUT, REPLY_TIMEOUT, AsyncJob, ProblemSpec, SyncJob
-from .secure import SecAggSettings
-from .server import make_server_app
-from .wire import to_numpy
+from riemfl.federated.privacy import DPSettings
+from riemfl.federated.run_core import RunOptions
 
 __all__ = [
     "DEFAULTS",
@@ -55,7 +62,10 @@ __all__ = [
 #: phases through Flower's SecAgg+ with the ``secagg-*`` settings (``docs/flower.md``, "Secure
 #: aggregation"; the rule must be sum-only, e.g. ``upload = "tangent"`` for rfedavg);
 #: ``dp-clip > 0`` turns on client-level differential privacy with the ``dp-*`` settings
-#: (:class:`~riemfl.federated.privacy.DPSettings`; ``docs/flower.md``, "Differential privacy")
+#: (:class:`~riemfl.federated.privacy.DPSettings`; ``docs/flower.md``, "Differential privacy");
+#: ``checkpoint`` (a file path on the ServerApp's machine; "" none) saves the job every
+#: ``checkpoint-every`` steps, and a job submitted again with the same file resumes from it
+#: (``resume``; :class:`~riemfl.federated.RunOptions`)
 DEFAULTS: dict[str, Any] = {
     "job": "riemfl",
     "engine": "sync",
@@ -102,6 +112,9 @@ DEFAULTS: dict[str, Any] = {
     "dp-delta": 1e-5,
     "dp-mode": "central",
     "output": "",
+    "checkpoint": "",
+    "checkpoint-every": 10,
+    "resume": True,
 }
 
 _JOBS: dict[tuple, SyncJob | AsyncJob] = {}
@@ -134,12 +147,17 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         data=c["problem-data"] or None,
     )
     problem = spec.build()
-    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step(
+    step = float(c["step-size"]) or PROBLEMS[c["problem"]].default_step_size(
         problem, int(c["local-steps"]), float(c["global-step-size"])
     )
     common = {
         "name": c["job"],
-        "options": RunOptions(seed=int(c["seed"])),
+        "options": RunOptions(
+            seed=int(c["seed"]),
+            checkpoint=c["checkpoint"] or None,
+            checkpoint_every=int(c["checkpoint-every"]),
+            resume=bool(c["resume"]),
+        ),
         "atol": float(c["atol"]),
         "registration_timeout": float(c["registration-timeout"]),
         "reply_timeout": float(c["reply-timeout"]),
@@ -243,7 +261,7 @@ def _write_output(job: Any, result: Any, context: Any) -> None:
     path = _config(context.run_config)["output"]
     if not path:
         return
-    final = getattr(result, "final_point", None)
+    final = result.final_point
     payload = {
         "job": job.name,
         "kind": type(job).__name__,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import MissingDependencyError, ParameterError, RiemflError
+from riemfl.errors import MissingDependencyError, ParameterError, RiemflError
 
 __all__ = [
     "FlowerNotInstalledError",

@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower.jobs import check_positive
+from riemfl.adapters.flower.wire import ASYNC, SYNC, decode, encode
 
-from ...errors import ParameterError
-from .jobs import check_positive
-from .wire import ASYNC, SYNC, decode, encode
+from riemfl.errors import ParameterError
 
 __all__ = ["CorruptReplies", "SecAggDropout", "FAULTS", "NODE_FAULTS", "HANG_FOR"]
 

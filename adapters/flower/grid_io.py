@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._flwr import flwr
-from .errors import NodeRegistrationError, ProtocolError
-from .wire import SETUP, decode, encode, point_meta
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.errors import NodeRegistrationError, ProtocolError
+from riemfl.adapters.flower.wire import SETUP, decode, encode, point_meta
 
 __all__ = [
     "Poller",

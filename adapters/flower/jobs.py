@@ -15,18 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower.errors import NotSumOnlyError, TrainerMismatchError
+from riemfl.adapters.flower.secure import SecAggSettings
 
-from ...errors import ParameterError
-from ...federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
-from ...federated.async_manifold import AsyncManifold, BezierEmbedding
-from ...federated.async_rules import AsyncRule
-from ...federated.curve_local import BezierProblemTrainer
-from ...federated.local import ProblemTrainer
-from ...federated.privacy import DPSettings, PrivateAlgorithm
-from ...federated.run_core import RunOptions
-from ...problems.base import FederatedProblem
-from .errors import NotSumOnlyError, TrainerMismatchError
-from .secure import SecAggSettings
+from riemfl._validation import integer, optional
+from riemfl.errors import ParameterError
+from riemfl.federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
+from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
+from riemfl.federated.async_rules import AsyncRule
+from riemfl.federated.curve_local import BezierProblemTrainer
+from riemfl.federated.local import ProblemTrainer
+from riemfl.federated.privacy import DPSettings, PrivateAlgorithm
+from riemfl.federated.run_core import RunOptions
+from riemfl.problems.base import FederatedProblem
 
 __all__ = [
     "ProblemSpec",
@@ -82,7 +83,7 @@ class ProblemSpec:
     def build(self) -> FederatedProblem:
         """The problem (built once per process and spec, then reused)."""
         if self not in _BUILT:
-            from ...experiments.registry import build_problem
+            from riemfl.experiments.registry import build_problem
 
             _BUILT[self] = build_problem(
                 self.name, clients=self.clients, k=self.k, seed=self.seed, data=self.data
@@ -117,34 +118,22 @@ def check_positive(what: str, value: float) -> float:
     return v
 
 
-def _check_count(what: str, value: int | None, low: int, high: float = math.inf) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or int(value) != value or not low <= value <= high:
-        top = "" if high == math.inf else f"..{int(high)}"
-        raise ParameterError(f"{what} must be an integer in {low}{top}, got {value!r}")
-    return int(value)
-
-
 def _check_options(options: Any) -> None:
-    """A job's options: a :class:`~riemfl.federated.RunOptions` without a checkpoint."""
+    """A job's options: a :class:`~riemfl.federated.RunOptions`."""
     if not isinstance(options, RunOptions):
         raise ParameterError(
             f"options must be a riemfl.federated.RunOptions, got {type(options).__name__}"
         )
-    if options.checkpoint is not None:
-        raise ParameterError(
-            f"options.checkpoint={str(options.checkpoint)!r}: Flower jobs do not write "
-            "checkpoints (a job that dies is run again from the start); expected "
-            "checkpoint=None, or run_sync/run_async in process for a resumable run"
-        )
 
 
-def _check_timeouts(job: Any) -> None:
-    """Check (and convert to float) the job's timeouts and polling interval."""
-    for what in ("registration_timeout", "reply_timeout", "max_poll"):
-        if hasattr(job, what):
-            setattr(job, what, check_positive(what, getattr(job, what)))
+#: a job's waits and polling interval, in seconds (a ping job has no registration)
+TIMEOUTS = ("registration_timeout", "reply_timeout", "max_poll")
+
+
+def _check_timeouts(job: Any, names: tuple[str, ...] = TIMEOUTS) -> None:
+    """Check (and convert to float) the job's timeouts and polling interval ``names``."""
+    for what in names:
+        setattr(job, what, check_positive(what, getattr(job, what)))
 
 
 def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | None:
@@ -160,11 +149,11 @@ def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | Non
         )
     needs_rows = [p for p in range(algorithm.n_phases) if not algorithm.sum_only(p)]
     if needs_rows:
-        name = getattr(algorithm, "name", type(algorithm).__name__)
-        hint = " (use upload='tangent')" if hasattr(algorithm, "upload") else ""
+        hint = algorithm.sum_only_hint()
         raise NotSumOnlyError(
-            f"secure aggregation needs a sum-only rule, but the server step of {name} in "
-            f"phase(s) {needs_rows} needs each upload{hint}; sum-only rules: RFedProj, and "
+            f"secure aggregation needs a sum-only rule, but the server step of {algorithm.name} "
+            f"in phase(s) {needs_rows} needs each upload{f' ({hint})' if hint else ''}; "
+            "sum-only rules: RFedProj, and "
             "RFedAvg / RFedProx / RFedSVRG with upload='tangent'"
         )
     return secagg
@@ -204,8 +193,10 @@ class SyncJob(_Job):
         Communication rounds.
     options : RunOptions, optional
         The run's options, as in ``run_sync``: the seed (initial point, client sampling,
-        mini-batches, noise), ``record_every``, the progress bar and ``on_step``. A checkpoint
-        is refused: Flower jobs are not resumable yet.
+        mini-batches, noise), ``record_every``, the progress bar, ``on_step``, and the
+        checkpoint: the server's state and every client's state rows (asked of the nodes) every
+        ``checkpoint_every`` rounds; a job rerun with ``resume=True`` after its server process
+        died installs them on the nodes and continues as the uninterrupted job would.
     name : str
         Identifies the job in messages and in the nodes' state.
     x0 : array, optional
@@ -281,11 +272,17 @@ class SyncJob(_Job):
             )
         self.secagg = _check_secagg(self.secagg, self.algorithm)
         self._wrap_private()
-        _check_count("steps", self.steps, 0)
+        integer(self.steps, "SyncJob: steps", minimum=0)
         _check_options(self.options)
         problem = self.resolved
-        _check_count("clients_per_round", self.clients_per_round, 1, problem.n_clients)
-        _check_count("batch_size", self.batch_size, 1)
+        optional(
+            integer,
+            self.clients_per_round,
+            "SyncJob: clients_per_round",
+            minimum=1,
+            maximum=problem.n_clients,
+        )
+        optional(integer, self.batch_size, "SyncJob: batch_size", minimum=1)
         if self.batch_size is not None and problem.n_samples is None:
             raise ParameterError(
                 f"{problem.name} has no per-sample losses: batch_size must be None"
@@ -319,8 +316,9 @@ class AsyncJob(_Job):
     options : RunOptions, optional
         The run's options, as in ``run_async``: the seed (initial point, the clients'
         mini-batches), ``record_every`` (evaluate the global model every this many server
-        steps; None: at step 0 and the last step only), the progress bar and ``on_step``. A
-        checkpoint is refused: Flower jobs are not resumable yet.
+        steps; None: at step 0 and the last step only), the progress bar, ``on_step``, and
+        the checkpoint (the server's model, the rule's state, the queue and the exclusions; the
+        messages in flight when the server died are sent again at resume).
     name : str
     x0 : array, optional
     workers : int, optional
@@ -403,15 +401,17 @@ class AsyncJob(_Job):
         if not isinstance(self.rule, AsyncRule):
             raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
         self._check_client_kind()
-        _check_count("steps", self.steps, 0)
+        integer(self.steps, "AsyncJob: steps", minimum=0)
         _check_options(self.options)
         check_step_size("step_size", self.step_size)
         check_local_steps(self.local_steps)
         problem = self.resolved
-        _check_count("workers", self.workers, 1, problem.n_clients)
-        _check_count("max_staleness", self.max_staleness, 0)
-        self.max_failures = _check_count("max_failures", self.max_failures, 1)
-        self.node_workers = _check_count("node_workers", self.node_workers, 1)
+        optional(integer, self.workers, "AsyncJob: workers", minimum=1, maximum=problem.n_clients)
+        optional(integer, self.max_staleness, "AsyncJob: max_staleness", minimum=0)
+        self.max_failures = optional(
+            integer, self.max_failures, "AsyncJob: max_failures", minimum=1
+        )
+        self.node_workers = integer(self.node_workers, "AsyncJob: node_workers", minimum=1)
         if self.weights not in ("samples", "uniform"):
             raise ParameterError(f"weights must be 'samples' or 'uniform', got {self.weights!r}")
         self.atol = check_positive("atol", self.atol)
@@ -422,7 +422,7 @@ class AsyncJob(_Job):
 
     def _check_client_kind(self) -> None:
         """Resolve ``curve`` from the rule; refuse a client that does not fit the rule."""
-        rule, name = self.rule, getattr(self.rule, "name", type(self.rule).__name__)
+        rule, name = self.rule, self.rule.name
         curve_rule = is_curve_rule(rule)
         if isinstance(rule, AsyncManifold) and not curve_rule:
             raise TrainerMismatchError(
@@ -463,7 +463,7 @@ class AsyncJob(_Job):
             return
         for what in ("warmup_steps", "curve_steps"):
             steps = self.local_steps if getattr(self, what) is None else getattr(self, what)
-            setattr(self, what, _check_count(what, steps, 0))
+            setattr(self, what, integer(steps, f"AsyncJob: {what}", minimum=0))
 
     @property
     def upload_shape(self) -> tuple[int, ...]:
@@ -524,8 +524,8 @@ class PingJob:
 
     def __post_init__(self) -> None:
         _check_name(self.name)
-        _check_count("repeats", self.repeats, 1)
-        _check_timeouts(self)
+        integer(self.repeats, "PingJob: repeats", minimum=1)
+        _check_timeouts(self, TIMEOUTS[1:])
 
 
 Job = SyncJob | AsyncJob | PingJob

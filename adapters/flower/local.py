@@ -25,17 +25,23 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..._validation import integer
-from ...errors import ParameterError
-from ._flwr import INSTALL_HINT
-from .certificates import TlsFiles, check_tls_files, write_node_keys, write_tls_files
-from .errors import (
+from riemfl.adapters.flower._flwr import INSTALL_HINT
+from riemfl.adapters.flower.certificates import (
+    TlsFiles,
+    check_tls_files,
+    write_node_keys,
+    write_tls_files,
+)
+from riemfl.adapters.flower.errors import (
     ConnectionRefusedByPeerError,
     FlowerAdapterError,
     FlowerNotInstalledError,
     NodeAuthenticationError,
     NodeRegistrationError,
 )
+
+from riemfl._validation import integer
+from riemfl.errors import ParameterError
 
 __all__ = ["LocalDeployment", "free_port"]
 
@@ -410,7 +416,12 @@ class LocalDeployment:
     def run(self, run_config: Mapping[str, Any], timeout: float = 600.0) -> dict[str, Any]:
         """Submit one run (keys of :data:`~riemfl.adapters.flower.deploy.DEFAULTS`); wait for
         and return its result (:func:`~riemfl.adapters.flower.deploy.load_result`)."""
-        from .deploy import load_result, write_app_project
+        return self.result(*self.submit(run_config), timeout=timeout)
+
+    def submit(self, run_config: Mapping[str, Any]) -> tuple[str, Path]:
+        """Submit one run without waiting for it: its run id and the file its result will be
+        written to (for :meth:`result`)."""
+        from riemfl.adapters.flower.deploy import write_app_project
 
         self._check_alive()
         n_runs = len(list(self.workdir.glob("run-*")))
@@ -419,9 +430,14 @@ class LocalDeployment:
         write_app_project(app, {"min-nodes": self.supernodes, **run_config, "output": str(output)})
         started = self._flwr("run", str(app), CONNECTION, "--format", "json")
         try:
-            run_id = str(json.loads(started.stdout)["run-id"])
+            return str(json.loads(started.stdout)["run-id"]), output
         except (ValueError, KeyError, TypeError) as exc:
             raise self._cli_error("submitting the run (flwr run)", started) from exc
+
+    def result(self, run_id: str, output: Path, timeout: float = 600.0) -> dict[str, Any]:
+        """The result of a submitted run, once it has written it (:meth:`submit`)."""
+        from riemfl.adapters.flower.deploy import load_result
+
         deadline = time.monotonic() + timeout
         next_status = time.monotonic() + 5.0
         while not output.exists():

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from ._flwr import flwr
-from .errors import ProtocolError
-from .wire import to_numpy
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.errors import ProtocolError
+from riemfl.adapters.flower.wire import to_numpy
 
 __all__ = ["NodeState"]
 
@@ -108,6 +107,25 @@ class NodeState:
         """Keep the new rows of ``clients`` until the server accepts them."""
         self._put(self._pending_key, rows)
         self._set_meta(self.hosted, clients)
+
+    def snapshot(self) -> tuple[dict[str, np.ndarray], list[int], dict[str, np.ndarray]]:
+        """The stored rows (leading axis: :attr:`hosted`), the pending clients and their rows
+        (leading axis: :attr:`pending`): everything a checkpoint of the job needs of this node."""
+        return self._arrays(self._rows_key), self.pending, self._arrays(self._pending_key)
+
+    def restore(
+        self,
+        rows: Mapping[str, Any],
+        pending: Sequence[int],
+        pending_rows: Mapping[str, Any],
+    ) -> None:
+        """Install a checkpoint's rows of the :attr:`hosted` clients and its pending rows of
+        ``pending`` (each hosted here) in place of the current ones."""
+        hosted = self.hosted
+        self._positions(hosted, pending, "are pending in the checkpoint but not hosted here")
+        self._put(self._rows_key, rows)
+        self._put(self._pending_key, pending_rows)
+        self._set_meta(hosted, pending)
 
     def commit(self, accepted: Sequence[int]) -> None:
         """Store the pending rows of the ``accepted`` clients; forget the other pending rows."""

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from .errors import FlowerAdapterError
-from .grid_io import exchange, reply_error
-from .jobs import PingJob
-from .wire import PING, encode
+from riemfl.adapters.flower.errors import FlowerAdapterError
+from riemfl.adapters.flower.grid_io import exchange, reply_error
+from riemfl.adapters.flower.jobs import PingJob
+from riemfl.adapters.flower.wire import PING, encode
 
 __all__ = ["PingResult", "run_ping_job"]
 

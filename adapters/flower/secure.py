@@ -58,13 +58,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.checks import check_upload_arrays, upload_verdicts
+from riemfl.adapters.flower.errors import ProtocolError
+from riemfl.adapters.flower.wire import to_numpy
 
-from ..._validation import integer, optional, real
-from ...errors import ParameterError
-from ._flwr import flwr
-from .checks import check_upload_arrays, upload_verdicts
-from .errors import ProtocolError
-from .wire import to_numpy
+from riemfl._validation import integer, optional, real
+from riemfl.errors import ParameterError
 
 __all__ = [
     "SecAggSettings",

@@ -6,13 +6,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import ParameterError
-from ._flwr import flwr
-from .async_server import run_async_job
-from .grid_io import wait_for_nodes
-from .jobs import REGISTRATION_TIMEOUT, AsyncJob, Job, PingJob, SyncJob
-from .ping import run_ping_job
-from .sync_server import run_sync_job
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.async_server import run_async_job
+from riemfl.adapters.flower.grid_io import wait_for_nodes
+from riemfl.adapters.flower.jobs import REGISTRATION_TIMEOUT, AsyncJob, Job, PingJob, SyncJob
+from riemfl.adapters.flower.ping import run_ping_job
+from riemfl.adapters.flower.sync_server import run_sync_job
+
+from riemfl.errors import ParameterError
 
 __all__ = ["make_server_app", "run_job"]
 
@@ -21,7 +22,7 @@ log = logging.getLogger("riemfl.adapters.flower")
 
 def run_job(grid: Any, job: Job, nodes: Sequence[int]) -> Any:
     """Run one job over ``grid``: a :class:`~riemfl.federated.History` (sync), an
-    :class:`~riemfl.federated.AsyncHistory` (async) or a :class:`PingResult`."""
+    :class:`~riemfl.federated.History` (async) or a :class:`PingResult`."""
     if isinstance(job, SyncJob):
         return run_sync_job(grid, job, nodes)
     if isinstance(job, AsyncJob):

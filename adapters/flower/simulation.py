@@ -28,14 +28,19 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..._validation import integer
-from ._flwr import flwr
-from .client import make_client_app
-from .errors import FlowerAdapterError, FlowerNotInstalledError, JobFailedError
-from .jobs import REGISTRATION_TIMEOUT, Job
-from .quiet import quiet_flower
-from .secure import SecAggSettings
-from .server import make_server_app
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.client import make_client_app
+from riemfl.adapters.flower.errors import (
+    FlowerAdapterError,
+    FlowerNotInstalledError,
+    JobFailedError,
+)
+from riemfl.adapters.flower.jobs import REGISTRATION_TIMEOUT, Job
+from riemfl.adapters.flower.quiet import quiet_flower
+from riemfl.adapters.flower.secure import SecAggSettings
+from riemfl.adapters.flower.server import make_server_app
+
+from riemfl._validation import integer
 
 __all__ = ["simulate", "default_backend_config", "ACTOR_FAULT_TOLERANCE", "LOOPBACK"]
 
@@ -198,7 +203,7 @@ def simulate(
     Returns
     -------
     dict
-        ``job.name ->`` History, AsyncHistory or PingResult.
+        ``job.name ->`` History, History or PingResult.
 
     Raises
     ------

@@ -43,22 +43,36 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower.checks import check_upload_arrays, upload_verdicts
+from riemfl.adapters.flower.errors import ProtocolError
+from riemfl.adapters.flower.grid_io import exchange, reply_error, setup_nodes
+from riemfl.adapters.flower.jobs import SyncJob
+from riemfl.adapters.flower.secure import max_weight, secure_sum
+from riemfl.adapters.flower.wire import (
+    RESTORE,
+    SNAPSHOT,
+    SYNC,
+    check_point_meta,
+    decode,
+    encode,
+    group,
+    point_meta,
+    prefixed,
+    to_numpy,
+)
 
-from ...errors import ParameterError, RiemflError
-from ...federated.algorithm import State
-from ...federated.engine import initial_point
-from ...federated.faults import FaultRecorder
-from ...federated.history import METRICS, History
-from ...federated.local import problem_metrics
-from ...federated.privacy import GaussianSum, privatize
-from ...federated.rounds import PhaseReply, RoundSteps
-from ...federated.run_core import EngineSpec, run_steps
-from ...federated.seeds import SeedStreams
-from .checks import check_upload_arrays, upload_verdicts
-from .grid_io import exchange, reply_error, setup_nodes
-from .jobs import SyncJob
-from .secure import max_weight, secure_sum
-from .wire import SYNC, check_point_meta, decode, encode, group, point_meta, prefixed, to_numpy
+from riemfl.errors import ClientFailureError, RiemflError
+from riemfl.federated.algorithm import State
+from riemfl.federated.checkpoint import inconsistent, require_layout
+from riemfl.federated.engine import initial_point
+from riemfl.federated.faults import FaultRecorder
+from riemfl.federated.fingerprint import data_digest, settings
+from riemfl.federated.history import METRICS, History
+from riemfl.federated.local import problem_metrics
+from riemfl.federated.privacy import GaussianSum, privatize, summarise_privacy
+from riemfl.federated.rounds import PhaseReply, RoundSteps
+from riemfl.federated.run_core import EngineSpec, run_steps
+from riemfl.federated.seeds import SeedStreams
 
 __all__ = ["run_sync_job", "GridClients"]
 
@@ -72,10 +86,23 @@ class GridClients:
     job : SyncJob
     hosting : dict of int to list of int
         Node id -> the clients it hosts.
+    rows : dict of arrays
+        The client state of every client at the start (``algorithm.init``; leading axis: the
+        clients), the layout of the client state in a checkpoint.
+
+    Notes
+    -----
+    The executor's state (:meth:`state_dict`) is the client state of every client, which lives
+    on the nodes: a checkpoint asks every node for its rows (``query.riemfl_state``) and a
+    resume installs them on the nodes of the new run (``train.riemfl_state``), so a job whose
+    server process died continues on fresh nodes as if it had not been interrupted.
     """
 
-    def __init__(self, grid: Any, job: Any, hosting: dict[int, list[int]]) -> None:
+    def __init__(
+        self, grid: Any, job: Any, hosting: dict[int, list[int]], rows: dict[str, np.ndarray]
+    ) -> None:
         self.grid, self.job = grid, job
+        self.rows = {k: to_numpy(v) for k, v in rows.items()}
         self.problem = job.resolved
         self.manifold = self.problem.manifold
         self.hosting = hosting
@@ -255,14 +282,125 @@ class GridClients:
         """The next phase-0 message (the new global model) runs ``client_finish`` on them."""
         self.finishing = True
 
+    # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        raise ParameterError(
-            "a Flower job cannot be checkpointed by the server: its clients' state lives on the "
-            "nodes"
+        """Every client's state rows (from the nodes), the rows awaiting the server's verdict,
+        whether the next message finishes a round, and the excluded clients with their reason.
+
+        A node that does not answer is excluded from then on, as after any failed message;
+        its clients keep the rows of its last answer.
+        """
+        live = [node for node in self.hosting if node not in self.lost]
+        contents = {node: encode({"job": self.job.name}) for node in live}
+        group_id = f"{self.job.name}:state"
+        replies = exchange(
+            self.grid, contents, SNAPSHOT, group_id, self.job.reply_timeout, self.job.max_poll
         )
+        pending = {k: [] for k in self.rows}
+        pending_clients: list[int] = []
+        for node, reply in replies.items():
+            why = reply_error(reply)
+            try:
+                config, arrays = decode(reply.content) if why is None else ({}, {})
+                if why is None:
+                    check_point_meta(self.manifold, config)
+                    self._take_snapshot(node, config, arrays, pending, pending_clients)
+            except RiemflError as exc:
+                why = f"malformed reply: {exc}"
+            if why is not None:
+                self.lost[node] = f"node {node} excluded from the job after: {why}"
+        order = np.argsort(pending_clients, kind="stable")
+        return {
+            "clients": dict(self.rows),
+            "pending": [pending_clients[j] for j in order],
+            "pending_rows": {
+                k: (np.concatenate(v)[order] if v else np.zeros((0, *self.rows[k].shape[1:])))
+                for k, v in pending.items()
+            },
+            "finishing": self.finishing,
+            "excluded": sorted(
+                [c, why] for node, why in self.lost.items() for c in self.hosting[node]
+            ),
+        }
+
+    def _take_snapshot(
+        self,
+        node: int,
+        config: dict[str, Any],
+        arrays: dict[str, np.ndarray],
+        pending: dict[str, list[np.ndarray]],
+        pending_clients: list[int],
+    ) -> None:
+        """Copy one node's answer into the server's rows; collect its pending rows."""
+        hosted, waiting = self.hosting[node], [int(c) for c in config["pending"]]
+        if waiting != self.pending[node]:
+            raise ProtocolError(
+                f"node {node} holds pending rows of clients {waiting}; the server expects "
+                f"{self.pending[node]}"
+            )
+        rows = require_layout(
+            group("rows", arrays), {k: v[hosted] for k, v in self.rows.items()}, "node rows"
+        )
+        waiting_rows = require_layout(
+            group("pending", arrays),
+            {k: v[waiting] for k, v in self.rows.items()} if waiting else {},
+            "node pending rows",
+        )
+        for k, v in rows.items():
+            self.rows[k][hosted] = v
+        for k, v in waiting_rows.items():
+            pending[k].append(v)
+        pending_clients.extend(waiting)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state_dict()
+        """Install a checkpoint's client state on the nodes of this run (``train.riemfl_state``).
+
+        Raises
+        ------
+        CheckpointError
+            For rows that do not fit the job's client state.
+        ClientFailureError
+            When a live node does not install them (the run cannot continue as the
+            uninterrupted run would).
+        """
+        self.rows = require_layout(state["clients"], self.rows, "checkpoint: client state")
+        pending = [int(c) for c in state["pending"]]
+        unknown = sorted(set(pending) - set(self.owner))
+        if unknown:
+            raise inconsistent("state key 'executor.pending'", unknown, "hosted clients")
+        fresh = {k: v[pending] for k, v in self.rows.items()}
+        pending_rows = require_layout(state["pending_rows"], fresh, "checkpoint: pending rows")
+        self.finishing = bool(state["finishing"])
+        excluded = {int(c): str(why) for c, why in state["excluded"]}
+        self.lost = {
+            node: excluded[clients[0]]
+            for node, clients in self.hosting.items()
+            if clients and all(c in excluded for c in clients)
+        }
+        self.pending = {
+            node: [c for c in pending if self.owner[c] == node] for node in self.hosting
+        }
+        contents = {}
+        for node, hosted in self.hosting.items():
+            if node in self.lost:
+                continue
+            mine = [j for j, c in enumerate(pending) if self.owner[c] == node]
+            config = {"job": self.job.name, "pending": self.pending[node], **self.meta}
+            arrays = {
+                **prefixed("rows", {k: v[hosted] for k, v in self.rows.items()}),
+                **prefixed("pending", {k: v[mine] for k, v in pending_rows.items()}),
+            }
+            contents[node] = encode(config, arrays)
+        group_id = f"{self.job.name}:restore"
+        replies = exchange(
+            self.grid, contents, RESTORE, group_id, self.job.reply_timeout, self.job.max_poll
+        )
+        failed = {node: why for node, r in replies.items() if (why := reply_error(r)) is not None}
+        if failed:
+            raise ClientFailureError(
+                f"job {self.job.name}: nodes {sorted(failed)} did not install the checkpoint's "
+                f"client state ({'; '.join(sorted(set(failed.values())))})"
+            )
 
 
 def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
@@ -275,7 +413,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     """
     problem, algorithm = job.resolved, job.algorithm
     x0 = job.x0 if job.x0 is not None else initial_point(problem, job.options.seed)
-    server, _ = algorithm.init(problem, x0)
+    server, rows = algorithm.init(problem, x0)
     hosting = setup_nodes(
         grid,
         job.name,
@@ -302,7 +440,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     )
     steps = RoundSteps(
         algorithm,
-        GridClients(grid, job, hosting),
+        GridClients(grid, job, hosting, rows),
         problem,
         server,
         lambda phase: algorithm.upload_shapes(problem, phase),
@@ -316,9 +454,15 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     )
     spec = EngineSpec(job.steps, label=f"job {job.name}", columns=METRICS)
     evaluate = functools.partial(problem_metrics, problem)
-    history = run_steps(steps, evaluate, history, {}, job.options, spec)
-    if job.privacy is not None:
-        history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=job.privacy.delta)
+    fingerprint = {
+        **{k: v for k, v in history.config.items() if k != "steps"},
+        "secagg": None if job.secagg is None else settings(job.secagg),
+        "privacy": None if job.privacy is None else job.privacy.describe(),
+        "data": data_digest(problem),
+        "x0": data_digest(x0),
+    }
+    history = run_steps(steps, evaluate, history, fingerprint, job.options, spec)
+    summarise_privacy(history, None if job.privacy is None else job.privacy.delta)
     return history
 
 

@@ -25,6 +25,10 @@ Message types (``Message.metadata.message_type``):
 ``train.riemfl_sync``   one phase of a synchronous round for the node's participating clients
 ``train.riemfl_async``  one local training of one client from the current global model
 ``query.riemfl_ping``   no work: the node echoes the payload (the messaging cost alone)
+``query.riemfl_state``  a synchronous job's checkpoint: the node answers its clients' state rows
+                        and the rows that await the server's verdict
+``train.riemfl_state``  a synchronous job's resume: the node installs the state rows of a
+                        checkpoint in place of those of its setup
 =====================  ==========================================================================
 """
 
@@ -34,10 +38,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from riemfl.adapters.flower._flwr import flwr
+from riemfl.adapters.flower.errors import ProtocolError
 
-from ...backend import to_numpy as _backend_to_numpy
-from ._flwr import flwr
-from .errors import ProtocolError
+from riemfl.backend import to_numpy as _backend_to_numpy
 
 __all__ = [
     "PROTOCOL",
@@ -66,6 +70,8 @@ SETUP = "train.riemfl_setup"
 SYNC = "train.riemfl_sync"
 ASYNC = "train.riemfl_async"
 PING = "query.riemfl_ping"
+SNAPSHOT = "query.riemfl_state"
+RESTORE = "train.riemfl_state"
 
 
 def to_numpy(a: Any) -> np.ndarray:

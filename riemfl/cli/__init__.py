@@ -2,7 +2,7 @@
 
 Subcommands:
 
-* ``riemfl run PROBLEM --algorithm ALG [--rounds R --local-steps T --step ETA ...]``: one
+* ``riemfl run PROBLEM --algorithm ALG [--steps R --local-steps T --step-size ETA ...]``: one
   federated run; writes ``DIR/history.json``, ``DIR/history.csv`` and ``DIR/history.png``;
   a non-empty ``--out`` is resumed when it holds this run's checkpoint, else refused unless
   ``--overwrite`` (``docs/federated/engine.md``, "The output folder");

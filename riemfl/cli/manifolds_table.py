@@ -48,7 +48,6 @@ def describe(manifold: Manifold, seed: int = 0) -> dict:
         "injectivity_radius": _constant(manifold, "injectivity_radius"),
         "maps": {name: manifold.supports(name)[0] for name in MAPS},
     }
-    record["proximal_smoothness"] = record["reach"]  # the older name of the same constant
     y = manifold.retract(x, u)
     record["retraction_constraint_error"] = manifold.point_violation(y)[1]
     if record["maps"]["exp"] and record["maps"]["log"]:

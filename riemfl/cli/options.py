@@ -153,20 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="\n\n".join(
             [
                 _listing(
-                    "problems (their defaults: step rule, rounds, and the relative |grad f| "
+                    "problems (their defaults: step-size rule, rounds, and the relative |grad f| "
                     "RFedProj reaches with them)",
                     {
-                        k: f"{e.summary}. Defaults: {e.step.describe()}; {e.rounds} rounds; "
+                        k: f"{e.summary}. Defaults: {e.step_size.describe()}; {e.rounds} rounds; "
                         f"|grad f| <= {e.tolerance:g} x initial"
                         for k, e in sorted(PROBLEMS.items())
                     },
                 ),
                 textwrap.fill(
                     f"Default step sizes: eta = c/(max(tau, {tau}) eta_g L) keeps the "
-                    "effective step eta eta_g tau, which Zhang et al. 2024 (Theorem 4.3) bound "
-                    "by a constant over the clients' smoothness L, where it was chosen (about a "
-                    "factor 2 or more below where RFedProj stops converging in trial runs) for "
-                    f"any --local-steps (tau) >= {tau} and --global-step (eta_g); with fewer "
+                    "effective step size eta eta_g tau, which Zhang et al. 2024 (Theorem 4.3) "
+                    "bound by a constant over the clients' smoothness L, where it was chosen "
+                    "(about a factor 2 or more below where RFedProj stops converging in trial "
+                    "runs) for "
+                    f"any --local-steps (tau) >= {tau} and --global-step-size (eta_g); with fewer "
                     f"local steps eta keeps its value at tau = {tau}. rfedavg and rfedprox stop "
                     "at a client-drift floor above 0 on heterogeneous clients. A run whose "
                     "|grad f| (and f - f*) stops improving while above the problem's tolerance "
@@ -195,23 +196,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--engine", choices=("sync", "async"), default="sync", help="which engine")
     r.add_argument(
-        "--rounds",
+        "--steps",
         type=_int_at_least(1),
         default=None,
-        help="communication rounds R >= 1 (async: server steps; default: the problem's, "
-        "listed below)",
+        help="steps R >= 1: communication rounds (sync) or server steps (async); default: "
+        "the problem's, listed below",
     )
     r.add_argument(
         "--local-steps", type=_int_at_least(1), default=DEFAULT_LOCAL_STEPS, help="tau >= 1"
     )
     r.add_argument(
-        "--step",
+        "--step-size",
         type=_positive,
         default=None,
         help="eta > 0 (default: the problem's rule below, from the smoothness L, tau and eta_g)",
     )
     r.add_argument(
-        "--global-step", type=_positive, default=None, help="eta_g (RFedProj only; default 1)"
+        "--global-step-size", type=_positive, default=None, help="eta_g (RFedProj only; default 1)"
     )
     r.add_argument(
         "--mu", type=_nonnegative, default=None, help="proximal weight (RFedProx only; default 1)"

@@ -50,7 +50,7 @@ ASYNC_DEFAULTS: dict[str, Any] = {
 SYNC_ONLY: dict[str, tuple[str, ...] | None] = {
     "clients_per_round": None,
     "grad_tol": None,
-    "global_step": ("rfedproj",),
+    "global_step_size": ("rfedproj",),
     "mu": ("rfedprox",),
     "upload": ("rfedavg", "rfedprox", "rfedsvrg"),
 }
@@ -180,22 +180,22 @@ def run(args: argparse.Namespace) -> int:
     privacy = _privacy(args)
     _require_extras(args, privacy is not None)
     entry = PROBLEMS[args.problem]
-    if args.rounds is None:
-        args.rounds = entry.rounds
+    if args.steps is None:
+        args.steps = entry.rounds
     problem = _build_problem(args)
-    step = args.step
-    if step is None:
-        eta_g = 1.0 if args.global_step is None else args.global_step
-        step = entry.default_step(problem, args.local_steps, eta_g)
+    step_size = args.step_size
+    if step_size is None:
+        eta_g = 1.0 if args.global_step_size is None else args.global_step_size
+        step_size = entry.default_step_size(problem, args.local_steps, eta_g)
     if not sync:
-        trainer, rule, timing = _async_parts(args, problem, step, privacy)
+        trainer, rule, timing = _async_parts(args, problem, step_size, privacy)
         with _output_folder(args) as out:
             return _run_async(args, problem, trainer, rule, timing, out)
     algorithm = build_algorithm(
         args.algorithm,
-        step_size=step,
+        step_size=step_size,
         local_steps=args.local_steps,
-        global_step_size=1.0 if args.global_step is None else args.global_step,
+        global_step_size=1.0 if args.global_step_size is None else args.global_step_size,
         mu=1.0 if args.mu is None else args.mu,
         operators=args.operators,
         upload=args.upload or "point",
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         history = run_sync(
             problem,
             algorithm,
-            args.rounds,
+            args.steps,
             options=_run_options(args, out),
             clients_per_round=args.clients_per_round,
             batch_size=args.batch_size,
@@ -286,7 +286,7 @@ def _run_options(args: argparse.Namespace, out: Path, record_every: int | None =
 
 
 def _async_parts(
-    args: argparse.Namespace, problem: Any, step: float, privacy: Any = None
+    args: argparse.Namespace, problem: Any, step_size: float, privacy: Any = None
 ) -> tuple[Any, Any, Any]:
     """The trainer, server rule and timing model of an asynchronous run (built before the
     output folder, so that their errors leave no folder behind)."""
@@ -325,13 +325,13 @@ def _async_parts(
     if curve:
         trainer = BezierProblemTrainer(
             problem,
-            step,
+            step_size,
             args.local_steps if args.warmup_steps is None else args.warmup_steps,
             args.local_steps if args.curve_steps is None else args.curve_steps,
             batch_size=args.batch_size,
         )
     else:
-        trainer = ProblemTrainer(problem, step, args.local_steps, args.batch_size)
+        trainer = ProblemTrainer(problem, step_size, args.local_steps, args.batch_size)
     return trainer, rule, timing
 
 
@@ -343,7 +343,7 @@ def _run_async(
     history = run_async(
         trainer,
         rule,
-        args.rounds,
+        args.steps,
         workers=args.workers,
         timing=timing,
         options=_run_options(args, out, record_every=args.record_every),

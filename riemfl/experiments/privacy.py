@@ -34,6 +34,7 @@ import numpy as np
 
 from ..federated import DPSettings, RFedAvg, RFedProj, RunOptions, run_sync
 from ..federated.serialise import json_float
+from ..problems.base import Classifier
 from ..progress import ProgressBar
 from .registry import PROBLEMS, build_problem
 from .spread import over_seeds
@@ -68,8 +69,8 @@ class Settings:
 
 #: the rules compared, by label
 RULES = {
-    "RFedProj": lambda step, tau: RFedProj(step, tau),
-    "RFedAvg (tangent)": lambda step, tau: RFedAvg(step, tau, upload="tangent"),
+    "RFedProj": lambda step_size, tau: RFedProj(step_size, tau),
+    "RFedAvg (tangent)": lambda step_size, tau: RFedAvg(step_size, tau, upload="tangent"),
 }
 
 
@@ -79,8 +80,8 @@ def _levels(s: Settings) -> list[float | None]:
 
 
 def _one(problem: Any, rule: str, sigma: float | None, seed: int, s: Settings, rounds: int):
-    step = PROBLEMS[problem.name].default_step(problem)
-    algorithm = RULES[rule](step, s.local_steps)
+    step_size = PROBLEMS[problem.name].default_step_size(problem)
+    algorithm = RULES[rule](step_size, s.local_steps)
     privacy = None if sigma is None else DPSettings(s.clip, sigma, s.delta)
     h = run_sync(
         problem,
@@ -95,7 +96,7 @@ def _one(problem: Any, rule: str, sigma: float | None, seed: int, s: Settings, r
         "epsilon": float(h.epsilon[-1]) if privacy is not None else math.inf,
         "curve": [float(g) for g in h.optimality_gap],
     }
-    if hasattr(problem, "accuracy"):
+    if isinstance(problem, Classifier):
         out["accuracy"] = float(problem.accuracy(h.final_point))
     return out
 

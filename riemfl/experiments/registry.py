@@ -6,35 +6,36 @@ and, for a problem, its default step-size rule, number of rounds and the toleran
 defaults reach.
 
 Default step sizes (:class:`StepRule`). Zhang et al. 2024 (Theorem 4.3, eq. (11)) bound the
-*effective* step :math:`\tilde\eta = \eta\,\eta_g\,\tau` by a constant over the smoothness L of
-the clients' objectives (with :math:`\eta_g` the global and :math:`\tau` the local steps), not
-:math:`\eta` itself: each default is :math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)`, so that
-``--local-steps`` >= 10 and ``--global-step`` leave :math:`\tilde\eta` where it was chosen; with
-fewer local steps :math:`\eta` stays at its value for tau = 10, as the local steps need of
-:math:`\eta` itself (gradient descent on one client, :math:`\eta L < 2`; a retraction step that
-stays where the inverse retraction of the upload is defined: on SPD(3) RFedAvg's clients leave
-that domain at tau = 2 with :math:`\eta` = 0.25, the step that would keep spd-mean's
-:math:`\tilde\eta`). The theory's constant
-(:math:`c \le 1/(24 M_c)`) is far too small to be useful; c comes from trial runs of RFedProj
-(tau = 2 ... 40), about a factor 2 or more below the step at which it stops converging:
+*effective* step size :math:`\tilde\eta = \eta\,\eta_g\,\tau` by a constant over the smoothness L
+of the clients' objectives (with :math:`\eta_g` the global step size and :math:`\tau` the number
+of local steps), not :math:`\eta` itself: each default is
+:math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)`, so that ``--local-steps`` >= 10 and
+``--global-step-size`` leave :math:`\tilde\eta` where it was chosen; with fewer local steps
+:math:`\eta` stays at its value for tau = 10, as the local steps need of :math:`\eta` itself
+(gradient descent on one client, :math:`\eta L < 2`; a retraction step that stays where the
+inverse retraction of the upload is defined: on SPD(3) RFedAvg's clients leave that domain at
+tau = 2 with :math:`\eta` = 0.25, the step size that would keep spd-mean's :math:`\tilde\eta`).
+The theory's constant (:math:`c \le 1/(24 M_c)`) is far too small to be useful; c comes from
+trial runs of RFedProj (tau = 2 ... 40), about a factor 2 or more below the step size at which
+it stops converging:
 
 * kPCA (``kpca-*``): L = :math:`\max_i \lambda_{\max}(A_i^\top A_i)`, the largest client's
-  smoothness, and c = 1 (:math:`\tilde\eta = 1/L`, the step of the descent lemma). On the
+  smoothness, and c = 1 (:math:`\tilde\eta = 1/L`, the step size of the descent lemma). On the
   synthetic data (L = 122) RFedProj converges up to :math:`\tilde\eta \approx 0.016` and
-  oscillates from 0.02 on at tau >= 10 (Zhang et al. 2024's Fig. 6 step 4e-3 was for tau = 5,
-  where the product is 0.02; at the command line's tau = 10 it is 0.04 and the run never
-  converges); on the digits the limit is about 4/L.
+  oscillates from 0.02 on at tau >= 10 (Zhang et al. 2024's Fig. 6 step size 4e-3 was for
+  tau = 5, where the product is 0.02; at the command line's tau = 10 it is 0.04 and the run
+  never converges); on the digits the limit is about 4/L.
 * softmax regression (``logreg-*``): L = :math:`\max_i \beta_i` (:mod:`riemfl.problems.logreg`),
   an upper bound loose enough that c = 20 is stable (from c = 80 the runs stop converging at
   tau = 5; c = 40 still converges).
 * rotation averaging: L = 1 (the chordal objective) and c = 1: eta = 0.1 at tau = 10, where
-  twice the step takes the clients beyond the domain of SO(3)'s polar inverse retraction
+  twice the step size takes the clients beyond the domain of SO(3)'s polar inverse retraction
   (angles below pi/2: ``CutLocusError``).
 * the problems without a smoothness constant (L = 1, c is :math:`\tilde\eta`), from trial runs:
   LRMC 1e-3 (eta = 1e-4 at tau = 10; Zhang et al. 2024 state none, and 5e-3 stalls);
-  spd-mean 0.5 (twice the step takes the clients beyond the domain of SPD's affine-invariant
-  inverse retraction, Y > X/2: ``CutLocusError``); hyperbolic-tree 3 (at 6 the loss stalls 6%
-  above the reference; 1 needs twice the rounds).
+  spd-mean 0.5 (twice the step size takes the clients beyond the domain of SPD's
+  affine-invariant inverse retraction, Y > X/2: ``CutLocusError``); hyperbolic-tree 3 (at 6 the
+  loss stalls 6% above the reference; 1 needs twice the rounds).
 
 The defaults of every problem, with RFedProj, reach the problem's ``tolerance`` on the relative
 gradient norm :math:`\|\operatorname{grad} f(x^R)\| / \|\operatorname{grad} f(x^0)\|` in its
@@ -92,13 +93,13 @@ DEFAULT_LOCAL_STEPS = 10
 
 @dataclass(frozen=True)
 class StepRule:
-    r"""A default local step :math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)` (module docstring;
+    r"""A default local step size :math:`\eta = c / (\max(\tau, 10)\,\eta_g\,L)` (module docstring;
     10 is :data:`DEFAULT_LOCAL_STEPS`).
 
     Attributes
     ----------
     scale : float
-        c, the effective step :math:`\tilde\eta = \eta\,\eta_g\,\tau` times L.
+        c, the effective step size :math:`\tilde\eta = \eta\,\eta_g\,\tau` times L.
     smoothness : callable or None
         ``smoothness(problem) -> L``, the clients' smoothness constant; None for a problem
         without one (L = 1: ``scale`` is then :math:`\tilde\eta` itself, from trial runs).
@@ -111,9 +112,10 @@ class StepRule:
     constant: str = ""
 
     def __call__(
-        self, problem: FederatedProblem, local_steps: int, global_step: float = 1.0
+        self, problem: FederatedProblem, local_steps: int, global_step_size: float = 1.0
     ) -> float:
-        """The step size eta for ``local_steps`` (tau) and the global step ``global_step``.
+        """The step size eta for ``local_steps`` (tau) and the global step size
+        ``global_step_size`` (eta_g).
 
         Raises
         ------
@@ -123,12 +125,12 @@ class StepRule:
         lipschitz = 1.0 if self.smoothness is None else float(self.smoothness(problem))
         if not (math.isfinite(lipschitz) and lipschitz > 0):
             raise DataError(
-                f"problem {problem.name!r}: the default step needs a smoothness L > 0, got "
+                f"problem {problem.name!r}: the default step size needs a smoothness L > 0, got "
                 f"L = {lipschitz} (degenerate data, e.g. all-zero features); pass a step size "
-                "(--step)"
+                "(--step-size)"
             )
         steps = max(local_steps, DEFAULT_LOCAL_STEPS)
-        return self.scale / (steps * global_step * lipschitz)
+        return self.scale / (steps * global_step_size * lipschitz)
 
     def describe(self) -> str:
         """The rule in one line, for ``riemfl run --help``."""
@@ -146,8 +148,8 @@ class ProblemEntry:
     ----------
     build : callable
         ``build(n_clients, k, seed, data, progress) -> FederatedProblem``.
-    step : StepRule
-        The default step size.
+    step_size : StepRule
+        The rule of the default step size (:meth:`default_step_size`).
     default_clients : int
     needs_data : bool
         Whether it reads a data file (``--data``).
@@ -164,7 +166,7 @@ class ProblemEntry:
     """
 
     build: Callable[..., FederatedProblem]
-    step: StepRule
+    step_size: StepRule
     default_clients: int
     needs_data: bool = False
     summary: str = ""
@@ -172,15 +174,15 @@ class ProblemEntry:
     rounds: int = 200
     tolerance: float = 1e-3
 
-    def default_step(
+    def default_step_size(
         self,
         problem: FederatedProblem,
         local_steps: int = DEFAULT_LOCAL_STEPS,
-        global_step: float = 1.0,
+        global_step_size: float = 1.0,
     ) -> float:
         """The default step size eta of ``problem`` for tau = ``local_steps`` and eta_g =
-        ``global_step`` (:class:`StepRule`)."""
-        return self.step(problem, local_steps, global_step)
+        ``global_step_size`` (:class:`StepRule`)."""
+        return self.step_size(problem, local_steps, global_step_size)
 
 
 def _kpca_smoothness(problem: KPCAProblem) -> float:

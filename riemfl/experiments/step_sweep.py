@@ -4,11 +4,11 @@ A sweep runs a grid of step sizes on a *tuning* seed, picks one step size per se
 rule, and reports the chosen step size's run on a second, *held-out* seed, so that the reported
 number is not the one the choice was made on. The rules read only the tuning runs:
 
-* :func:`best_step`: the step size with the fewest uploads to the tolerance
+* :func:`best_step_size`: the step size with the fewest uploads to the tolerance
   (:func:`uploads_to_tolerance`); ties go to the smaller step size; none when no step size
   reaches the tolerance.
-* :func:`largest_stable_step`: the largest step size whose run is stable (:func:`is_stable`);
-  none when no run is.
+* :func:`largest_stable_step_size`: the largest step size whose run is stable
+  (:func:`is_stable`); none when no run is.
 
 "Tolerance" is relative: ``|grad f(x^r)| <= rel_tol |grad f(x^0)|``. A run here is anything with
 the metric columns ``grad_norm``, ``loss`` and ``uplink_matrices`` (a
@@ -21,7 +21,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-__all__ = ["Trace", "uploads_to_tolerance", "is_stable", "best_step", "largest_stable_step"]
+__all__ = [
+    "Trace",
+    "uploads_to_tolerance",
+    "is_stable",
+    "best_step_size",
+    "largest_stable_step_size",
+]
 
 
 class Trace(Protocol):
@@ -70,19 +76,21 @@ def is_stable(run: Trace, rel_tol: float, blocks: int = 10, drop: float = 0.01) 
     return True
 
 
-def best_step(tuning: Mapping[float, Trace], rel_tol: float) -> float | None:
+def best_step_size(tuning: Mapping[float, Trace], rel_tol: float) -> float | None:
     """The step size whose tuning run needs the fewest uploads to the tolerance (ties: the
     smaller step size); None when none reaches it."""
-    scored = sorted((uploads_to_tolerance(run, rel_tol), step) for step, run in tuning.items())
+    scored = sorted(
+        (uploads_to_tolerance(run, rel_tol), step_size) for step_size, run in tuning.items()
+    )
     if not scored or not math.isfinite(scored[0][0]):
         return None
     return scored[0][1]
 
 
-def largest_stable_step(
+def largest_stable_step_size(
     tuning: Mapping[float, Trace], rel_tol: float, blocks: int = 10
 ) -> float | None:
     """The largest step size whose tuning run is stable (:func:`is_stable`); None when none
     is."""
-    stable = [step for step, run in tuning.items() if is_stable(run, rel_tol, blocks)]
+    stable = [step_size for step_size, run in tuning.items() if is_stable(run, rel_tol, blocks)]
     return max(stable) if stable else None

@@ -14,7 +14,7 @@ Asynchronous server rules (:class:`FedAsync`, :class:`FedBuff`, :class:`DCASGD`,
 """
 
 from .algorithm import ClientContext, Operators, SyncAlgorithm
-from .async_engine import AsyncHistory, VersionStore, run_async
+from .async_engine import VersionStore, run_async
 from .async_manifold import (
     AsyncBezier,
     AsyncBezierED,
@@ -59,13 +59,6 @@ from .seeds import SeedStreams
 from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
-ALGORITHMS = {
-    "rfedproj": RFedProj,
-    "rfedavg": RFedAvg,
-    "rfedprox": RFedProx,
-    "rfedsvrg": RFedSVRG,
-}
-
 __all__ = [
     "AsyncBezier",
     "AsyncBezierED",
@@ -80,7 +73,7 @@ __all__ = [
     "DCASGD",
     "Arrival",
     "AsyncFedED",
-    "AsyncHistory",
+    "History",
     "AsyncRule",
     "ExponentialTime",
     "FedAsync",
@@ -103,10 +96,8 @@ __all__ = [
     "run_async",
     "staleness_function",
     "switch_schedule",
-    "ALGORITHMS",
     "ClientContext",
     "ClientDroppedWarning",
-    "History",
     "METRICS",
     "Operators",
     "RFedAvg",

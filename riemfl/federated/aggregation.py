@@ -27,30 +27,53 @@ Which rules are sum-only:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import abc
+from typing import Any
+
+from ..errors import ParameterError
 
 State = dict[str, Any]
 
-__all__ = ["Aggregator", "PlainSum", "server_update"]
+__all__ = ["Aggregator", "PlainSum", "check_aggregator", "server_update"]
 
 
-@runtime_checkable
-class Aggregator(Protocol):
+class Aggregator(abc.ABC):
     """Turns the accepted uploads of a sum-only phase into their sum and number.
 
-    An aggregator may also have ``from_total(total, count, phase) -> (total, count)``: what it
-    does to a sum computed elsewhere (an executor that ran secure aggregation returns only the
-    sum, :attr:`~riemfl.federated.rounds.PhaseReply.total`). One without it (it needs each
-    upload) is refused for such a reply.
+    A subclass implements :meth:`aggregate`. The other members are optional, with neutral
+    defaults: :meth:`from_total` (with :attr:`takes_totals`) for a sum computed elsewhere (an
+    executor that ran secure aggregation returns only the sum,
+    :attr:`~riemfl.federated.rounds.PhaseReply.total`), :meth:`row` for columns of the history.
+    An aggregator with a run state also implements ``state_dict`` / ``load_state_dict``
+    (:class:`~riemfl.federated.run_core.Stateful`) and is checkpointed with the round.
     """
 
+    #: whether :meth:`from_total` acts on a sum computed elsewhere; ``False`` (the default): the
+    #: aggregator needs each upload, and a pre-aggregated reply is refused
+    takes_totals: bool = False
+
+    @abc.abstractmethod
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
         """``({key: sum over the stack}, number of uploads)`` of the stacked ``uploads``."""
-        ...
+
+    def from_total(self, total: State, count: int, phase: int) -> tuple[State, int]:
+        """What the aggregator does to ``total``, the sum of ``count`` uploads computed
+        elsewhere. The default refuses: it needs each upload."""
+        raise ParameterError(
+            f"aggregator {type(self).__name__} needs each upload; it cannot act on a sum "
+            "computed elsewhere (takes_totals is False)"
+        )
+
+    def row(self) -> dict[str, Any]:
+        """Columns added to every recorded row of the history (default: none; a private sum:
+        its ``epsilon``)."""
+        return {}
 
 
-class PlainSum:
+class PlainSum(Aggregator):
     """The sum computed in the server's process, in the clear (the default)."""
+
+    takes_totals = True
 
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
         count = int(next(iter(uploads.values())).shape[0]) if uploads else 0
@@ -59,6 +82,16 @@ class PlainSum:
     def from_total(self, total: State, count: int, phase: int) -> tuple[State, int]:
         """A sum computed elsewhere (secure aggregation), unchanged."""
         return total, count
+
+
+def check_aggregator(aggregator: Any) -> Aggregator:
+    """``aggregator``, after a check that it is an :class:`Aggregator`."""
+    if not isinstance(aggregator, Aggregator):
+        raise ParameterError(
+            f"aggregator must be an instance of riemfl.federated.aggregation.Aggregator (a "
+            f"subclass implementing aggregate), got {type(aggregator).__name__}"
+        )
+    return aggregator
 
 
 def server_update(

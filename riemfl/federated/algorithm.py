@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
@@ -50,9 +51,7 @@ def check_step_size(name: str, value: float, *, allow_zero: bool = False) -> flo
 
 def check_local_steps(value: int) -> int:
     """Return ``value`` as int, or raise :class:`ParameterError` unless an integer >= 1."""
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ParameterError(f"local_steps must be an integer >= 1, got {value!r}")
-    return int(value)
+    return integer(value, "local_steps", minimum=1)
 
 
 @dataclass(frozen=True)
@@ -72,12 +71,12 @@ class Operators:
         if self.kind not in ("exact", "approximate"):
             raise ParameterError(f"operators must be 'exact' or 'approximate', got {self.kind!r}")
 
-    def step(self, manifold: Manifold, x: Array, u: Array) -> Array:
-        """Move from x along u: Exp_x(u) or R_x(u)."""
+    def retract(self, manifold: Manifold, x: Array, u: Array) -> Array:
+        """Move from x along u: Exp_x(u) (exact) or R_x(u) (approximate)."""
         return manifold.exp(x, u) if self.kind == "exact" else manifold.retract(x, u)
 
-    def inverse_step(self, manifold: Manifold, x: Array, y: Array) -> Array:
-        """The inverse of :meth:`step`, the tangent vector at x pointing to y: Log_x(y) or
+    def inverse_retract(self, manifold: Manifold, x: Array, y: Array) -> Array:
+        """The inverse of :meth:`retract`, the tangent vector at x pointing to y: Log_x(y) or
         R_x^{-1}(y)."""
         return manifold.log(x, y) if self.kind == "exact" else manifold.inverse_retract(x, y)
 
@@ -96,8 +95,8 @@ class Operators:
         """Which manifold methods run (for histories: CPU-time claims depend on it)."""
         exact = self.kind == "exact"
         return {
-            "step": "exp" if exact else "retract",
-            "inverse_step": "log" if exact else "inverse_retract",
+            "retract": "exp" if exact else "retract",
+            "inverse_retract": "log" if exact else "inverse_retract",
             "transport": self.transport_name(manifold),
         }
 
@@ -220,6 +219,12 @@ class SyncAlgorithm(abc.ABC):
         run under secure aggregation or with noise added to the sum.
         """
         return False
+
+    def sum_only_hint(self) -> str:
+        """How to configure this rule so that every phase is sum-only, for the message that
+        refuses it under secure aggregation or differential privacy ("" when there is no such
+        setting, the default)."""
+        return ""
 
     def server_step_from_sum(
         self,

@@ -47,6 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._validation import integer, optional
 from ..errors import ClientFailureError, ParameterError
 from ..manifolds.base import Manifold
 from ..manifolds.euclidean import Euclidean
@@ -54,11 +55,13 @@ from .async_manifold import AsyncManifold, BezierEmbedding
 from .async_rules import Arrival, AsyncRule
 from .async_scheduler import WaitingQueue
 from .checkpoint import inconsistent, require_amount, require_count, require_layout
+from .exclusion import ExclusionPolicy
 from .faults import FaultRecorder, failure_reason, upload_problem
 from .fingerprint import data_digest, settings
-from .history import LOG_COLUMNS, AsyncHistory, History
+from .history import LOG_COLUMNS, History
+from .privacy import summarise_privacy
 from .rule_state import has_state
-from .run_core import EngineSpec, RunOptions, Stateful, check_count, run_steps
+from .run_core import EngineSpec, RunOptions, Stateful, run_steps
 from .seeds import SeedStreams
 from .staleness import StalenessPolicy
 from .timing import ProportionalTime, TimingModel
@@ -66,13 +69,10 @@ from .versions import VersionStore
 
 __all__ = [
     "VersionStore",
-    "AsyncHistory",
     "EventLoop",
     "run_async",
     "upload_shape",
     "Evaluates",
-    "SchedulesEpochs",
-    "AveragesOutput",
 ]
 
 
@@ -96,20 +96,6 @@ class InitialParameters(Protocol):
     """A trainer that proposes the initial flat parameter vector of seed ``seed``."""
 
     def initial_parameters(self, seed: int = 0) -> Any: ...
-
-
-@runtime_checkable
-class SchedulesEpochs(Protocol):
-    """A rule that sets each client's number of local epochs (e.g. AsyncFedED)."""
-
-    def local_epochs(self, client: int) -> int: ...
-
-
-@runtime_checkable
-class AveragesOutput(Protocol):
-    """A rule whose output is not the current model itself (e.g. an SWA average)."""
-
-    def output(self, current: Any) -> Any: ...
 
 
 def upload_shape(rule: AsyncRule, point_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -181,7 +167,6 @@ class EventLoop:
         self.w = [float(v) for v in weights]  # Python floats: read once per arrival
         self.mode, self.staleness = mode, staleness
         self.limit = math.inf if max_updates is None else max_updates
-        self.max_failures = max_failures
         self.time_rng = streams.generator("timing")
         self.sched_rng = streams.generator("scheduler")
         self.client_rngs = streams.per_client("clients", self.n)
@@ -196,9 +181,7 @@ class EventLoop:
         self.dispatched = 0
         self.now = 0.0
         self.counters = {"updates": 0, "dropped": 0, "blocked_time": 0.0}
-        self.failures = np.zeros(self.n, dtype=np.int64)  # consecutive, per client
-        self.excluded: dict[int, str] = {}
-        self._epochs = rule.local_epochs if isinstance(rule, SchedulesEpochs) else None
+        self.exclusion = ExclusionPolicy(self.n, max_failures)
         for key in LOG_COLUMNS:
             history.log.setdefault(key, [])
         self._log = tuple(history.log[key].append for key in LOG_COLUMNS)  # in that order
@@ -210,12 +193,11 @@ class EventLoop:
     def row(self) -> dict[str, Any]:
         self.history.summary["peak_versions"] = self.peak  # rows are where the history is read
         row = {"step": self.store.current, "time": self.now, **self.counters}
-        extra = getattr(self.rule, "row", None)  # e.g. a private FedBuff's ``epsilon``
-        return row if extra is None else {**row, **extra()}
+        return {**row, **self.rule.row()}
 
     def output(self) -> Any:
         model = self.store.model
-        return self.rule.output(model) if isinstance(self.rule, AveragesOutput) else model
+        return self.rule.output(model)
 
     def advance(self, step: int) -> bool:
         """Process arrivals until server step ``step`` is taken; False if none can be."""
@@ -231,7 +213,7 @@ class EventLoop:
 
     # ------------------------------------------------------------------ events mode
     def _epochs_of(self, client: int) -> int | None:
-        return None if self._epochs is None else self._epochs(client)
+        return self.rule.local_epochs(client)
 
     def _dispatch(self) -> None:
         blocking = self.staleness.kind == "block"
@@ -262,14 +244,14 @@ class EventLoop:
         self._arrive(client, version, self.store.get(version))
         del self.holding[client]
         self.store.release(version)
-        if client not in self.excluded:
+        if client not in self.exclusion:
             batches = self.trainer.num_batches(client, self._epochs_of(client))
             self.queue.push(client, self.now, batches)
         return True
 
     # ------------------------------------------------------------------ theory mode
     def _theory_arrival(self) -> bool:
-        if len(self.excluded) == self.n:
+        if self.exclusion.nobody_left:
             self._no_progress()
         store = self.store
         if not self.window or self.window[-1][0] != store.current:
@@ -277,7 +259,7 @@ class EventLoop:
         client = int(self.sched_rng.integers(self.n))
         version, base = self.window[-1 - int(self.sched_rng.integers(len(self.window)))]
         self.now = float(self.counters["updates"])
-        if client not in self.excluded:
+        if client not in self.exclusion:
             self._arrive(client, version, base)
         self.now = float(self.counters["updates"])  # rows show the updates so far as the time
         return True
@@ -303,7 +285,7 @@ class EventLoop:
         if why is not None:
             self._failed(client, why)
         else:
-            self.failures[client] = 0
+            self.exclusion.succeeded(client)
         weight = self.w[client]
         if applied:
             arrival = Arrival(client, base, local, store.model, staleness, weight, store.current)
@@ -321,19 +303,15 @@ class EventLoop:
         log_applied(applied)
 
     def _failed(self, client: int, why: str) -> None:
-        self.failures[client] += 1
         self.faults.drop(client, why, step=self.store.current, time=self.now)
-        if self.max_failures is not None and self.failures[client] >= self.max_failures:
-            self.excluded[client] = why
+        self.exclusion.failed(client, why)
 
     def _no_progress(self) -> None:
         """Raise when every client is excluded (otherwise running out of events is a stop)."""
-        if len(self.excluded) == self.n:
-            reasons = "; ".join(f"client {c}: {w}" for c, w in sorted(self.excluded.items())[:5])
+        if self.exclusion.nobody_left:
             raise ClientFailureError(
-                f"no client can make progress: all {self.n} clients were excluded after "
-                f"{self.max_failures} consecutive failures at server step {self.store.current} "
-                f"({reasons}{'; ...' if self.n > 5 else ''})"
+                f"no client can make progress: all {self.n} clients were excluded at server "
+                f"step {self.store.current} ({self.exclusion.summary()})"
             )
 
     # ------------------------------------------------------------------ state
@@ -347,8 +325,7 @@ class EventLoop:
             "dispatched": self.dispatched,
             "now": self.now,
             "counters": dict(self.counters),
-            "failures": self.failures.copy(),
-            "excluded": dict(self.excluded),
+            **self.exclusion.state_dict(),
             "rngs": {
                 "time": self.time_rng.bit_generator.state,
                 "scheduler": self.sched_rng.bit_generator.state,
@@ -385,9 +362,9 @@ class EventLoop:
             )
         self._validate_counters(step)
         self._validate_events()
-        for client in (*self.excluded, *self._waiting()):
+        for client in (*self.exclusion.excluded, *self._waiting()):
             self._validate_client("a client of state key 'excluded' or 'queue'", client)
-        require_count("state key 'failures' (smallest)", int(self.failures.min(initial=0)))
+        self.exclusion.validate()
         if isinstance(self.timing, TimingModel):
             self.timing.validate_state("timing", self._drawn())
 
@@ -446,7 +423,7 @@ class EventLoop:
         if self.mode != "events":
             return waiting
         idle = sorted([*waiting, *self.holding])
-        expected = sorted(set(range(self.n)) - set(self.excluded))
+        expected = sorted(set(range(self.n)) - set(self.exclusion.excluded))
         if idle != expected:
             shown = f"each client that is not excluded ({expected}) once, waiting or in flight"
             raise inconsistent("state key 'queue' with 'holding'", idle, shown)
@@ -470,11 +447,7 @@ class EventLoop:
         self.dispatched = int(state["dispatched"])
         self.now = float(state["now"])
         self.counters = {k: type(self.counters[k])(state["counters"][k]) for k in self.counters}
-        failures = np.asarray(state["failures"], dtype=np.int64)
-        if failures.shape != self.failures.shape:
-            raise ValueError(f"failures of {failures.shape} clients; expected {self.n}")
-        self.failures = failures.copy()
-        self.excluded = {int(c): str(w) for c, w in state["excluded"].items()}
+        self.exclusion.load_state_dict(state)
         rngs = state["rngs"]
         self.time_rng.bit_generator.state = rngs["time"]
         self.sched_rng.bit_generator.state = rngs["scheduler"]
@@ -578,8 +551,8 @@ def run_async(
             )
         manifold = Euclidean(*np.shape(x0))
     rule.validate(manifold)
-    steps = check_count("steps", steps)
-    workers = n if workers is None else check_count("workers", workers, 1)
+    steps = integer(steps, "run_async: steps", minimum=0)
+    workers = n if workers is None else integer(workers, "run_async: workers", minimum=1)
     if not 1 <= workers <= n:
         raise ParameterError(f"workers must be in 1..{n}, got {workers!r}")
     if mode not in ("events", "theory"):
@@ -589,8 +562,8 @@ def run_async(
     if staleness_policy == "block" and mode != "events":
         raise ParameterError("staleness_policy='block' needs mode='events'")
     staleness = StalenessPolicy(max_staleness, staleness_policy)
-    max_updates = check_count("max_updates", max_updates, 1, optional=True)
-    max_failures = check_count("max_failures", max_failures, 1, optional=True)
+    max_updates = optional(integer, max_updates, "run_async: max_updates", minimum=1)
+    max_failures = optional(integer, max_failures, "run_async: max_failures", minimum=1)
     timing = ProportionalTime() if timing is None else timing
     if isinstance(timing, TimingModel):
         timing.reset(n)
@@ -598,8 +571,7 @@ def run_async(
         x0 = manifold.random_point(rng=streams.generator("initial_point"))
     w = _weights(trainer, weights)
     rule.reset(manifold, n)
-    if callable(getattr(rule, "seed", None)):
-        rule.seed(streams.sequence("rule"))
+    rule.seed(streams.sequence("rule"))
     config = {
         "rule": rule.describe(),
         "n_clients": n,
@@ -649,6 +621,5 @@ def run_async(
         "x0": data_digest(x0),
     }
     history = run_steps(loop, evaluate, history, fingerprint, options, spec)
-    if "epsilon" in history.metrics:  # a private rule's (FedBuff(privacy=...))
-        history.summary["epsilon"] = history.metrics["epsilon"][-1]
+    summarise_privacy(history, rule.privacy_delta())
     return history

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
@@ -48,6 +49,7 @@ Array = Any
 __all__ = [
     "Arrival",
     "AsyncRule",
+    "DirectionRule",
     "staleness_function",
     "FedAsync",
     "ASGD",
@@ -133,6 +135,8 @@ class AsyncRule(Checkpointable, abc.ABC):
     #: whether the server step reads only the sum of the updates received, never one update
     #: (then it can run under secure aggregation: :mod:`riemfl.federated.aggregation`)
     sum_only: bool = False
+    #: how many arrivals a server step consumes (FedBuff: its buffer's size)
+    buffer_size: int = 1
 
     def __init__(
         self, server_lr: float = 1.0, operators: str = "approximate", staleness: Any = "constant"
@@ -182,6 +186,27 @@ class AsyncRule(Checkpointable, abc.ABC):
     def reset(self, manifold: Manifold, n_clients: int) -> None:  # noqa: B027 - optional hook
         """Clear per-run state (buffers, running averages) before a run."""
 
+    def local_epochs(self, client: int) -> int | None:
+        """The number of local epochs client ``client`` runs next; ``None`` (the default): the
+        trainer's own number. A rule that schedules its clients' work (AsyncFedED) overrides it.
+        """
+        return None
+
+    def output(self, current: Array) -> Array:
+        """The model the run reports, given the server's current model: ``current`` itself (the
+        default), or e.g. a running average of the iterates (SWA)."""
+        return current
+
+    def row(self) -> dict[str, Any]:
+        """Extra columns for every recorded row of the history (the default: none; a private
+        FedBuff: its ``epsilon``)."""
+        return {}
+
+    def privacy_delta(self) -> float | None:
+        r"""The :math:`\delta` at which a private rule's ``epsilon`` column is reported; ``None``
+        (the default) for a rule without differential privacy."""
+        return None
+
     def rate(self, a: Arrival) -> float:
         r""":math:`\eta_g\, w_i\, s(\tau - t)`."""
         return self.server_lr * a.weight * float(self._s(a.staleness))
@@ -193,7 +218,7 @@ class AsyncRule(Checkpointable, abc.ABC):
     # -------------------------------------------------------------- shared geometry
     def update(self, m: Manifold, a: Arrival) -> Array:
         """u: the client's update as a tangent vector at its base point."""
-        return self.operators.inverse_step(m, a.base, a.local)
+        return self.operators.inverse_retract(m, a.base, a.local)
 
     def trusted_update(self, m: Manifold, a: Arrival, u: Array) -> Array:
         """ASGD's direction: u carried to the current model."""
@@ -201,17 +226,30 @@ class AsyncRule(Checkpointable, abc.ABC):
 
     def trusted_position(self, m: Manifold, a: Arrival) -> Array:
         """FedAsync's direction: towards the client's local model from the current one."""
-        return self.operators.inverse_step(m, a.current, a.local)
+        return self.operators.inverse_retract(m, a.current, a.local)
 
     def step(self, m: Manifold, a: Arrival, direction: Array) -> Array:
-        return self.operators.step(m, a.current, self.rate(a) * direction)
+        return self.operators.retract(m, a.current, self.rate(a) * direction)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready parameters (for histories and checkpoint compatibility checks)."""
         return describe_parameters(self)
 
 
-class FedAsync(AsyncRule):
+class DirectionRule(AsyncRule):
+    r"""A rule whose server step is :math:`x^{\tau+1} = R_{x^\tau}(\text{rate}\cdot d)` with a
+    direction d at the current model: FedAsync, ASGD and the OrthoCorrect family. AsyncCurve
+    uses such a rule for its curve's end point (:meth:`direction`)."""
+
+    @abc.abstractmethod
+    def direction(self, manifold: Manifold, a: Arrival) -> Array:
+        r"""The update at the current model :math:`x^\tau` before the rate."""
+
+    def apply(self, manifold: Manifold, a: Arrival) -> Array:
+        return self.step(manifold, a, self.direction(manifold, a))
+
+
+class FedAsync(DirectionRule):
     r"""FedAsync (Xie et al. 2020), "trusted position": mix the local model into the current one.
 
     Euclidean (Licudi 2025 (TR), eq. (4), with mixing weight :math:`\eta_g w_i`): :math:`x^{\tau+1}
@@ -226,15 +264,12 @@ class FedAsync(AsyncRule):
 
     name = "fedasync"
 
-    def apply(self, manifold, a):
-        return self.step(manifold, a, self.direction(manifold, a))
-
     def direction(self, manifold, a):
         """The update at the current model before the rate: towards the local model."""
         return self.trusted_position(manifold, a)
 
 
-class ASGD(AsyncRule):
+class ASGD(DirectionRule):
     r"""Asynchronous SGD (Dean et al. 2012), "trusted update": apply the stale update as is.
 
     Euclidean (Licudi 2025 (TR), eq. (5), with pseudo-gradients): :math:`x^{\tau+1} = x^\tau +
@@ -244,15 +279,12 @@ class ASGD(AsyncRule):
 
     name = "asgd"
 
-    def apply(self, manifold, a):
-        return self.step(manifold, a, self.direction(manifold, a))
-
     def direction(self, manifold, a):
         """The update at the current model before the rate: the transported client update."""
         return self.trusted_update(manifold, a, self.update(manifold, a))
 
 
-class OrthoCorrect(AsyncRule):
+class OrthoCorrect(DirectionRule):
     r"""Orthogonal delay correction (Licudi 2025 (TR), Sec. 3; OrthoDC, Licudi et al. 2025, Alg. 3).
 
     With u the update and g the drift (module docstring), the update *conflicts* with the drift
@@ -295,16 +327,13 @@ class OrthoCorrect(AsyncRule):
         """(alpha, vartheta) for this arrival (constant here; scheduled in :class:`OrthoDyn`)."""
         return self.alpha, self.vartheta
 
-    def apply(self, manifold, a):
-        return self.step(manifold, a, self.direction(manifold, a))
-
     def direction(self, manifold: Manifold, a: Arrival) -> Array:
         r"""The corrected update at the current model (before the rate): the server moves to
         ``R_{x^tau}(rate * direction)``; ``R_{x^tau}(direction)`` is the corrected end point
         (AsyncCurve's :math:`\hat\Theta_i^\tau`)."""
         alpha, vartheta = self.settings(a)
         u = self.update(manifold, a)
-        g = self.operators.inverse_step(manifold, a.base, a.current)
+        g = self.operators.inverse_retract(manifold, a.base, a.current)
         uu = float(manifold.inner(a.base, u, u))
         gg = float(manifold.inner(a.base, g, g))
         if gg > 0:
@@ -325,8 +354,7 @@ def switch_schedule(switch_version: int, before=(0.0, 0.0), after=(1.0, 0.0)):
     """OrthoDyn schedule: ``before`` (OrthoGrad) until server version ``switch_version``, then
     ``after`` (OrthoPos), as (alpha, vartheta) pairs (Licudi 2025 (TR), eq. (16), leaves the
     switching statistic open; a fixed server version is riemfl's simplest choice)."""
-    if int(switch_version) != switch_version or switch_version < 0:
-        raise ParameterError(f"switch_version must be an integer >= 0, got {switch_version!r}")
+    switch_version = integer(switch_version, "switch_schedule: switch_version", minimum=0)
 
     def schedule(a: Arrival) -> tuple[float, float]:
         return before if a.version < switch_version else after
@@ -467,7 +495,7 @@ class DCASGD(AsyncRule):
 
     def apply(self, manifold, a):
         u = self.trusted_update(manifold, a, self.update(manifold, a))
-        drift = -self.operators.inverse_step(manifold, a.current, a.base)  # x^tau - x^t at x^tau
+        drift = -self.operators.inverse_retract(manifold, a.current, a.base)  # x^tau - x^t at x^tau
         pseudo = -u
         lam = self.lambda0
         if self.adaptive:
@@ -544,7 +572,7 @@ class AsyncFedED(AsyncRule):
 
     def apply(self, manifold, a):
         u = self.update(manifold, a)
-        drift = self.operators.inverse_step(manifold, a.base, a.current)
+        drift = self.operators.inverse_retract(manifold, a.base, a.current)
         nu = float(manifold.norm(a.base, u))
         gamma = float(manifold.norm(a.base, drift)) / nu if nu > 0 else math.inf
         if a.version <= self.warmup:  # Licudi et al. 2025, eq. (47): gamma-tilde = gamma for t > 10
@@ -558,16 +586,17 @@ class AsyncFedED(AsyncRule):
         if nu == 0:
             return None
         rate = self.server_lr * a.weight / (gamma + self.eps)
-        return self.operators.step(manifold, a.current, rate * self.trusted_update(manifold, a, u))
+        return self.operators.retract(
+            manifold, a.current, rate * self.trusted_update(manifold, a, u)
+        )
 
 
 def proximal_radius(manifold: Manifold, x: Array) -> float:
     """The radius around x within which P_M is single-valued.
 
-    The manifold's ``local_reach(x)`` (alias ``local_proximal_smoothness``): a local value
-    where the manifold has one (FixedRank, Simplex, SPD, the Poincare ball: manifolds whose
-    uniform reach is 0), else its uniform ``reach`` (alias ``proximal_smoothness``), the
-    default of :meth:`~riemfl.manifolds.base.Manifold.local_reach`.
+    The manifold's ``local_reach(x)``: a local value where the manifold has one (FixedRank,
+    Simplex, SPD, the Poincare ball: manifolds whose uniform reach is 0), else its uniform
+    ``reach``, the default of :meth:`~riemfl.manifolds.base.Manifold.local_reach`.
 
     Raises
     ------
@@ -607,8 +636,7 @@ def require_proximal_radius(owner: str, manifold: Manifold) -> None:
     except NotImplementedError as exc:
         raise ParameterError(
             f"{owner} projects its server step onto the manifold and needs the radius within "
-            "which that projection is unique (reach, alias proximal_smoothness, or "
-            f"local_reach(x), alias local_proximal_smoothness(x)): {exc}"
+            f"which that projection is unique (reach, or local_reach(x)): {exc}"
         ) from None
 
 
@@ -685,9 +713,7 @@ class FedBuff(AsyncRule):
         outside_reach: str = "error",
         privacy: DPSettings | None = None,
     ) -> None:
-        if int(buffer_size) != buffer_size or buffer_size < 1:
-            raise ParameterError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
-        self.buffer_size = int(buffer_size)
+        self.buffer_size = integer(buffer_size, "FedBuff: buffer_size", minimum=1)
         super().__init__(1.0 / self.buffer_size if server_lr is None else server_lr)
         self.staleness_scaling = bool(staleness_scaling)
         if outside_reach not in ("error", "shrink"):
@@ -733,6 +759,9 @@ class FedBuff(AsyncRule):
     def row(self) -> dict[str, Any]:
         """The ``epsilon`` column of a private run (none otherwise)."""
         return {} if self.privacy is None else {"epsilon": self.privacy.epsilon()}
+
+    def privacy_delta(self) -> float | None:
+        return None if self.privacy is None else self.privacy.settings.delta
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..errors import ParameterError
 from ..manifolds.bezier import BezierCurve
 
@@ -45,8 +46,7 @@ def path_losses(
     dict
         ``s`` (the grid), ``curve`` and ``line`` (the losses).
     """
-    if int(n_points) != n_points or n_points < 2:
-        raise ParameterError(f"n_points must be an integer >= 2, got {n_points!r}")
+    n_points = integer(n_points, "path_losses: n_points", minimum=2)
     cp = np.asarray(control_points, dtype=np.float64)
     curve = BezierCurve(cp)
     s = np.linspace(0.0, 1.0, int(n_points))

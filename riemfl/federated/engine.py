@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer
 from ..backend import is_torch
 from ..errors import ParameterError
 from ..problems.base import FederatedProblem
@@ -37,9 +38,9 @@ from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_p
 from .fingerprint import data_digest
 from .history import METRICS, History
 from .local import problem_metrics
-from .privacy import DPSettings, privatize
+from .privacy import DPSettings, privatize, summarise_privacy
 from .rounds import PhaseReply, RoundSteps, sample_round, take_rows
-from .run_core import EngineSpec, RunOptions, check_count, run_steps
+from .run_core import EngineSpec, RunOptions, run_steps
 from .seeds import SeedStreams
 
 __all__ = [
@@ -54,8 +55,7 @@ __all__ = [
 def initial_point(problem: FederatedProblem, seed: int) -> Any:
     """The default starting point of seed ``seed``: shared by every algorithm run on it."""
     rng = SeedStreams(seed).generator("initial_point")
-    like = getattr(problem, "array_like", None)
-    return problem.manifold.random_point(rng=rng, like=like)
+    return problem.manifold.random_point(rng=rng, like=problem.array_like)
 
 
 # --------------------------------------------------------------------------------------- arrays
@@ -284,7 +284,7 @@ def run_sync(
     """
     options = RunOptions() if options is None else options
     seed = options.seed
-    steps = check_count("steps", steps)
+    steps = integer(steps, "run_sync: steps", minimum=0)
     if clients_per_round is not None and not 1 <= clients_per_round <= problem.n_clients:
         raise ParameterError(
             f"clients_per_round must be in 1..{problem.n_clients}, got {clients_per_round!r}"
@@ -294,7 +294,7 @@ def run_sync(
             raise ParameterError(
                 f"{problem.name} has no per-sample losses, so batch_size must be None"
             )
-        check_count("batch_size", batch_size, 1)
+        integer(batch_size, "run_sync: batch_size", minimum=1)
     if privacy is not None:
         algorithm, aggregator = privatize(
             algorithm,
@@ -340,6 +340,5 @@ def run_sync(
     matched = {**fingerprint, "data": data_digest(problem), "x0": data_digest(x0)}
     evaluate = functools.partial(problem_metrics, problem)
     history = run_steps(rounds, evaluate, history, matched, options, spec)
-    if privacy is not None:
-        history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=privacy.delta)
+    summarise_privacy(history, None if privacy is None else privacy.delta)
     return history

@@ -39,7 +39,7 @@ import hashlib
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -47,10 +47,31 @@ from ..errors import ParameterError
 from ._tensors import as_tensor, is_model_part, tensor_to_numpy
 from .serialise import instance_attributes, public_attributes, public_scalars
 
-__all__ = ["data_digest", "settings", "RUN_STATE_ATTRIBUTE"]
+__all__ = ["data_digest", "settings", "Describes", "HasRunState", "run_state_of"]
+
 
 #: The class attribute that lists an object's run-state attributes (not searched).
-RUN_STATE_ATTRIBUTE = "run_state_attributes"
+@runtime_checkable
+class Describes(Protocol):
+    """An object that states its own settings (a rule, an aggregator, a trainer): ``describe()``
+    is what :func:`settings` records for it, in place of its public scalar attributes."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class HasRunState(Protocol):
+    """An object with personal run state (e.g. a trainer's per-client router logits): the
+    attributes named in ``run_state_attributes`` change during a run, so they are neither
+    settings nor data and both :func:`settings` and :func:`data_digest` leave them out."""
+
+    run_state_attributes: tuple[str, ...]
+
+
+def run_state_of(obj: Any) -> tuple[str, ...]:
+    """The names of ``obj``'s run-state attributes (none unless it is :class:`HasRunState`)."""
+    return tuple(obj.run_state_attributes) if isinstance(obj, HasRunState) else ()
+
 
 _VERSION = b"riemfl data digest 1\n"
 _SLAB = 1 << 24  # bytes copied at a time from a non-contiguous array
@@ -130,11 +151,10 @@ def settings(obj: Any, *, exclude: Collection[str] = ()) -> dict[str, Any]:
 
 
 def _settings(obj: Any, exclude: frozenset[str], seen: set[int]) -> dict[str, Any]:
-    state = {*exclude, *getattr(type(obj), RUN_STATE_ATTRIBUTE, ())}
+    state = {*exclude, *run_state_of(obj)}
     out: dict[str, Any] = {"kind": type(obj).__qualname__}
-    describe = getattr(obj, "describe", None)
-    if callable(describe):
-        out.update(describe())
+    if isinstance(obj, Describes):
+        out.update(obj.describe())
     else:
         out.update(public_scalars(obj, exclude=state, sequences=True))
     for name, value in public_attributes(obj, state):
@@ -187,7 +207,7 @@ def _visit(
     if callable(node) and not _from_riemfl(type(node)):
         return []
     seen.add(id(node))
-    state = getattr(type(node), RUN_STATE_ATTRIBUTE, ())
+    state = run_state_of(node)
     return [
         (f"{path}.{name}", name, v) for name, v in instance_attributes(node) if name not in state
     ]

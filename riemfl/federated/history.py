@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import integer, real
 from ..errors import ParameterError
 from ..extras import import_extra
 from .serialise import dump_json, from_json_float, json_float, load_json
 
 __all__ = [
     "History",
-    "AsyncHistory",
     "METRICS",
     "LOG_COLUMNS",
     "MEASURED_COLUMNS",
@@ -256,8 +256,7 @@ class History:
         ParameterError
             When ``factor`` is not a finite number > 1.
         """
-        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 1):
-            raise ParameterError(f"check_divergence: expected a finite factor > 1, got {factor!r}")
+        factor = real(factor, "check_divergence: factor", above=1)
         for name in DIVERGENCE_COLUMNS:
             values = np.asarray(self.metrics.get(name, []), dtype=float)
             if values.size < 2 or not (math.isfinite(values[0]) and values[0] > 0):
@@ -277,7 +276,7 @@ class History:
             entry.update(row=row, value=json_float(value), initial=initial)
             entry["reason"] = (
                 f"the run diverges: {name} = {value:.3e}{where}, more than {factor:g} x its "
-                f"initial {initial:.3e} (try a smaller step size, --step)"
+                f"initial {initial:.3e} (try a smaller step size, --step-size)"
             )
             if entry not in self.warnings:
                 self.warnings.append(entry)
@@ -325,12 +324,9 @@ class History:
         ParameterError
             For a ``window``, ``factor`` or ``floor`` out of range.
         """
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ParameterError(f"check_stall: expected an int window >= 1, got {window!r}")
-        if not (isinstance(factor, (int, float)) and 0 < factor < 1):
-            raise ParameterError(f"check_stall: expected a factor in (0, 1), got {factor!r}")
-        if not (isinstance(floor, (int, float)) and 0 <= floor < 1):
-            raise ParameterError(f"check_stall: expected a floor in [0, 1), got {floor!r}")
+        window = integer(window, "check_stall: window", minimum=1)
+        factor = real(factor, "check_stall: factor", above=0, below=1)
+        floor = real(floor, "check_stall: floor", at_least=0, below=1)
         n = len(self)
         if n <= window + 1:
             return None
@@ -363,7 +359,7 @@ class History:
         entry["reason"] = (
             f"the run stalls: the best {name} of {where}, {best:.3e} ({best / initial:.1e} x "
             f"its initial {initial:.3e}), is not below {factor:g} x the best before them: it "
-            "oscillates or stopped improving (try a smaller step size, --step)"
+            "oscillates or stopped improving (try a smaller step size, --step-size)"
         )
         if entry not in self.warnings:
             self.warnings.append(entry)
@@ -575,7 +571,3 @@ class History:
         """The algorithm's or rule's name (curve labels)."""
         named = self.config.get("algorithm", self.config.get("rule", {}))
         return str(named.get("name", "run")) if isinstance(named, dict) else str(named)
-
-
-#: The name the asynchronous engine's history had before both engines shared one type.
-AsyncHistory = History

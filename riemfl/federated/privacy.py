@@ -50,7 +50,7 @@ from ..backend import ops_for, to_like, to_numpy
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
 from ..problems.base import FederatedProblem
-from .aggregation import Aggregator, PlainSum
+from .aggregation import Aggregator, PlainSum, check_aggregator
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .privacy_accounting import REPLACE_ONE, ClientLevelAccountant
 from .run_core import Stateful
@@ -60,6 +60,7 @@ __all__ = [
     "DPSettings",
     "PrivateAlgorithm",
     "GaussianSum",
+    "summarise_privacy",
     "privatize",
     "noise_streams",
     "client_noise",
@@ -125,6 +126,14 @@ class DPSettings:
 
     def describe(self) -> dict[str, Any]:
         return {**asdict(self), "neighbouring": REPLACE_ONE}
+
+
+def summarise_privacy(history: Any, delta: float | None) -> None:
+    r"""Put a private run's final guarantee in ``history.summary``: ``epsilon`` (the last
+    recorded row's) at ``dp_delta`` = :math:`\delta`. Nothing for a run without differential
+    privacy (``delta`` None)."""
+    if delta is not None:
+        history.summary.update(epsilon=history.metrics["epsilon"][-1], dp_delta=delta)
 
 
 def noise_streams(seed: int) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
@@ -217,7 +226,7 @@ class PrivateAlgorithm(SyncAlgorithm):
     ) -> None:
         if isinstance(algorithm, PrivateAlgorithm):
             raise ParameterError(f"{algorithm.name} is already private")
-        if getattr(algorithm, "privacy_space", None) not in ("tangent", "ambient"):
+        if algorithm.privacy_space not in ("tangent", "ambient"):
             raise ParameterError(
                 f"{algorithm.name}: differential privacy needs a rule that declares its client "
                 "update (privacy_space 'tangent' or 'ambient'); expected rfedproj, or rfedavg, "
@@ -225,12 +234,8 @@ class PrivateAlgorithm(SyncAlgorithm):
             )
         for phase in range(algorithm.n_phases):
             if not algorithm.sum_only(phase):
-                fix = (
-                    "; use upload='tangent' (the clients upload R^{-1}_{x^r}(x_i), whose sum "
-                    "alone the server needs)"
-                    if getattr(algorithm, "upload", None) == "point"
-                    else ""
-                )
+                hint = algorithm.sum_only_hint()
+                fix = f"; {hint}" if hint else ""
                 raise ParameterError(
                     f"{algorithm.name}: differential privacy adds noise to the sum of the "
                     f"uploads, but phase {phase} of its server step needs each upload{fix}"
@@ -324,7 +329,7 @@ class PrivateAlgorithm(SyncAlgorithm):
 
 
 # ------------------------------------------------------------------------------- the aggregator
-class GaussianSum:
+class GaussianSum(Aggregator):
     r"""An aggregator that adds :math:`N(0, \sigma^2C^2)` to every entry of the sum (central
     mode) and accounts every release; ``row()`` gives the ``epsilon`` column.
 
@@ -351,7 +356,7 @@ class GaussianSum:
         inner: Aggregator | None = None,
     ) -> None:
         self.settings = settings
-        self.inner = PlainSum() if inner is None else inner
+        self.inner = PlainSum() if inner is None else check_aggregator(inner)
         self.rng = np.random.default_rng(central_noise)
         self.sampled = settings.mode == "central" and sample_size < population
         self.accountant = ClientLevelAccountant(
@@ -364,13 +369,12 @@ class GaussianSum:
     def from_total(self, total: State, count: int, phase: int) -> tuple[State, int]:
         """The same release on a sum computed elsewhere (secure aggregation: the server never
         sees the uploads; the noise and the accounting are those of :meth:`aggregate`)."""
-        inner = getattr(self.inner, "from_total", None)
-        if inner is None:
+        if not self.inner.takes_totals:
             raise ParameterError(
                 f"GaussianSum: its inner aggregator {type(self.inner).__name__} needs each "
                 "upload, but the executor returned only their sum"
             )
-        return self._release(*inner(total, count, phase))
+        return self._release(*self.inner.from_total(total, count, phase))
 
     def _release(self, total: State, count: int) -> tuple[State, int]:
         """The sum with the central noise; one release accounted."""
@@ -382,6 +386,11 @@ class GaussianSum:
         else:  # every client, or local noise (no amplification: a client knows it took part)
             self.accountant.unsampled(2.0)
         return total, count
+
+    @property
+    def takes_totals(self) -> bool:  # type: ignore[override]
+        """The noise can be added to a sum computed elsewhere when the inner aggregator's can."""
+        return self.inner.takes_totals
 
     def row(self) -> dict[str, Any]:
         return {"epsilon": self.accountant.epsilon()}

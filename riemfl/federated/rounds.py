@@ -36,7 +36,7 @@ import numpy as np
 from ..backend import is_torch
 from ..errors import ClientFailureError, ParameterError
 from ..problems.base import sample_batches
-from .aggregation import Aggregator, PlainSum, server_update
+from .aggregation import Aggregator, PlainSum, check_aggregator, server_update
 from .checkpoint import inconsistent, require_amount, require_count, require_layout
 from .faults import FaultRecorder, row_problems, stack_problem
 from .run_core import Stateful
@@ -229,15 +229,15 @@ class RoundSteps:
         clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.rule, self.executor, self.problem = rule, executor, problem
-        self.manifold = getattr(problem, "manifold", None)
+        self.manifold = problem.manifold
         self.server = server
         self.upload_shapes = upload_shapes
         self.rng, self.faults = rng, faults
         self.clients_per_round, self.batch_size = clients_per_round, batch_size
         self.dtype, self.clock = dtype, clock
-        self.aggregator = PlainSum() if aggregator is None else aggregator
+        self.aggregator = PlainSum() if aggregator is None else check_aggregator(aggregator)
         # uplink in points of the manifold, or in floats for flat vectors (no manifold)
-        self.point_size = math.prod(getattr(self.manifold, "point_shape", (1,)))
+        self.point_size = 1 if self.manifold is None else math.prod(self.manifold.point_shape)
         self.unit = "uplink_matrices" if self.manifold is not None else "uplink_floats"
         self.round = 0
         self.totals = {self.unit: 0.0, "uplink_bytes": 0.0, "cpu_time": 0.0}
@@ -246,8 +246,7 @@ class RoundSteps:
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
         row = {"round": self.round, **self.totals, "participants": self.participants}
-        extra = getattr(self.aggregator, "row", None)  # e.g. a private sum's ``epsilon``
-        return row if extra is None else {**row, **extra()}
+        return {**row, **self.aggregator.row()}
 
     def output(self) -> Any:
         return self.rule.output(self.server)
@@ -336,12 +335,11 @@ class RoundSteps:
                 f"phase {phase} of the rule needs each upload, but the executor returned their "
                 "sum (secure aggregation serves sum-only phases only)"
             )
-        from_total = getattr(self.aggregator, "from_total", None)
-        if from_total is None:  # it needs each upload, which the server never sees
+        if not self.aggregator.takes_totals:  # it needs each upload, which the server never sees
             raise ParameterError(
                 f"the executor aggregated phase {phase} itself; aggregator "
                 f"{type(self.aggregator).__name__} cannot act on uploads the server never sees "
-                "(it has no from_total)"
+                "(its takes_totals is False)"
             )
         total = dict(reply.total or {})
         one = {k: v[None] for k, v in total.items()}
@@ -358,7 +356,7 @@ class RoundSteps:
                 f"round {r}, phase {phase}: the executor's sum has no contributor"
             )
         self.executor.accept(phase, active, served)
-        total, count = from_total(total, len(served), phase)  # e.g. central DP noise
+        total, count = self.aggregator.from_total(total, len(served), phase)  # e.g. DP noise
         self.server = self.rule.server_step_from_sum(
             self.manifold, self.server, phase, message, total, count
         )

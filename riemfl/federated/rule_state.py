@@ -286,7 +286,7 @@ class Checkpointable:
     # ----------------------------------------------------------------- machinery
     def _stateful_helpers(self) -> Iterator[tuple[str, Any]]:
         for name in self._state_helpers:
-            helper = getattr(self, name, None)
+            helper = getattr(self, name)
             if has_state(helper):
                 yield name, helper
 

@@ -64,7 +64,6 @@ __all__ = [
     "RunOptions",
     "EngineSpec",
     "run_steps",
-    "check_count",
 ]
 
 #: Metrics of the current model: ``evaluator(point) -> {"loss": ..., ...}``.
@@ -108,17 +107,6 @@ class Steps(Stateful, Protocol):
             inconsistent`: the field, what it held, what was expected).
         """
         ...
-
-
-def check_count(name: str, value: Any, minimum: int = 0, *, optional: bool = False) -> Any:
-    """``value`` as int, or :class:`ParameterError` unless an integer >= ``minimum``."""
-    if optional and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)

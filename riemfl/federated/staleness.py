@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .._validation import integer, optional
 from ..errors import ParameterError
 
 __all__ = ["StalenessPolicy", "STALENESS_POLICIES"]
@@ -46,17 +47,12 @@ class StalenessPolicy:
             raise ParameterError(
                 f"staleness_policy must be one of {STALENESS_POLICIES}, got {kind!r}"
             )
-        if max_staleness is not None and (
-            isinstance(max_staleness, bool)
-            or int(max_staleness) != max_staleness
-            or max_staleness < 0
-        ):
-            raise ParameterError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
+        bound = optional(integer, max_staleness, "StalenessPolicy: max_staleness", minimum=0)
         if kind == "block" and max_staleness is None:
             raise ParameterError(
                 "staleness_policy='block' needs mode='events' and a max_staleness bound to enforce"
             )
-        self.bound = None if max_staleness is None else int(max_staleness)
+        self.bound = bound
         self.kind = kind
 
     def admits(self, staleness: int) -> bool:

@@ -67,6 +67,14 @@ class _TangentMean(SyncAlgorithm):
     def validate(self, problem: FederatedProblem) -> None:
         self.operators.require(problem.manifold)
 
+    def sum_only_hint(self) -> str:
+        if self.upload == "point":
+            return (
+                "use upload='tangent' (the clients upload R^{-1}_{x^r}(x_i), whose sum alone the "
+                "server needs)"
+            )
+        return ""
+
     def init(self, problem: FederatedProblem, x0: Any) -> tuple[State, State]:
         problem.manifold.check_point(x0)
         return {"x": x0}, {}
@@ -80,7 +88,7 @@ class _TangentMean(SyncAlgorithm):
         if self.upload == "point":
             return {"x": z}
         anchors = ops_for(x, z).broadcast_to(x, z.shape)
-        return {"u": self.operators.inverse_step(manifold, anchors, z)}
+        return {"u": self.operators.inverse_retract(manifold, anchors, z)}
 
     def server_step(
         self, manifold: Manifold, server: State, phase: int, message: State, uploads: State
@@ -88,8 +96,8 @@ class _TangentMean(SyncAlgorithm):
         if not self.sum_only(phase):  # points: the server takes each inverse retraction
             x, locals_ = server["x"], uploads["x"]
             anchors = ops_for(x, locals_).broadcast_to(x, locals_.shape)
-            mean = self.operators.inverse_step(manifold, anchors, locals_).mean(0)
-            return {"x": self.operators.step(manifold, x, mean)}
+            mean = self.operators.inverse_retract(manifold, anchors, locals_).mean(0)
+            return {"x": self.operators.retract(manifold, x, mean)}
         return super().server_step(manifold, server, phase, message, uploads)
 
     def sum_only(self, phase: int) -> bool:
@@ -108,7 +116,7 @@ class _TangentMean(SyncAlgorithm):
         """:math:`R_{x^r}(\\frac1m\\sum_i u_i)` from the sum of the tangent uploads."""
         if not self.sum_only(phase):
             return super().server_step_from_sum(manifold, server, phase, message, total, count)
-        return {"x": self.operators.step(manifold, server["x"], total["u"] / count)}
+        return {"x": self.operators.retract(manifold, server["x"], total["u"] / count)}
 
     def upload_shapes(self, problem: FederatedProblem, phase: int) -> dict[str, tuple[int, ...]]:
         key = "x" if self.upload == "point" else "u"
@@ -170,9 +178,9 @@ class RFedProx(_TangentMean):
         for t in range(self.local_steps):
             direction = ctx.rgrads(z, t)
             if self.mu and t:  # at t = 0 the iterate is the anchor: no pull
-                pull = M.to_tangent(z, op.inverse_step(M, z, anchors))
+                pull = M.to_tangent(z, op.inverse_retract(M, z, anchors))
                 direction = direction - self.mu * pull
-            z = op.step(M, z, -self.step_size * direction)
+            z = op.retract(M, z, -self.step_size * direction)
         return self._local_result(M, x, z), clients
 
 
@@ -256,7 +264,7 @@ class RFedSVRG(_TangentMean):
         z = anchors
         for t in range(self.local_steps):
             correction = op.transport(M, anchors, z, drift) if t else drift
-            z = op.step(M, z, -self.step_size * (ctx.rgrads(z, t) - correction))
+            z = op.retract(M, z, -self.step_size * (ctx.rgrads(z, t) - correction))
         return self._local_result(M, x, z), clients
 
     def server_step_from_sum(

@@ -16,15 +16,14 @@ not have raises :class:`NotImplementedError` with the reason, which the conforma
 
 Constants
 ---------
-``reach`` (alias ``proximal_smoothness``)
+``reach``
     The reach :math:`\hat\gamma` of M: the largest r such that every ambient point a with
     :math:`d(a, M) < r` has a unique nearest point :math:`P_M(a)` on M, i.e. the radius of the
     open tube :math:`U_M(\hat\gamma) = \{a : d(a, M) < \hat\gamma\}` on which the metric
     projection is single-valued. Zhang et al. (NeurIPS 2024, Assumption 2.3) call M
     :math:`\gamma`-proximally smooth and write this radius as :math:`2\gamma`; riemfl stores
-    :math:`\hat\gamma` itself, so their :math:`\gamma` is ``reach / 2``. ``proximal_smoothness``
-    is the older name of the same value.
-``local_reach(x)`` (alias ``local_proximal_smoothness(x)``)
+    :math:`\hat\gamma` itself, so their :math:`\gamma` is ``reach / 2``.
+``local_reach(x)``
     Per point: a radius around x within which every ambient point has a unique nearest point
     on M. It defaults to ``reach`` broadcast to the batch shape of x; families whose uniform
     reach is 0 (open sets, fixed-rank matrices, the simplex, the Poincare ball) give the
@@ -86,35 +85,25 @@ class Manifold(ABC):
 
     @property
     def reach(self) -> float:
-        r"""The reach :math:`\hat\gamma` of M (alias :attr:`proximal_smoothness`).
+        r"""The reach :math:`\hat\gamma` of M (Federer's reach).
 
         The largest r such that every ambient point within distance r of M has a unique
         nearest point on M: the metric projection :math:`P_M` is single-valued on the open tube
         :math:`\{a : d(a, M) < \hat\gamma\}`. This is :math:`2\gamma` for a
-        :math:`\gamma`-proximally smooth M in the sense of Zhang et al. (NeurIPS 2024).
-        ``inf`` for a closed convex set or a linear space.
-
-        A family overrides one of ``reach`` and ``proximal_smoothness`` (a property or a class
-        attribute); the other name then reads it (see :meth:`__init_subclass__`).
+        :math:`\gamma`-proximally smooth M in the sense of Zhang et al. (NeurIPS 2024); the
+        papers call it the proximal smoothness constant. ``inf`` for a closed convex set or a
+        linear space. A family overrides it with a property or a class attribute.
 
         Raises
         ------
         NotImplementedError
-            When M has no positive uniform reach, with the reason (see ``unsupported``; the
-            key ``"reach"``, or ``"proximal_smoothness"`` for subclasses written before the
-            rename).
+            When M has no positive uniform reach, with the reason (see ``unsupported``, key
+            ``"reach"``).
         """
         return self._not_implemented("reach")
 
-    @property
-    def proximal_smoothness(self) -> float:
-        r"""Alias of :attr:`reach`: the radius :math:`\hat\gamma` (:math:`2\gamma` in Zhang et
-        al. 2024) of the tube on which :math:`P_M` is single-valued."""
-        return self.reach
-
     def local_reach(self, x: Array) -> Array:
-        r"""A radius around each point x within which :math:`P_M` is single-valued (alias
-        :meth:`local_proximal_smoothness`).
+        r"""A radius around each point x within which :math:`P_M` is single-valued.
 
         Every ambient point a with :math:`\|a - x\| < \rho(x)` has a unique nearest point on
         M. The default is the uniform :attr:`reach`, broadcast to the batch shape of x (the
@@ -143,10 +132,6 @@ class Manifold(ABC):
         batch = tuple(x.shape[: x.ndim - len(self.point_shape)])
         return ops_for(x).zeros(batch, x) + radius
 
-    def local_proximal_smoothness(self, x: Array) -> Array:
-        """Alias of :meth:`local_reach`."""
-        return self.local_reach(x)
-
     @property
     def diameter(self) -> float:
         r"""Ambient Euclidean diameter :math:`\sup_{x, y \in M}\|x - y\|`."""
@@ -171,14 +156,14 @@ class Manifold(ABC):
 
     # ------------------------------------------------------------------ validation helpers
     def _not_implemented(self, what: str):
-        reason = self.unsupported.get(what) or self.unsupported.get(_OTHER_NAME.get(what, ""))
+        reason = self.unsupported.get(what)
         if reason is None:
             reason = f"{self.name} does not implement {what}"
         raise NotImplementedError(reason)
 
     def supports(self, method: str) -> tuple[bool, str]:
         """Whether ``method`` (e.g. ``"log"``) is available, and if not, why."""
-        reason = self.unsupported.get(method) or self.unsupported.get(_OTHER_NAME.get(method, ""))
+        reason = self.unsupported.get(method)
         if reason is not None:
             return False, reason
         if method == "dist" and type(self)._dist is Manifold._dist:
@@ -221,21 +206,10 @@ class Manifold(ABC):
     _result_checked: dict[str, tuple[int, ...]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give each subclass its own ``_result_checked`` table, and tie the reach names.
-
-        A class that defines only one of ``reach`` / ``proximal_smoothness`` (or of
-        ``local_reach`` / ``local_proximal_smoothness``) gets the other as an alias of it, so
-        that both names give the same value whichever one a family, or a subclass of a
-        family, overrides.
-        """
+        """Give each subclass its own ``_result_checked`` table."""
         super().__init_subclass__(**kwargs)
         if "_result_checked" not in cls.__dict__:
             cls._result_checked = {}
-        for new, old in _REACH_NAMES:
-            own_new, own_old = new in cls.__dict__, old in cls.__dict__
-            if own_new != own_old:
-                target, alias = (new, old) if own_new else (old, new)
-                setattr(cls, alias, _reach_alias(target, is_method=new == "local_reach"))
 
     def _checked_inputs(
         self, method: str, arrays: tuple, roles: tuple[str, ...], verdict: bool = False
@@ -791,24 +765,6 @@ def linalg_errors() -> tuple[type[BaseException], ...]:
     """numpy's and (where loaded) torch's linear-algebra exceptions."""
     torch = sys.modules.get("torch")
     return (np.linalg.LinAlgError,) + ((torch.linalg.LinAlgError,) if torch is not None else ())
-
-
-#: the reach names: (name, older alias); a class that defines one gets the other as an alias
-_REACH_NAMES = (("reach", "proximal_smoothness"), ("local_reach", "local_proximal_smoothness"))
-#: each reach name's other name (both are looked up in ``unsupported``)
-_OTHER_NAME = {**dict(_REACH_NAMES), **{old: new for new, old in _REACH_NAMES}}
-
-
-def _reach_alias(target: str, is_method: bool) -> Any:
-    """A property (or, for the local radius, a method) that reads ``self.<target>``."""
-    if is_method:
-
-        def local(self, x: Array) -> Array:
-            return getattr(self, target)(x)
-
-        local.__doc__ = f"Alias of :meth:`{target}`."
-        return local
-    return property(lambda self: getattr(self, target), doc=f"Alias of :attr:`{target}`.")
 
 
 #: the point axes of a point of ndim d: ``_AXES[d] == tuple(range(-d, 0))``

@@ -25,10 +25,9 @@ class Product(Manifold):
     Every map acts componentwise (the Riemannian Hessian too: the product metric's Levi-Civita
     connection is the factors'); inner products and squared distances add.
 
-    Constants: reach (alias ``proximal_smoothness``) and injectivity radius are the minimum over the
-    factors; the diameter is :math:`\sqrt{\sum_i \mathrm{diam}(M_i)^2}`. Where a factor has
-    only a local reach (an open set, a fixed-rank manifold), :meth:`local_reach`
-    is the minimum of the factors' local values.
+    Constants: reach and injectivity radius are the minimum over the factors; the diameter is
+    :math:`\sqrt{\sum_i \mathrm{diam}(M_i)^2}`. Where a factor has only a local reach (an open
+    set, a fixed-rank manifold), :meth:`local_reach` is the minimum of the factors' local values.
     """
 
     def __init__(self, *manifolds: Manifold) -> None:

@@ -430,6 +430,8 @@ class _LogEuclidean:
 
     unsupported: dict[str, str] = {}
     injectivity_radius = math.inf
+    #: every map is checked through its arguments (none through its result only)
+    result_checked: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -484,6 +486,9 @@ _BW_NO_TRANSPORT = (
 class _BuresWasserstein:
     r"""Bures-Wasserstein maps, written with :math:`\mathcal L_X` (:func:`lyapunov`) and, for log
     and dist, the Cholesky factor :math:`X = R^\top R`."""
+
+    #: every map is checked through its arguments (none through its result only)
+    result_checked: dict[str, tuple[int, ...]] = {}
 
     unsupported = {
         "parallel_transport": _BW_NO_TRANSPORT,
@@ -713,7 +718,7 @@ class SPD(Manifold):
         self._result_checked = {
             **_EVERY_ARGUMENT_FIRST,
             "to_tangent": (0,),
-            **getattr(self._geometry, "result_checked", {}),
+            **self._geometry.result_checked,
         }
         self.unsupported = {**_OPEN_CONE, **self._geometry.unsupported}
 

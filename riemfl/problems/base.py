@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from ..manifolds.base import Manifold
 
 Array = Any
 
-__all__ = ["FederatedProblem", "sample_batches"]
+__all__ = ["Classifier", "FederatedProblem", "sample_batches"]
 
 
 def sample_batches(
@@ -72,6 +72,14 @@ def sample_batches(
     return out
 
 
+@runtime_checkable
+class Classifier(Protocol):
+    """A problem whose model classifies: ``accuracy(x)`` is the fraction of the samples that
+    the model x labels correctly (the logistic regression problem)."""
+
+    def accuracy(self, x: Array) -> float: ...
+
+
 class FederatedProblem(abc.ABC):
     r"""n client objectives f_i on one manifold, with Euclidean-gradient oracles.
 
@@ -91,6 +99,9 @@ class FederatedProblem(abc.ABC):
     smoothness : float or None
         A Lipschitz constant of the Euclidean gradients (kPCA: beta = |stacked A|_2^2), used for
         the papers' step sizes (eta = 1/beta).
+    array_like : array or None
+        An array whose kind, dtype and device a default start point takes (a torch tensor for a
+        problem computed in torch); None: numpy float64.
     """
 
     manifold: Manifold
@@ -98,6 +109,7 @@ class FederatedProblem(abc.ABC):
     n_samples: tuple[int, ...] | None = None
     optimum: float | None = None
     smoothness: float | None = None
+    array_like: Array | None = None
     name: str = "problem"
 
     # ------------------------------------------------------------------ the oracle (subclasses)

@@ -138,12 +138,12 @@ class LRMCProblem(FederatedProblem):
     @classmethod
     def synthetic(
         cls,
+        *,
         d: int = 100,
         T: int = 1000,
         k: int = 2,
         n_clients: int = 10,
         seed: int | np.random.Generator | None = 0,
-        *,
         oversampling: float = 10.0,
     ) -> LRMCProblem:
         r"""The LRMC data of Zhang et al. (2024, App. A.4.2, Figs. 4, 8, 9).

@@ -111,12 +111,12 @@ class RotationAveragingProblem(FederatedProblem):
     @classmethod
     def synthetic(
         cls,
+        *,
         n_clients: int = 10,
         per_client: int = 20,
         noise: float = 0.2,
         heterogeneity: float = 0.3,
         seed: int | np.random.Generator | None = 0,
-        *,
         n: int = 3,
     ) -> RotationAveragingProblem:
         r"""Noisy copies of one rotation, with a bias per client.

@@ -136,12 +136,12 @@ class SPDMeanProblem(FederatedProblem):
     @classmethod
     def synthetic(
         cls,
+        *,
         n_clients: int = 10,
         n: int = 3,
         per_client: int = 20,
         heterogeneity: float = 1.0,
         seed: int | np.random.Generator | None = 0,
-        *,
         spread: float = 0.3,
         metric: str = "affine-invariant",
     ) -> SPDMeanProblem:

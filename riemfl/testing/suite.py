@@ -362,30 +362,20 @@ class ManifoldTests:
         fn = self.hessian_function(np.random.default_rng(data.draw(rst.seeds())))
         checks.check_ehess_to_rhess_gradient(self.manifold, x[0], u[0], fn)
 
-    def test_reach_names_agree(self):
-        """``reach`` and its alias ``proximal_smoothness`` give the same value (or the same
-        refusal), ``local_reach(x)`` and ``local_proximal_smoothness(x)`` the same values, one
-        per point; where the manifold keeps the default ``local_reach``, that is the uniform
-        reach broadcast to the batch shape of x."""
+    def test_local_reach_agrees_with_reach(self):
+        """``local_reach(x)`` gives one positive value per point; where the manifold keeps the
+        default ``local_reach``, that is the uniform ``reach`` broadcast to the batch shape of
+        x."""
         m = self.manifold
         try:
             reach = m.reach
-        except NotImplementedError as exc:
-            with pytest.raises(NotImplementedError) as old:
-                m.proximal_smoothness  # noqa: B018
-            assert str(old.value) == str(exc)
+        except NotImplementedError:
             reach = None
-        else:
-            assert m.proximal_smoothness == reach
         x = m.random_point(self.batch_size, rng=np.random.default_rng(0))
         try:
             local = np.asarray(m.local_reach(x))
         except NotImplementedError as exc:
-            with pytest.raises(NotImplementedError) as old:
-                m.local_proximal_smoothness(x)
-            assert str(old.value) == str(exc)
             pytest.skip(f"{m.name} has no local reach: {exc}")
-        np.testing.assert_array_equal(np.asarray(m.local_proximal_smoothness(x)), local)
         assert local.shape == (self.batch_size,)
         assert np.shape(m.local_reach(x[0])) == ()
         assert np.all(local > 0)

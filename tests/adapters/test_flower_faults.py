@@ -269,7 +269,7 @@ def test_async_faulty_client_is_excluded_after_max_failures(task_identity):
     grid = FakeGrid(nodes(job, mods=[CorruptReplies("complex", COMPLEX, ("complex",))]))
     with pytest.warns(ClientDroppedWarning) as caught:  # every drop warns; the last excludes
         history = run_async_job(grid, job, list(range(NODES)))
-    assert any("2 faulty replies in a row" in str(w.message) for w in caught)
+    assert any("2 faulty updates in a row" in str(w.message) for w in caught)
     assert history.metrics["step"][-1] == 10
     bad = clients_of(COMPLEX)
     assert sorted(excluded(history)) == bad

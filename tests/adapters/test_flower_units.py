@@ -32,7 +32,7 @@ from riemfl.adapters.flower import (  # noqa: E402
     hosted_clients,
     wire,
 )
-from riemfl.adapters.flower.async_server import _AsyncRun  # noqa: E402
+from riemfl.adapters.flower.async_server import GridAsyncSteps  # noqa: E402
 from riemfl.adapters.flower.checks import (  # noqa: E402
     check_control_points,
     check_local_model,
@@ -57,6 +57,7 @@ from riemfl.federated import (  # noqa: E402
     BezierProblemTrainer,
     Embedding,
     FedAsync,
+    History,
     ProblemTrainer,
     RFedAvg,
     RFedProj,
@@ -304,7 +305,7 @@ def test_job_validation():
         SyncJob(KPCA, RFedProj(1e-3), 2, name="a/b")
     with pytest.raises(ParameterError, match="steps"):
         SyncJob(KPCA, RFedProj(1e-3), -1)
-    with pytest.raises(ParameterError, match=r"clients_per_round must be an integer in 1\.\.6"):
+    with pytest.raises(ParameterError, match="clients_per_round must be an integer >= 1 and <= 6"):
         SyncJob(KPCA, RFedProj(1e-3), 2, clients_per_round=7)
     with pytest.raises(ParameterError, match="SyncAlgorithm"):
         SyncJob(KPCA, FedAsync(), 2)
@@ -392,7 +393,7 @@ def test_curve_job_refuses_a_mismatched_client():
         AsyncJob(CENTRES, AsyncManifold(Flat(), 1.0), 4, 0.1)
     with pytest.raises(ParameterError, match="curve must be True, False or None"):
         AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve=1)
-    with pytest.raises(ParameterError, match="curve_steps must be an integer in 0"):
+    with pytest.raises(ParameterError, match="curve_steps must be an integer >= 0"):
         AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve_steps=-1)
     with pytest.raises(ParameterError, match="needs a Euclidean problem"):  # no curved client
         AsyncJob(KPCA, AsyncBezier(KPCA.build().manifold), 4, 1e-3)
@@ -423,7 +424,8 @@ def test_curve_round_trip_node_to_server_checks():
 
     job = AsyncJob(CENTRES, AsyncBezier(CENTRES.manifold), 4, 0.2, 2, name="bezier")
     x = np.full(4, 2.0)
-    run = _AsyncRun(None, job, {1: [0, 1, 2]}, x)
+    history = History(config={"excluded": []})
+    run = GridAsyncSteps(None, job, {1: [0, 1, 2]}, x, history)
     version = run.store.acquire()
     config = {
         "job": "bezier",
@@ -475,7 +477,7 @@ def test_run_config_builds_jobs():
     assert isinstance(job, SyncJob) and isinstance(job.algorithm, RFedProj)
     assert job.steps == 2 and job.batch_size == 3 and job.clients_per_round is None
     # the registry's default for kpca-synthetic at the run config's tau = 5
-    default = PROBLEMS["kpca-synthetic"].default_step(job.resolved, 5)
+    default = PROBLEMS["kpca-synthetic"].default_step_size(job.resolved, 5)
     assert job.algorithm.step_size == default
     assert job.resolved.n_clients == 4
     assert deploy.job_from_run_config({"problem-clients": 4, "steps": 2, "batch-size": 3}) is job

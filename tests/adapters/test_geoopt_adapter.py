@@ -448,8 +448,8 @@ def test_declared_capabilities_follow_what_geoopt_computes_exactly():
     vouched = from_geoopt(geoopt.Sphere(), (4,), exact=["exp", "log", "dist"])
     assert vouched.supports("log")[0]
     assert isinstance(lorentz, FromGeoopt) and lorentz.dim == 3 and sphere.dim == 3
-    with pytest.raises(NotImplementedError, match="proximal_smoothness"):
-        _ = sphere.proximal_smoothness
+    with pytest.raises(NotImplementedError, match="reach"):
+        _ = sphere.reach
 
 
 def test_riemfl_rfedproj_runs_on_a_geoopt_stiefel():
@@ -457,7 +457,7 @@ def test_riemfl_rfedproj_runs_on_a_geoopt_stiefel():
     rng = np.random.default_rng(0)
     blocks = [rng.standard_normal((12, 8)) * (i + 1) ** 0.5 for i in range(4)]
     covs = [b.T @ b for b in blocks]
-    manifold = from_geoopt(geoopt.EuclideanStiefel(), (8, 2), proximal_smoothness=1.0)
+    manifold = from_geoopt(geoopt.EuclideanStiefel(), (8, 2), reach=1.0)
     problem = FunctionProblem(
         manifold,
         [lambda x, c=c: -0.5 * float(np.sum(x * (c @ x))) for c in covs],
@@ -499,7 +499,7 @@ class TestFromGeooptSphere(ManifoldTests):
     """geoopt.Sphere through the kit (log and dist are declared unsupported: their floor)."""
 
     manifold = from_geoopt(
-        geoopt.Sphere(), (4,), proximal_smoothness=1.0, diameter=2.0, injectivity_radius=math.pi
+        geoopt.Sphere(), (4,), reach=1.0, diameter=2.0, injectivity_radius=math.pi
     )
 
     def test_torch_autograd_finite_at_zero(self):
@@ -514,7 +514,7 @@ class TestFromGeooptEuclideanStiefel(ManifoldTests):
     manifold = from_geoopt(
         geoopt.EuclideanStiefel(),
         (5, 2),
-        proximal_smoothness=1.0,
+        reach=1.0,
         diameter=2.0 * math.sqrt(2),
         injectivity_radius=math.pi,
     )

@@ -468,7 +468,7 @@ class TestFromPymanoptSphere(ManifoldTests):
 
     manifold = from_pymanopt(
         pymanopt.manifolds.Sphere(4),
-        proximal_smoothness=1.0,
+        reach=1.0,
         diameter=2.0,
         injectivity_radius=np.pi,
     )

@@ -208,7 +208,7 @@ class TestFromPymanoptSpecialOrthogonal(_FromPymanoptKit):
     configs = (Config("numpy", "float64"),)
     manifold = from_pymanopt(
         pm.SpecialOrthogonalGroup(3, retraction="polar"),
-        proximal_smoothness=np.sqrt(2),
+        reach=np.sqrt(2),
         diameter=2 * np.sqrt(2),
         injectivity_radius=np.sqrt(2) * np.pi,
     )

@@ -8,7 +8,7 @@ import pytest
 
 from riemfl.errors import ParameterError
 from riemfl.federated import RFedAvg, RFedProj, RFedProx, RFedSVRG, RunOptions, run_sync
-from riemfl.federated.aggregation import Aggregator, PlainSum
+from riemfl.federated.aggregation import Aggregator, PlainSum, check_aggregator
 from riemfl.federated.async_rules import FedAsync, FedBuff
 
 TANGENT_RULES = [
@@ -30,7 +30,29 @@ def test_each_rule_declares_which_phases_need_only_the_sum():
     assert isinstance(PlainSum(), Aggregator)
 
 
-class Recording:
+def test_an_aggregator_declares_its_optional_members_with_neutral_defaults():
+    class SumOnly(Aggregator):
+        def aggregate(self, uploads, phase):
+            return PlainSum().aggregate(uploads, phase)
+
+    plain = SumOnly()
+    assert plain.row() == {} and not plain.takes_totals
+    assert PlainSum().takes_totals
+    assert PlainSum().from_total({"x": 1.0}, 2, 0) == ({"x": 1.0}, 2)
+    with pytest.raises(TypeError):  # aggregate is abstract
+        Aggregator()
+
+
+def test_an_object_that_is_not_an_aggregator_is_refused_by_name():
+    class Duck:
+        def aggregate(self, uploads, phase):
+            return uploads, 0
+
+    with pytest.raises(ParameterError, match="Aggregator .*got Duck"):
+        check_aggregator(Duck())
+
+
+class Recording(Aggregator):
     """An aggregator that hands the server the sum and the count, and remembers what it saw."""
 
     def __init__(self, offset: float = 0.0) -> None:

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 import riemfl
 from riemfl.errors import ParameterError
 from riemfl.federated import RunOptions
-from riemfl.federated.async_engine import AsyncHistory, VersionStore, run_async
+from riemfl.federated.async_engine import VersionStore, run_async
 from riemfl.federated.async_rules import ASGD, FedAsync, FedBuff, OrthoStrict
 from riemfl.federated.async_scheduler import WaitingQueue
+from riemfl.federated.history import History
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.timing import ExponentialTime, LogNormalTime, ProportionalTime, TraceTime
 
@@ -240,7 +241,7 @@ def test_history_round_trip_and_staleness_stats(tmp_path, stiefel_trainer):
         timing=ExponentialTime(1.0),
         options=RunOptions(record_every=5),
     )
-    back = AsyncHistory.from_json(h.to_json(tmp_path / "h.json"))
+    back = History.from_json(h.to_json(tmp_path / "h.json"))
     np.testing.assert_equal(back.metrics, h.metrics)
     assert back.log == h.log
     assert h.metrics["step"] == [0.0, 5.0, 10.0]

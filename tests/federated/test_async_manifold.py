@@ -28,7 +28,8 @@ from riemfl.federated import (
     run_async,
     staleness_penalty,
 )
-from riemfl.federated.async_manifold import _first_crossing, chordal_root
+from riemfl.federated.async_manifold import chordal_root
+from riemfl.federated.async_manifold.embedding import _first_crossing
 from riemfl.federated.timing import ExponentialTime
 from riemfl.manifolds.bezier import BezierCurve
 from riemfl.problems.base import FederatedProblem

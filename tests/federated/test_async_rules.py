@@ -239,12 +239,12 @@ def test_asyncfeded_warmup_includes_version_ten():
 
 
 def test_fedbuff_uses_the_local_reach_on_fixed_rank():
-    """FixedRank has no uniform proximal smoothness: FedBuff checks sigma_r(x)/sqrt 2 instead."""
+    """FixedRank has no uniform reach: FedBuff checks sigma_r(x)/sqrt 2 instead."""
     from riemfl.manifolds import FixedRank
 
     m = FixedRank(5, 4, 2)
     x = m.random_point(rng=0)
-    reach = float(m.local_proximal_smoothness(x))
+    reach = float(m.local_reach(x))
     u = m.random_tangent(x, rng=1)
     far = x + (2 * reach / np.linalg.norm(u)) * u  # an update twice the local reach away
     with pytest.raises(ProjectionError, match="proximal-smoothness radius"):

@@ -1,5 +1,5 @@
 """Checkpoints that are consistent, not only intact; the asynchronous fingerprint; a kill inside
-the first checkpoint write; one fault policy on every engine (issue 28).
+the first checkpoint write; one fault policy on every engine.
 
 A checkpoint edited by hand (or by a writer bug) keeps a valid chain hash when it is rewritten
 with the checkpoint module's own writer (:meth:`CheckpointFile.write`): these tests make such
@@ -308,7 +308,7 @@ def test_the_api_starts_afresh_beside_a_leftover_temporary_file(tmp_path):
     assert h.same_results(_sync(tmp_path / "ref.ckpt", 4))
 
 
-CLI_RUN = ["run", "kpca-synthetic", "--algorithm", "rfedavg", "--rounds", "3", "--no-progress"]
+CLI_RUN = ["run", "kpca-synthetic", "--algorithm", "rfedavg", "--steps", "3", "--no-progress"]
 
 
 def _cli_history(out):
@@ -363,14 +363,14 @@ def test_the_cli_refuses_an_async_checkpoint_of_another_local_training(tmp_path,
     from riemfl.cli import main
 
     out = tmp_path / "run"
-    argv = ["run", "kpca-synthetic", "--engine", "async", "--algorithm", "fedbuff", "--rounds",
+    argv = ["run", "kpca-synthetic", "--engine", "async", "--algorithm", "fedbuff", "--steps",
             "3", "--record-every", "1", "--no-progress", "--out", str(out)]  # fmt: skip
-    assert main([*argv, "--step", "1e-3"]) == 0
+    assert main([*argv, "--step-size", "1e-3"]) == 0
     capsys.readouterr()
-    assert main([*argv, "--step", "2e-3"]) == 2
+    assert main([*argv, "--step-size", "2e-3"]) == 2
     err = capsys.readouterr().err
     assert "checkpoint of another run" in err and "step_size" in err, err
-    assert main([*argv, "--step", "1e-3", "--record-every", "2"]) == 2
+    assert main([*argv, "--step-size", "1e-3", "--record-every", "2"]) == 2
     assert "record_every" in capsys.readouterr().err
 
 

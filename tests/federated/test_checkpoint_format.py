@@ -625,11 +625,17 @@ def _kpca_blocks(seed=0):
 
 def test_the_same_data_give_the_same_digest_in_another_process():
     code = "from riemfl.problems import KPCAProblem; from riemfl.federated.fingerprint import "
-    code += "data_digest; print(data_digest(KPCAProblem.synthetic(5, 6, 2, 4, seed=3)))"
+    code += (
+        "data_digest; print(data_digest(KPCAProblem.synthetic(n_clients=5, d=6, k=2, p=4, seed=3)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     other = done.stdout.strip()
-    problem = KPCAProblem.synthetic(5, 6, 2, 4, seed=3)
-    assert data_digest(problem) == other == data_digest(KPCAProblem.synthetic(5, 6, 2, 4, seed=3))
+    problem = KPCAProblem.synthetic(n_clients=5, d=6, k=2, p=4, seed=3)
+    assert (
+        data_digest(problem)
+        == other
+        == data_digest(KPCAProblem.synthetic(n_clients=5, d=6, k=2, p=4, seed=3))
+    )
     assert len(other) == 64 and int(other, 16) >= 0
 
 
@@ -655,7 +661,9 @@ def test_torch_data_of_the_problem_classes_work():
             for s in (0, 0, 1)
         }
         assert len(digests) == 2
-    lrmc = {data_digest(LRMCProblem.synthetic(8, 30, 2, 3, seed=s)) for s in (0, 0, 1)}
+    lrmc = {
+        data_digest(LRMCProblem.synthetic(d=8, T=30, k=2, n_clients=3, seed=s)) for s in (0, 0, 1)
+    }
     assert len(lrmc) == 2
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from riemfl.errors import ClientFailureError, ParameterError
 from riemfl.federated import RFedAvg, RFedProj
-from riemfl.federated.aggregation import PlainSum
+from riemfl.federated.aggregation import Aggregator, PlainSum
 from riemfl.federated.engine import StackedClients, initial_point
 from riemfl.federated.faults import FaultRecorder
 from riemfl.federated.history import History
@@ -78,17 +78,22 @@ def test_a_sum_is_refused_where_it_cannot_serve(stiefel_problem):
     with pytest.raises(ParameterError, match="needs each upload"):
         point_uploads.advance(1)
 
-    class PerUpload:  # e.g. noise added per upload: impossible on a sum it never sees
+    class PerUpload(Aggregator):  # e.g. noise per upload: impossible on a sum it never sees
         def aggregate(self, uploads, phase):
             return PlainSum().aggregate(uploads, phase)
 
     noisy = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=PerUpload())
-    with pytest.raises(ParameterError, match="aggregator PerUpload .*no from_total"):
+    with pytest.raises(ParameterError, match="aggregator PerUpload .*takes_totals is False"):
         noisy.advance(1)
     inner = GaussianSum(DPSettings(1.0, 1.0), 8, 4, 0, inner=PerUpload())
+    assert not inner.takes_totals  # noise on a sum needs an inner aggregator that takes one
     wrapped = steps(stiefel_problem, RFedProj(0.02, 3), Summing, aggregator=inner)
-    with pytest.raises(ParameterError, match="inner aggregator PerUpload needs each upload"):
+    with pytest.raises(ParameterError, match="aggregator GaussianSum .*takes_totals is False"):
         wrapped.advance(1)
+    with pytest.raises(ParameterError, match="inner aggregator PerUpload needs each upload"):
+        inner.from_total({"x": np.zeros(3)}, 1, 0)
+    with pytest.raises(ParameterError, match="aggregator PerUpload needs each upload"):
+        PerUpload().from_total({"x": np.zeros(3)}, 1, 0)
 
 
 @pytest.mark.parametrize(

@@ -107,13 +107,14 @@ def test_the_seed_of_the_options_is_the_runs_seed():
     assert not np.array_equal(a.final_point, c.final_point)
 
 
-def test_flower_jobs_take_the_options_and_refuse_a_checkpoint(tmp_path):
+def test_flower_jobs_take_the_options_unchanged(tmp_path):
     flower = pytest.importorskip("riemfl.adapters.flower")
     problem, options = _problem(), RunOptions(seed=7, record_every=3)
     job = flower.SyncJob(problem, RFedProj(1e-2, 2), 4, options=options)
     assert job.options is options
-    with pytest.raises(ParameterError, match="Flower jobs do not write checkpoints"):
-        flower.SyncJob(problem, RFedProj(1e-2, 2), 4, options=RunOptions(checkpoint=tmp_path))
+    saved = RunOptions(checkpoint=tmp_path / "job.ckpt", checkpoint_every=2, resume=True)
+    assert flower.SyncJob(problem, RFedProj(1e-2, 2), 4, options=saved).options is saved
+    assert flower.AsyncJob(problem, FedBuff(2), 4, 1e-2, options=saved).options is saved
     with pytest.raises(ParameterError, match="options must be a riemfl.federated.RunOptions"):
         flower.AsyncJob(problem, FedBuff(2), 4, 1e-2, options={"seed": 1})
 

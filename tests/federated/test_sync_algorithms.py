@@ -190,7 +190,7 @@ class _UnitColumns(Manifold):
         self.name = f"UnitColumns({n}, {p})"
 
     dim = property(lambda self: (self.point_shape[0] - 1) * self.point_shape[1])
-    proximal_smoothness = 1.0
+    reach = 1.0
     diameter = property(lambda self: 2.0 * np.sqrt(self.point_shape[1]))
     injectivity_radius = np.pi
 
@@ -248,8 +248,8 @@ def test_operators_record_which_transport_ran():
     assert Operators("exact").names(riemfl.Sphere(4))["transport"] == "parallel_transport"
     assert Operators("exact").names(riemfl.Stiefel(4, 2))["transport"] == "transport"
     assert Operators("approximate").names(riemfl.Sphere(4)) == {
-        "step": "retract",
-        "inverse_step": "inverse_retract",
+        "retract": "retract",
+        "inverse_retract": "inverse_retract",
         "transport": "transport",
     }
 

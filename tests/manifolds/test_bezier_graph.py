@@ -30,16 +30,16 @@ def test_quadratic_reach_is_the_vertex_radius_of_curvature():
     curve = BezierCurve(np.array([[0.0, 0.0], [1.0, h], [2.0, 0.0]]))
     graph = BezierGraph(curve)
     # y(x) = h x - h x^2 / 2, curvature at the vertex |y''| = h, radius 1 / h
-    assert graph.proximal_smoothness == pytest.approx(1.0 / h)
+    assert graph.reach == pytest.approx(1.0 / h)
     straight = BezierGraph(BezierCurve(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])))
-    assert straight.proximal_smoothness == math.inf
+    assert straight.reach == math.inf
 
 
 def test_numerical_reach_close_to_the_exact_one_for_a_quadratic_written_as_a_cubic():
     quad = np.array([[0.0, 0.0], [1.0, 1.5], [2.0, 0.0]])
     cubic = np.stack([quad[0], (quad[0] + 2 * quad[1]) / 3, (2 * quad[1] + quad[2]) / 3, quad[2]])
-    exact = BezierGraph(BezierCurve(quad)).proximal_smoothness
-    estimate = BezierGraph(BezierCurve(cubic)).proximal_smoothness
+    exact = BezierGraph(BezierCurve(quad)).reach
+    estimate = BezierGraph(BezierCurve(cubic)).reach
     assert estimate == pytest.approx(exact, rel=1e-3)
 
 

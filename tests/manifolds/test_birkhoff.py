@@ -124,7 +124,7 @@ def test_constants_and_typed_errors():
         ok, why = m.supports(name)
         assert not ok and why
     with pytest.raises(NotImplementedError, match="Sinkhorn"):
-        m.proximal_smoothness  # noqa: B018
+        m.reach  # noqa: B018
     with pytest.raises(NotImplementedError, match="not complete"):
         m.injectivity_radius  # noqa: B018
 

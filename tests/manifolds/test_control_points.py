@@ -49,7 +49,7 @@ def test_product_metric_and_constants():
     y = m.exp(x, 0.3 * u)
     per_point = Sphere(3).dist(x, y)
     assert float(m.dist(x, y)) == pytest.approx(float(np.sqrt(np.sum(per_point**2))))
-    assert m.dim == 8 and m.diameter == pytest.approx(4.0) and m.proximal_smoothness == 1.0
+    assert m.dim == 8 and m.diameter == pytest.approx(4.0) and m.reach == 1.0
     assert ControlPoints(Stiefel(4, 2), 3).supports("parallel_transport")[0] is False
     with pytest.raises(ParameterError):
         ControlPoints(Sphere(3), 0)

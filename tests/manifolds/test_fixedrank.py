@@ -216,7 +216,7 @@ def test_normal_reach_and_ball_radius_are_sharp():
     x = manifold.random_point(rng=5)
     u, s, v, uperp, vperp = frames(x, 2)
     sigma = s[1]
-    assert manifold.local_proximal_smoothness(x) == pytest.approx(sigma / math.sqrt(2))
+    assert manifold.local_reach(x) == pytest.approx(sigma / math.sqrt(2))
     normal = np.outer(uperp[:, 0], vperp[:, 0])  # rank one, unit spectral and Frobenius norm
     np.testing.assert_allclose(manifold.project(x + 0.999 * sigma * normal), x, atol=1e-12)
     jumped = manifold.project(x + 1.001 * sigma * normal)
@@ -231,7 +231,7 @@ def test_normal_reach_and_ball_radius_are_sharp():
     manifold.project(x + 0.999 * shift)
     full = FixedRank(4, 3, 3)
     y = full.random_point(rng=6)
-    assert full.local_proximal_smoothness(y) == pytest.approx(np.linalg.svd(y)[1][-1])
+    assert full.local_reach(y) == pytest.approx(np.linalg.svd(y)[1][-1])
 
 
 @given(shape=shapes, seed=rst.seeds(), fraction=st.floats(0.0, 0.99))
@@ -239,7 +239,7 @@ def test_ball_of_local_radius_has_unique_nearest_points(shape, seed, fraction):
     m, n, r = shape
     manifold, rng = FixedRank(m, n, r), rng_of(seed)
     x = manifold.random_point(rng=rng)
-    rho = float(manifold.local_proximal_smoothness(x))
+    rho = float(manifold.local_reach(x))
     w = rng.standard_normal((m, n))
     a = x + fraction * rho * w / np.linalg.norm(w)
     s = np.linalg.svd(a, compute_uv=False)

@@ -1,5 +1,5 @@
-"""Regression tests of issue 17's campaign: each case that hung, was silently wrong or raised a
-raw exception at the geometry layer, now with the outcome of the input policy."""
+"""Regression tests of the input policy: each case that could hang, give a silently wrong result
+or raise a raw exception at the geometry layer, with the outcome the policy gives it."""
 
 import numpy as np
 import pytest

@@ -74,7 +74,7 @@ def test_constants_are_attained():
     assert np.linalg.norm(x - (-x)) == pytest.approx(m.diameter)
     zeroed = x.copy()
     zeroed[:, 0] = 0.0  # at distance 1 = the reach, every unit vector nearest to that column
-    assert np.linalg.norm(zeroed - x) == pytest.approx(m.proximal_smoothness)
+    assert np.linalg.norm(zeroed - x) == pytest.approx(m.reach)
     with pytest.raises(ProjectionError):
         m.project(zeroed)
     u = np.zeros_like(x)

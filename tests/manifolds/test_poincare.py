@@ -108,7 +108,7 @@ def test_parameters_and_constants():
     assert m.dim == 3 and m.point_shape == (3,)
     assert m.diameter == pytest.approx(1.0) and m.injectivity_radius == math.inf
     with pytest.raises(NotImplementedError, match="not closed"):
-        _ = m.proximal_smoothness
+        _ = m.reach
     assert m.lorentz.beta == pytest.approx(0.25) and m.lorentz.n == 3
 
 
@@ -461,16 +461,14 @@ def test_check_point_is_strict_and_names_the_value():
 def test_project_and_the_local_radius():
     m = PoincareBall(3, c=0.5)
     x = m.random_point(rng=0)
-    rho = float(m.local_proximal_smoothness(x))
+    rho = float(m.local_reach(x))
     assert rho == pytest.approx(1 / math.sqrt(0.5) - np.linalg.norm(x), rel=1e-12)
     direction = x / np.linalg.norm(x)
     close(m.project(x + 0.999 * rho * direction), x + 0.999 * rho * direction, 0.0)
     with pytest.raises(ProjectionError, match="no nearest point in the open ball"):
         m.project(x + 1.001 * rho * direction)
     edge, _ = near_boundary(3, 0.5, 1e-12, seed=0)  # accurate where 1/sqrt(c) - |x| cancels
-    assert float(m.local_proximal_smoothness(edge)) == pytest.approx(
-        1e-12 / math.sqrt(0.5), rel=1e-3
-    )
+    assert float(m.local_reach(edge)) == pytest.approx(1e-12 / math.sqrt(0.5), rel=1e-3)
 
 
 def test_sech2_of_the_exp_step_matches_cosh_and_never_overflows():
@@ -488,7 +486,7 @@ def test_sech2_of_the_exp_step_matches_cosh_and_never_overflows():
 
 
 # --------------------------------------------------------------------------- boundary points
-#: the maps that returned inf or NaN at a point with |x| = 1 (issue 28)
+#: the maps whose formulas give inf or NaN at a point with |x| = 1: each must refuse it
 SIX_MAPS = ("inner", "norm", "retract", "exp", "inverse_retract", "parallel_transport")
 
 

@@ -60,10 +60,10 @@ def test_project_refuses_entries_outside_the_open_orthant():
         m.project(a)
 
 
-def test_local_proximal_smoothness_is_the_distance_to_the_boundary():
+def test_local_reach_is_the_distance_to_the_boundary():
     m = Positive(2, 2)
     x = np.array([[1.0, 0.2], [3.0, 0.7]])
-    rho = m.local_proximal_smoothness(x)
+    rho = m.local_reach(x)
     assert rho == pytest.approx(0.2)
     inside = x.copy()
     inside[0, 1] -= 0.999 * rho
@@ -72,7 +72,7 @@ def test_local_proximal_smoothness_is_the_distance_to_the_boundary():
     with pytest.raises(ProjectionError):
         m.project(inside)
     with pytest.raises(NotImplementedError, match="not closed"):
-        _ = m.proximal_smoothness
+        _ = m.reach
 
 
 def test_check_point_is_strict():

@@ -33,10 +33,10 @@ def test_componentwise_maps(x):
 
 def test_constants_and_capabilities():
     assert P.dim == 2 + 5 + 2
-    assert P.proximal_smoothness == 1.0
+    assert P.reach == 1.0
     assert P.diameter == math.inf
     assert Product(Sphere(3), Stiefel(4, 1)).diameter == pytest.approx(math.sqrt(8))
-    assert Product(Lorentz(2, beta=0.25), Sphere(3)).proximal_smoothness == 0.5
+    assert Product(Lorentz(2, beta=0.25), Sphere(3)).reach == 0.5
     ok, why = P.supports("parallel_transport")
     assert not ok and "Stiefel" in why
 
@@ -49,36 +49,36 @@ def test_pack_validates():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_local_proximal_smoothness_is_the_minimum_over_the_factors(backend):
+def test_local_reach_is_the_minimum_over_the_factors(backend):
     """Product(Sphere, PoincareBall): per point, min(1, the ball factor's local radius), batched
     and single, in the input's type; a factor with only the uniform constant contributes it."""
     m = Product(Sphere(3), PoincareBall(2, c=0.25))  # the ball of radius 2
     radii = np.array([0.1, 0.5, 0.9, 1.1, 1.5, 1.99])  # local radii 2 - |x|: above and below 1
     ball = radii[:, None] * np.array([0.6, 0.8])
     x = m.pack(Sphere(3).random_point(6, rng=0), ball)
-    expected = np.minimum(1.0, PoincareBall(2, c=0.25).local_proximal_smoothness(ball))
+    expected = np.minimum(1.0, PoincareBall(2, c=0.25).local_reach(ball))
     np.testing.assert_allclose(expected, np.minimum(1.0, 2.0 - radii), rtol=1e-12)
     assert np.any(expected < 1.0) and np.any(expected == 1.0)  # both factors decide somewhere
     if backend == "torch":
         torch = importorskip("torch")
         x = torch.as_tensor(x)
-    got = m.local_proximal_smoothness(x)
+    got = m.local_reach(x)
     assert type(got) is type(x) and tuple(got.shape) == (6,)
     # the same factor map on a strided view of x: its sums may round differently (a few eps)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=8 * np.finfo(float).eps)
-    single = np.asarray(m.local_proximal_smoothness(x[4]))
+    single = np.asarray(m.local_reach(x[4]))
     np.testing.assert_allclose(single, expected[4], rtol=8 * np.finfo(float).eps)
     uniform = Product(Sphere(3), Stiefel(4, 2), Euclidean(2))
-    radii = uniform.local_proximal_smoothness(uniform.random_point(2, rng=1))
+    radii = uniform.local_reach(uniform.random_point(2, rng=1))
     np.testing.assert_array_equal(radii, [1.0, 1.0])
 
 
-def test_local_proximal_smoothness_names_a_factor_without_one():
+def test_local_reach_names_a_factor_without_one():
     m = Product(Sphere(3), BirkhoffPolytope(3))
     with pytest.raises(NotImplementedError, match=r"factor BirkhoffPolytope\(3\).*Sinkhorn"):
-        m.local_proximal_smoothness(m.random_point(rng=0))
+        m.local_reach(m.random_point(rng=0))
     with pytest.raises(ShapeError):
-        m.local_proximal_smoothness(np.zeros(5))
+        m.local_reach(np.zeros(5))
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])

@@ -122,7 +122,7 @@ def test_domains_and_typed_errors():
     with pytest.raises(NotOnManifoldError, match="NaN"):
         m.check_point(nan)
     np.testing.assert_array_equal(m.project(y), y)
-    assert float(m.local_proximal_smoothness(y)) == pytest.approx(1.0)
+    assert float(m.local_reach(y)) == pytest.approx(1.0)
     with pytest.raises(ParameterError, match=r"PSDFixedRank\(n, k\): n \(n >= k\) .* >= 3"):
         PSDFixedRank(2, 3)
     ok, why = m.supports("parallel_transport")
@@ -130,7 +130,7 @@ def test_domains_and_typed_errors():
     with pytest.raises(NotImplementedError, match="not complete"):
         m.injectivity_radius  # noqa: B018
     with pytest.raises(NotImplementedError, match="local_reach"):
-        m.proximal_smoothness  # noqa: B018
+        m.reach  # noqa: B018
 
 
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6))

@@ -193,7 +193,7 @@ def test_constants_are_attained():
     assert np.linalg.norm(x - (-x)) == pytest.approx(st_m.diameter)
     degenerate = x.copy()
     degenerate[:, 1] = 0.0  # at distance 1 = reach from x
-    assert np.linalg.norm(degenerate - x) == pytest.approx(st_m.proximal_smoothness)
+    assert np.linalg.norm(degenerate - x) == pytest.approx(st_m.reach)
     from riemfl import ProjectionError
 
     with pytest.raises(ProjectionError):

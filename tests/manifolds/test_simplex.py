@@ -253,10 +253,10 @@ def test_project_raises_on_the_boundary_and_moves_along_the_normal():
 
 
 @given(c=sizes, seed=rst.seeds(), fraction=st.floats(0.0, 0.99))
-def test_local_proximal_smoothness_is_the_exact_ball_radius(c, seed, fraction):
+def test_local_reach_is_the_exact_ball_radius(c, seed, fraction):
     manifold, rng = Simplex(c), rng_of(seed)
     p = manifold.random_point(rng=rng)
-    rho = float(manifold.local_proximal_smoothness(p))
+    rho = float(manifold.local_reach(p))
     a = p + fraction * rho * rst.unit_ambient(manifold, (), rng)
     q = manifold.project(a)  # never raises inside the ball
     checks.check_projection(manifold, a, p, F64)
@@ -352,7 +352,7 @@ def test_exp_whose_square_root_underflows_when_squared_stays_positive():
 
 
 # --------------------------------------------------------------------------- boundary points
-#: the maps that returned inf or NaN at a point with a zero component (issue 28)
+#: the maps whose formulas give inf or NaN at a point with a zero component: each must refuse it
 SIX_MAPS = ("inner", "norm", "retract", "exp", "inverse_retract", "parallel_transport")
 
 

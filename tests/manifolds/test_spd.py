@@ -62,7 +62,7 @@ def test_constants_and_capabilities():
         m = SPD(3, metric=metric)
         assert m.diameter == math.inf
         with pytest.raises(NotImplementedError, match="open"):
-            _ = m.proximal_smoothness
+            _ = m.reach
     assert SPD(3).injectivity_radius == math.inf
     assert SPD(3, metric="log-euclidean").injectivity_radius == math.inf
     bw = SPD(3, metric="bures-wasserstein")
@@ -287,7 +287,7 @@ def test_project_inside_the_local_radius_is_the_symmetric_part(n, seed, fraction
     m = SPD(n)
     rng = np.random.default_rng(seed)
     x = m.random_point(rng=rng)
-    rho = float(m.local_proximal_smoothness(x))
+    rho = float(m.local_reach(x))
     assert rho == pytest.approx(np.linalg.eigvalsh(x)[0])
     a = x + fraction * rho * rst.unit_ambient(m, (), rng)
     p = m.project(a)
@@ -306,7 +306,7 @@ def test_project_refuses_points_without_a_nearest_point_in_the_open_cone():
     lam, vec = np.linalg.eigh(x)
     e = vec[:, :1]
     edge = x - lam[0] * (e @ e.T)  # singular: at distance lambda_min(X), the local radius
-    assert np.linalg.norm(edge - x) == pytest.approx(float(m.local_proximal_smoothness(x)))
+    assert np.linalg.norm(edge - x) == pytest.approx(float(m.local_reach(x)))
     with pytest.raises(ProjectionError, match=r"eigenvalue .* <= 0"):
         m.project(edge - 1e-9 * np.eye(3))
     skew = np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])

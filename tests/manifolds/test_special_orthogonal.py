@@ -205,7 +205,7 @@ def test_constants_are_attained(n):
     # reach sqrt(2): X diag(1, ..., 1, 0, 0) is at distance sqrt(2), with no unique projection;
     # every point closer than sqrt(2) has one (the kit checks the tube; here its edge)
     corner = x @ np.diag([1.0] * (n - 2) + [0.0, 0.0])
-    assert np.linalg.norm(corner - x) == pytest.approx(m.proximal_smoothness)
+    assert np.linalg.norm(corner - x) == pytest.approx(m.reach)
     with pytest.raises(ProjectionError):
         m.project(corner)
     inside = x @ np.diag([1.0] * (n - 2) + [1e-3, 1e-3])

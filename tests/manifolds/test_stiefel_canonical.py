@@ -275,7 +275,7 @@ def test_names_parameters_and_constants():
         math.sqrt(0.8) * math.pi
     )
     assert Stiefel(20, 1, metric="canonical").injectivity_radius == pytest.approx(math.pi)
-    for attr in ("proximal_smoothness", "diameter", "dim"):
+    for attr in ("reach", "diameter", "dim"):
         assert getattr(m, attr) == getattr(Stiefel(20, 5), attr)
     ok, why = m.supports("parallel_transport")
     assert not ok and "canonical metric" in why

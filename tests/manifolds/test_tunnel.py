@@ -109,11 +109,11 @@ def test_adversarial_point_is_on_the_boundary_along_the_gradient():
 def test_constants():
     straight = EpsilonTunnel(BezierCurve(np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])), 0.5)
     assert straight.diameter == pytest.approx(2.0 + 2 * 0.5, rel=1e-5)
-    assert straight.proximal_smoothness == np.inf
+    assert straight.reach == np.inf
     from riemfl.manifolds.bezier_graph import BezierGraph
 
-    reach = BezierGraph(CURVE).proximal_smoothness
-    assert TUNNEL.proximal_smoothness == pytest.approx(reach - 0.2)
+    reach = BezierGraph(CURVE).reach
+    assert TUNNEL.reach == pytest.approx(reach - 0.2)
     with pytest.raises(ParameterError, match="below the curve's reach"):
         EpsilonTunnel(CURVE, reach * 1.01)
     with pytest.raises(ParameterError):

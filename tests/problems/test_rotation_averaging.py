@@ -63,7 +63,9 @@ def test_the_generator_is_deterministic_by_seed():
     assert a.optimum == b.optimum
     a.manifold.check_point(np.concatenate(a.blocks))
     # heterogeneity moves the client means apart; no noise and no bias: every R_ij is R*
-    exact = RotationAveragingProblem.synthetic(3, 4, noise=0.0, heterogeneity=0.0, seed=1)
+    exact = RotationAveragingProblem.synthetic(
+        n_clients=3, per_client=4, noise=0.0, heterogeneity=0.0, seed=1
+    )
     assert np.allclose(exact.solution(), exact.truth, atol=1e-12)
     assert exact.optimum == pytest.approx(0.0, abs=1e-12)
 

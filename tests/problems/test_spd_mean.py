@@ -86,7 +86,7 @@ def test_the_generator_is_deterministic_by_seed():
     assert not np.allclose(a.matrices, c.matrices)
     SPD(3).check_point(a.matrices)
     # no spread and no heterogeneity: every matrix is I, the optimum 0
-    flat = SPDMeanProblem.synthetic(3, 2, 4, heterogeneity=0.0, spread=0.0)
+    flat = SPDMeanProblem.synthetic(n_clients=3, n=2, per_client=4, heterogeneity=0.0, spread=0.0)
     assert np.allclose(flat.solution(), np.eye(2)) and flat.optimum == pytest.approx(0, abs=1e-20)
 
 

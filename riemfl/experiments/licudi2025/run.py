@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ...federated.async_engine import AsyncHistory, run_async
+from ...federated.async_engine import run_async
 from ...federated.fairness import gini, theil, time_to_error
+from ...federated.history import History
 from ...federated.run_core import RunOptions
 from ...federated.timing import ProportionalTime
 from .data import client_data, validation_split
@@ -114,14 +115,14 @@ def one_run(
         )
     x0 = local.initial_parameters(seed)
     rule = METHODS[method](x0.size, rate)
-    every = _eval_steps(s.eval_every, getattr(rule, "buffer_size", 1))
+    every = _eval_steps(s.eval_every, rule.buffer_size)
 
     def on_grid(step: int) -> bool:  # the evaluations of the per-step comparison
         return step % s.eval_every == 0 or step >= steps
 
     # the best model (fairness) among the per-step evaluations only, as with eval_every steps
     watched = _BestModel(client, keep=lambda k: on_grid(min(k * every, steps)))
-    h: AsyncHistory = run_async(
+    h: History = run_async(
         watched,
         rule,
         steps,

@@ -10,7 +10,7 @@ from ...federated import History
 from ..step_sweep import uploads_to_tolerance
 from .settings import Sweep, fewer_uploads_with_larger_tau
 
-__all__ = ["fmt_uploads", "fmt_step", "one_eta_hint", "tuned_hint"]
+__all__ = ["fmt_uploads", "fmt_step_size", "one_eta_hint", "tuned_hint"]
 
 
 def fmt_uploads(u: float) -> str:
@@ -18,9 +18,9 @@ def fmt_uploads(u: float) -> str:
     return f"{u:.0f}" if math.isfinite(u) else "not reached"
 
 
-def fmt_step(step: float | None) -> str:
+def fmt_step_size(step_size: float | None) -> str:
     """A step size to three significant digits ("none": no step size was picked)."""
-    return "none" if step is None else f"{step:.3g}"
+    return "none" if step_size is None else f"{step_size:.3g}"
 
 
 def one_eta_hint(setting: Sweep, results: dict[str, History], taus: list[int]) -> str:
@@ -28,7 +28,7 @@ def one_eta_hint(setting: Sweep, results: dict[str, History], taus: list[int]) -
     (uploads to the sweep's tolerance on the tuning seed)."""
     good = [
         s
-        for s in setting.steps
+        for s in setting.step_sizes
         if fewer_uploads_with_larger_tau(
             {
                 t: uploads_to_tolerance(
@@ -38,7 +38,7 @@ def one_eta_hint(setting: Sweep, results: dict[str, History], taus: list[int]) -
             }
         )
     ]
-    which = ", ".join(fmt_step(s) for s in good) if good else "none of the grid's"
+    which = ", ".join(fmt_step_size(s) for s in good) if good else "none of the grid's"
     return (
         f"another single eta: on the sweep's tuning seed, tau = {taus} need fewer uploads as "
         f"tau grows for eta = {which}; the paper's LRMC eta is not stated"

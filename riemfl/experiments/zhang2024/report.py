@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ...federated import History
 from ..step_sweep import is_stable, uploads_to_tolerance
 from .claims import Claim
-from .hints import fmt_step, fmt_uploads
+from .hints import fmt_step_size, fmt_uploads
 from .settings import Figure, Sweep, fewer_uploads_with_larger_tau
 
 __all__ = ["report_markdown", "sweep_section"]
@@ -25,7 +25,7 @@ def sweep_section(
     """The report's claim-8 section: the protocol, the picks, uploads by tau per rule, the grid."""
     uploads = setting.uploads(picks, results)
     verdicts = {c.part: c for c in claims if c.number == 8}
-    steps = ", ".join(fmt_step(s) for s in setting.steps)
+    step_sizes = ", ".join(fmt_step_size(s) for s in setting.step_sizes)
     both = {2, 5, 10, 15, 20} <= set(setting.taus)
     which = " (Fig. 9's {2, 5, 10} and the kPCA claim's {10, 15, 20})" if both else " (reduced)"
     lines = [
@@ -37,7 +37,7 @@ def sweep_section(
         "`riemfl/experiments/step_sweep.py`) before the sweep was run:",
         "",
         f"- RFedProj on LRMC (Fig. 9's problem: d=100, T=1000, k=2, n=10), tau in "
-        f"{{{', '.join(map(str, setting.taus))}}}{which}, eta in {{{steps}}}, "
+        f"{{{', '.join(map(str, setting.taus))}}}{which}, eta in {{{step_sizes}}}, "
         f"R = {setting.rounds} rounds each.",
         f"- Tolerance: |grad f(x^r)| <= {setting.rel_tol:.0e} |grad f(x^0)|; the measure is the "
         'uploads per client to it ("not reached": not within R rounds).',
@@ -73,8 +73,8 @@ def sweep_section(
             )
         )
         lines.append(
-            f"| {t} | {fmt_uploads(uploads['fixed'][t])} | {fmt_step(best)} | {tuned} | "
-            f"{fmt_uploads(uploads['best'][t])} | {fmt_step(picks['stable'][t])} | "
+            f"| {t} | {fmt_uploads(uploads['fixed'][t])} | {fmt_step_size(best)} | {tuned} | "
+            f"{fmt_uploads(uploads['best'][t])} | {fmt_step_size(picks['stable'][t])} | "
             f"{fmt_uploads(uploads['stable'][t])} |"
         )
     lines += [
@@ -85,13 +85,13 @@ def sweep_section(
         "| eta | " + " | ".join(f"tau={t}" for t in setting.taus) + " |",
         "|---|" + "---|" * len(setting.taus),
     ]
-    for s in setting.steps:
+    for s in setting.step_sizes:
         cells = []
         for t in setting.taus:
             h = results[setting.run(t, s, setting.tune_seed).key]
             mark = "" if is_stable(h, setting.rel_tol, setting.blocks) else "*"
             cells.append(fmt_uploads(uploads_to_tolerance(h, setting.rel_tol)) + mark)
-        lines.append(f"| {fmt_step(s)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {fmt_step_size(s)} | " + " | ".join(cells) + " |")
     lines += ["", "Verdicts:", ""]
     for part in ("a", "b", "c"):
         c = verdicts[part]
@@ -129,7 +129,7 @@ def _sweep_observations(
             results[setting.run(t, s, setting.tune_seed).key], setting.rel_tol
         )
         for t in setting.taus
-        for s in setting.steps
+        for s in setting.step_sizes
     }
     # pairs of tuning runs with different tau and eta * tau within 10%: relative gap in uploads
     gaps = [
@@ -146,7 +146,7 @@ def _sweep_observations(
             "figure)" + (": the uploads follow eta * tau, not tau." if max(gaps) <= 0.25 else ".")
         )
     single = []
-    for s in setting.steps:
+    for s in setting.step_sizes:
         u = {
             t: uploads_to_tolerance(
                 results[setting.run(t, s, setting.tune_seed).key], setting.rel_tol
@@ -155,7 +155,7 @@ def _sweep_observations(
         }
         kept = {t: v for t, v in u.items() if math.isfinite(v)}
         if len(kept) >= 2 and fewer_uploads_with_larger_tau(kept):
-            single.append(f"eta={fmt_step(s)} (tau in {sorted(kept)})")
+            single.append(f"eta={fmt_step_size(s)} (tau in {sorted(kept)})")
     return (
         f"With eta picked per tau by rule (i), the held-out uploads span {spread} over tau; "
         f"eta * tau at those picks: {drift}.{collapse} Exploratory, not a verdict (chosen "

@@ -43,12 +43,12 @@ class Problems:
         return self._cache[name, seed]
 
 
-def _step(run: Run, problem: FederatedProblem) -> float:
-    if run.step == "1/beta":
+def _step_size(run: Run, problem: FederatedProblem) -> float:
+    if run.step_size == "1/beta":
         return 1.0 / float(problem.smoothness)
-    if run.step == "1/(20 beta)":
+    if run.step_size == "1/(20 beta)":
         return 1.0 / (20.0 * float(problem.smoothness))
-    return float(run.step)
+    return float(run.step_size)
 
 
 def warm_up(runs: Sequence[Run], problems: Problems, rounds: int = 2) -> list[tuple]:
@@ -62,13 +62,15 @@ def warm_up(runs: Sequence[Run], problems: Problems, rounds: int = 2) -> list[tu
     although it does half the work. Returns the warmed kinds.
     """
     kinds = list(
-        dict.fromkeys((r.problem, r.algorithm, r.local_steps, r.batch_size, r.step) for r in runs)
+        dict.fromkeys(
+            (r.problem, r.algorithm, r.local_steps, r.batch_size, r.step_size) for r in runs
+        )
     )
-    for problem_name, algorithm_name, local_steps, batch_size, step in kinds:
-        run = Run(problem_name, algorithm_name, local_steps, rounds, step, batch_size)
+    for problem_name, algorithm_name, local_steps, batch_size, step_size in kinds:
+        run = Run(problem_name, algorithm_name, local_steps, rounds, step_size, batch_size)
         problem = problems(problem_name)
         algorithm = build_algorithm(
-            algorithm_name, step_size=_step(run, problem), local_steps=local_steps
+            algorithm_name, step_size=_step_size(run, problem), local_steps=local_steps
         )
         run_sync(problem, algorithm, rounds, batch_size=batch_size, options=RunOptions(seed=0))
     return kinds
@@ -79,7 +81,7 @@ def _execute(
 ) -> History:
     problem = problems(run.problem, run.seed)
     algorithm = build_algorithm(
-        run.algorithm, step_size=_step(run, problem), local_steps=run.local_steps
+        run.algorithm, step_size=_step_size(run, problem), local_steps=run.local_steps
     )
     return run_sync(
         problem,

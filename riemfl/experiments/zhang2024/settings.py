@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ...federated import History
-from ..step_sweep import best_step, largest_stable_step, uploads_to_tolerance
+from ..step_sweep import best_step_size, largest_stable_step_size, uploads_to_tolerance
 
 __all__ = [
     "PLOTTED_ALGORITHMS",
@@ -23,7 +23,7 @@ __all__ = [
     "Run",
     "Figure",
     "figures",
-    "SWEEP_STEPS",
+    "SWEEP_STEP_SIZES",
     "SWEEP_RULES",
     "Sweep",
     "sweep",
@@ -42,14 +42,15 @@ LABELS = {
 
 @dataclass(frozen=True)
 class Run:
-    """One run: problem, algorithm and settings (``step`` may be "1/beta" or "1/(20 beta)");
-    ``seed`` seeds the problem's synthetic data and the initial point (0 in every figure)."""
+    """One run: problem, algorithm and settings (``step_size`` may be "1/beta" or
+    "1/(20 beta)"); ``seed`` seeds the problem's synthetic data and the initial point (0 in every
+    figure)."""
 
     problem: str
     algorithm: str
     local_steps: int
     rounds: int
-    step: float | str
+    step_size: float | str
     batch_size: int | None = None
     seed: int = 0
 
@@ -57,10 +58,14 @@ class Run:
     def key(self) -> str:
         b = f"-b{self.batch_size}" if self.batch_size else ""
         b += f"-s{self.seed}" if self.seed else ""
-        step = (
-            str(self.step).replace("/", "over").replace(" ", "").replace("(", "").replace(")", "")
+        eta = (
+            str(self.step_size)
+            .replace("/", "over")
+            .replace(" ", "")
+            .replace("(", "")
+            .replace(")", "")
         )
-        return f"{self.problem}-{self.algorithm}-tau{self.local_steps}-R{self.rounds}-{step}{b}"
+        return f"{self.problem}-{self.algorithm}-tau{self.local_steps}-R{self.rounds}-{eta}{b}"
 
 
 @dataclass
@@ -94,10 +99,10 @@ def figures(quick: bool = False, mnist: bool = False) -> dict[int, Figure]:
     batches = (200, 500, 1000) if mnist else (10, 50, 150)
     # digits: the paper's 1/(20 beta) does not reach the noise floor in affordable rounds (the
     # digits problem has a small eigengap); 1/beta, as in trial runs on the digits, does
-    sto_step = "1/(20 beta)" if mnist else "1/beta"
+    sto_step_size = "1/(20 beta)" if mnist else "1/beta"
 
-    def four(problem: str, tau: int, r: int, step: float | str) -> list[tuple[str, Run]]:
-        return [(LABELS[a], Run(problem, a, tau, r, step)) for a in PLOTTED_ALGORITHMS]
+    def four(problem: str, tau: int, r: int, step_size: float | str) -> list[tuple[str, Run]]:
+        return [(LABELS[a], Run(problem, a, tau, r, step_size)) for a in PLOTTED_ALGORITHMS]
 
     fig1 = four(kp, 10, rounds["kpca"], "1/beta")
     lrmc = four("lrmc-synthetic", 5, rounds["lrmc"], 1e-4)
@@ -127,14 +132,14 @@ def figures(quick: bool = False, mnist: bool = False) -> dict[int, Figure]:
                 (
                     "",
                     [
-                        (f"b={b}", Run(kp, "rfedproj", 10, rounds["sto"], sto_step, b))
+                        (f"b={b}", Run(kp, "rfedproj", 10, rounds["sto"], sto_step_size, b))
                         for b in batches
                     ],
                 )
             ],
             ("grad_norm",),
             ("round",),
-            f"eta={sto_step}, tau=10",
+            f"eta={sto_step_size}, tau=10",
         ),
         4: Figure(
             4,
@@ -206,7 +211,7 @@ def figures(quick: bool = False, mnist: bool = False) -> dict[int, Figure]:
 
 #: the step sizes of the claim-8 sweep: 10^(-5 + j/3) for j = 0, ..., 7 to three significant
 #: digits (1e-5 to 2.15e-3; 1e-4 and 1e-3 among them)
-SWEEP_STEPS = tuple(float(f"{10 ** (-5 + j / 3):.3g}") for j in range(8))
+SWEEP_STEP_SIZES = tuple(float(f"{10 ** (-5 + j / 3):.3g}") for j in range(8))
 
 #: the rules of the sweep, by key: what each picks per tau
 SWEEP_RULES = {
@@ -220,10 +225,10 @@ SWEEP_RULES = {
 class Sweep:
     """The step-size sweep of claim 8 on LRMC (RFedProj); its protocol was fixed before it ran.
 
-    For every tau every step size of ``steps`` runs ``rounds`` rounds on the tuning seed; the
+    For every tau every step size of ``step_sizes`` runs ``rounds`` rounds on the tuning seed; the
     rules of :mod:`riemfl.experiments.step_sweep` pick one step size per tau from those runs
-    alone (rule (i) :func:`~riemfl.experiments.step_sweep.best_step`, rule (ii)
-    :func:`~riemfl.experiments.step_sweep.largest_stable_step`, tolerance
+    alone (rule (i) :func:`~riemfl.experiments.step_sweep.best_step_size`, rule (ii)
+    :func:`~riemfl.experiments.step_sweep.largest_stable_step_size`, tolerance
     ``|grad f| <= rel_tol |grad f(x^0)|``), and each picked step size runs again on the held-out
     report seed, whose uploads to the tolerance are what claims 8b and 8c compare. The report
     seed is 0, the LRMC instance and initial point of Figs. 4, 8 and 9, so the Fig. 9 runs
@@ -232,26 +237,26 @@ class Sweep:
     """
 
     taus: tuple[int, ...]
-    steps: tuple[float, ...]
+    step_sizes: tuple[float, ...]
     rounds: int
     tune_seed: int = 1
     report_seed: int = 0
     rel_tol: float = 1e-8
-    fixed_step: float = 1e-4
+    fixed_step_size: float = 1e-4
     blocks: int = 10
     problem: str = "lrmc-synthetic"
 
-    def run(self, tau: int, step: float, seed: int) -> Run:
+    def run(self, tau: int, step_size: float, seed: int) -> Run:
         """The RFedProj run of the sweep with this tau, step size and seed."""
-        return Run(self.problem, "rfedproj", tau, self.rounds, step, seed=seed)
+        return Run(self.problem, "rfedproj", tau, self.rounds, step_size, seed=seed)
 
     def tuning_runs(self) -> list[Run]:
         """Every (tau, step size) on the tuning seed."""
-        return [self.run(t, s, self.tune_seed) for t in self.taus for s in self.steps]
+        return [self.run(t, s, self.tune_seed) for t in self.taus for s in self.step_sizes]
 
     def tuning(self, results: dict[str, History], tau: int) -> dict[float, History]:
         """Step size -> tuning-seed history, for one tau."""
-        return {s: results[self.run(tau, s, self.tune_seed).key] for s in self.steps}
+        return {s: results[self.run(tau, s, self.tune_seed).key] for s in self.step_sizes}
 
     def choices(self, results: dict[str, History]) -> dict[str, dict[int, float | None]]:
         """Rule -> tau -> the step size it picks (None: none qualifies), from the tuning runs
@@ -259,9 +264,9 @@ class Sweep:
         picks: dict[str, dict[int, float | None]] = {rule: {} for rule in SWEEP_RULES}
         for t in self.taus:
             tuning = self.tuning(results, t)
-            picks["fixed"][t] = self.fixed_step
-            picks["best"][t] = best_step(tuning, self.rel_tol)
-            picks["stable"][t] = largest_stable_step(tuning, self.rel_tol, self.blocks)
+            picks["fixed"][t] = self.fixed_step_size
+            picks["best"][t] = best_step_size(tuning, self.rel_tol)
+            picks["stable"][t] = largest_stable_step_size(tuning, self.rel_tol, self.blocks)
         return picks
 
     def report_runs(self, picks: dict[str, dict[int, float | None]]) -> list[Run]:
@@ -294,7 +299,7 @@ class Sweep:
 
 def sweep(quick: bool = False) -> Sweep:
     """The claim-8 sweep: tau in {2, 5, 10} (Fig. 9) and {10, 15, 20} (the kPCA claim's, Fig. 7)
-    over :data:`SWEEP_STEPS` for Fig. 9's R.
+    over :data:`SWEEP_STEP_SIZES` for Fig. 9's R.
 
     ``quick``: tau in {2, 5, 10}, the four step sizes of the grid around Fig. 9's 1e-4 (2.15e-5
     to 2.15e-4; the larger ones do not converge in 60 rounds on the tuning seed), the quick
@@ -304,8 +309,8 @@ def sweep(quick: bool = False) -> Sweep:
     only."""
     rounds = figures(quick)[9].runs[0].rounds
     if quick:
-        return Sweep((2, 5, 10), SWEEP_STEPS[1:5], rounds, rel_tol=1e-6)
-    return Sweep((2, 5, 10, 15, 20), SWEEP_STEPS, rounds)
+        return Sweep((2, 5, 10), SWEEP_STEP_SIZES[1:5], rounds, rel_tol=1e-6)
+    return Sweep((2, 5, 10, 15, 20), SWEEP_STEP_SIZES, rounds)
 
 
 def fewer_uploads_with_larger_tau(uploads: dict[int, float]) -> bool:

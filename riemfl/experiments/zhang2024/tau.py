@@ -14,7 +14,7 @@ import math
 
 from ...federated import History
 from .claims import Claim, reach
-from .hints import fmt_step, fmt_uploads, one_eta_hint, tuned_hint
+from .hints import fmt_step_size, fmt_uploads, one_eta_hint, tuned_hint
 from .settings import SWEEP_RULES, Figure, Run, Sweep, fewer_uploads_with_larger_tau
 
 __all__ = ["TUNED_READINGS", "GATED_PART", "claim_tau"]
@@ -142,12 +142,13 @@ def _tuned_claim(
 
 
 def _lrmc_part(
-    setting: Sweep, steps: dict[int, float | None], uploads: dict[int, float]
+    setting: Sweep, step_sizes: dict[int, float | None], uploads: dict[int, float]
 ) -> tuple[bool, str]:
     """The LRMC half of 8b / 8c: (verdict, measured) from the held-out uploads by tau of the
-    step sizes ``steps`` one rule picked."""
+    step sizes ``step_sizes`` one rule picked."""
     measured = ", ".join(
-        f"tau={t} (eta={fmt_step(steps[t])}): {fmt_uploads(u)}" for t, u in uploads.items()
+        f"tau={t} (eta={fmt_step_size(step_sizes[t])}): {fmt_uploads(u)}"
+        for t, u in uploads.items()
     )
     return (
         fewer_uploads_with_larger_tau(uploads),

@@ -110,14 +110,14 @@ def parameter_counts(model: Any) -> dict[str, int | float]:
         ``extra`` = cluster + private - (d for an ensemble, whose C models replace the base),
         and ``extra_fraction`` = extra / d where d is the size of one underlying model.
     """
+    from .hooks import Ensemble
     from .layout import parameter_roles
 
     counts = {"base": 0, "cluster": 0, "private": 0, "router": 0}
     roles = parameter_roles(model)
     for name, p in model.named_parameters():
         counts[roles[name]] += p.numel()
-    one_model = getattr(model, "single_model_size", None)
-    d = int(one_model) if one_model is not None else counts["base"]
+    d = int(model.single_model_size) if isinstance(model, Ensemble) else counts["base"]
     extra = counts["cluster"] + counts["private"] + counts["base"] - d
     out: dict[str, int | float] = dict(counts)
     out["d"] = d

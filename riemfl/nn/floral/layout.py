@@ -33,6 +33,7 @@ from torch import nn
 
 from ...errors import ParameterError, ShapeError
 from .adaptor import MatrixView
+from .hooks import HasFactorPairs, HasParameterRoles
 
 __all__ = ["parameter_roles", "FederatedLayout", "FactorPair", "ROLES"]
 
@@ -41,10 +42,9 @@ ROLES = ("base", "cluster", "private", "router")
 
 def parameter_roles(model: nn.Module) -> dict[str, str]:
     """``name -> role`` of every parameter (all "base" for a model without roles)."""
-    roles_of = getattr(model, "parameter_roles", None)
-    if roles_of is None:
+    if not isinstance(model, HasParameterRoles):
         return {name: "base" for name, _ in model.named_parameters()}
-    roles = roles_of()
+    roles = model.parameter_roles()
     bad = {n: r for n, r in roles.items() if r not in ROLES}
     if bad:
         raise ParameterError(f"unknown parameter roles {bad}; expected one of {ROLES}")
@@ -117,9 +117,8 @@ class FederatedLayout:
         self.private_size = offsets["private"]
         self.n_clusters = clusters.pop() if clusters else None
         self._by_name = {e.name: e for e in self.entries}
-        pairs_of = getattr(model, "factor_pairs", None)
         self.factor_pairs: list[FactorPair] = []
-        for prefix, layer in pairs_of() if pairs_of is not None else []:
+        for prefix, layer in model.factor_pairs() if isinstance(model, HasFactorPairs) else []:
             out_name, in_name = f"{prefix}.lora_out", f"{prefix}.lora_in"
             if out_name in self._by_name and self._by_name[out_name].role == "cluster":
                 self.factor_pairs.append(

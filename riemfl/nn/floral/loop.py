@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import integer
 from ...errors import ParameterError
 from ...federated.faults import FaultRecorder, failure_reason, upload_problem
 from ...federated.fingerprint import data_digest
 from ...federated.history import History
 from ...federated.rounds import PhaseReply, RoundSteps
-from ...federated.run_core import EngineSpec, RunOptions, check_count, run_steps
+from ...federated.run_core import EngineSpec, RunOptions, run_steps
 from ...federated.seeds import SeedStreams
 from .server import FloralAggregator
 from .trainer import FloralTrainer
@@ -202,7 +203,7 @@ def run_floral(
     """
     options = RunOptions() if options is None else options
     seed = options.seed
-    steps = check_count("run_floral: steps", steps)
+    steps = integer(steps, "run_floral: steps", minimum=0)
     aggregator = aggregator if aggregator is not None else FloralAggregator(trainer.layout)
     n = trainer.n_clients
     if clients_per_round is not None and not 1 <= clients_per_round <= n:

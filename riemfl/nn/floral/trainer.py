@@ -43,6 +43,7 @@ from ..._validation import integer, real
 from ...errors import DataError, ParameterError, ShapeError
 from .adaptor import PRECONDITIONERS, MixtureAdaptor
 from .conv import MixtureConv2d
+from .hooks import Mergeable, Routed
 from .layout import FederatedLayout
 from .metrics import aggregation_mismatch, cluster_recovery
 
@@ -55,6 +56,9 @@ ClientData = tuple[Any, Any, Any, Any]
 
 class FloralTrainer:
     """Local training and personal evaluation of FLoRAL clients (module docstring).
+
+    Its federated parameters are one flat vector: ``manifold`` is None, and the engines count
+    the uplink in floats.
 
     Parameters
     ----------
@@ -89,6 +93,8 @@ class FloralTrainer:
 
     #: personal client state, changed by every local run (not data: see ``data_digest``)
     run_state_attributes = ("router_logits", "last_pi", "private")
+    #: the models are flat vectors, not points of a manifold
+    manifold: None = None
 
     def __init__(
         self,
@@ -129,7 +135,7 @@ class FloralTrainer:
         self.precondition_eps = real(precondition_eps, "FloralTrainer: precondition_eps", above=0)
         self.stateless_router = bool(stateless_router)
         self.layout = FederatedLayout(model)
-        self.router = getattr(model, "router", None)
+        self.router = model.router if isinstance(model, Routed) else None
         self._adaptors = [m for m in model.modules() if isinstance(m, MixtureAdaptor)]
         self._weights = [p for name, p in model.named_parameters() if name != "router.logits"]
         index = {id(p): j for j, p in enumerate(self._weights)}
@@ -334,8 +340,7 @@ class FloralTrainer:
 
         i = self._client(i)
         self._load(i, flat)
-        merge = getattr(self.model, "merge", None)
-        out = merge() if merge is not None else copy.deepcopy(self.model)
+        out = self.model.merge() if isinstance(self.model, Mergeable) else copy.deepcopy(self.model)
         return out.eval()
 
     def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
