@@ -78,7 +78,7 @@ class Settings:
         ``tau``, ``eta``, ``rounds`` (Flower rounds = in-process rounds per repeat),
         ``repeats`` (in-process runs).
     asynchronous : dict
-        ``local_steps``, ``eta``, ``server_steps``, ``repeats`` (in-process runs).
+        ``local_steps``, ``eta``, ``steps``, ``repeats`` (in-process runs).
     ping_repeats : int
         Empty round trips of each kind.
     cpus : int
@@ -93,7 +93,7 @@ class Settings:
         default_factory=lambda: dict(tau=10, eta=4e-3, rounds=30, repeats=20)
     )
     asynchronous: dict[str, Any] = field(
-        default_factory=lambda: dict(local_steps=5, eta=4e-3, server_steps=100, repeats=20)
+        default_factory=lambda: dict(local_steps=5, eta=4e-3, steps=100, repeats=20)
     )
     ping_repeats: int = 30
     cpus: int = 2
@@ -104,7 +104,7 @@ class Settings:
         """Few rounds and repeats: the full structure in seconds (after Ray's start)."""
         return cls(
             sync=dict(tau=10, eta=4e-3, rounds=4, repeats=3),
-            asynchronous=dict(local_steps=5, eta=4e-3, server_steps=12, repeats=3),
+            asynchronous=dict(local_steps=5, eta=4e-3, steps=12, repeats=3),
             ping_repeats=4,
             is_quick=True,
         )
@@ -193,7 +193,7 @@ def run_benchmark(
     sy, asy = s.sync, s.asynchronous
     sync_job = SyncJob(spec, RFedProj(sy["eta"], sy["tau"]), sy["rounds"], name="sync")
     async_job = AsyncJob(
-        spec, FedAsync(), asy["server_steps"], asy["eta"], asy["local_steps"], name="async"
+        spec, FedAsync(), asy["steps"], asy["eta"], asy["local_steps"], name="async"
     )
     jobs = [
         PingJob(repeats=1, name="warm-up"),  # Ray starts its actors on the first message

@@ -50,7 +50,7 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     assert asy["residual_ms"] == pytest.approx(
         asy["flower_ms"] - asy["per_message_ms"] - asy["in_process_ms"]
     )
-    assert asy["updates"] >= s["asynchronous"]["server_steps"]
+    assert asy["updates"] >= s["asynchronous"]["steps"]
     assert asy["empty_round_trip_ms"] == pytest.approx(1e3 * ping["median_one_node_s"])
 
     assert ping["nodes"] == 10 and ping["payload_bytes"] == 2 * 20 * 5 * 8

@@ -31,7 +31,7 @@ def _rows(md: str) -> list[str]:
 
 def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
     settings = licudi2025.Settings.baselines()
-    settings.server_steps, settings.seeds, settings.eval_every, settings.n_clients = 10, (0,), 5, 8
+    settings.steps, settings.seeds, settings.record_every, settings.n_clients = 10, (0,), 5, 8
     md = licudi2025.reproduce(tmp_path, settings=settings, progress=False)
     assert _rows(md) == list(licudi2025.BASELINES)
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
@@ -67,9 +67,9 @@ def test_tiny_baselines_reproduction_writes_the_table(tmp_path):
 
 def test_tiny_full_reproduction_with_curves_epochs_and_resume(tmp_path):
     settings = licudi2025.Settings(
-        server_steps=6,
+        steps=6,
         seeds=(0,),
-        eval_every=3,
+        record_every=3,
         n_clients=6,
         methods=("FedAsync", "AsyncFedED", "AsyncBezier", "AsyncBezierED"),
         epoch_study=(1, 2),
@@ -162,9 +162,9 @@ def test_reproduction_on_leaf_files(tmp_path, dataset):
         users[f"user{k}"] = (xs, ys)
     _leaf_files(tmp_path / "leaf", users)
     settings = licudi2025.Settings(
-        server_steps=3,
+        steps=3,
         seeds=(0,),
-        eval_every=3,
+        record_every=3,
         n_clients=2,
         methods=("FedAsync", "AsyncBezier"),
         epoch_study=(),
@@ -207,7 +207,7 @@ def test_asyncbezier_runs_its_own_rule_and_curve_clients_not_fedasyncs(tmp_path)
     clients pay for their curve epochs in virtual time, and the models and losses differ; the
     accuracies tied as counts (243 of the 362 test rows each)."""
     s = licudi2025.Settings.quick()
-    s.server_steps, s.n_clients, s.eval_every = 6, 6, 3
+    s.steps, s.n_clients, s.record_every = 6, 6, 3
     fed = cached_run(tmp_path, "FedAsync", 0, s, rate=1.0)
     bez = cached_run(tmp_path, "AsyncBezier", 0, s, rate=1.0)
     assert len(list(tmp_path.glob("*.json"))) == 2  # two cache entries, not one shared

@@ -150,7 +150,7 @@ def run_title(history: Any) -> str:
         parts = [f"{history.label} (async)"]
         if "server_lr" in rule:
             parts.append(f"eta_g = {rule['server_lr']:.3g}")
-        parts.append(f"{config.get('server_steps', len(history) - 1)} server steps")
+        parts.append(f"{config.get('steps', len(history) - 1)} server steps")
     else:
         algorithm = config.get("algorithm", {})
         parts = [history.label]

@@ -34,7 +34,7 @@ trainer: the waiting queue (:mod:`riemfl.federated.async_scheduler`), the stalen
   state where it keeps one, every generator and the history: a resumed run is bit-identical to
   an uninterrupted one. A checkpoint is resumed only by a run of the same fingerprint (the
   engine's settings, the rule's, the trainer's settings
-  (:func:`~riemfl.federated.fingerprint.settings`), ``eval_every``, the timing model and a hash
+  (:func:`~riemfl.federated.fingerprint.settings`), ``record_every``, the timing model and a hash
   of the data), and only when its state agrees with itself (:meth:`EventLoop.validate`).
 """
 

@@ -168,7 +168,7 @@ def digits_runs(runner: Runner, s: Settings) -> tuple[list[dict[str, Any]], list
     results, held = [], []
     for column in (c for c in COLUMNS if c.label in s.columns):
         rounds = s.reduced_rounds if column.reduced else s.rounds
-        every = max(1, s.eval_every * rounds // max(s.rounds, 1))
+        every = max(1, s.record_every * rounds // max(s.rounds, 1))
         for seed, methods in column_seeds(column, s):
             task = digits_task(column, seed, s)
             held.append({"column": column.label, "seed": seed, **holdings(task)})
@@ -272,7 +272,7 @@ def _sync_aggregation(
             s.rounds,
             clients_per_round=s.clients_per_round,
             seed=seed,
-            record_every=s.eval_every,
+            record_every=s.record_every,
             aggregator=FloralAggregator(trainer.layout, "products"),
         )
         r.update(method=method.label, adaptors="products")

@@ -177,7 +177,7 @@ class Settings:
     router_lr: float = 1.0
     router_noise: float = 1.0
     evaluation: str = "full"
-    eval_every: int = 10
+    record_every: int = 10
     columns: tuple[str, ...] = tuple(c.label for c in COLUMNS)
     #: seeds of the reduced columns' GAP_METHODS rows (the other rows: ``seeds``)
     gap_seeds: tuple[int, ...] = GAP_SEEDS
@@ -194,7 +194,7 @@ class Settings:
             seeds=(0,),
             gap_seeds=(0,),
             columns=tuple(c.label for c in COLUMNS if not c.ten_row_minimum),  # the paper's 5%
-            eval_every=5,
+            record_every=5,
             synthetic_rounds={"linear": 100, "mlp": 40},
             async_steps=30,
         )
@@ -229,5 +229,5 @@ class Settings:
             evaluation="shard",
             rounds=50 if quick else 500,
             reduced_rounds=150 if quick else 1500,
-            eval_every=5 if quick else 25,
+            record_every=5 if quick else 25,
         )

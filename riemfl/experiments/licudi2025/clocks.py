@@ -16,13 +16,13 @@ def equal_work(runs: list[dict[str, Any]], s: Settings) -> dict[str, Any]:
 
     The protocol (fixed before the results were seen): per clock, the budget is the largest
     reading every run of the report reached (:func:`~riemfl.experiments.equal_work.common_budget`:
-    server steps ``s.server_steps``; client updates: the fewest any run received, FedBuff's K = 10
+    server steps ``s.steps``; client updates: the fewest any run received, FedBuff's K = 10
     per step against one for the other rules; virtual time: the shortest run); each run's accuracy
     at the budget is read between its two evaluations around it
     (:func:`~riemfl.experiments.equal_work.value_at`); T_e on the clock is the reading of the first
     evaluation with error at most e, within the budget (server steps: the per-step grid of the
-    table, every ``s.eval_every`` steps; updates and time: every evaluation, about every
-    ``s.eval_every`` updates for every rule).
+    table, every ``s.record_every`` steps; updates and time: every evaluation, about every
+    ``s.record_every`` updates for every rule).
 
     Returns
     -------

@@ -35,7 +35,7 @@ def main_sections(done: Runs, s: Settings, work: dict[str, Any], md: str) -> lis
     return [
         f"# Licudi et al. 2025, Table 1, on {DATA_NAMES[s.dataset]}",
         "",
-        f"{len(s.seeds)} seed(s), {s.server_steps} server steps, N = {s.n_clients} clients of "
+        f"{len(s.seeds)} seed(s), {s.steps} server steps, N = {s.n_clients} clients of "
         f"{DATA_NAMES[s.dataset]}, {s.workers} workers with the paper's scheduler (App. B.0.1). "
         f"Settings and deviations: `{SOURCE}` (module docstring).",
         "",
@@ -126,10 +126,10 @@ def _protocol(s: Settings, work: dict[str, Any]) -> str:
         f"run received; FedBuff takes K = 10 per server step), virtual time {budget_t:g} (the "
         "shortest run). A run's accuracy at the budget is interpolated linearly between its two "
         "evaluations around it; every rule is evaluated about every "
-        f"{s.eval_every} client updates (FedBuff at every server step). T_e on a clock is that "
+        f"{s.record_every} client updates (FedBuff at every server step). T_e on a clock is that "
         "clock's reading at the first evaluation with error at most "
         f"e = {s.error_target:.2f}, if within the budget (server steps: the table's grid of "
-        f"{s.eval_every} steps). The "
+        f"{s.record_every} steps). The "
         "rankings are by the mean accuracy at the budget, compared with Table 1 pair by pair "
         "as above."
     )

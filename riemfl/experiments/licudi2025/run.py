@@ -45,14 +45,14 @@ class _BestModel:
         return out
 
 
-def _eval_steps(eval_every: int, updates_per_step: int) -> int:
+def _eval_steps(record_every: int, updates_per_step: int) -> int:
     """Server steps between evaluations for a rule taking ``updates_per_step`` client updates per
-    server step: the largest divisor of ``eval_every`` that is at most ``eval_every //
-    updates_per_step`` (at least 1). Every method is then evaluated about every ``eval_every``
+    server step: the largest divisor of ``record_every`` that is at most ``record_every //
+    updates_per_step`` (at least 1). Every method is then evaluated about every ``record_every``
     client updates (FedBuff, K = 10, at every server step), and the rows at multiples of
-    ``eval_every`` server steps are among the evaluated ones."""
-    cap = max(1, eval_every // updates_per_step)
-    return max(d for d in range(1, cap + 1) if eval_every % d == 0)
+    ``record_every`` server steps are among the evaluated ones."""
+    cap = max(1, record_every // updates_per_step)
+    return max(d for d in range(1, cap + 1) if record_every % d == 0)
 
 
 def _model_fn(s: Settings) -> Callable[[], Any]:
@@ -99,13 +99,13 @@ def one_run(
     """One run of ``method``: its final and best accuracy, T_e, fairness, client updates and
     staleness, its curve on the three clocks (``equal_work.AXES``) and its final model.
 
-    ``epochs``, ``steps`` and ``rate`` default to ``s.epochs``, ``s.server_steps`` and the
+    ``epochs``, ``steps`` and ``rate`` default to ``s.epochs``, ``s.steps`` and the
     paper's Table 3 rate; ``validation`` runs on the line search's validation rows.
     """
     from ...nn import BezierClientTrainer
 
     epochs = s.epochs if epochs is None else epochs
-    steps = s.server_steps if steps is None else steps
+    steps = s.steps if steps is None else steps
     rate = PAPER_RATES[method] if rate is None else rate
     local = trainer(s, seed, epochs, validation)
     client: Any = local
@@ -115,12 +115,12 @@ def one_run(
         )
     x0 = local.initial_parameters(seed)
     rule = METHODS[method](x0.size, rate)
-    every = _eval_steps(s.eval_every, rule.buffer_size)
+    every = _eval_steps(s.record_every, rule.buffer_size)
 
     def on_grid(step: int) -> bool:  # the evaluations of the per-step comparison
-        return step % s.eval_every == 0 or step >= steps
+        return step % s.record_every == 0 or step >= steps
 
-    # the best model (fairness) among the per-step evaluations only, as with eval_every steps
+    # the best model (fairness) among the per-step evaluations only, as with record_every steps
     watched = _BestModel(client, keep=lambda k: on_grid(min(k * every, steps)))
     h: History = run_async(
         watched,
@@ -142,7 +142,7 @@ def one_run(
         "method": method,
         "seed": seed,
         "epochs": epochs,
-        "server_steps": steps,
+        "steps": steps,
         "rate": rate,
         "validation": validation,
         "accuracy": h.metrics["accuracy"][-1],
@@ -190,7 +190,7 @@ def cached_run(
     model), the stem naming every setting the run depends on.
     """
     epochs = s.epochs if epochs is None else epochs
-    steps = s.server_steps if steps is None else steps
+    steps = s.steps if steps is None else steps
     rate = PAPER_RATES[method] if rate is None else rate
     kind = "val" if validation else "test"
     curve = f"-clr{s.curve_lr:g}" if method in CURVE_METHODS else ""

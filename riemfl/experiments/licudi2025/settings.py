@@ -120,7 +120,7 @@ class Settings:
     (:data:`TARGET_ERRORS`).
     """
 
-    server_steps: int = 360
+    steps: int = 360
     seeds: tuple[int, ...] = (0, 1, 2)
     n_clients: int = 30
     alpha: float = 0.5
@@ -131,7 +131,7 @@ class Settings:
     workers: int = 2
     scheduler_k: float = 2.0
     target_error: float | None = None  # None: TARGET_ERRORS[dataset]
-    eval_every: int = 10
+    record_every: int = 10
     dataset: str = "digits"
     data: str | None = None
     device: str = "cpu"
@@ -152,7 +152,7 @@ class Settings:
         """The settings of ``--quick``: one seed, 120 server steps, a shorter line search and
         epoch study."""
         return cls(
-            server_steps=120,
+            steps=120,
             seeds=(0,),
             epoch_study=(1, 2, 5),
             epoch_study_steps=60,
@@ -163,7 +163,7 @@ class Settings:
     @classmethod
     def baselines(cls, quick: bool = False) -> Settings:
         """The six baselines only, no epoch study (``riemfl reproduce licudi2025-baselines``)."""
-        base = cls(server_steps=120, seeds=(0, 1)) if quick else cls()
+        base = cls(steps=120, seeds=(0, 1)) if quick else cls()
         base.methods, base.epoch_study, base.tune = BASELINES, (), False
         return base
 
