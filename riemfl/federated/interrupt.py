@@ -22,7 +22,13 @@ from typing import Any
 
 from ..errors import RiemflError
 
-__all__ = ["RunInterrupted", "handle_interrupts", "interrupt_requested", "request_interrupt"]
+__all__ = [
+    "RunInterrupted",
+    "handle_interrupts",
+    "interrupt_requested",
+    "request_interrupt",
+    "request_served",
+]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _state = {"requested": 0, "depth": 0}
@@ -56,6 +62,16 @@ def interrupt_requested() -> bool:
 def request_interrupt() -> None:
     """Ask every running loop to stop at its next step boundary (what the handler does)."""
     _state["requested"] += 1
+
+
+def request_served() -> None:
+    """A loop stopped for the request: forget it, unless a :func:`handle_interrupts` block
+    owns it (that block clears it on exit, after every loop inside it has seen it). A request
+    made where no block runs (a loop off the main thread, e.g. a Flower ServerApp in a
+    simulation, stopped by :func:`request_interrupt`) would otherwise stop the next run too."""
+    with _lock:
+        if _state["depth"] == 0:
+            _state["requested"] = 0
 
 
 def _handler(signum: int, frame: Any) -> None:

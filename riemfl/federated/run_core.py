@@ -54,7 +54,7 @@ from ..errors import CheckpointError, CheckpointMismatchError, ParameterError
 from ..progress import ProgressBar
 from .checkpoint import CheckpointFile, inconsistent, require, require_amount, require_count
 from .history import History
-from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested
+from .interrupt import RunInterrupted, handle_interrupts, interrupt_requested, request_served
 from .serialise import dump_json
 
 __all__ = [
@@ -495,6 +495,7 @@ class _Loop:
         if self.file is not None:
             self.file.wait()  # "saved" means on disk
         path = self.options.checkpoint
+        request_served()
         raise RunInterrupted(done, None if path is None else str(path))
 
 

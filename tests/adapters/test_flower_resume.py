@@ -77,6 +77,27 @@ jobs = [
 dump(simulate(jobs, 3))
 """
 
+SYNC_INTERRUPTED = (
+    """
+from riemfl.adapters.flower.errors import JobFailedError
+from riemfl.federated.interrupt import RunInterrupted, request_interrupt
+
+
+def stop_at_2(step, history):
+    if step == 2:
+        request_interrupt()  # what SIGINT/SIGTERM do to the ServerApp's process
+
+
+stopped = RunOptions(seed=2, checkpoint=checkpoint, checkpoint_every=10, on_step=stop_at_2)
+try:
+    simulate([SyncJob(KPCA, RFedSVRG(4e-3, 3), 5, name="svrg", batch_size=5, options=stopped)], 3)
+    raise SystemExit("the job was not interrupted")
+except JobFailedError as exc:
+    assert isinstance(exc.cause, RunInterrupted) and exc.cause.step == 2, repr(exc.cause)
+"""
+    + SYNC_RESUMED
+)
+
 ASYNC_KILLED = """
 options = RunOptions(seed=2, checkpoint=checkpoint, checkpoint_every=2, record_every=1,
                      on_step=dying_at(5))
@@ -126,6 +147,16 @@ def test_a_simulated_sync_job_killed_mid_run_resumes_bit_for_bit(tmp_path):
     assert resumed["final"] == plain["final"]  # bit for bit
     assert _without_clocks(resumed["metrics"]) == _without_clocks(plain["metrics"])
     assert resumed["metrics"]["round"] == [0, 1, 2, 3, 4, 5]
+
+
+def test_an_interrupted_simulated_sync_job_saves_and_resumes_bit_for_bit(tmp_path):
+    """An interruption (the signals' stop request) ends the job at a step boundary with a
+    checkpoint, whatever checkpoint_every says; the rerun completes it as if uninterrupted."""
+    out, checkpoint = tmp_path / "out.json", tmp_path / "svrg.ckpt"
+    assert _python(SYNC_INTERRUPTED, out, checkpoint) == 0
+    runs = json.loads(out.read_text())
+    assert runs["svrg"]["final"] == runs["plain"]["final"]
+    assert _without_clocks(runs["svrg"]["metrics"]) == _without_clocks(runs["plain"]["metrics"])
 
 
 def test_a_simulated_async_job_killed_mid_run_continues_from_its_checkpoint(tmp_path):

@@ -237,6 +237,29 @@ def test_a_stale_request_from_outside_a_run_is_ignored(stiefel_problem):
         assert not interrupt_requested()
 
 
+def test_a_request_served_off_the_main_thread_does_not_stop_the_next_run(stiefel_problem):
+    """Off the main thread no handle_interrupts block owns the request (a Flower ServerApp in
+    a simulation): the loop that stops for it forgets it, so the next run runs whole."""
+    import threading
+
+    outcome = {}
+
+    def two_runs():
+        try:
+            run_sync(
+                stiefel_problem, RFedProj(0.02, 2), 5, options=RunOptions(on_step=InterruptAt(2))
+            )
+        except RunInterrupted as exc:
+            outcome["stopped_at"] = exc.step
+        outcome["next"] = run_sync(stiefel_problem, RFedProj(0.02, 2), 3).round[-1]
+
+    worker = threading.Thread(target=two_runs)
+    worker.start()
+    worker.join()
+    assert outcome == {"stopped_at": 2, "next": 3}
+    assert not interrupt_requested()
+
+
 # ----------------------------------------------------------------------------- fingerprints
 def test_a_checkpoint_of_other_client_data_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
