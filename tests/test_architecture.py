@@ -46,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "manifolds": CORE,
     "problems": CORE | {"manifolds"},
     "testing": CORE | {"manifolds"},
+    "stats": CORE | {"manifolds"},
     "federated": CORE | {"manifolds", "problems"},
     "nn": CORE | {"manifolds", "problems", "federated"},
     "experiments": CORE | {"manifolds", "problems", "federated", "nn"},

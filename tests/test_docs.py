@@ -86,6 +86,12 @@ def test_curves_doc_example_runs():
     assert namespace["curve"].degree == 2
 
 
+def test_stats_doc_example_runs():
+    namespace: dict = {}
+    exec(python_blocks(ROOT / "docs" / "stats.md")[1], namespace)  # noqa: S102
+    assert namespace["mean"].converged and namespace["median"].converged
+
+
 def test_adapters_doc_runs():
     for module in ("torch", "geoopt", "pymanopt"):  # the page's blocks use all three
         importorskip(module)

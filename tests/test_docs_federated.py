@@ -24,6 +24,7 @@ PAGES = (
     "engine.md",
     "custom-manifold-tutorial.md",
     "problems.md",
+    "server-optimizers.md",
 )
 
 

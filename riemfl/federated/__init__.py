@@ -56,10 +56,18 @@ from .rfedproj import RFedProj
 from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
 from .run_core import EngineSpec, RunOptions, Steps, run_steps
 from .seeds import SeedStreams
+from .server_optimized import ServerOptimized
+from .server_optimizers import ServerAdagrad, ServerAdam, ServerOptimizer, ServerSGD, ServerYogi
 from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 __all__ = [
+    "ServerAdagrad",
+    "ServerAdam",
+    "ServerOptimized",
+    "ServerOptimizer",
+    "ServerSGD",
+    "ServerYogi",
     "AsyncBezier",
     "AsyncBezierED",
     "AsyncCurve",

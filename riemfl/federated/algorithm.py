@@ -173,6 +173,12 @@ class SyncAlgorithm(abc.ABC):
     """
 
     name: str = "algorithm"
+    #: the phase whose server step moves the model; a rule with several phases whose model
+    #: step is not phase 0 sets it (RFedSVRG: 1, after the anchor gradients of phase 0)
+    model_phase: int = 0
+    #: the geometric operators of a tangent-space rule (exact or approximate); None for a rule
+    #: that does not move along tangent vectors (RFedProj: metric projections only)
+    operators: Operators | None = None
     n_phases: int = 1
     local_steps: int = 1
 
