@@ -327,7 +327,21 @@ def _betas(betas: Sequence[float], owner: str) -> tuple[float, float]:
     return first, _beta(betas[1], f"{owner}: betas[1] (beta2)")
 
 
-class ServerAdam(_Adaptive):
+class _TwoBetas(_Adaptive):
+    """An adaptive optimiser with Reddi et al. 2021's pair ``betas = (beta1, beta2)``."""
+
+    def __init__(
+        self,
+        lr: float,
+        betas: Sequence[float] = (0.9, 0.99),
+        eps: float = 1e-3,
+        initial_accumulator: float | None = None,
+    ) -> None:
+        self.beta1, self.beta2 = _betas(betas, type(self).__name__)
+        super().__init__(lr, self.beta1, self.beta2, eps, initial_accumulator)
+
+
+class ServerAdam(_TwoBetas):
     r"""FedAdam (Reddi et al. 2021, Alg. 2): :math:`v_t = \beta_2 v_{t-1} + (1-\beta_2)
     \Delta_t^2`, step :math:`\eta\, m_t / (\sqrt{v_t} + \tau)`.
 
@@ -345,36 +359,16 @@ class ServerAdam(_Adaptive):
 
     name = "adam"
 
-    def __init__(
-        self,
-        lr: float,
-        betas: Sequence[float] = (0.9, 0.99),
-        eps: float = 1e-3,
-        initial_accumulator: float | None = None,
-    ) -> None:
-        self.beta1, self.beta2 = _betas(betas, "ServerAdam")
-        super().__init__(lr, self.beta1, self.beta2, eps, initial_accumulator)
-
     def _accumulate(self, v: Array, squares: Array) -> Array:
         return self._b2 * v + (1.0 - self._b2) * squares
 
 
-class ServerYogi(_Adaptive):
+class ServerYogi(_TwoBetas):
     r"""FedYogi (Reddi et al. 2021, Alg. 2; Zaheer et al. 2018): :math:`v_t = v_{t-1} -
     (1-\beta_2)\Delta_t^2\operatorname{sign}(v_{t-1} - \Delta_t^2)`; parameters as
     :class:`ServerAdam`'s."""
 
     name = "yogi"
-
-    def __init__(
-        self,
-        lr: float,
-        betas: Sequence[float] = (0.9, 0.99),
-        eps: float = 1e-3,
-        initial_accumulator: float | None = None,
-    ) -> None:
-        self.beta1, self.beta2 = _betas(betas, "ServerYogi")
-        super().__init__(lr, self.beta1, self.beta2, eps, initial_accumulator)
 
     def _accumulate(self, v: Array, squares: Array) -> Array:
         gap = v - squares

@@ -17,6 +17,7 @@ from ..errors import NotOnManifoldError, ParameterError, RiemflError, ShapeError
 from ..manifolds.base import Manifold
 
 __all__ = [
+    "prepare",
     "require_maps",
     "point_stack",
     "normalised_weights",
@@ -144,6 +145,32 @@ def working(manifold: Manifold, points: Array, keep: np.ndarray | None = None) -
         except RiemflError:  # no unique projection: keep the widened points
             pass
     return wide
+
+
+def prepare(
+    manifold: Any,
+    points: Any,
+    weights: Any,
+    x0: Any,
+    where: str,
+    maps: tuple[str, ...],
+    hint: str = "",
+) -> tuple[Array, Array, np.ndarray, Array]:
+    """The checked inputs of a statistic: ``points`` as given (a stack), working copies of the
+    points of positive weight, their normalised weights, and the start point (a working copy
+    of ``x0``, or else of the first point of largest weight).
+
+    Raises what :func:`require_maps`, :func:`point_stack`, :func:`normalised_weights` and
+    :func:`start_point` raise."""
+    require_maps(manifold, maps, where, hint)
+    points = point_stack(manifold, points, where)
+    w = normalised_weights(weights, points.shape[0], where)
+    start = start_point(manifold, x0, points, where)
+    with ops_for(points).no_grad():
+        keep = w > 0
+        p = working(manifold, points, keep)
+        m = p[int(np.argmax(w[keep]))] if start is None else working(manifold, start)
+    return points, p, w[keep], m
 
 
 def returned(m: Array, like: Array) -> Array:

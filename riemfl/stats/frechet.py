@@ -36,15 +36,7 @@ from .._validation import integer, real
 from ..backend import Array, ops_for, to_like
 from ..errors import ConvergenceError, ParameterError
 from ..manifolds.base import Manifold
-from ._inputs import (
-    normalised_weights,
-    point_stack,
-    repeat,
-    require_maps,
-    returned,
-    start_point,
-    working,
-)
+from ._inputs import prepare, repeat, returned
 from .uniqueness import UNIQUENESS_MODES, check_uniqueness, report_uniqueness
 
 __all__ = ["FrechetResult", "frechet_mean", "MEAN_METHODS"]
@@ -162,20 +154,13 @@ def frechet_mean(
     max_iter = integer(max_iter, f"{where}: max_iter", minimum=0)
     step_size = real(step_size, f"{where}: step_size", above=0, below=2)
     hint = "; method='retraction' uses retract and inverse_retract" if method == "exp" else ""
-    require_maps(manifold, MEAN_METHODS[method], where, hint)
-    points = point_stack(manifold, points, where)
-    w = normalised_weights(weights, points.shape[0], where)
-    start = start_point(manifold, x0, points, where)
-    ops = ops_for(points)
-    with ops.no_grad():
-        keep = w > 0
-        p = working(manifold, points, keep)
-        m = p[int(np.argmax(w[keep]))] if start is None else working(manifold, start)
+    points, p, w, m = prepare(manifold, points, weights, x0, where, MEAN_METHODS[method], hint)
+    with ops_for(points).no_grad():
         first = m
         unique = None
         if method == "exp" and uniqueness != "ignore":  # around the start point first
             unique = check_uniqueness(manifold, p, [m])[0]
-        m, g_norm, steps = _descend(manifold, method, p, w[keep], m, tol, max_iter, step_size)
+        m, g_norm, steps = _descend(manifold, method, p, w, m, tol, max_iter, step_size)
         if method == "exp" and uniqueness != "ignore" and not unique:
             unique, message = check_uniqueness(manifold, p, [m, first])
             report_uniqueness(uniqueness, unique, message, where)

@@ -70,15 +70,7 @@ from .._validation import integer, optional, real
 from ..backend import Array, ops_for, to_like, to_numpy
 from ..errors import ConvergenceError
 from ..manifolds.base import Manifold
-from ._inputs import (
-    normalised_weights,
-    point_stack,
-    repeat,
-    require_maps,
-    returned,
-    start_point,
-    working,
-)
+from ._inputs import prepare, repeat, returned
 
 __all__ = ["MedianResult", "geometric_median", "RELATIVE_EPS"]
 
@@ -178,17 +170,11 @@ def geometric_median(
     max_iter = integer(max_iter, f"{where}: max_iter", minimum=0)
     eps = optional(real, eps, f"{where}: eps", above=0)
     step_size = real(step_size, f"{where}: step_size", above=0, at_most=2)
-    require_maps(manifold, ("exp", "log"), where)
-    points = point_stack(manifold, points, where)
-    w = normalised_weights(weights, points.shape[0], where)
-    start = start_point(manifold, x0, points, where)
+    points, p, w, m = prepare(manifold, points, weights, x0, where, ("exp", "log"))
     ops = ops_for(points)
     with ops.no_grad():
-        keep = w > 0
-        p = working(manifold, points, keep)
-        m = p[int(np.argmax(w[keep]))] if start is None else working(manifold, start)
         floor = max(RELATIVE_EPS, 1e3 * ops.eps(points))  # float32 data: 1000 of its ulps
-        run = _Weiszfeld(manifold, p, w[keep], eps, floor, step_size)
+        run = _Weiszfeld(manifold, p, w, eps, floor, step_size)
         m, residual, steps, k = run.solve(m, tol, max_iter)
     return MedianResult(
         point=returned(m, points),
