@@ -47,11 +47,12 @@ ALLOWED: dict[str, set[str]] = {
     "problems": CORE | {"manifolds"},
     "testing": CORE | {"manifolds"},
     "stats": CORE | {"manifolds"},
-    "federated": CORE | {"manifolds", "problems"},
-    "nn": CORE | {"manifolds", "problems", "federated"},
-    "experiments": CORE | {"manifolds", "problems", "federated", "nn"},
-    "adapters": CORE | {"manifolds", "problems", "testing", "federated", "nn", "experiments"},
-    "cli": CORE | {"__init__", "manifolds", "problems", "federated", "nn", "experiments"},
+    "federated": CORE | {"manifolds", "problems", "stats"},
+    "nn": CORE | {"manifolds", "problems", "stats", "federated"},
+    "experiments": CORE | {"manifolds", "problems", "stats", "federated", "nn"},
+    "adapters": CORE
+    | {"manifolds", "problems", "testing", "stats", "federated", "nn", "experiments"},
+    "cli": CORE | {"__init__", "manifolds", "problems", "stats", "federated", "nn", "experiments"},
     "__init__": CORE | {"manifolds"},
     "__main__": {"cli"},
 }

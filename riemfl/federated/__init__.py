@@ -53,6 +53,7 @@ from .interrupt import RunInterrupted, handle_interrupts
 from .local import ProblemTrainer
 from .privacy import DPSettings, GaussianSum, PrivateAlgorithm, privatize
 from .rfedproj import RFedProj
+from .robust import CenteredClipping, GeometricMedian, Krum, MultiKrum, TrimmedMean
 from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
 from .run_core import EngineSpec, RunOptions, Steps, run_steps
 from .seeds import SeedStreams
@@ -62,6 +63,11 @@ from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 __all__ = [
+    "CenteredClipping",
+    "GeometricMedian",
+    "Krum",
+    "MultiKrum",
+    "TrimmedMean",
     "ServerAdagrad",
     "ServerAdam",
     "ServerOptimized",

@@ -30,12 +30,12 @@ from .._validation import integer
 from ..backend import is_torch
 from ..errors import ParameterError
 from ..problems.base import FederatedProblem
-from .aggregation import Aggregator
+from .aggregation import Aggregator, check_aggregator
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import require_layout
 from .client_blocks import BlockAssembler, StackOutcome, block_ranges, clients_per_block
 from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_problem
-from .fingerprint import data_digest
+from .fingerprint import data_digest, settings
 from .history import METRICS, History
 from .local import problem_metrics
 from .privacy import DPSettings, privatize, summarise_privacy
@@ -312,6 +312,8 @@ def run_sync(
         "clients_per_round": clients_per_round,
         "batch_size": batch_size,
     }
+    if aggregator is not None:  # a robust or private aggregator is a setting of the run
+        fingerprint["aggregator"] = settings(check_aggregator(aggregator))
     history = History(config={**fingerprint, "steps": steps})
     if x0 is None:
         x0 = initial_point(problem, seed)
