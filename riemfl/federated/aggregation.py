@@ -51,6 +51,10 @@ class Aggregator(abc.ABC):
     #: whether :meth:`from_total` acts on a sum computed elsewhere; ``False`` (the default): the
     #: aggregator needs each upload, and a pre-aggregated reply is refused
     takes_totals: bool = False
+    #: whether :meth:`aggregate` returns the exact sum of the uploads (the contract's default);
+    #: a robust aggregator returns ``count`` times a robust centre instead, which differential
+    #: privacy's accounting (a sum of clipped updates) does not cover
+    sums: bool = True
 
     @abc.abstractmethod
     def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:

@@ -357,6 +357,12 @@ class GaussianSum(Aggregator):
     ) -> None:
         self.settings = settings
         self.inner = PlainSum() if inner is None else check_aggregator(inner)
+        if not self.inner.sums:
+            raise ParameterError(
+                f"GaussianSum: its inner aggregator {type(self.inner).__name__} does not return "
+                "the sum of the uploads, so the noise would not match the accounting (a sum of "
+                "clipped updates); expected an aggregator that sums (PlainSum, secure sums)"
+            )
         self.rng = np.random.default_rng(central_noise)
         self.sampled = settings.mode == "central" and sample_size < population
         self.accountant = ClientLevelAccountant(

@@ -138,6 +138,8 @@ class GeometricMedian(Aggregator):
         The largest number of Weiszfeld steps, >= 0.
     """
 
+    sums = False  # count times a robust centre, not the sum
+
     def __init__(self, tol: float = 1e-10, max_iter: int = 1000) -> None:
         self.tol = real(tol, "GeometricMedian: tol", above=0)
         self.max_iter = integer(max_iter, "GeometricMedian: max_iter", minimum=0)
@@ -171,6 +173,8 @@ class TrimmedMean(Aggregator):
     tol, max_iter
         Of the geometric median (:class:`GeometricMedian`).
     """
+
+    sums = False  # count times a robust centre, not the sum
 
     def __init__(self, trim: float = 0.2, tol: float = 1e-10, max_iter: int = 1000) -> None:
         self.trim = real(trim, "TrimmedMean: trim", at_least=0, below=0.5)
@@ -228,6 +232,8 @@ class MultiKrum(Aggregator):
     n_selected : int
         The number of uploads averaged, >= 1 (1: Krum).
     """
+
+    sums = False  # count times a robust centre, not the sum
 
     def __init__(self, n_byzantine: int, n_selected: int) -> None:
         name = type(self).__name__
@@ -310,6 +316,8 @@ class CenteredClipping(Aggregator):
     center : {"previous", "zero"}
         Where v starts each round.
     """
+
+    sums = False  # count times a robust centre, not the sum
 
     def __init__(self, tau: float, iterations: int = 1, center: str = "previous") -> None:
         self.tau = real(tau, "CenteredClipping: tau", above=0)

@@ -271,3 +271,18 @@ def test_krum_refuses_too_few_uploads():
     Krum(1).aggregate(points, 0)  # 6 >= 5
     with pytest.raises(ParameterError, match="n_selected = 6 exceeds m - f = 5"):
         MultiKrum(1, 6).aggregate(points, 0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [GeometricMedian, TrimmedMean, lambda: MultiKrum(1, 2), lambda: CenteredClipping(1.0)],
+)
+def test_differential_privacy_refuses_a_robust_inner_aggregator(make):
+    """The accounting of GaussianSum assumes a sum of clipped updates; a robust centre times m
+    is not one, so the combination is refused rather than reported with a wrong epsilon."""
+    from riemfl.federated.privacy import DPSettings, GaussianSum
+
+    aggregator = make()
+    assert not aggregator.sums
+    with pytest.raises(ParameterError, match="does not return the sum"):
+        GaussianSum(DPSettings(1.0, 1.0), 8, 4, 0, inner=aggregator)
