@@ -142,6 +142,16 @@ class Manifold(ABC):
         """Injectivity radius of the exponential map (``inf`` if exp is a global diffeomorphism)."""
         return self._not_implemented("injectivity_radius")
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        r"""An upper bound :math:`\Delta` of the sectional curvature of M, with its source.
+
+        What :mod:`riemfl.stats` needs to certify that a Karcher mean is unique (points within
+        :math:`\tfrac12\min\{\operatorname{inj} M, \pi/\sqrt\Delta\}` of one another's
+        centre; Karcher 1977, Afsari 2011). The default, ``(None, why)``, declares no bound; a
+        family overrides it, and a subclass that changes the metric must override it again.
+        """
+        return None, f"{self.name} declares no upper bound of its sectional curvature"
+
     @property
     def ndim(self) -> int:
         """Number of trailing array dimensions that form one point."""

@@ -34,6 +34,9 @@ class Euclidean(Manifold):
         Shape of one point, e.g. ``Euclidean(3)`` for vectors, ``Euclidean(5, 2)`` for matrices.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 0.0, "flat"
+
     def __init__(self, *shape: int) -> None:
         self.point_shape = _check_shape_parameters("Euclidean", shape)
         self.name = f"Euclidean{self.point_shape if len(shape) > 1 else '(' + str(shape[0]) + ')'}"

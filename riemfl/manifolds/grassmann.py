@@ -90,6 +90,9 @@ class Grassmann(Manifold):
     :math:`\pi/2`.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 2.0, "sectional curvature in [0, 2] (Zimmermann and Stoye 2024b, arXiv:2403.01879)"
+
     def __init__(self, n: int, p: int) -> None:
         self.n = integer(n, "Grassmann(n, p): n", minimum=2)
         self.p = integer(p, "Grassmann(n, p): p (p < n)", minimum=1, maximum=self.n - 1)

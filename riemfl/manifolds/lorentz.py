@@ -109,6 +109,9 @@ class Lorentz(Manifold):
     ``lift``/``exp`` far from the origin pass in float32 and float64 (geoopt issue #193).
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return -1.0 / self.beta, "constant curvature -1/beta"
+
     def __init__(self, n: int, beta: float = 1.0) -> None:
         self.n = integer(n, "Lorentz(n): n", minimum=1)
         self.beta = real(beta, "Lorentz: beta", above=0)

@@ -98,6 +98,9 @@ class Oblique(Manifold):
         Number of columns, ``m >= 1``.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 1.0, "a product of unit spheres, sectional curvature in [0, 1]"
+
     def __init__(self, n: int, m: int) -> None:
         self.n = integer(n, "Oblique(n, m): n", minimum=2)
         self.m = integer(m, "Oblique(n, m): m", minimum=1)

@@ -220,6 +220,9 @@ class PoincareBall(Manifold):
         Curvature magnitude: the ball has radius :math:`1/\sqrt c` and curvature :math:`-c`.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return -self.c, "constant curvature -c"
+
     unsupported = {
         "reach": (
             "the open Poincare ball is not closed: an ambient point outside it has no nearest "

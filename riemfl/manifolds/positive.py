@@ -77,6 +77,9 @@ class Positive(Manifold):
         Shape of one point, e.g. ``Positive(3)`` for vectors, ``Positive(4, 2)`` for matrices.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 0.0, "flat (an isometric image of a Euclidean space)"
+
     unsupported = {
         "reach": (
             "the open positive orthant is not closed: a point x has a nearest point in it only "

@@ -30,6 +30,13 @@ class Product(Manifold):
     set, a fixed-rank manifold), :meth:`local_reach` is the minimum of the factors' local values.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        bounds = [m.curvature_bound() for m in self.manifolds]
+        for delta, reason in bounds:
+            if delta is None:
+                return None, reason
+        return max([0.0] + [d for d, _ in bounds]), "the largest of the factors' bounds and 0"
+
     def __init__(self, *manifolds: Manifold) -> None:
         if not manifolds or not all(isinstance(m, Manifold) for m in manifolds):
             raise ParameterError("Product(*manifolds) needs one or more Manifold instances")

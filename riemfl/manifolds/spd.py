@@ -699,6 +699,13 @@ class SPD(Manifold):
         The Riemannian metric.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        if self.metric == "affine-invariant":
+            return 0.0, "non-positive curvature (affine-invariant metric, a Hadamard manifold)"
+        if self.metric == "log-euclidean":
+            return 0.0, "flat (log-Euclidean metric)"
+        return super().curvature_bound()
+
     def __init__(self, n: int, metric: str = "affine-invariant") -> None:
         n = integer(n, "SPD(n): n", minimum=1)
         if metric not in METRICS:

@@ -228,6 +228,12 @@ class SpecialOrthogonal(Manifold):
         Matrix size, ``n >= 2``.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 0.5, (
+            "sectional curvature <= 1/2 (bi-invariant metric, Milnor 1976; Böttcher and Wenzel "
+            "2008)"
+        )
+
     def __init__(self, n: int) -> None:
         self.n = integer(n, "SpecialOrthogonal(n): n", minimum=2)
         self.point_shape = (self.n, self.n)

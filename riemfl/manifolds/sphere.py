@@ -70,6 +70,9 @@ class Sphere(Manifold):
         Dimension of the ambient space (points are unit vectors of length ``n``), ``n >= 2``.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 1.0, "constant curvature 1"
+
     def __init__(self, n: int) -> None:
         self.n = integer(n, "Sphere(n): n", minimum=2)
         self.point_shape = (self.n,)

@@ -587,6 +587,12 @@ class Stiefel(Manifold):
         Tolerance and iteration limit of the logarithm's solver.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        source = "Zimmermann and Stoye 2024b, arXiv:2403.01879"
+        if self.metric == "embedded":
+            return 1.0, f"sectional curvature <= 1 (embedded metric; {source})"
+        return 1.25, f"sectional curvature <= 5/4 (canonical metric; {source})"
+
     def __init__(
         self,
         n: int,

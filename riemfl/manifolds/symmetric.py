@@ -110,6 +110,9 @@ class Symmetric(_LinearSubspace):
         Matrix size, ``n >= 1``.
     """
 
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 0.0, "flat"
+
     constraint = "X = X^T"
     _part = staticmethod(sym)
     # a subclass does not inherit the table (Manifold.__init_subclass__): the same maps
@@ -139,6 +142,9 @@ class SkewSymmetric(_LinearSubspace):
     n : int
         Matrix size, ``n >= 2`` (Skew(1) is the point 0).
     """
+
+    def curvature_bound(self) -> tuple[float | None, str]:
+        return 0.0, "flat"
 
     constraint = "X = -X^T"
     smallest = 2

@@ -22,8 +22,9 @@ weaker than comparing the diameter with :math:`r^*`, and it costs 2n distances, 
 :math:`n^2/2`. It is a sufficient condition: where it fails, uniqueness is not known (it is not
 disproved).
 
-**The curvature bounds** riemfl knows (:func:`curvature_bound`), per family (exact class; a
-subclass may change the metric, so it is not assumed to share its parent's bound):
+**The curvature bounds** are declared by the manifolds
+(:meth:`~riemfl.manifolds.base.Manifold.curvature_bound`; a subclass that changes the metric
+overrides it again):
 
 * 0 (flat): ``Euclidean``, ``Symmetric``, ``SkewSymmetric``, ``Positive`` (the entrywise
   logarithm is an isometry onto a Euclidean space), ``SPD(metric="log-euclidean")`` (Arsigny
@@ -40,36 +41,20 @@ subclass may change the metric, so it is not assumed to share its parent's bound
   factors has a curvature between 0 and theirs).
 
 Any other manifold (``SPD(metric="bures-wasserstein")``, ``Simplex``, the fixed-rank
-manifolds, a user's own) has no known bound, and the check says so.
+manifolds, a user's own that declares none) has no known bound, and the check says so.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..backend import Array, ops_for, to_numpy
 from ..errors import RiemflError
-from ..manifolds import (
-    SPD,
-    Euclidean,
-    Grassmann,
-    Lorentz,
-    Manifold,
-    Oblique,
-    PoincareBall,
-    Positive,
-    Product,
-    SkewSymmetric,
-    SpecialOrthogonal,
-    Sphere,
-    Stiefel,
-    Symmetric,
-)
+from ..manifolds.base import Manifold
 from ._inputs import repeat
 
 __all__ = [
@@ -97,54 +82,6 @@ class NonUniqueMeanError(RiemflError, ValueError):
     valid, but their mean is not known to be well defined)."""
 
 
-_Bound = tuple[float | None, str]
-
-_FLAT = "flat"
-_ZS = "Zimmermann and Stoye 2024b, arXiv:2403.01879"
-
-
-def _spd(m: Any) -> _Bound:
-    if m.metric == "affine-invariant":
-        return 0.0, "non-positive curvature (affine-invariant metric, a Hadamard manifold)"
-    if m.metric == "log-euclidean":
-        return 0.0, "flat (log-Euclidean metric)"
-    return None, f"riemfl knows no upper bound of the sectional curvature of {m.name}"
-
-
-def _stiefel(m: Any) -> _Bound:
-    if m.metric == "embedded":
-        return 1.0, f"sectional curvature <= 1 (embedded metric; {_ZS})"
-    return 1.25, f"sectional curvature <= 5/4 (canonical metric; {_ZS})"
-
-
-def _product(m: Any) -> _Bound:
-    bounds = [curvature_bound(f) for f in m.manifolds]
-    for delta, reason in bounds:
-        if delta is None:
-            return None, reason
-    return max([0.0] + [d for d, _ in bounds]), "the largest of the factors' bounds and 0"
-
-
-_TABLE: dict[type, Callable[[Any], _Bound]] = {
-    Euclidean: lambda m: (0.0, _FLAT),
-    Symmetric: lambda m: (0.0, _FLAT),
-    SkewSymmetric: lambda m: (0.0, _FLAT),
-    Positive: lambda m: (0.0, "flat (an isometric image of a Euclidean space)"),
-    SPD: _spd,
-    Lorentz: lambda m: (-1.0 / m.beta, "constant curvature -1/beta"),
-    PoincareBall: lambda m: (-m.c, "constant curvature -c"),
-    Sphere: lambda m: (1.0, "constant curvature 1"),
-    Oblique: lambda m: (1.0, "a product of unit spheres, sectional curvature in [0, 1]"),
-    Grassmann: lambda m: (2.0, f"sectional curvature in [0, 2] ({_ZS})"),
-    Stiefel: _stiefel,
-    SpecialOrthogonal: lambda m: (
-        0.5,
-        "sectional curvature <= 1/2 (bi-invariant metric, Milnor 1976; Böttcher and Wenzel 2008)",
-    ),
-    Product: _product,
-}
-
-
 def curvature_bound(manifold: Manifold) -> tuple[float | None, str]:
     r"""An upper bound :math:`\Delta` of the sectional curvature of ``manifold``, with its
     source.
@@ -156,10 +93,7 @@ def curvature_bound(manifold: Manifold) -> tuple[float | None, str]:
     reason : str
         Where the bound comes from, or why there is none.
     """
-    rule = _TABLE.get(type(manifold))
-    if rule is None:
-        return None, f"riemfl knows no upper bound of the sectional curvature of {manifold.name}"
-    return rule(manifold)
+    return manifold.curvature_bound()
 
 
 def uniqueness_radius(manifold: Manifold) -> tuple[float | None, str]:

@@ -306,7 +306,7 @@ def test_a_manifold_without_a_known_bound_says_so():
     M = SPD(2, "bures-wasserstein")
     assert curvature_bound(M)[0] is None
     points = np.array([np.eye(2), np.diag([2.0, 0.5])])
-    with pytest.warns(NonUniqueMeanWarning, match="knows no upper bound"):
+    with pytest.warns(NonUniqueMeanWarning, match="declares no upper bound"):
         assert frechet_mean(M, points).unique is None
 
 
@@ -384,3 +384,16 @@ def test_bad_x0_and_manifold():
         frechet_mean(Sphere(3), points, x0=np.array([1.0, 0]))
     with pytest.raises(ParameterError, match="must be a riemfl Manifold"):
         frechet_mean("sphere", points)
+
+
+def test_the_bound_is_what_the_manifold_declares():
+    """The uniqueness check reads Manifold.curvature_bound: a subclass that declares another
+    bound changes the radius (Sphere: inj = pi; Delta = 4 gives pi/sqrt(4) = pi/2 < pi)."""
+
+    class MoreCurved(Sphere):
+        def curvature_bound(self):
+            return 4.0, "declared by the test"
+
+    radius, reason = uniqueness_radius(MoreCurved(3))
+    assert radius == pytest.approx(math.pi / 4) and "declared by the test" in reason
+    assert curvature_bound(MoreCurved(3)) == (4.0, "declared by the test")
