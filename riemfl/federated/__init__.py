@@ -53,16 +53,36 @@ from .interrupt import RunInterrupted, handle_interrupts
 from .local import ProblemTrainer
 from .privacy import DPSettings, GaussianSum, PrivateAlgorithm, privatize
 from .rfedproj import RFedProj
-from .robust import CenteredClipping, GeometricMedian, Krum, MultiKrum, TrimmedMean
+from .robust import (
+    AGGREGATOR_NAMES,
+    CenteredClipping,
+    GeometricMedian,
+    Krum,
+    MultiKrum,
+    TrimmedMean,
+    build_aggregator,
+)
 from .rounds import ClientExecutor, PhaseReply, RoundSteps, ServerRule, sample_round
 from .run_core import EngineSpec, RunOptions, Steps, run_steps
 from .seeds import SeedStreams
 from .server_optimized import ServerOptimized
-from .server_optimizers import ServerAdagrad, ServerAdam, ServerOptimizer, ServerSGD, ServerYogi
+from .server_optimizers import (
+    SERVER_OPTIMIZER_NAMES,
+    ServerAdagrad,
+    ServerAdam,
+    ServerOptimizer,
+    ServerSGD,
+    ServerYogi,
+    build_server_optimizer,
+)
 from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 __all__ = [
+    "AGGREGATOR_NAMES",
+    "SERVER_OPTIMIZER_NAMES",
+    "build_aggregator",
+    "build_server_optimizer",
     "CenteredClipping",
     "GeometricMedian",
     "Krum",

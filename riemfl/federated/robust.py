@@ -52,6 +52,8 @@ __all__ = [
     "MultiKrum",
     "CenteredClipping",
     "CENTERS",
+    "AGGREGATOR_NAMES",
+    "build_aggregator",
 ]
 
 #: where :class:`CenteredClipping` starts its iteration each round
@@ -229,16 +231,19 @@ class MultiKrum(Aggregator):
     ----------
     n_byzantine : int
         f >= 0, the number of Byzantine uploads tolerated.
-    n_selected : int
-        The number of uploads averaged, >= 1 (1: Krum).
+    n_selected : int, optional
+        The number of uploads averaged, >= 1 (1: Krum). Default: :math:`m - f`, every upload
+        the guarantee allows (Blanchard et al. 2017's choice for Multi-Krum).
     """
 
     sums = False  # count times a robust centre, not the sum
 
-    def __init__(self, n_byzantine: int, n_selected: int) -> None:
+    def __init__(self, n_byzantine: int, n_selected: int | None = None) -> None:
         name = type(self).__name__
         self.n_byzantine = integer(n_byzantine, f"{name}: n_byzantine", minimum=0)
-        self.n_selected = integer(n_selected, f"{name}: n_selected", minimum=1)
+        self.n_selected = (
+            None if n_selected is None else integer(n_selected, f"{name}: n_selected", minimum=1)
+        )
         self.selected: tuple[int, ...] = ()
         self.dropped = 0
 
@@ -250,17 +255,18 @@ class MultiKrum(Aggregator):
                 f"{type(self).__name__}: m = {m} uploads with n_byzantine f = {f}; Krum needs "
                 f"m >= 2f + 3 = {2 * f + 3}"
             )
-        if self.n_selected > m - f:
+        n_selected = m - f if self.n_selected is None else self.n_selected
+        if n_selected > m - f:
             raise ParameterError(
-                f"{type(self).__name__}: n_selected = {self.n_selected} exceeds m - f = "
+                f"{type(self).__name__}: n_selected = {n_selected} exceeds m - f = "
                 f"{m - f} (m = {m} uploads, f = {f}): the selection could include a Byzantine "
                 "upload"
             )
         scores = krum_scores(flat.numpy64(), f)
-        order = np.argsort(scores, kind="stable")[: self.n_selected]
+        order = np.argsort(scores, kind="stable")[:n_selected]
         self.selected = tuple(int(i) for i in order)
-        self.dropped = m - self.n_selected
-        if self.n_selected == 1:
+        self.dropped = m - n_selected
+        if n_selected == 1:
             return flat.answer(flat.matrix[self.selected[0]])
         return flat.answer(flat.mean_of(np.sort(order)))
 
@@ -376,3 +382,43 @@ class CenteredClipping(Aggregator):
             "iterations": self.iterations,
             "center": self.center,
         }
+
+
+#: the names of :func:`build_aggregator` (``riemfl run --aggregator``)
+AGGREGATOR_NAMES = ("mean", "median", "trimmed", "krum", "multikrum", "clipped")
+
+
+def build_aggregator(
+    name: str,
+    *,
+    n_byzantine: int = 0,
+    trim: float = 0.2,
+    tau: float = 1.0,
+    clip_iterations: int = 1,
+) -> Aggregator | None:
+    """The aggregator called ``name`` (one of :data:`AGGREGATOR_NAMES`).
+
+    ``"mean"``: None (the rule's plain mean); ``"median"``: :class:`GeometricMedian`;
+    ``"trimmed"``: :class:`TrimmedMean` dropping the fraction ``trim``; ``"krum"``,
+    ``"multikrum"``: :class:`Krum`, :class:`MultiKrum` (averaging :math:`m - f`) with
+    ``n_byzantine`` f; ``"clipped"``: :class:`CenteredClipping` of radius ``tau`` from the
+    previous aggregate, ``clip_iterations`` iterations.
+
+    Raises
+    ------
+    ParameterError
+        An unknown name, or a parameter the aggregator refuses.
+    """
+    if name == "mean":
+        return None
+    if name == "median":
+        return GeometricMedian()
+    if name == "trimmed":
+        return TrimmedMean(trim)
+    if name == "krum":
+        return Krum(n_byzantine)
+    if name == "multikrum":
+        return MultiKrum(n_byzantine)
+    if name == "clipped":
+        return CenteredClipping(tau, clip_iterations)
+    raise ParameterError(f"aggregator must be one of {list(AGGREGATOR_NAMES)}, got {name!r}")

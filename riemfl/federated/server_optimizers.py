@@ -62,6 +62,8 @@ __all__ = [
     "ServerAdam",
     "ServerYogi",
     "ServerAdagrad",
+    "SERVER_OPTIMIZER_NAMES",
+    "build_server_optimizer",
     "moment_shape",
     "squared_norms",
     "divide_blocks",
@@ -407,3 +409,42 @@ class ServerAdagrad(_Adaptive):
 
     def _accumulate(self, v: Array, squares: Array) -> Array:
         return v + squares
+
+
+#: the names of :func:`build_server_optimizer` (``riemfl run --server-optimizer``)
+SERVER_OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "yogi", "adagrad")
+
+
+def build_server_optimizer(
+    name: str,
+    lr: float = 1.0,
+    *,
+    momentum: float = 0.9,
+    betas: Sequence[float] = (0.9, 0.99),
+    eps: float = 1e-3,
+) -> ServerOptimizer:
+    """The server optimiser called ``name`` (one of :data:`SERVER_OPTIMIZER_NAMES`).
+
+    ``"sgd"``: :class:`ServerSGD` without momentum (``lr=1`` is the wrapped rule's own step);
+    ``"momentum"``: FedAvgM, :class:`ServerSGD` with ``momentum``; ``"adam"``, ``"yogi"``:
+    :class:`ServerAdam`, :class:`ServerYogi` with ``betas`` and ``eps``; ``"adagrad"``:
+    :class:`ServerAdagrad` with ``eps`` (and no momentum, as Reddi et al. 2021 use it).
+
+    Raises
+    ------
+    ParameterError
+        An unknown name, or a parameter the optimiser refuses.
+    """
+    if name == "sgd":
+        return ServerSGD(lr)
+    if name == "momentum":
+        return ServerSGD(lr, momentum=momentum)
+    if name == "adam":
+        return ServerAdam(lr, betas=betas, eps=eps)
+    if name == "yogi":
+        return ServerYogi(lr, betas=betas, eps=eps)
+    if name == "adagrad":
+        return ServerAdagrad(lr, eps=eps)
+    raise ParameterError(
+        f"server optimiser must be one of {list(SERVER_OPTIMIZER_NAMES)}, got {name!r}"
+    )
