@@ -34,7 +34,7 @@ from ..errors import ParameterError
 
 State = dict[str, Any]
 
-__all__ = ["Aggregator", "PlainSum", "check_aggregator", "server_update"]
+__all__ = ["Aggregator", "PlainSum", "check_aggregator", "check_aggregator_fits", "server_update"]
 
 
 class Aggregator(abc.ABC):
@@ -73,6 +73,17 @@ class Aggregator(abc.ABC):
         its ``epsilon``)."""
         return {}
 
+    def centre_of_points(
+        self, rule: Any, manifold: Any, message: State, uploads: State, phase: int
+    ) -> Any:
+        """One point standing for the stacked point uploads of ``phase`` (key
+        ``rule.point_uploads(phase)``), for an aggregator that does not sum. The default
+        refuses."""
+        raise ParameterError(
+            f"aggregator {type(self).__name__} cannot aggregate point uploads; it acts on "
+            "sum-only phases"
+        )
+
 
 class PlainSum(Aggregator):
     """The sum computed in the server's process, in the clear (the default)."""
@@ -98,6 +109,29 @@ def check_aggregator(aggregator: Any) -> Aggregator:
     return aggregator
 
 
+def check_aggregator_fits(rule: Any, aggregator: Aggregator) -> None:
+    """Refuse an aggregator that does not sum (a robust one) for a rule with a phase that it
+    cannot act on: one that needs each upload and does not declare point uploads
+    (:meth:`~riemfl.federated.algorithm.SyncAlgorithm.point_uploads`).
+
+    Raises
+    ------
+    ParameterError
+        Naming the phase.
+    """
+    for phase in range(rule.n_phases):
+        _check_phase(rule, aggregator, phase)
+
+
+def _check_phase(rule: Any, aggregator: Aggregator, phase: int) -> None:
+    if aggregator.sums or rule.sum_only(phase) or rule.point_uploads(phase) is not None:
+        return
+    raise ParameterError(
+        f"aggregator {type(aggregator).__name__} acts on sum-only phases and on point uploads; "
+        f"phase {phase} of {rule.name} needs each upload and uploads no point"
+    )
+
+
 def server_update(
     rule: Any,
     manifold: Any,
@@ -107,9 +141,22 @@ def server_update(
     uploads: State,
     aggregator: Aggregator,
 ) -> State:
-    """The new server state of ``phase``: from the aggregator's sum where the rule is sum-only
-    for that phase, else from the stack of uploads."""
+    """The new server state of ``phase``.
+
+    * A sum-only phase: the rule's step from the aggregator's ``(total, count)``.
+    * A phase of point uploads (the rule's ``point_uploads(phase)``) with an aggregator that
+      does not sum (a robust one): the rule's step from one upload, the aggregator's
+      :meth:`centre_of_points` of the stack.
+    * Otherwise the rule's step from the stack of uploads.
+    """
     if rule.sum_only(phase):
         total, count = aggregator.aggregate(uploads, phase)
         return rule.server_step_from_sum(manifold, server, phase, message, total, count)
-    return rule.server_step(manifold, server, phase, message, uploads)
+    _check_phase(rule, aggregator, phase)
+    key = rule.point_uploads(phase)
+    if key is None or aggregator.sums:
+        return rule.server_step(manifold, server, phase, message, uploads)
+    centre = aggregator.centre_of_points(rule, manifold, message, uploads, phase)
+    one = {k: v[:1] for k, v in uploads.items()}  # the other keys of the upload: first row
+    one[key] = centre[None]
+    return rule.server_step(manifold, server, phase, message, one)

@@ -226,6 +226,16 @@ class SyncAlgorithm(abc.ABC):
         """
         return False
 
+    def point_uploads(self, phase: int) -> str | None:
+        """The upload key of ``phase`` whose rows are points of the manifold, in a phase whose
+        server step needs each upload (default: None, no such key).
+
+        A robust aggregator (:mod:`riemfl.federated.robust`) replaces such a stack by one
+        robust centre (:func:`~riemfl.federated.aggregation.server_update`): on the manifold
+        with geodesic distances, or of the updates :meth:`update_of` maps the points to.
+        """
+        return None
+
     def sum_only_hint(self) -> str:
         """How to configure this rule so that every phase is sum-only, for the message that
         refuses it under secure aggregation or differential privacy ("" when there is no such

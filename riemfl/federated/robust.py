@@ -25,6 +25,11 @@ metric; for another metric the Frobenius norm approximates it.
 * :class:`CenteredClipping` (Karimireddy, He & Jaggi 2021): :math:`v \leftarrow v + \frac1m
   \sum_i \mathrm{clip}_\tau(u_i - v)` from the previous round's aggregate (or from 0).
 
+Point uploads (RFedAvg, RFedProx, RFedSVRG with ``upload="point"``) are aggregated in the
+tangent space at :math:`x^r` through the rule's inverse retraction (the default) or on the
+manifold with geodesic distances and :mod:`riemfl.stats` (``geometry="geodesic"``);
+:class:`RobustAggregator` says how and why the default is the tangent space.
+
 Ties are broken by the stack position: among equal scores or distances the lower position is
 kept. None of these can act on a sum computed elsewhere (``takes_totals`` is False): secure
 aggregation, which hands the server only the sum, refuses them.
@@ -41,23 +46,28 @@ from .._validation import integer, real
 from ..backend import ops_for, to_like, to_numpy
 from ..errors import ParameterError
 from ..manifolds.euclidean import Euclidean
+from ..stats.frechet import frechet_mean
 from ..stats.median import geometric_median
 from .aggregation import Aggregator, State
 from .rounds import take_rows
 
 __all__ = [
+    "RobustAggregator",
     "GeometricMedian",
     "TrimmedMean",
     "Krum",
     "MultiKrum",
     "CenteredClipping",
     "CENTERS",
+    "GEOMETRIES",
     "AGGREGATOR_NAMES",
     "build_aggregator",
 ]
 
 #: where :class:`CenteredClipping` starts its iteration each round
 CENTERS = ("previous", "zero")
+#: how a robust aggregator treats point uploads (:class:`RobustAggregator`)
+GEOMETRIES = ("tangent", "geodesic")
 
 
 # ------------------------------------------------------------------------------- flat uploads
@@ -123,7 +133,99 @@ def _median(flat: _Flat, tol: float, max_iter: int) -> tuple[Any, int]:
 
 
 # ------------------------------------------------------------------------------- aggregators
-class GeometricMedian(Aggregator):
+class RobustAggregator(Aggregator):
+    r"""An aggregator that returns ``count`` times a robust centre of the uploads (``sums`` is
+    False), for sum-only phases and for point uploads.
+
+    Point uploads (a phase of a rule that declares
+    :meth:`~riemfl.federated.algorithm.SyncAlgorithm.point_uploads`: RFedAvg, RFedProx and
+    RFedSVRG with ``upload="point"``) are replaced by one centre, from which the rule takes its
+    own server step (:func:`~riemfl.federated.aggregation.server_update`):
+
+    * ``geometry="tangent"`` (the default): the centre of the rule's updates
+      :math:`R^{-1}_{x^r}(x_i)` (:meth:`~riemfl.federated.algorithm.SyncAlgorithm.update_of`)
+      with Frobenius distances, carried back by :math:`R_{x^r}`: what the same aggregator
+      computes for ``upload="tangent"``. The inverse retraction is defined for any upload, so
+      no upload can stop the server.
+    * ``geometry="geodesic"``: the centre on the manifold with geodesic distances
+      (:mod:`riemfl.stats`): needs ``exp``, ``log`` and ``dist``, and a log that converges
+      for the spread of the uploads; Stiefel's converges below a distance of about
+      :math:`\pi/2`, so one far upload (a Byzantine one) can make it raise
+      :class:`~riemfl.errors.ConvergenceError`.
+    """
+
+    sums = False  # count times a robust centre, not the sum
+
+    def __init__(self, geometry: str = "tangent") -> None:
+        if geometry not in GEOMETRIES:
+            raise ParameterError(
+                f"{type(self).__name__}: geometry must be one of {list(GEOMETRIES)}, got "
+                f"{geometry!r}"
+            )
+        self.geometry = geometry
+
+    def centre_of_points(
+        self, rule: Any, manifold: Any, message: State, uploads: State, phase: int
+    ) -> Any:
+        key = rule.point_uploads(phase)
+        if self.geometry == "geodesic":
+            _PointStack.require(manifold, type(self).__name__)
+            return self.geodesic_centre(manifold, uploads[key])
+        updates = rule.update_of(message, {key: uploads[key]}, phase)
+        total, count = self.aggregate(updates, phase)
+        centre = {k: (v / count)[None] for k, v in total.items()}
+        return rule.upload_of(message, centre, phase)[key][0]
+
+    def geodesic_centre(self, manifold: Any, points: Any) -> Any:
+        """The centre of the stacked ``points`` on ``manifold`` (``geometry="geodesic"``)."""
+        raise ParameterError(f"{type(self).__name__} has no geodesic version")
+
+    def _base_description(self) -> dict[str, Any]:
+        return {"geometry": self.geometry}
+
+
+class _PointStack:
+    """Geodesic distances between stacked points of a manifold."""
+
+    MAPS = ("exp", "log", "dist")
+
+    @classmethod
+    def require(cls, manifold: Any, owner: str) -> None:
+        for name in cls.MAPS:
+            ok, why = manifold.supports(name)
+            if not ok:
+                raise ParameterError(
+                    f"{owner}: geometry='geodesic' needs {manifold.name}.{name}: {why}; "
+                    "geometry='tangent' works with the rule's inverse retraction"
+                )
+
+    @staticmethod
+    def distances(manifold: Any, centre: Any, points: Any) -> np.ndarray:
+        """Float64 geodesic distances from ``centre`` to each of ``points``."""
+        ops = ops_for(points)
+        anchors = ops.broadcast_to(centre, points.shape)
+        return to_numpy(manifold.dist(anchors, points)).astype(np.float64)
+
+    @classmethod
+    def squared_distances(cls, manifold: Any, points: Any) -> np.ndarray:
+        """The (m, m) symmetric matrix of squared geodesic distances (the mean of d(i, j) and
+        d(j, i), which can differ by rounding)."""
+        m = int(points.shape[0])
+        d = np.stack([cls.distances(manifold, points[i], points) for i in range(m)])
+        d = (d + d.T) / 2
+        np.fill_diagonal(d, 0.0)
+        return d * d
+
+    @staticmethod
+    def mean(manifold: Any, points: Any, rows: np.ndarray) -> Any:
+        """The Frechet mean of the points at stack positions ``rows``."""
+        chosen = take_rows(points, np.sort(rows))
+        if len(rows) == 1:
+            return chosen[0]
+        return frechet_mean(manifold, chosen, uniqueness="ignore").point
+
+
+class GeometricMedian(RobustAggregator):
     r"""The geometric median :math:`\arg\min_c \sum_i \|c - u_i\|_F` of the uploads.
 
     Its breakdown point is 1/2: fewer than half of the uploads, moved arbitrarily far, move it
@@ -138,11 +240,13 @@ class GeometricMedian(Aggregator):
         [0, 1]) is at most ``tol``; > 0 (:func:`riemfl.stats.geometric_median`).
     max_iter : int
         The largest number of Weiszfeld steps, >= 0.
+    geometry : {"tangent", "geodesic"}
+        Of point uploads (:class:`RobustAggregator`): "geodesic" is
+        :func:`riemfl.stats.geometric_median` on the manifold (Fletcher et al. 2009).
     """
 
-    sums = False  # count times a robust centre, not the sum
-
-    def __init__(self, tol: float = 1e-10, max_iter: int = 1000) -> None:
+    def __init__(self, tol: float = 1e-10, max_iter: int = 1000, geometry: str = "tangent") -> None:
+        super().__init__(geometry)
         self.tol = real(tol, "GeometricMedian: tol", above=0)
         self.max_iter = integer(max_iter, "GeometricMedian: max_iter", minimum=0)
         self.iterations = 0
@@ -152,14 +256,24 @@ class GeometricMedian(Aggregator):
         centre, self.iterations = _median(flat, self.tol, self.max_iter)
         return flat.answer(centre)
 
+    def geodesic_centre(self, manifold: Any, points: Any) -> Any:
+        result = geometric_median(manifold, points, tol=self.tol, max_iter=self.max_iter)
+        self.iterations = result.iterations
+        return result.point
+
     def row(self) -> dict[str, Any]:
         return {"median_iterations": self.iterations}
 
     def describe(self) -> dict[str, Any]:
-        return {"name": "geometric_median", "tol": self.tol, "max_iter": self.max_iter}
+        return {
+            "name": "geometric_median",
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            **self._base_description(),
+        }
 
 
-class TrimmedMean(Aggregator):
+class TrimmedMean(RobustAggregator):
     r"""The mean of the uploads left after dropping the :math:`\lfloor \beta m\rfloor` farthest
     (Frobenius distance) from their geometric median.
 
@@ -174,11 +288,16 @@ class TrimmedMean(Aggregator):
         :math:`\beta \in [0, 0.5)`, the fraction dropped.
     tol, max_iter
         Of the geometric median (:class:`GeometricMedian`).
+    geometry : {"tangent", "geodesic"}
+        Of point uploads (:class:`RobustAggregator`): "geodesic" drops the points farthest
+        in geodesic distance from their geometric median on the manifold and returns the
+        Frechet mean of the rest (:func:`riemfl.stats.frechet_mean`).
     """
 
-    sums = False  # count times a robust centre, not the sum
-
-    def __init__(self, trim: float = 0.2, tol: float = 1e-10, max_iter: int = 1000) -> None:
+    def __init__(
+        self, trim: float = 0.2, tol: float = 1e-10, max_iter: int = 1000, geometry: str = "tangent"
+    ) -> None:
+        super().__init__(geometry)
         self.trim = real(trim, "TrimmedMean: trim", at_least=0, below=0.5)
         self.tol = real(tol, "TrimmedMean: tol", above=0)
         self.max_iter = integer(max_iter, "TrimmedMean: max_iter", minimum=0)
@@ -197,24 +316,39 @@ class TrimmedMean(Aggregator):
         keep = np.sort(np.argsort(dist, kind="stable")[: flat.m - drop])
         return flat.answer(flat.mean_of(keep))
 
+    def geodesic_centre(self, manifold: Any, points: Any) -> Any:
+        m = int(points.shape[0])
+        drop = self.trimmed = math.floor(self.trim * m)
+        if drop == 0:
+            return _PointStack.mean(manifold, points, np.arange(m))
+        median = geometric_median(manifold, points, tol=self.tol, max_iter=self.max_iter).point
+        dist = _PointStack.distances(manifold, median, points)
+        return _PointStack.mean(manifold, points, np.argsort(dist, kind="stable")[: m - drop])
+
     def row(self) -> dict[str, Any]:
         return {"trimmed": self.trimmed}
 
     def describe(self) -> dict[str, Any]:
-        return {"name": "trimmed_mean", "trim": self.trim, "tol": self.tol}
+        return {
+            "name": "trimmed_mean",
+            "trim": self.trim,
+            "tol": self.tol,
+            **self._base_description(),
+        }
 
 
-def krum_scores(points: np.ndarray, n_byzantine: int) -> np.ndarray:
-    r"""Krum's score of each row: the sum of its squared distances to its :math:`m - f - 2`
-    nearest other rows (Blanchard et al. 2017), m >= 2f + 3 checked by the caller."""
-    m = points.shape[0]
-    sq = squared_distances(points)
-    np.fill_diagonal(sq, np.inf)  # a row is not its own neighbour
+def krum_scores(sq: np.ndarray, n_byzantine: int) -> np.ndarray:
+    r"""Krum's score of each upload from the (m, m) matrix ``sq`` of squared distances: the
+    sum of its squared distances to its :math:`m - f - 2` nearest others (Blanchard et al.
+    2017), m >= 2f + 3 checked by the caller."""
+    m = sq.shape[0]
+    sq = sq.copy()
+    np.fill_diagonal(sq, np.inf)  # an upload is not its own neighbour
     nearest = m - n_byzantine - 2
     return np.sort(sq, axis=1)[:, :nearest].sum(axis=1)
 
 
-class MultiKrum(Aggregator):
+class MultiKrum(RobustAggregator):
     r"""Multi-Krum (Blanchard et al. 2017): the mean of the ``n_selected`` uploads of smallest
     Krum score.
 
@@ -234,11 +368,15 @@ class MultiKrum(Aggregator):
     n_selected : int, optional
         The number of uploads averaged, >= 1 (1: Krum). Default: :math:`m - f`, every upload
         the guarantee allows (Blanchard et al. 2017's choice for Multi-Krum).
+    geometry : {"tangent", "geodesic"}
+        Of point uploads (:class:`RobustAggregator`): "geodesic" scores with squared geodesic
+        distances and averages the selected points by their Frechet mean.
     """
 
-    sums = False  # count times a robust centre, not the sum
-
-    def __init__(self, n_byzantine: int, n_selected: int | None = None) -> None:
+    def __init__(
+        self, n_byzantine: int, n_selected: int | None = None, geometry: str = "tangent"
+    ) -> None:
+        super().__init__(geometry)
         name = type(self).__name__
         self.n_byzantine = integer(n_byzantine, f"{name}: n_byzantine", minimum=0)
         self.n_selected = (
@@ -247,9 +385,10 @@ class MultiKrum(Aggregator):
         self.selected: tuple[int, ...] = ()
         self.dropped = 0
 
-    def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
-        flat = _Flat(uploads, type(self).__name__)
-        m, f = flat.m, self.n_byzantine
+    def _select(self, sq: np.ndarray) -> np.ndarray:
+        """The stack positions selected from the squared distances ``sq``, best score first,
+        after the checks of m and n_selected."""
+        m, f = sq.shape[0], self.n_byzantine
         if m < 2 * f + 3:
             raise ParameterError(
                 f"{type(self).__name__}: m = {m} uploads with n_byzantine f = {f}; Krum needs "
@@ -262,13 +401,21 @@ class MultiKrum(Aggregator):
                 f"{m - f} (m = {m} uploads, f = {f}): the selection could include a Byzantine "
                 "upload"
             )
-        scores = krum_scores(flat.numpy64(), f)
-        order = np.argsort(scores, kind="stable")[:n_selected]
+        order = np.argsort(krum_scores(sq, f), kind="stable")[:n_selected]
         self.selected = tuple(int(i) for i in order)
         self.dropped = m - n_selected
-        if n_selected == 1:
-            return flat.answer(flat.matrix[self.selected[0]])
+        return order
+
+    def aggregate(self, uploads: State, phase: int) -> tuple[State, int]:
+        flat = _Flat(uploads, type(self).__name__)
+        order = self._select(squared_distances(flat.numpy64()))
+        if len(order) == 1:
+            return flat.answer(flat.matrix[int(order[0])])
         return flat.answer(flat.mean_of(np.sort(order)))
+
+    def geodesic_centre(self, manifold: Any, points: Any) -> Any:
+        order = self._select(_PointStack.squared_distances(manifold, points))
+        return _PointStack.mean(manifold, points, order)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -281,6 +428,7 @@ class MultiKrum(Aggregator):
             "name": "multi_krum",
             "n_byzantine": self.n_byzantine,
             "n_selected": self.n_selected,
+            **self._base_description(),
         }
 
 
@@ -288,14 +436,14 @@ class Krum(MultiKrum):
     """Krum (Blanchard et al. 2017): the upload of smallest score (:class:`MultiKrum` with
     ``n_selected=1``)."""
 
-    def __init__(self, n_byzantine: int) -> None:
-        super().__init__(n_byzantine, 1)
+    def __init__(self, n_byzantine: int, geometry: str = "tangent") -> None:
+        super().__init__(n_byzantine, 1, geometry)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": "krum", "n_byzantine": self.n_byzantine}
+        return {"name": "krum", "n_byzantine": self.n_byzantine, **self._base_description()}
 
 
-class CenteredClipping(Aggregator):
+class CenteredClipping(RobustAggregator):
     r"""Centered clipping (Karimireddy, He & Jaggi 2021):
     :math:`v \leftarrow v + \frac1m \sum_i \mathrm{clip}_\tau(u_i - v)`, ``iterations`` times,
     with :math:`\mathrm{clip}_\tau(z) = z \min(1, \tau/\|z\|_F)`.
@@ -321,11 +469,14 @@ class CenteredClipping(Aggregator):
         The number of clipping iterations per aggregation, >= 1.
     center : {"previous", "zero"}
         Where v starts each round.
+
+    Point uploads are clipped in the tangent space at :math:`x^r` (the rule's
+    :math:`R^{-1}_{x^r}(x_i)`, ``geometry="tangent"`` of :class:`RobustAggregator`), as
+    Karimireddy et al. clip displacements; there is no geodesic version.
     """
 
-    sums = False  # count times a robust centre, not the sum
-
     def __init__(self, tau: float, iterations: int = 1, center: str = "previous") -> None:
+        super().__init__("tangent")
         self.tau = real(tau, "CenteredClipping: tau", above=0)
         self.iterations = integer(iterations, "CenteredClipping: iterations", minimum=1)
         if center not in CENTERS:

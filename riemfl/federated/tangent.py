@@ -63,6 +63,7 @@ class _TangentMean(SyncAlgorithm):
                 f"{self.name}: upload must be one of {list(UPLOADS)}, got {upload!r}"
             )
         self.upload = upload
+        self._manifold: Manifold | None = None
 
     def validate(self, problem: FederatedProblem) -> None:
         self.operators.require(problem.manifold)
@@ -77,6 +78,7 @@ class _TangentMean(SyncAlgorithm):
 
     def init(self, problem: FederatedProblem, x0: Any) -> tuple[State, State]:
         problem.manifold.check_point(x0)
+        self._manifold = problem.manifold  # the server's maps between points and updates
         return {"x": x0}, {}
 
     def output(self, server: State) -> Any:
@@ -103,6 +105,29 @@ class _TangentMean(SyncAlgorithm):
     def sum_only(self, phase: int) -> bool:
         """Sum-only unless the phase's uploads are points (``upload="point"``)."""
         return self.upload == "tangent" or phase != self.model_phase
+
+    def point_uploads(self, phase: int) -> str | None:
+        """``"x"`` in the model phase with ``upload="point"`` (the local models), else None."""
+        return "x" if self.upload == "point" and phase == self.model_phase else None
+
+    def update_of(self, message: State, uploads: State, phase: int) -> State:
+        """The tangent updates at the broadcast :math:`x^r`: the uploads themselves, or with
+        ``upload="point"`` the inverse retractions :math:`R^{-1}_{x^r}(x_i)` of the uploaded
+        points (as the server step computes them)."""
+        if self.point_uploads(phase) is None:
+            return uploads
+        x, points = message["x"], uploads["x"]
+        anchors = ops_for(x, points).broadcast_to(x, points.shape)
+        return {"x": self.operators.inverse_retract(self._manifold, anchors, points)}
+
+    def upload_of(self, message: State, updates: State, phase: int) -> State:
+        """The uploads that carry the tangent ``updates``: themselves, or with
+        ``upload="point"`` the points :math:`R_{x^r}(u_i)` (the inverse of :meth:`update_of`)."""
+        if self.point_uploads(phase) is None:
+            return updates
+        x, u = message["x"], updates["x"]
+        anchors = ops_for(x, u).broadcast_to(x, u.shape)
+        return {"x": self.operators.retract(self._manifold, anchors, u)}
 
     def server_step_from_sum(
         self,
