@@ -20,6 +20,7 @@ from riemfl.adapters.flower.secure import SecAggSettings
 
 from riemfl._validation import integer, optional
 from riemfl.errors import ParameterError
+from riemfl.federated.aggregation import Aggregator, check_aggregator
 from riemfl.federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
 from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
 from riemfl.federated.async_rules import AsyncRule
@@ -136,9 +137,12 @@ def _check_timeouts(job: Any, names: tuple[str, ...] = TIMEOUTS) -> None:
         setattr(job, what, check_positive(what, getattr(job, what)))
 
 
-def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | None:
+def _check_secagg(
+    secagg: Any, algorithm: SyncAlgorithm, aggregator: Aggregator | None = None
+) -> SecAggSettings | None:
     """The job's SecAgg+ settings (``True``: the defaults; ``False``/None: none); raise
-    :class:`NotSumOnlyError` when a phase of ``algorithm`` needs each upload."""
+    :class:`NotSumOnlyError` when a phase of ``algorithm``, or ``aggregator``, needs each
+    upload."""
     if secagg is None or secagg is False:
         return None
     if secagg is True:
@@ -146,6 +150,13 @@ def _check_secagg(secagg: Any, algorithm: SyncAlgorithm) -> SecAggSettings | Non
     if not isinstance(secagg, SecAggSettings):
         raise ParameterError(
             f"secagg must be a SecAggSettings, True, False or None, got {type(secagg).__name__}"
+        )
+    if aggregator is not None and not aggregator.takes_totals:
+        raise NotSumOnlyError(
+            f"secure aggregation hands the server only the sum of the uploads, but aggregator "
+            f"{type(aggregator).__name__} needs each upload (its takes_totals is False; robust "
+            "aggregators compute a centre of the individual uploads); expected secagg=None or "
+            "aggregator=None"
         )
     needs_rows = [p for p in range(algorithm.n_phases) if not algorithm.sum_only(p)]
     if needs_rows:
@@ -187,7 +198,10 @@ class SyncJob(_Job):
     ----------
     problem : FederatedProblem or ProblemSpec
     algorithm : SyncAlgorithm
-        RFedProj, RFedAvg, RFedProx, RFedSVRG (FedAvg: RFedAvg on a Euclidean problem), or any
+        RFedProj, RFedAvg, RFedProx, RFedSVRG (FedAvg: RFedAvg on a Euclidean problem), one of
+        them with a server optimiser (:class:`~riemfl.federated.ServerOptimized`, e.g.
+        ``ServerOptimized(RFedAvg(eta, K, upload="tangent"), ServerAdam(0.05))``: the nodes
+        run the wrapped rule's client steps, the optimiser runs in the ServerApp), or any
         :class:`~riemfl.federated.SyncAlgorithm`.
     steps : int
         Communication rounds.
@@ -232,6 +246,15 @@ class SyncJob(_Job):
         :func:`~riemfl.federated.privacy.client_noise`) and the server adds the central noise
         to the sum (:class:`~riemfl.federated.privacy.GaussianSum`, also after SecAgg+). The
         History gets the ``epsilon`` column (``docs/flower.md``, "Differential privacy").
+    aggregator : Aggregator, optional
+        What the server step of a sum-only phase receives, as ``run_sync(aggregator=...)``:
+        e.g. a robust aggregator of :mod:`riemfl.federated.robust` (GeometricMedian,
+        TrimmedMean, Krum, MultiKrum, CenteredClipping); default the plain sum. Its columns
+        (``row()``) join the History, its state is checkpointed with the round, and its
+        settings enter the job's fingerprint. Each run of the job starts from a copy of it as
+        given (the job's own object is never advanced). A robust aggregator needs each
+        upload: with ``secagg`` it raises :class:`~riemfl.adapters.flower.NotSumOnlyError`,
+        and with ``privacy`` (whose noise is calibrated to a sum) ParameterError.
     """
 
     problem: FederatedProblem | ProblemSpec
@@ -248,13 +271,23 @@ class SyncJob(_Job):
     registration_timeout: float = REGISTRATION_TIMEOUT
     secagg: SecAggSettings | bool | None = None
     privacy: DPSettings | None = None
+    aggregator: Aggregator | None = None
     options: RunOptions = field(default_factory=RunOptions, kw_only=True)
 
     def _wrap_private(self) -> None:
         """``algorithm`` wrapped in a PrivateAlgorithm of ``privacy`` (once: a copy made with
-        :func:`dataclasses.replace` keeps the wrapper)."""
+        :func:`dataclasses.replace` keeps the wrapper); an aggregator that does not sum is
+        refused (the noise is calibrated to a sum of clipped updates,
+        :class:`~riemfl.federated.privacy.GaussianSum`)."""
         if self.privacy is not None and not isinstance(self.privacy, DPSettings):
             raise ParameterError(f"privacy must be a DPSettings, got {type(self.privacy).__name__}")
+        if self.privacy is not None and self.aggregator is not None and not self.aggregator.sums:
+            raise ParameterError(
+                f"privacy adds its noise to the sum of the clipped updates, but aggregator "
+                f"{type(self.aggregator).__name__} does not return their sum (its sums is "
+                "False), so the noise would not match the accounting; expected privacy=None or "
+                "an aggregator that sums"
+            )
         if isinstance(self.algorithm, PrivateAlgorithm):
             if self.algorithm.settings != self.privacy:
                 raise ParameterError(
@@ -270,7 +303,9 @@ class SyncJob(_Job):
             raise ParameterError(
                 f"algorithm must be a SyncAlgorithm, got {type(self.algorithm).__name__}"
             )
-        self.secagg = _check_secagg(self.secagg, self.algorithm)
+        if self.aggregator is not None:
+            self.aggregator = check_aggregator(self.aggregator)
+        self.secagg = _check_secagg(self.secagg, self.algorithm, self.aggregator)
         self._wrap_private()
         integer(self.steps, "SyncJob: steps", minimum=0)
         _check_options(self.options)

@@ -33,10 +33,17 @@ With ``SyncJob(privacy=...)`` the nodes run the :class:`~riemfl.federated.privac
 (clipping, local noise) and the round's aggregator is a
 :class:`~riemfl.federated.privacy.GaussianSum` seeded as in ``run_sync``: central noise on the
 sum (also on a SecAgg+ sum, through its ``from_total``) and the ``epsilon`` column.
+
+With ``SyncJob(aggregator=...)`` the round's aggregator is a copy of the job's (e.g. a robust
+one of :mod:`riemfl.federated.robust`), handed to :class:`~riemfl.federated.rounds.RoundSteps`
+as ``run_sync(aggregator=...)`` does (under privacy, as the inner sum of the
+:class:`~riemfl.federated.privacy.GaussianSum`); its state is in the round's checkpoint and its
+settings are in the History's ``config`` and the fingerprint, as ``run_sync``'s.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from collections.abc import Sequence
@@ -62,6 +69,7 @@ from riemfl.adapters.flower.wire import (
 )
 
 from riemfl.errors import ClientFailureError, RiemflError
+from riemfl.federated.aggregation import Aggregator
 from riemfl.federated.algorithm import State
 from riemfl.federated.checkpoint import inconsistent, require_layout
 from riemfl.federated.engine import initial_point
@@ -69,7 +77,7 @@ from riemfl.federated.faults import FaultRecorder
 from riemfl.federated.fingerprint import data_digest, settings
 from riemfl.federated.history import METRICS, History
 from riemfl.federated.local import problem_metrics
-from riemfl.federated.privacy import GaussianSum, privatize, summarise_privacy
+from riemfl.federated.privacy import privatize, summarise_privacy
 from riemfl.federated.rounds import PhaseReply, RoundSteps
 from riemfl.federated.run_core import EngineSpec, run_steps
 from riemfl.federated.seeds import SeedStreams
@@ -436,6 +444,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
             "engine": "flower",
             "job": job.name,
             "nodes": len(hosting),
+            **({} if job.aggregator is None else {"aggregator": settings(job.aggregator)}),
         }
     )
     steps = RoundSteps(
@@ -466,15 +475,19 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     return history
 
 
-def _aggregator(job: SyncJob) -> GaussianSum | None:
-    """A private job's aggregator: central noise (from the job's seed, as ``run_sync``) on the
-    sum, in the clear or from SecAgg+ (``GaussianSum.from_total``), and the accounting."""
+def _aggregator(job: SyncJob) -> Aggregator | None:
+    """The run's aggregator: a copy of the job's (each run starts from it as given); for a
+    private job, the :class:`~riemfl.federated.privacy.GaussianSum` around it: central noise
+    (from the job's seed, as ``run_sync``) on the sum, in the clear or from SecAgg+
+    (``GaussianSum.from_total``), and the accounting."""
+    aggregator = copy.deepcopy(job.aggregator)
     if job.privacy is None:
-        return None
+        return aggregator
     return privatize(
         job.algorithm.algorithm,
         job.privacy,
         population=job.resolved.n_clients,
         sample_size=job.clients_per_round,
         seed=job.options.seed,
+        aggregator=aggregator,
     )[1]
