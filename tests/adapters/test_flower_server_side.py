@@ -78,6 +78,12 @@ CASES = {
     "median": (tangent, GeometricMedian, {}),
     "trimmed": (proj, lambda: TrimmedMean(0.2), {"batch_size": 5}),
     "krum": (tangent, lambda: Krum(1), {"clients_per_round": 5}),
+    "median-points": (lambda: RFedAvg(ETA, 2), GeometricMedian, {}),
+    "krum-geodesic": (
+        lambda: RFedAvg(ETA, 2, operators="exact"),
+        lambda: Krum(1, geometry="geodesic"),
+        {},
+    ),
     "multikrum": (proj, lambda: MultiKrum(1), {}),
     "clipping": (tangent, lambda: CenteredClipping(TAU), {"clients_per_round": 5}),
     "clipping-proj": (proj, lambda: CenteredClipping(TAU), {}),
