@@ -152,10 +152,10 @@ def server_update(
     if rule.sum_only(phase):
         total, count = aggregator.aggregate(uploads, phase)
         return rule.server_step_from_sum(manifold, server, phase, message, total, count)
+    if aggregator.sums:
+        return rule.server_step(manifold, server, phase, message, uploads)
     _check_phase(rule, aggregator, phase)
     key = rule.point_uploads(phase)
-    if key is None or aggregator.sums:
-        return rule.server_step(manifold, server, phase, message, uploads)
     centre = aggregator.centre_of_points(rule, manifold, message, uploads, phase)
     one = {k: v[:1] for k, v in uploads.items()}  # the other keys of the upload: first row
     one[key] = centre[None]

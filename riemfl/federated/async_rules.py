@@ -38,11 +38,21 @@ from .._validation import integer
 from ..backend import ops_for
 from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
+from .aggregation import Aggregator
 from .algorithm import Operators, check_step_size
+from .buffer_server import (
+    BUFFER_KEY,
+    AggregatorStart,
+    AmbientOptimizer,
+    StackBuffer,
+    check_buffer_aggregator,
+)
+from .fingerprint import settings
 from .privacy import DPSettings
 from .privacy_buffer import BufferPrivacy
-from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
+from .rule_state import Checkpointable, Commit, StateReader, commit_all, copy_array, setter
 from .serialise import describe_parameters
+from .server_optimizers import ServerOptimizer
 
 Array = Any
 
@@ -701,6 +711,53 @@ class FedBuff(AsyncRule):
     privacy, each :math:`\Delta_i` clipped and Gaussian noise on each buffer's sum
     (:class:`~riemfl.federated.privacy_buffer.BufferPrivacy`); the history gets an ``epsilon``
     column.
+
+    ``aggregator`` (an :class:`~riemfl.federated.aggregation.Aggregator`, e.g.
+    :class:`~riemfl.federated.robust.GeometricMedian`): the total of the full buffer is the
+    aggregator's answer for ``{"d": stack of the K updates}`` (phase 0) in place of the sum:
+    :math:`x \leftarrow P_M(x - \beta\,\text{total})`. A robust aggregator returns K times a
+    robust centre, so with :math:`\beta = 1/K` the step is that centre. Staleness weights are
+    applied to the updates before they are aggregated. An aggregator that acts on a sum
+    (``takes_totals``: :class:`~riemfl.federated.aggregation.PlainSum`) is given the buffer's sum
+    (``from_total``) and the buffer stays sum-only; any other keeps the K updates
+    (:class:`~riemfl.federated.buffer_server.StackBuffer`) and the rule is no longer sum-only.
+    Its state (e.g. :class:`~riemfl.federated.robust.CenteredClipping`'s previous aggregate) is
+    checkpointed with the rule and restored to its state at construction when a run starts; its
+    ``row()`` columns join the history's.
+
+    ``server_optimizer`` (a :class:`~riemfl.federated.server_optimizers.ServerOptimizer`): FedOpt
+    (Reddi et al. 2021, Alg. 2) on the buffer. Its update is the ambient step FedBuff would take,
+    :math:`d = -\beta\,\text{total}` (with :math:`\beta = 1/K` and the plain sum: the mean of the
+    buffer's :math:`x_i - x^t`), its step :math:`s` is taken in ``Euclidean(*point_shape)`` and
+    :math:`x \leftarrow P_M(x + s)`, with the length of s checked against the radius as above
+    (a shrunk step leaves the optimiser's moments as they were computed). The moments are
+    ambient arrays, updated elementwise and never transported, as for RFedProj's ambient update
+    in :class:`~riemfl.federated.ServerOptimized`: d is a difference of ambient points, not a
+    tangent vector (:class:`~riemfl.federated.buffer_server.AmbientOptimizer`).
+    ``ServerSGD(1.0)`` reproduces FedBuff bit for bit. The optimiser's state is checkpointed with
+    the rule and restarts (zero moments) with every run.
+
+    Parameters
+    ----------
+    buffer_size : int
+        K >= 1.
+    server_lr : float, optional
+        :math:`\beta` (default 1/K).
+    staleness_scaling : bool
+    outside_reach : {"error", "shrink"}
+    privacy : DPSettings, optional
+    aggregator : Aggregator, optional
+        None: the plain sum.
+    server_optimizer : ServerOptimizer, optional
+        None: the plain step.
+
+    Raises
+    ------
+    ParameterError
+        Besides the settings' own checks: privacy with staleness scaling; an ``aggregator`` that
+        is not an Aggregator, one that does not sum (``sums`` False) with privacy, whose
+        accounting covers a sum of clipped updates, or a Krum for which K < 2f + 3; a
+        ``server_optimizer`` that is not a ServerOptimizer.
     """
 
     name = "fedbuff"
@@ -712,6 +769,8 @@ class FedBuff(AsyncRule):
         staleness_scaling: bool = False,
         outside_reach: str = "error",
         privacy: DPSettings | None = None,
+        aggregator: Aggregator | None = None,
+        server_optimizer: ServerOptimizer | None = None,
     ) -> None:
         self.buffer_size = integer(buffer_size, "FedBuff: buffer_size", minimum=1)
         super().__init__(1.0 / self.buffer_size if server_lr is None else server_lr)
@@ -726,15 +785,34 @@ class FedBuff(AsyncRule):
                 "FedBuff: differential privacy adds noise to the buffer's sum, but "
                 "staleness_scaling weighs each update on the server; use staleness_scaling=False"
             )
+        self._aggregator = (
+            None
+            if aggregator is None
+            else check_buffer_aggregator(aggregator, self.buffer_size, privacy is not None)
+        )
+        self._optimizer = None if server_optimizer is None else AmbientOptimizer(server_optimizer)
         self.privacy = None if privacy is None else BufferPrivacy(privacy)
-        self.buffer = SumBuffer()
+        self._aggregator_start = AggregatorStart(self._aggregator)
+        stacks = self._aggregator is not None and not self._aggregator.takes_totals
+        self.buffer: SumBuffer | StackBuffer = StackBuffer() if stacks else SumBuffer()
         self._point_shape: tuple[int, ...] | None = None  # the run's, checked when loading
 
     @property
+    def aggregator(self) -> Aggregator | None:
+        """What turns the full buffer into its total (None: the plain sum)."""
+        return self._aggregator
+
+    @property
+    def server_optimizer(self) -> ServerOptimizer | None:
+        """The optimiser of the server's step (None: the plain step)."""
+        return None if self._optimizer is None else self._optimizer.optimizer
+
+    @property
     def sum_only(self) -> bool:  # type: ignore[override]
-        """True unless ``staleness_scaling``: the staleness weight of each update is known to
-        the server only, so it would have to see the updates one by one."""
-        return not self.staleness_scaling
+        """True unless ``staleness_scaling`` (the staleness weight of each update is known to
+        the server only, so it would have to see the updates one by one) or an aggregator that
+        needs each update."""
+        return not self.staleness_scaling and not isinstance(self.buffer, StackBuffer)
 
     def validate(self, manifold):
         """Refuse a manifold without the projection or its proximal-smoothness radius (which
@@ -744,21 +822,28 @@ class FedBuff(AsyncRule):
             raise ParameterError(f"FedBuff needs {manifold.name}.project: {why}")
         require_proximal_radius("FedBuff (fedbuff)", manifold)
 
-    _state_helpers = ("privacy",)
+    _state_helpers = ("privacy", "aggregator")
 
     def reset(self, manifold, n_clients):
         self.buffer.clear()
         self._point_shape = tuple(manifold.point_shape)
         if self.privacy is not None:
             self.privacy.reset(n_clients)
+        self._aggregator_start.restore()
+        if self._optimizer is not None:
+            self._optimizer.reset(self._point_shape)
 
     def seed(self, seq):
         if self.privacy is not None:
             self.privacy.seed(seq)
 
     def row(self) -> dict[str, Any]:
-        """The ``epsilon`` column of a private run (none otherwise)."""
-        return {} if self.privacy is None else {"epsilon": self.privacy.epsilon()}
+        """The ``epsilon`` column of a private run and the aggregator's columns (none
+        otherwise)."""
+        out = {} if self.privacy is None else {"epsilon": self.privacy.epsilon()}
+        if self._aggregator is not None:
+            out.update(self._aggregator.row())
+        return out
 
     def privacy_delta(self) -> float | None:
         return None if self.privacy is None else self.privacy.settings.delta
@@ -767,13 +852,38 @@ class FedBuff(AsyncRule):
         out = super().describe()
         if self.privacy is not None:
             out["privacy"] = self.privacy.settings.describe()
+        if self._aggregator is not None:
+            out["aggregator"] = settings(self._aggregator)
+        if self._optimizer is not None:
+            out["server_optimizer"] = settings(self._optimizer.optimizer)
         return out
 
     def _state(self) -> dict[str, Any]:
-        return {"buffer": self.buffer.state_dict()}
+        state = {"buffer": self.buffer.state_dict()}
+        if self._optimizer is not None:
+            state["optimizer"] = self._optimizer.state()
+        return state
 
     def _read_state(self, reader: StateReader) -> Commit:
-        return self.buffer.read_state(reader.section("buffer"), self._point_shape)
+        section = reader.section("buffer")
+        if isinstance(self.buffer, StackBuffer):
+            buffer = self.buffer.read_state(section, self._point_shape, self.buffer_size)
+        else:
+            buffer = self.buffer.read_state(section, self._point_shape)
+        if self._optimizer is None:
+            return buffer
+        return commit_all(buffer, self._optimizer.read_state(reader, "optimizer"))
+
+    def _total(self) -> Array:
+        """The full buffer's total: its sum, or the aggregator's answer."""
+        agg, buffer = self._aggregator, self.buffer
+        if agg is None:
+            return buffer.total()
+        if isinstance(buffer, StackBuffer):
+            total, _ = agg.aggregate({BUFFER_KEY: buffer.stack()}, 0)
+        else:
+            total, _ = agg.from_total({BUFFER_KEY: buffer.total()}, buffer.count, 0)
+        return total[BUFFER_KEY]
 
     def apply(self, manifold, a):
         weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0
@@ -783,9 +893,11 @@ class FedBuff(AsyncRule):
         self.buffer.add(delta, weight)
         if self.buffer.count < self.buffer_size:
             return None
-        total = self.buffer.total()
+        total = self._total()
         step = self.server_lr * (total if self.privacy is None else self.privacy.flush(total))
         self.buffer.clear()
+        if self._optimizer is not None:  # negations are exact: ServerSGD(1.0) is the plain step
+            step = -self._optimizer.step(a.current, -step)
         reach = proximal_radius(manifold, a.current)
         if math.isfinite(reach):
             length = float(np.sqrt(float(ops_for(step).sum(step * step))))

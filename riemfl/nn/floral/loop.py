@@ -69,6 +69,10 @@ class FloralServer:
     ) -> State:
         raise NotImplementedError("FLoRAL's aggregation needs each client's upload")
 
+    def point_uploads(self, phase: int) -> str | None:
+        """None: the uploads are adaptors and router weights, not points of one manifold."""
+        return None
+
     def output(self, server: State) -> np.ndarray:
         return server["x"]
 
