@@ -14,6 +14,7 @@ from collections.abc import Callable
 from .. import __version__
 from .output import CHECKPOINT_NAME
 from .reproduce import PAPERS
+from .server_side import add_server_side_options
 
 __all__ = ["build_parser"]
 
@@ -88,6 +89,14 @@ def _positive(text: str) -> float:
 def _nonnegative(text: str) -> float:
     """An argparse type: a finite float >= 0."""
     return _real(text, positive=False)
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a float in [0, 1)."""
+    value = _real(text, positive=False)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
 
 
 def _probability(text: str) -> float:
@@ -298,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="noise added once to the sum (central, default) or by every client",
     )
+    add_server_side_options(r, _positive, _fraction)
     a = r.add_argument_group("asynchronous engine (--engine async; refused with sync)")
     a.add_argument(
         "--workers", type=_int_at_least(1), default=None, help="clients training at once"
@@ -313,12 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("fifo", "paper"),
         default=None,
         help="which waiting client trains next (default: fifo)",
-    )
-    a.add_argument(
-        "--server-lr",
-        type=_positive,
-        default=None,
-        help="eta_g (FedBuff: beta; default: the rule's own, see docs/federated/async)",
     )
     a.add_argument(
         "--buffer-size", type=_int_at_least(1), default=None, help="FedBuff's K (default: 10)"

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import DataError, ParameterError
 from .output import CHECKPOINT_NAME, OutputFolder, write_history
+from .server_side import ServerSide, server_side
 
 __all__ = ["run", "ASYNC_DEFAULTS", "SYNC_ONLY", "RUN_EXTRAS", "DP_EXTRAS"]
 
@@ -36,7 +37,6 @@ ASYNC_DEFAULTS: dict[str, Any] = {
     "workers": None,
     "timing": "exponential",
     "scheduler": "fifo",
-    "server_lr": None,
     "buffer_size": 10,
     "staleness": "constant",
     "max_staleness": None,
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         PROBLEMS,
         build_algorithm,
     )
-    from ..federated import run_sync
+    from ..federated import ServerOptimized, run_sync
 
     sync = args.algorithm in ALGORITHM_NAMES
     if (args.engine == "sync") != sync:
@@ -183,12 +183,13 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is None:
         args.steps = entry.rounds
     problem = _build_problem(args)
+    server = server_side(args, problem.n_clients, sync=sync)
     step_size = args.step_size
     if step_size is None:
         eta_g = 1.0 if args.global_step_size is None else args.global_step_size
         step_size = entry.default_step_size(problem, args.local_steps, eta_g)
     if not sync:
-        trainer, rule, timing = _async_parts(args, problem, step_size, privacy)
+        trainer, rule, timing = _async_parts(args, problem, step_size, privacy, server)
         with _output_folder(args) as out:
             return _run_async(args, problem, trainer, rule, timing, out)
     algorithm = build_algorithm(
@@ -200,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
         operators=args.operators,
         upload=args.upload or "point",
     )
+    if server.optimizer is not None:
+        algorithm = ServerOptimized(algorithm, server.optimizer)
     if args.clients_per_round is not None and args.clients_per_round > problem.n_clients:
         raise ParameterError(
             f"--clients-per-round: expected at most the {problem.n_clients} clients of "
@@ -215,7 +218,9 @@ def run(args: argparse.Namespace) -> int:
             clients_per_round=args.clients_per_round,
             batch_size=args.batch_size,
             grad_tol=args.grad_tol,
+            aggregator=server.aggregator,
             privacy=privacy,
+            byzantine=server.byzantine,
         )
     _warn(history, args)
     history.config["command"] = "riemfl " + " ".join(sys.argv[1:])
@@ -286,7 +291,11 @@ def _run_options(args: argparse.Namespace, out: Path, record_every: int | None =
 
 
 def _async_parts(
-    args: argparse.Namespace, problem: Any, step_size: float, privacy: Any = None
+    args: argparse.Namespace,
+    problem: Any,
+    step_size: float,
+    privacy: Any,
+    server: ServerSide,
 ) -> tuple[Any, Any, Any]:
     """The trainer, server rule and timing model of an asynchronous run (built before the
     output folder, so that their errors leave no folder behind)."""
@@ -306,7 +315,9 @@ def _async_parts(
     }[args.timing]
     rule = build_async_rule(
         args.algorithm,
-        server_lr=args.server_lr,
+        server_lr=None if server.optimizer is not None else args.server_lr,
+        aggregator=server.aggregator,
+        server_optimizer=server.optimizer,
         buffer_size=args.buffer_size,
         operators=args.operators,
         staleness=args.staleness,

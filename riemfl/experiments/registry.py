@@ -359,6 +359,10 @@ class AsyncSettings:
     #: client-level differential privacy (:class:`~riemfl.federated.privacy.DPSettings`;
     #: FedBuff only)
     privacy: Any = None
+    #: FedBuff's aggregator of the buffer (:mod:`riemfl.federated.robust`; FedBuff only)
+    aggregator: Any = None
+    #: FedBuff's server optimiser (:mod:`riemfl.federated.server_optimizers`; FedBuff only)
+    server_optimizer: Any = None
 
     @property
     def common(self) -> dict[str, Any]:
@@ -401,7 +405,13 @@ def _async_rules() -> dict[str, AsyncRuleEntry]:
             "apply each stale update as it is (Dean et al. 2012)",
         ),
         "fedbuff": AsyncRuleEntry(
-            lambda s: ar.FedBuff(s.buffer_size, s.server_lr, privacy=s.privacy),
+            lambda s: ar.FedBuff(
+                s.buffer_size,
+                s.server_lr,
+                privacy=s.privacy,
+                aggregator=s.aggregator,
+                server_optimizer=s.server_optimizer,
+            ),
             "sum K updates in a buffer, then one server step (Toghani & Uribe 2022)",
         ),
         "dcasgd": AsyncRuleEntry(
@@ -536,6 +546,8 @@ def build_async_rule(
     manifold: Manifold | None = None,
     vartheta: float = 1.0,
     privacy: Any = None,
+    aggregator: Any = None,
+    server_optimizer: Any = None,
 ) -> AsyncRule:
     """The asynchronous server rule called ``name`` (a key of :data:`ASYNC_RULES`).
 
@@ -555,7 +567,20 @@ def build_async_rule(
             f"async rule {name!r} applies each update on its own: differential privacy (noise "
             "on a sum of updates) runs with the sum-only fedbuff only"
         )
+    if (aggregator is not None or server_optimizer is not None) and name != "fedbuff":
+        raise ParameterError(
+            f"async rule {name!r} applies each update on its own: an aggregator or a server "
+            "optimiser acts on fedbuff's buffer only"
+        )
     settings = AsyncSettings(
-        server_lr, buffer_size, operators, staleness, manifold, vartheta, privacy
+        server_lr,
+        buffer_size,
+        operators,
+        staleness,
+        manifold,
+        vartheta,
+        privacy,
+        aggregator,
+        server_optimizer,
     )
     return entry.build(settings)

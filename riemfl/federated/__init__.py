@@ -45,6 +45,7 @@ from .async_rules import (
     staleness_function,
     switch_schedule,
 )
+from .attacks import ATTACK_NAMES, Attack, Byzantine, make_attack
 from .curve_local import BezierProblemTrainer
 from .engine import StackedClients, initial_point, run_sync
 from .faults import ClientDroppedWarning
@@ -79,6 +80,10 @@ from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 __all__ = [
+    "ATTACK_NAMES",
+    "Attack",
+    "Byzantine",
+    "make_attack",
     "AGGREGATOR_NAMES",
     "SERVER_OPTIMIZER_NAMES",
     "build_aggregator",

@@ -14,8 +14,9 @@ holds the client state. When a block's call raises or returns uploads of the wro
 shapes, it reruns that block's clients one at a time with exactly their batches, so that only the
 failing ones are dropped; a dropped client keeps its previous state.
 
-Reproducibility: all randomness (initial point, client sampling, mini-batches) comes from one
-seed through :class:`numpy.random.SeedSequence`; a checkpoint stores the generator's state, so a
+Reproducibility: all randomness (initial point, client sampling, mini-batches, the Byzantine
+clients of :mod:`~riemfl.federated.attacks` and their draws) comes from one seed through
+:class:`numpy.random.SeedSequence`; a checkpoint stores the generator's state, so a
 resumed run continues to exactly the result of an uninterrupted one.
 """
 
@@ -32,6 +33,7 @@ from ..errors import ParameterError
 from ..problems.base import FederatedProblem
 from .aggregation import Aggregator, check_aggregator
 from .algorithm import ClientContext, State, SyncAlgorithm
+from .attacks import Byzantine
 from .checkpoint import require_layout
 from .client_blocks import BlockAssembler, StackOutcome, block_ranges, clients_per_block
 from .faults import ClientDroppedWarning, FaultRecorder, failure_reason, stack_problem
@@ -233,6 +235,7 @@ def run_sync(
     grad_tol: float | None = None,
     aggregator: Aggregator | None = None,
     privacy: DPSettings | None = None,
+    byzantine: Byzantine | None = None,
 ) -> History:
     """Run ``steps`` synchronous rounds of ``algorithm`` on ``problem``.
 
@@ -267,6 +270,12 @@ def run_sync(
         column ``epsilon`` (at ``privacy.delta``, replace-one-client), also in
         ``history.summary``. Needs a rule whose every phase is sum-only. The noise comes from
         seed too (:func:`~riemfl.federated.privacy.noise_streams`) and is checkpointed.
+    byzantine : Byzantine, optional
+        Byzantine clients for robustness experiments (:mod:`riemfl.federated.attacks`): the
+        seed chooses them once, and in every round the model phase's uploads of those that take
+        part are forged. ``history.config["byzantine"]`` records the fraction, the attack and
+        the clients, and every row gets the column ``attacked``. Needs a rule that declares its
+        client update (``privacy_space``); refused with ``privacy``.
 
     Returns
     -------
@@ -281,6 +290,8 @@ def run_sync(
         When every participant of a phase failed.
     RunInterrupted
         On SIGINT/SIGTERM (after writing the checkpoint).
+    ParameterError
+        For ``byzantine`` with ``privacy`` or with a rule without ``privacy_space``.
     """
     options = RunOptions() if options is None else options
     seed = options.seed
@@ -295,6 +306,15 @@ def run_sync(
                 f"{problem.name} has no per-sample losses, so batch_size must be None"
             )
         integer(batch_size, "run_sync: batch_size", minimum=1)
+    attackers = None
+    if byzantine is not None:
+        if privacy is not None:
+            raise ParameterError(
+                "run_sync: byzantine with privacy is not supported: the attackers would forge "
+                "updates that clipping and noise are meant to bound, an experiment this engine "
+                "does not model; run the attack without privacy="
+            )
+        attackers = byzantine.attackers(algorithm, problem.n_clients, seed)
     if privacy is not None:
         algorithm, aggregator = privatize(
             algorithm,
@@ -314,6 +334,8 @@ def run_sync(
     }
     if aggregator is not None:  # a robust or private aggregator is a setting of the run
         fingerprint["aggregator"] = settings(check_aggregator(aggregator))
+    if byzantine is not None:  # which clients attack, and how, is a setting of the run
+        fingerprint["byzantine"] = byzantine.describe(problem.n_clients, seed)
     history = History(config={**fingerprint, "steps": steps})
     if x0 is None:
         x0 = initial_point(problem, seed)
@@ -331,6 +353,7 @@ def run_sync(
         batch_size=batch_size,
         dtype=dtype,
         aggregator=aggregator,
+        attack=attackers,
     )
     spec = EngineSpec(
         steps,

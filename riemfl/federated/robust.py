@@ -461,6 +461,10 @@ class CenteredClipping(RobustAggregator):
     ``row()``: ``clipped``, the number of uploads clipped in the last iteration of the last
     aggregation.
 
+    Point uploads are clipped in the tangent space at :math:`x^r` (the rule's
+    :math:`R^{-1}_{x^r}(x_i)`, ``geometry="tangent"`` of :class:`RobustAggregator`), as
+    Karimireddy et al. clip displacements; there is no geodesic version.
+
     Parameters
     ----------
     tau : float
@@ -469,10 +473,6 @@ class CenteredClipping(RobustAggregator):
         The number of clipping iterations per aggregation, >= 1.
     center : {"previous", "zero"}
         Where v starts each round.
-
-    Point uploads are clipped in the tangent space at :math:`x^r` (the rule's
-    :math:`R^{-1}_{x^r}(x_i)`, ``geometry="tangent"`` of :class:`RobustAggregator`), as
-    Karimireddy et al. clip displacements; there is no geodesic version.
     """
 
     def __init__(self, tau: float, iterations: int = 1, center: str = "previous") -> None:

@@ -14,7 +14,9 @@ engine. Per round it
    with their reason, tells the executor which clients were accepted, and runs the server rule
    on the survivors' uploads (stacked in client order). An executor that ran secure
    aggregation returns only the sum of a sum-only phase (:attr:`PhaseReply.total`): the round
-   then checks the sum instead of each row;
+   then checks the sum instead of each row. In experiments with Byzantine clients
+   (:mod:`riemfl.federated.attacks`) the attackers' accepted uploads of the model phase are
+   replaced by forged ones between the checks and the server step;
 3. delivers the new model to the round's survivors (:meth:`ClientExecutor.finish`);
 4. accounts the uplink per client (point-sized arrays and bytes) and the CPU time of the
    rules.
@@ -29,17 +31,26 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..backend import is_torch
 from ..errors import ClientFailureError, ParameterError
 from ..problems.base import sample_batches
-from .aggregation import Aggregator, PlainSum, check_aggregator, server_update
+from .aggregation import (
+    Aggregator,
+    PlainSum,
+    check_aggregator,
+    check_aggregator_fits,
+    server_update,
+)
 from .checkpoint import inconsistent, require_amount, require_count, require_layout
 from .faults import FaultRecorder, row_problems, stack_problem
 from .run_core import Stateful
+
+if TYPE_CHECKING:
+    from .attacks import Attackers
 
 __all__ = [
     "ServerRule",
@@ -120,6 +131,8 @@ class ServerRule(Protocol):
     ) -> State: ...
 
     def sum_only(self, phase: int) -> bool: ...
+
+    def point_uploads(self, phase: int) -> str | None: ...
 
     def server_step_from_sum(
         self, manifold: Any, server: State, phase: int, message: State, total: State, count: int
@@ -210,6 +223,11 @@ class RoundSteps:
         ``epsilon``); one with a state (``state_dict``) is checkpointed with the round.
     clock : callable
         The CPU clock of the server's share (default :func:`time.process_time`).
+    attack : Attackers, optional
+        Byzantine clients (:meth:`riemfl.federated.attacks.Byzantine.attackers`): in the rule's
+        ``model_phase`` their accepted uploads are forged before the server step, and every row
+        gets the column ``attacked`` (their number in the last model phase). Checkpointed with
+        the round. A pre-aggregated reply of that phase is refused (the attack forges rows).
     """
 
     def __init__(
@@ -227,6 +245,7 @@ class RoundSteps:
         dtype: Any = None,
         aggregator: Aggregator | None = None,
         clock: Callable[[], float] = time.process_time,
+        attack: Attackers | None = None,
     ) -> None:
         self.rule, self.executor, self.problem = rule, executor, problem
         self.manifold = problem.manifold
@@ -236,6 +255,8 @@ class RoundSteps:
         self.clients_per_round, self.batch_size = clients_per_round, batch_size
         self.dtype, self.clock = dtype, clock
         self.aggregator = PlainSum() if aggregator is None else check_aggregator(aggregator)
+        check_aggregator_fits(rule, self.aggregator)
+        self.attack = attack
         # uplink in points of the manifold, or in floats for flat vectors (no manifold)
         self.point_size = 1 if self.manifold is None else math.prod(self.manifold.point_shape)
         self.unit = "uplink_matrices" if self.manifold is not None else "uplink_floats"
@@ -246,6 +267,8 @@ class RoundSteps:
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
         row = {"round": self.round, **self.totals, "participants": self.participants}
+        if self.attack is not None:
+            row["attacked"] = self.attack.attacked
         return {**row, **self.aggregator.row()}
 
     def output(self) -> Any:
@@ -274,6 +297,10 @@ class RoundSteps:
                 continue
             kept, uploads = self._judge(step, phase, active, reply)
             self.executor.accept(phase, active, kept)
+            if self.attack is not None and phase == self.attack.phase:
+                uploads = self.attack.apply(
+                    self.manifold, rule, message, phase, active[kept], uploads
+                )
             self.server = server_update(
                 rule, self.manifold, self.server, phase, message, uploads, self.aggregator
             )
@@ -335,6 +362,11 @@ class RoundSteps:
                 f"phase {phase} of the rule needs each upload, but the executor returned their "
                 "sum (secure aggregation serves sum-only phases only)"
             )
+        if self.attack is not None and phase == self.attack.phase:
+            raise ParameterError(
+                f"the executor aggregated phase {phase} itself, but the Byzantine attack forges "
+                "individual uploads of that phase; run attacks without secure aggregation"
+            )
         if not self.aggregator.takes_totals:  # it needs each upload, which the server never sees
             raise ParameterError(
                 f"the executor aggregated phase {phase} itself; aggregator "
@@ -376,6 +408,8 @@ class RoundSteps:
             state["rule"] = self.rule.state_dict()
         if isinstance(self.aggregator, Stateful):  # e.g. a noise generator and an accountant
             state["aggregator"] = self.aggregator.state_dict()
+        if self.attack is not None:
+            state["attack"] = self.attack.state_dict()
         return state
 
     def validate(self, step: int) -> None:
@@ -394,6 +428,8 @@ class RoundSteps:
             require_amount(f"state key 'totals.{key}'", value)
         n = self.problem.n_clients
         require_count("state key 'participants'", self.participants, 0, n)
+        if self.attack is not None:
+            require_count("state key 'attack.attacked'", self.attack.attacked, 0, n)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])
@@ -406,3 +442,5 @@ class RoundSteps:
             self.rule.load_state_dict(state["rule"])
         if isinstance(self.aggregator, Stateful):
             self.aggregator.load_state_dict(state["aggregator"])
+        if self.attack is not None:
+            self.attack.load_state_dict(state["attack"])

@@ -16,6 +16,7 @@ stream                    child  draws
 ``rounds``                1      client sampling and mini-batches, round by round
 ``central_noise``         2      differential privacy: the aggregator's Gaussian noise
 ``local_noise``           3      differential privacy: each client's Gaussian noise
+``byzantine``             4      the attacking clients; its child 0: the attacks' draws
 ========================  =====  ==========================================================
 
 An asynchronous run (:func:`~riemfl.federated.run_async` and the asynchronous Flower job):
@@ -49,6 +50,7 @@ SYNC_STREAMS: dict[str, int] = {
     "rounds": 1,
     "central_noise": 2,
     "local_noise": 3,
+    "byzantine": 4,
 }
 
 #: stream name -> child index of the run's SeedSequence, for asynchronous runs

@@ -122,7 +122,13 @@ def test_flower_jobs_take_the_options_unchanged(tmp_path):
 # ---------------------------------------------------------------------------- seed streams
 def test_the_streams_are_the_children_the_engines_have_always_drawn():
     # the contract: reproduced numbers and checkpoints depend on these indices
-    assert SYNC_STREAMS == {"initial_point": 0, "rounds": 1, "central_noise": 2, "local_noise": 3}
+    assert SYNC_STREAMS == {
+        "initial_point": 0,
+        "rounds": 1,
+        "central_noise": 2,
+        "local_noise": 3,
+        "byzantine": 4,
+    }
     assert ASYNC_STREAMS == {
         "initial_point": 0,
         "timing": 1,
