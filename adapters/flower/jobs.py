@@ -24,6 +24,7 @@ from riemfl.federated.aggregation import Aggregator, check_aggregator
 from riemfl.federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
 from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
 from riemfl.federated.async_rules import AsyncRule
+from riemfl.federated.attacks import Byzantine
 from riemfl.federated.curve_local import BezierProblemTrainer
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.privacy import DPSettings, PrivateAlgorithm
@@ -135,6 +136,25 @@ def _check_timeouts(job: Any, names: tuple[str, ...] = TIMEOUTS) -> None:
     """Check (and convert to float) the job's timeouts and polling interval ``names``."""
     for what in names:
         setattr(job, what, check_positive(what, getattr(job, what)))
+
+
+def _check_byzantine(byzantine: Any, secagg: Any, privacy: Any) -> None:
+    """Refuse attackers that the job cannot forge: not a Byzantine, under SecAgg+ (the server
+    sees only the sum) or with differential privacy (as ``run_sync``)."""
+    if not isinstance(byzantine, Byzantine):
+        raise ParameterError(
+            "byzantine must be a riemfl.federated.attacks.Byzantine, got "
+            f"{type(byzantine).__name__}"
+        )
+    if secagg is not None:
+        raise ParameterError(
+            "byzantine: the server forges the attackers' uploads, but under secure aggregation "
+            "it sees only their sum; expected secagg=None"
+        )
+    if privacy is not None:
+        raise ParameterError(
+            "byzantine with privacy is not supported (as in run_sync); expected privacy=None"
+        )
 
 
 def _check_secagg(
@@ -255,6 +275,11 @@ class SyncJob(_Job):
         given (the job's own object is never advanced). A robust aggregator needs each
         upload: with ``secagg`` it raises :class:`~riemfl.adapters.flower.NotSumOnlyError`,
         and with ``privacy`` (whose noise is calibrated to a sum) ParameterError.
+    byzantine : Byzantine, optional
+        Byzantine clients for robustness experiments, as ``run_sync(byzantine=...)``
+        (:mod:`riemfl.federated.attacks`): the job's seed chooses them, the server forges their
+        accepted uploads of the model phase, and the History records them. Refused with
+        ``secagg`` (the server never sees the rows it would forge) and with ``privacy``.
     """
 
     problem: FederatedProblem | ProblemSpec
@@ -272,6 +297,7 @@ class SyncJob(_Job):
     secagg: SecAggSettings | bool | None = None
     privacy: DPSettings | None = None
     aggregator: Aggregator | None = None
+    byzantine: Byzantine | None = None
     options: RunOptions = field(default_factory=RunOptions, kw_only=True)
 
     def _wrap_private(self) -> None:
@@ -306,6 +332,8 @@ class SyncJob(_Job):
         if self.aggregator is not None:
             self.aggregator = check_aggregator(self.aggregator)
         self.secagg = _check_secagg(self.secagg, self.algorithm, self.aggregator)
+        if self.byzantine is not None:
+            _check_byzantine(self.byzantine, self.secagg, self.privacy)
         self._wrap_private()
         integer(self.steps, "SyncJob: steps", minimum=0)
         _check_options(self.options)

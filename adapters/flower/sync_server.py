@@ -445,6 +445,7 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
             "job": job.name,
             "nodes": len(hosting),
             **({} if job.aggregator is None else {"aggregator": settings(job.aggregator)}),
+            **_byzantine_config(job, problem.n_clients),
         }
     )
     steps = RoundSteps(
@@ -460,6 +461,9 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
         dtype=algorithm.output(server).dtype,
         clock=time.thread_time,
         aggregator=_aggregator(job),
+        attack=None
+        if job.byzantine is None
+        else job.byzantine.attackers(algorithm, problem.n_clients, job.options.seed),
     )
     spec = EngineSpec(job.steps, label=f"job {job.name}", columns=METRICS)
     evaluate = functools.partial(problem_metrics, problem)
@@ -473,6 +477,13 @@ def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:
     history = run_steps(steps, evaluate, history, fingerprint, job.options, spec)
     summarise_privacy(history, None if job.privacy is None else job.privacy.delta)
     return history
+
+
+def _byzantine_config(job: SyncJob, n_clients: int) -> dict[str, Any]:
+    """The History's ``byzantine`` entry, as ``run_sync`` writes it (none without attackers)."""
+    if job.byzantine is None:
+        return {}
+    return {"byzantine": job.byzantine.describe(n_clients, job.options.seed)}
 
 
 def _aggregator(job: SyncJob) -> Aggregator | None:

@@ -42,6 +42,7 @@ from test_flower_secagg import (  # noqa: E402
 from riemfl.errors import CheckpointMismatchError, ParameterError  # noqa: E402
 from riemfl.federated import RFedAvg, RFedProj, RFedSVRG, RunOptions, run_sync  # noqa: E402
 from riemfl.federated.aggregation import PlainSum  # noqa: E402
+from riemfl.federated.attacks import Byzantine  # noqa: E402
 from riemfl.federated.interrupt import RunInterrupted, request_interrupt  # noqa: E402
 from riemfl.federated.privacy import DPSettings  # noqa: E402
 from riemfl.federated.robust import (  # noqa: E402
@@ -265,3 +266,39 @@ def simulated():
 @pytest.mark.parametrize("name", list(CASES))
 def test_in_flowers_simulation_every_case_is_run_syncs(simulated, name):
     check_equals_run_sync(simulated[name], name)
+
+
+# ------------------------------------------------------------------ attacks on the grid
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(("attack", "make"), [("alie", GeometricMedian), ("sign-flip", None)])
+def test_a_job_with_attackers_equals_run_sync(attack, make):
+    """The same attackers forge the same uploads on the grid as in run_sync."""
+    byzantine = Byzantine(0.25, attack)
+    aggregator = None if make is None else make()
+    job = SyncJob(
+        KPCA,
+        tangent(),
+        STEPS,
+        name="attacked",
+        aggregator=aggregator,
+        byzantine=byzantine,
+        options=RunOptions(seed=2),
+    )
+    history = in_process(job)
+    local = run_sync(
+        KPCA.build(),
+        tangent(),
+        STEPS,
+        aggregator=None if make is None else make(),
+        byzantine=byzantine,
+        options=RunOptions(seed=2),
+    )
+    np.testing.assert_allclose(history.final_point, local.final_point, rtol=0, atol=1e-10)
+    assert history.config["byzantine"] == local.config["byzantine"]
+    assert history.metrics["attacked"] == local.metrics["attacked"]
+    assert max(history.metrics["attacked"]) > 0
+
+
+def test_attackers_are_refused_under_secure_aggregation():
+    with pytest.raises(ParameterError, match="sees only their sum"):
+        SyncJob(KPCA, tangent(), STEPS, secagg=True, byzantine=Byzantine(0.25))
