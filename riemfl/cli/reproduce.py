@@ -66,6 +66,16 @@ def _privacy(args: argparse.Namespace, out: str) -> list[str]:
     return []
 
 
+def _robustness(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import robustness
+
+    verdicts = robustness.reproduce(out, quick=args.quick, progress=not args.no_progress)
+    for v in verdicts:
+        print(v.line())
+    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} (problem, attack) pairs pass")
+    return [v.label for v in verdicts if not v.passed]
+
+
 def _zhang2024(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import zhang2024
 
@@ -102,6 +112,7 @@ PAPERS: dict[str, Paper] = {
         "it reports utility against epsilon, with no pass/fail claims",
         ("privacy", "data"),
     ),
+    "robustness": Paper(_robustness),
 }
 
 

@@ -8,6 +8,8 @@
 * :mod:`riemfl.experiments.floral`: ``riemfl reproduce floral`` (Table 1 of Almansoori et al.
   2024 on the digits stand-in, synthetic curves);
 * :mod:`riemfl.experiments.privacy`: ``riemfl reproduce privacy``.
+* :mod:`riemfl.experiments.robustness`: ``riemfl reproduce robustness`` (robust aggregation
+  under Byzantine attacks, and a server-optimiser comparison).
 
 Each reproduction is a package whose modules have one job each: ``settings`` (what the paper
 fixes and what riemfl chose), ``run`` (running and resuming), the analysis or claims, ``figures``
