@@ -226,6 +226,19 @@ class SyncAlgorithm(abc.ABC):
         """
         return False
 
+    def wire_dtypes(self, phase: int) -> dict[str, Any]:
+        """The upload keys of ``phase`` whose arrays are not in the model's floating dtype, and
+        their exact dtype (default: none). A compressed payload declares its packed bytes,
+        indices and half-precision values here (:mod:`riemfl.federated.compressed`); the
+        engines check each row against it."""
+        return {}
+
+    def decode(self, message: State, uploads: State, phase: int) -> State:
+        """The uploads the server step reads, from the accepted ``uploads`` of ``phase`` as they
+        travelled (default: the same). A compressed rule decodes its payloads here; the uplink
+        is counted before decoding."""
+        return uploads
+
     def point_uploads(self, phase: int) -> str | None:
         """The upload key of ``phase`` whose rows are points of the manifold, in a phase whose
         server step needs each upload (default: None, no such key).

@@ -140,7 +140,9 @@ class StackedClients:
         except Exception as exc:  # noqa: BLE001 - a client's failure must not end the run
             return failure_reason(exc)
         expected = self.algorithm.upload_shapes(self.problem, phase)
-        why = stack_problem(uploads, expected, len(ctx.clients), self.dtype)
+        why = stack_problem(
+            uploads, expected, len(ctx.clients), self.dtype, self.algorithm.wire_dtypes(phase)
+        )
         return (uploads, new_rows) if why is None else why
 
     def run_phase(

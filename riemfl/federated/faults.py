@@ -74,18 +74,30 @@ def _dtype_problem(a: Any, expected: Any | None) -> str | None:
     return None
 
 
+def _exact_dtype_problem(a: Any, expected: Any) -> str | None:
+    """Why ``a`` does not have exactly the dtype ``expected`` (None when it has)."""
+    got = _dtype_name(a.dtype)
+    want = _dtype_name(np.dtype(expected))
+    return None if got == want else f"dtype {got}; expected {want}"
+
+
 def stack_problem(
     uploads: Mapping[str, Any],
     expected: Mapping[str, tuple[int, ...]],
     m: int,
     dtype: Any | None = None,
+    dtypes: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Why a stacked upload of ``m`` clients has the wrong keys, shapes or dtype (None when
     right).
 
     ``expected`` maps each key to the shape of one client's upload; ``dtype``, when given, is
-    the model's floating dtype (uploads must be real floating point in any case).
+    the model's floating dtype (uploads must be real floating point in any case), except for the
+    keys of ``dtypes``, whose arrays must have exactly that dtype (a compressed payload's packed
+    bytes, indices or half-precision values:
+    :meth:`~riemfl.federated.algorithm.SyncAlgorithm.wire_dtypes`).
     """
+    dtypes = dtypes or {}
     if set(uploads) != set(expected):
         return f"uploads {sorted(uploads)} instead of {sorted(expected)}"
     for key in sorted(expected):
@@ -94,7 +106,11 @@ def stack_problem(
         if not hasattr(value, "shape") or got != (m, *shape):
             where = got[1:] if len(got) >= 1 else got
             return f"upload {key!r} has shape {where}; expected {shape}"
-        why = _dtype_problem(value, dtype)
+        why = (
+            _exact_dtype_problem(value, dtypes[key])
+            if key in dtypes
+            else _dtype_problem(value, dtype)
+        )
         if why is not None:
             return f"upload {key!r} has {why}"
     return None

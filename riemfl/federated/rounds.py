@@ -134,6 +134,10 @@ class ServerRule(Protocol):
 
     def point_uploads(self, phase: int) -> str | None: ...
 
+    def wire_dtypes(self, phase: int) -> dict[str, Any]: ...
+
+    def decode(self, message: State, uploads: State, phase: int) -> State: ...
+
     def server_step_from_sum(
         self, manifold: Any, server: State, phase: int, message: State, total: State, count: int
     ) -> State: ...
@@ -297,6 +301,10 @@ class RoundSteps:
                 continue
             kept, uploads = self._judge(step, phase, active, reply)
             self.executor.accept(phase, active, kept)
+            for v in uploads.values():  # what travelled: before decoding
+                matrices += v.shape[0] * math.prod(v.shape[1:]) / self.point_size
+                nbytes += v.shape[0] * _row_nbytes(v)
+            uploads = rule.decode(message, uploads, phase)
             if self.attack is not None and phase == self.attack.phase:
                 uploads = self.attack.apply(
                     self.manifold, rule, message, phase, active[kept], uploads
@@ -306,9 +314,6 @@ class RoundSteps:
             )
             clients_cpu = t1 - t0 if reply.cpu_time is None else reply.cpu_time
             cpu += clients_cpu + self.clock() - t1
-            for v in uploads.values():
-                matrices += v.shape[0] * math.prod(v.shape[1:]) / self.point_size
-                nbytes += v.shape[0] * _row_nbytes(v)
             active = active[kept]
             batches = None if batches is None else batches[kept]
             reply = uploads = v = None  # the uploads are spent: their memory is free for finish
@@ -328,7 +333,13 @@ class RoundSteps:
         uploads = reply.uploads
         bad: dict[int, str] = {}
         if served.size:
-            why = stack_problem(uploads, self.upload_shapes(phase), len(served), self.dtype)
+            why = stack_problem(
+                uploads,
+                self.upload_shapes(phase),
+                len(served),
+                self.dtype,
+                self.rule.wire_dtypes(phase),
+            )
             if why is not None:
                 bad = dict.fromkeys(range(len(served)), why)
             else:
@@ -375,7 +386,9 @@ class RoundSteps:
             )
         total = dict(reply.total or {})
         one = {k: v[None] for k, v in total.items()}
-        why = stack_problem(one, self.upload_shapes(phase), 1, self.dtype)
+        why = stack_problem(
+            one, self.upload_shapes(phase), 1, self.dtype, self.rule.wire_dtypes(phase)
+        )
         why = row_problems(one).get(0) if why is None else why
         served = np.asarray(reply.served, dtype=np.intp)
         reasons = dict(reply.reasons)

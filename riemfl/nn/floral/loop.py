@@ -73,6 +73,14 @@ class FloralServer:
         """None: the uploads are adaptors and router weights, not points of one manifold."""
         return None
 
+    def wire_dtypes(self, phase: int) -> dict[str, Any]:
+        """None declared: every upload is in the model's dtype."""
+        return {}
+
+    def decode(self, message: State, uploads: State, phase: int) -> State:
+        """The uploads as they travelled (nothing is compressed)."""
+        return uploads
+
     def output(self, server: State) -> np.ndarray:
         return server["x"]
 
