@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from riemfl.cli import main
+from riemfl.errors import ParameterError
 from riemfl.experiments import robustness
 from riemfl.experiments.registry import PROBLEMS, build_problem
-from riemfl.experiments.robustness import Settings, verdict, verdicts
+from riemfl.experiments.robustness import ORACLE, HonestMean, Settings, verdict, verdicts
 from riemfl.experiments.robustness.server_optimizer_comparison import ComparisonSettings
 from riemfl.federated import (
     RFedAvg,
@@ -60,14 +62,20 @@ def test_the_report_and_its_numbers_are_those_of_direct_runs(tmp_path, capsys, m
     assert f"## {PROBLEM}" in report and "## Server optimisers" in report
     data = json.loads((tmp_path / "results.json").read_text())
     s = _tiny()
-    assert data["quick"] and len(data["runs"]) == 2 * 3  # (clean, alie 20%) x 3 aggregators
+    # (clean, alie 20%) x 3 aggregators, and the oracle under alie
+    assert data["quick"] and len(data["runs"]) == 2 * 3 + 1
+    assert [r["aggregator"] for r in data["runs"]].count(ORACLE) == 1
 
     problem = build_problem(PROBLEM, clients=s.n_clients, seed=0)
     step = PROBLEMS[PROBLEM].default_step_size(problem, s.local_steps)
     tau = data["clipping_tau"][PROBLEM]
     for run in data["runs"]:
         f = round(run["fraction"] * s.n_clients)
-        aggregator = build_aggregator(run["aggregator"], n_byzantine=f, trim=s.trim, tau=tau)
+        if run["aggregator"] == ORACLE:
+            attackers = Byzantine(run["fraction"], run["attack"]).clients(s.n_clients, 1)
+            aggregator = HonestMean(attackers.tolist(), s.n_clients)
+        else:
+            aggregator = build_aggregator(run["aggregator"], n_byzantine=f, trim=s.trim, tau=tau)
         h = run_sync(
             problem,
             RFedAvg(step, s.local_steps, upload="tangent"),
@@ -87,6 +95,10 @@ def test_the_report_and_its_numbers_are_those_of_direct_runs(tmp_path, capsys, m
     assert v["label"] == f"{PROBLEM}/alie" and v["metric"] == "accuracy"
     assert v["clean"] == rows[("none", "mean")]["accuracy"]
     assert v["best_value"] == max(rows[("alie", a)]["accuracy"] for a in ("krum", "clipped"))
+    assert v["best"] != ORACLE and v["oracle"] == rows[("alie", ORACLE)]["accuracy"]
+    assert v["oracle_within"] == (v["oracle"] >= v["bound"])
+    assert f"oracle {100 * v['oracle']:.1f}%" in out
+    assert "| mean | krum | clipped | oracle |" in report
 
     for row in data["server_optimizers"]:
         name, lr = row["optimizer"], row["lr"]
@@ -124,6 +136,37 @@ def test_a_verdict_passes_within_the_bound_and_fails_beyond_it():
     assert nan.passed and nan.best == "krum" and nan.mean_fails  # no mean: counted as failed
 
 
+def test_the_oracle_is_no_robust_aggregator_of_the_verdict():
+    both = {"mean": 9.0, "median": 3.0, ORACLE: 1.5}
+    v = verdict("p", "alie", 1.0, both)
+    assert not v.passed and v.best == "median" and v.oracle == 1.5 and v.oracle_within
+    assert v.line().endswith("; oracle 1.5, within the bound")
+    beyond = verdict("p", "alie", 1.0, {"mean": 9.0, "median": 1.5, ORACLE: 2.5})
+    assert beyond.passed and beyond.oracle_within is False
+    assert beyond.line().endswith("; oracle 2.5, beyond the bound")
+    alone = verdict("p", "alie", 1.0, {"mean": 9.0, "median": 1.5})
+    assert alone.oracle_within is None and "oracle" not in alone.line()
+    with pytest.raises(ValueError, match="no robust aggregator"):
+        verdict("p", "alie", 1.0, {"mean": 9.0, ORACLE: 1.0})
+
+
+def test_the_oracle_averages_exactly_the_rows_of_the_honest_clients():
+    rng = np.random.default_rng(0)
+    uploads = {"u": rng.normal(size=(5, 3, 2)), "v": rng.normal(size=(5, 4))}
+    uploads["u"][[1, 3]] = 1e6  # the attackers' rows
+    total, count = HonestMean([3, 1], 5).aggregate(uploads, 0)
+    assert count == 5 and set(total) == {"u", "v"}
+    for key, v in uploads.items():
+        honest = v[[0, 2, 4]].mean(axis=0)
+        np.testing.assert_allclose(total[key] / count, honest, rtol=1e-14, atol=1e-15)
+    with pytest.raises(ParameterError, match="4 uploads in phase 0, expected one per client"):
+        HonestMean([1], 5).aggregate({k: v[:4] for k, v in uploads.items()}, 0)
+    with pytest.raises(ParameterError, match="must lie in"):
+        HonestMean([5], 5)
+    with pytest.raises(ParameterError, match="every client attacks"):
+        HonestMean([0, 1], 2)
+
+
 def test_an_accuracy_verdict_reads_points():
     clean = 0.90
     ok = verdict("d", "alie", clean, {"mean": 0.5, "trimmed": 0.871}, metric="accuracy")
@@ -158,11 +201,36 @@ def test_a_cell_gives_the_spread_and_the_failures_over_several_seeds():
     assert cell(one, "accuracy") == "90.0%"
 
 
+def test_the_bias_table_gives_each_clean_gap_against_the_mean():
+    from riemfl.experiments.robustness.floor import bias_table
+
+    def row(problem, aggregator, gap, **extra):
+        return {"problem": problem, "attack": "none", "fraction": 0.0, "aggregator": aggregator,
+                "gap": gap, **extra}  # fmt: skip
+
+    s = Settings(rounds={"p": 1, "q": 1, "d": 1}, aggregators=("mean", "median", "krum"))
+    rows = [
+        row("p", "mean", 2.0), row("p", "median", 3.0), row("p", "krum", math.inf),
+        row("q", "mean", -1.0), row("q", "median", 1.0), row("q", "krum", 1.0),
+        row("d", "mean", 1.0, accuracy=0.9), row("d", "median", 1.5, accuracy=0.88),
+        row("d", "krum", 1.0, accuracy=0.9),
+    ]  # fmt: skip
+    assert bias_table(rows, s)[2:] == [
+        "| p | x1.5 | failed |",
+        "| q | +2.00e+00 (difference) | +2.00e+00 (difference) |",
+        "| d | x1.5; -2.0 pts | x1; +0.0 pts |",
+    ]
+
+
 def test_the_settings_run_the_clean_case_once_and_krum_holds_at_30_percent():
     s = Settings()
     cases = s.cases()
     assert cases[0] == (robustness.CLEAN, 0.0) and sum(f == 0 for _, f in cases) == 1
     assert len(cases) == 1 + len(s.attacks) * 3
+    assert ORACLE not in s.runs_at(0.0) and s.runs_at(0.2) == (*s.aggregators, ORACLE)
+    assert s.runs() == len(s.rounds) * len(s.seeds) * (
+        len(s.aggregators) + len(s.attacks) * 3 * (len(s.aggregators) + 1)
+    )
     f = s.attackers(0.3)
     assert f == 3 and s.n_clients >= 2 * f + 3
     assert s.attackers(0.2) == round(0.2 * s.n_clients) == 2

@@ -18,7 +18,11 @@ accuracy on the digits and the seconds per round of the aggregation, against the
 The aggregators' parameters follow fixed rules (:mod:`.settings`), and the report checks the
 goal "with 20% attackers the best robust aggregator ends within 2x the clean run's optimality
 gap (within 3 accuracy points on the digits) under every attack, where the plain mean fails" per
-problem and attack (:mod:`.verdicts`).
+problem and attack (:mod:`.verdicts`). Beside the aggregators, under attack, runs an oracle
+(:mod:`.oracle`): the mean of the non-attackers' uploads, told who attacks. It is no defence and
+not among the verdicts' robust aggregators; its value beside each verdict says whether the goal
+is reachable at all by discarding the attackers, whose data are not in the honest clients'
+objective.
 
 **Server optimisers** (:mod:`.server_optimizer_comparison`): rounds to a tolerance of RFedAvg
 with an SGD, momentum (FedAvgM) or Adam server (Reddi et al. 2021) on three problems, the best
@@ -42,16 +46,22 @@ from ...federated.serialise import json_float
 from ...progress import ProgressBar
 from . import server_optimizer_comparison as comparison
 from .figures import plot_problem
+from .oracle import ORACLE, HonestMean
 from .report import report
 from .runs import robustness_runs, summarise
 from .settings import CLEAN, Settings
 from .verdicts import Verdict, verdict, verdicts
 
-__all__ = ["CLEAN", "Settings", "Verdict", "reproduce", "verdict", "verdicts"]
-
-
-def _runs_total(s: Settings) -> int:
-    return len(s.rounds) * len(s.cases()) * len(s.aggregators) * len(s.seeds)
+__all__ = [
+    "CLEAN",
+    "ORACLE",
+    "HonestMean",
+    "Settings",
+    "Verdict",
+    "reproduce",
+    "verdict",
+    "verdicts",
+]
 
 
 def reproduce(
@@ -66,7 +76,7 @@ def reproduce(
     s = settings if settings is not None else (Settings.quick() if quick else Settings())
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    total = _runs_total(s) + s.comparison.runs()
+    total = s.runs() + s.comparison.runs()
     t0 = time.perf_counter()
     with one_blas_thread(), ProgressBar(total, "robustness", enabled=progress) as bar:
         taus, runs = robustness_runs(s, bar)

@@ -1,5 +1,6 @@
 """The robustness figures: per problem, the final gap (and accuracy) against the attackers'
-share, one panel per attack, one line per aggregator (``robustness-PROBLEM.png``)."""
+share, one panel per attack, one line per aggregator and one for the oracle, which starts at the
+plain mean's clean run (``robustness-PROBLEM.png``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..styles import TITLE_FONTSIZE, Styles, log_axis, pyplot, save, shared_legend
+from .oracle import ORACLE
 from .runs import median_over
 from .settings import CLEAN, Settings
 
@@ -15,11 +17,14 @@ __all__ = ["plot_problem"]
 
 
 def _series(rows: list[dict[str, Any]], attack: str, aggregator: str, key: str) -> tuple:
-    """x (the fractions, the clean run's 0 first) and y (NaN for a failed median)."""
+    """x (the fractions, the clean run's 0 first) and y (NaN for a failed median); the oracle,
+    without a clean run of its own, starts at the plain mean's."""
+    at_zero = "mean" if aggregator == ORACLE else aggregator
     mine = [
         r
         for r in rows
-        if r["aggregator"] == aggregator and (r["attack"] == attack or r["attack"] == CLEAN)
+        if (r["aggregator"] == aggregator and r["attack"] == attack)
+        or (r["aggregator"] == at_zero and r["attack"] == CLEAN)
     ]
     mine.sort(key=lambda r: r["fraction"])
     ys = [r[key] if math.isfinite(r[key]) else math.nan for r in mine]
@@ -40,10 +45,11 @@ def plot_problem(rows: list[dict[str, Any]], problem: str, s: Settings, out: Pat
         layout="constrained",
         squeeze=False,
     )
-    styles = Styles(list(s.aggregators))
+    columns = s.columns()
+    styles = Styles(list(columns))
     for i, key in enumerate(keys):
         for ax, attack in zip(axes[i], attacks, strict=True):
-            for aggregator in s.aggregators:
+            for aggregator in columns:
                 xs, ys = _series(mine, attack, aggregator, key)
                 ax.plot(xs, ys, **(styles.of(aggregator) | {"markevery": 1}))
             if key == "gap" and any(ln.get_ydata().size for ln in ax.lines):
@@ -58,5 +64,5 @@ def plot_problem(rows: list[dict[str, Any]], problem: str, s: Settings, out: Pat
         f"final values, {median_over(len(s.seeds))}; a failed median is not drawn",
         fontsize=TITLE_FONTSIZE,
     )
-    shared_legend(fig, [ax for row in axes for ax in row], ncols=len(s.aggregators))
+    shared_legend(fig, [ax for row in axes for ax in row], ncols=len(columns))
     return save(fig, out / f"robustness-{problem}.png")

@@ -8,11 +8,20 @@ from typing import Any
 import numpy as np
 
 from . import server_optimizer_comparison as comparison
+from .floor import floor_text
+from .oracle import ORACLE
 from .runs import median_over
 from .settings import CLEAN, Settings
 from .verdicts import Verdict
 
-__all__ = ["cell", "problem_tables", "notes", "cost_table", "winners_table", "report"]
+__all__ = [
+    "cell",
+    "problem_tables",
+    "notes",
+    "cost_table",
+    "winners_table",
+    "report",
+]
 
 
 def _value(value: float, key: str) -> str:
@@ -37,10 +46,12 @@ def _case(attack: str, fraction: float) -> str:
 
 
 def problem_tables(rows: list[dict[str, Any]], problem: str, s: Settings) -> list[str]:
-    """Rows: attack x fraction; columns: aggregators; cells: :func:`cell` of the final gap
-    (and, on a classifier, a second table of the accuracy)."""
+    """Rows: attack x fraction; columns: aggregators, then the oracle (no run without
+    attackers); cells: :func:`cell` of the final gap (and, on a classifier, a second table of
+    the accuracy)."""
     mine = [r for r in rows if r["problem"] == problem]
     keys = ["gap"] + (["accuracy"] if "accuracy" in mine[0] else [])
+    columns = s.columns()
     lines: list[str] = []
     for key in keys:
         what = "final f - f*" if key == "gap" else "accuracy on all clients' rows"
@@ -48,8 +59,8 @@ def problem_tables(rows: list[dict[str, Any]], problem: str, s: Settings) -> lis
         lines += [
             f"{what}, {median_over(len(s.seeds))}{spread}:",
             "",
-            "| attack, attackers | " + " | ".join(s.aggregators) + " |",
-            "|---|" + "---|" * len(s.aggregators),
+            "| attack, attackers | " + " | ".join(columns) + " |",
+            "|---|" + "---|" * len(columns),
         ]
         for attack, fraction in s.cases():
             by = {
@@ -57,7 +68,7 @@ def problem_tables(rows: list[dict[str, Any]], problem: str, s: Settings) -> lis
                 for r in mine
                 if r["attack"] == attack and math.isclose(r["fraction"], fraction)
             }
-            cells = [cell(by[a], key) if a in by else "" for a in s.aggregators]
+            cells = [cell(by[a], key) if a in by else "" for a in columns]
             lines.append(f"| {_case(attack, fraction)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -91,8 +102,9 @@ def notes(rows: list[dict[str, Any]], problem: str, s: Settings) -> list[str]:
 
 
 def cost_table(rows: list[dict[str, Any]], s: Settings) -> list[str]:
-    """Per problem and aggregator: the median over all its runs of the milliseconds per round
-    spent aggregating and of the whole run, and their ratio to the plain mean's."""
+    """Per problem and aggregator (and the oracle): the median over all its runs of the
+    milliseconds per round spent aggregating and of the whole run, and their ratio to the plain
+    mean's."""
     lines = [
         "| problem | aggregator | aggregation ms/round | x mean | run ms/round | x mean |",
         "|---|---|---|---|---|---|",
@@ -100,8 +112,10 @@ def cost_table(rows: list[dict[str, Any]], s: Settings) -> list[str]:
     for problem in s.rounds:
         mine = [r for r in rows if r["problem"] == problem]
         cost = {}
-        for a in s.aggregators:
+        for a in s.columns():
             theirs = [r for r in mine if r["aggregator"] == a]
+            if not theirs:  # the oracle without a case with attackers
+                continue
             agg = [r["aggregation_seconds_per_round"] for r in theirs]
             run = [r["seconds_per_round"] for r in theirs]
             cost[a] = (float(np.nanmedian(agg)) * 1e3, float(np.nanmedian(run)) * 1e3)
@@ -116,14 +130,19 @@ def cost_table(rows: list[dict[str, Any]], s: Settings) -> list[str]:
 
 def winners_table(rows: list[dict[str, Any]], s: Settings) -> list[str]:
     """The best robust aggregator per problem, attack and share of attackers (by the median
-    final gap, or accuracy on a classifier)."""
+    final gap, or accuracy on a classifier), then the oracle's value per share."""
     positive = [f for f in s.fractions if f > 0]
+    shares = [f"{100 * f:.0f}%" for f in positive]
     lines = [
-        "| problem | attack | " + " | ".join(f"{100 * f:.0f}%" for f in positive) + " |",
-        "|---|---|" + "---|" * len(positive),
+        "| problem | attack | "
+        + " | ".join(shares + [f"oracle {share}" for share in shares])
+        + " |",
+        "|---|---|" + "---|" * (2 * len(positive)),
     ]
     for problem in s.rounds:
-        mine = [r for r in rows if r["problem"] == problem and r["aggregator"] != "mean"]
+        theirs_all = [r for r in rows if r["problem"] == problem and r["aggregator"] != "mean"]
+        mine = [r for r in theirs_all if r["aggregator"] != ORACLE]
+        oracle = [r for r in theirs_all if r["aggregator"] == ORACLE]
         key = "accuracy" if mine and "accuracy" in mine[0] else "gap"
         for attack in s.attacks:
             cells = []
@@ -137,6 +156,9 @@ def winners_table(rows: list[dict[str, Any]], s: Settings) -> list[str]:
                 sign = -1 if key == "accuracy" else 1
                 best = min(theirs, key=lambda r: sign * _order(r[key]))
                 cells.append(f"{best['aggregator']} ({_value(best[key], key)})")
+            for f in positive:
+                at = [r for r in oracle if r["attack"] == attack and math.isclose(r["fraction"], f)]
+                cells.append(_value(at[0][key], key) if at else "")
             lines.append(f"| {problem} | {attack} | " + " | ".join(cells) + " |")
     return lines
 
@@ -183,7 +205,9 @@ def _goal(s: Settings, verdicts: list[Verdict]) -> list[str]:
         f"within {s.gap_factor:g}x the clean run's optimality gap (on logreg-digits: within "
         f"{s.accuracy_points:g} accuracy points of its accuracy) under every attack, where the "
         "plain mean fails. The clean run is the plain mean without attackers; values are "
-        f"{median_over(len(s.seeds))}.",
+        f"{median_over(len(s.seeds))}. Last on each line: the oracle's value, the mean of the "
+        "non-attackers' uploads (not a robust aggregator of the verdict; below), and whether "
+        "it is within the bound.",
         "",
         *[f"- {v.line()}" for v in verdicts],
         "",
@@ -216,7 +240,10 @@ def report(
         "",
         *_goal(s, verdicts),
         "",
-        "Best robust aggregator per case (median final f - f*; accuracy on logreg-digits):",
+        *floor_text(rows, s, verdicts),
+        "",
+        "Best robust aggregator per case (median final f - f*; accuracy on logreg-digits), "
+        "then the oracle's value:",
         "",
         *winners_table(rows, s),
         "",

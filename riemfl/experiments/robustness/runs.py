@@ -1,5 +1,5 @@
 """The robustness runs: the clipping radius from a clean pilot, then every case, aggregator and
-seed, each with the seconds its aggregations took.
+seed (and, under attack, the oracle's run), each with the seconds its aggregations took.
 
 A run that raises one of riemfl's errors (an attack that throws the model beyond where a
 retraction or its inverse is defined) or ends with a non-finite gap has *failed*: its gap counts
@@ -31,6 +31,7 @@ from ...problems.base import Classifier, FederatedProblem
 from ...problems.hyperbolic import HyperbolicEmbeddingProblem
 from ...progress import ProgressBar
 from ..registry import PROBLEMS, build_problem
+from .oracle import ORACLE, HonestMean
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -133,12 +134,12 @@ def run_one(
 ) -> dict[str, Any]:
     """One run: its final gap (and accuracy), the seconds per round of its aggregations and of
     the whole run, and the error of a failed run (``name``: the problem's key of
-    :data:`~riemfl.experiments.registry.PROBLEMS`)."""
+    :data:`~riemfl.experiments.registry.PROBLEMS`; ``aggregator``: a name of
+    :func:`~riemfl.federated.build_aggregator` or the oracle's,
+    :data:`~riemfl.experiments.robustness.oracle.ORACLE`)."""
     f = s.attackers(fraction)
     rounds = s.rounds[name]
-    inner = build_aggregator(
-        aggregator, n_byzantine=f, trim=s.trim, tau=tau, clip_iterations=s.clip_iterations
-    )
+    inner = _aggregator(aggregator, problem, s, attack, fraction, seed, tau)
     timed = TimedAggregator(inner)
     out: dict[str, Any] = {
         "problem": name,
@@ -170,6 +171,8 @@ def run_one(
     clients = h.config["byzantine"]["clients"] if f else []
     if len(clients) != f:  # Krum's f is the number of attackers
         raise RuntimeError(f"{name}: {len(clients)} attackers drawn, Krum was given f = {f}")
+    if isinstance(inner, HonestMean) and clients != inner.attackers:
+        raise RuntimeError(f"{name}: attackers {clients}, the oracle was told {inner.attackers}")
     out["byzantine_clients"] = clients
     out["gap"] = gap_curve(problem, h)[-1]
     if isinstance(problem, Classifier):
@@ -181,14 +184,39 @@ def run_one(
     return out
 
 
+def _aggregator(
+    aggregator: str,
+    problem: FederatedProblem,
+    s: Settings,
+    attack: str,
+    fraction: float,
+    seed: int,
+    tau: float,
+) -> Aggregator:
+    """The aggregator of one run: the oracle told the attackers of the run's seed, or one of
+    :func:`~riemfl.federated.build_aggregator` with the settings' parameters."""
+    if aggregator == ORACLE:
+        n = problem.n_clients
+        attackers = Byzantine(fraction, attack).clients(n, seed) if fraction > 0 else []
+        return HonestMean([int(c) for c in attackers], n)
+    return build_aggregator(
+        aggregator,
+        n_byzantine=s.attackers(fraction),
+        trim=s.trim,
+        tau=tau,
+        clip_iterations=s.clip_iterations,
+    )
+
+
 def robustness_runs(s: Settings, bar: ProgressBar) -> tuple[dict[str, float], list[dict]]:
-    """The clipping radius per problem and every run."""
+    """The clipping radius per problem and every run (the oracle's after the aggregators' of
+    each case with attackers)."""
     taus, runs = {}, []
     for name in s.rounds:
         problem = build_problem(name, clients=s.n_clients, seed=0)
         taus[name] = pilot_tau(name, problem, s)
         for attack, fraction in s.cases():
-            for aggregator in s.aggregators:
+            for aggregator in s.runs_at(fraction):
                 for seed in s.seeds:
                     run = run_one(name, problem, s, aggregator, attack, fraction, seed, taus[name])
                     runs.append(run)

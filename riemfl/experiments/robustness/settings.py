@@ -12,7 +12,11 @@ The aggregators' parameters follow fixed rules rather than a tuning on the resul
 * every run: RFedAvg with ``upload="tangent"`` (its server step reads the aggregate only), tau =
   :data:`~riemfl.experiments.registry.DEFAULT_LOCAL_STEPS` local steps at the problem's default
   step size (:mod:`riemfl.experiments.registry`), every client in every round, so that the
-  attackers are the same share of the uploads in each round.
+  attackers are the same share of the uploads in each round;
+* the oracle (:class:`~riemfl.experiments.robustness.oracle.HonestMean`, the mean of the
+  non-attackers' uploads) runs at every positive share beside the aggregators, as the reference
+  of what discarding exactly the attackers reaches; it is not among the robust aggregators of
+  the verdicts.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from dataclasses import dataclass, field
 from ...federated import AGGREGATOR_NAMES
 from ...federated.attacks import ATTACK_NAMES
 from ..registry import DEFAULT_LOCAL_STEPS
+from .oracle import ORACLE
 from .server_optimizer_comparison import ComparisonSettings
 
-__all__ = ["Settings", "CLEAN"]
+__all__ = ["Settings", "CLEAN", "ORACLE"]
 
 #: the attack label of the runs without attackers (fraction 0)
 CLEAN = "none"
@@ -105,3 +110,17 @@ class Settings:
         positive fraction."""
         clean = [(CLEAN, 0.0)] if 0.0 in self.fractions else []
         return clean + [(a, f) for a in self.attacks for f in self.fractions if f > 0]
+
+    def runs_at(self, fraction: float) -> tuple[str, ...]:
+        """The aggregators run at ``fraction``: :attr:`aggregators`, and the oracle
+        (:data:`~riemfl.experiments.robustness.oracle.ORACLE`) when there are attackers."""
+        return (*self.aggregators, ORACLE) if fraction > 0 else self.aggregators
+
+    def columns(self) -> tuple[str, ...]:
+        """The aggregators of the tables: :attr:`aggregators`, then the oracle."""
+        return (*self.aggregators, ORACLE)
+
+    def runs(self) -> int:
+        """The number of robustness runs."""
+        per_case = sum(len(self.runs_at(f)) for _, f in self.cases())
+        return len(self.rounds) * per_case * len(self.seeds)

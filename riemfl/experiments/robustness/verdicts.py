@@ -6,7 +6,10 @@ The clean run is the plain mean without attackers; every value is the median ove
 (:func:`~riemfl.experiments.robustness.runs.summarise`: a failed run counts as the worst). The
 verdict is the robust aggregators' (PASS or FAIL); whether the plain mean fails under the same
 attack is said beside it, as the measure of the attack's strength: an attack under which the
-mean does not fail tests nothing.
+mean does not fail tests nothing. The oracle (:mod:`~riemfl.experiments.robustness.oracle`, the
+mean of the non-attackers' uploads) is no robust aggregator: its value and whether it is within
+the bound are said beside the verdict, as whether discarding exactly the attackers reaches the
+goal at all.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from .oracle import ORACLE
 
 __all__ = ["Verdict", "verdict", "verdicts"]
 
@@ -40,6 +45,11 @@ class Verdict:
         Whether the plain mean's value is not.
     bound : float
         The worst value within the goal: ``factor * clean`` or ``clean - points``.
+    oracle : float
+        The oracle's value under the attack (NaN without an oracle run; a failed run's value
+        as for the aggregators).
+    oracle_within : bool or None
+        Whether ``oracle`` is within the bound (None without an oracle run).
     """
 
     problem: str
@@ -52,6 +62,8 @@ class Verdict:
     passed: bool
     mean_fails: bool
     bound: float
+    oracle: float = math.nan
+    oracle_within: bool | None = None
 
     @property
     def label(self) -> str:
@@ -64,10 +76,14 @@ class Verdict:
         show = _gap if self.metric == "gap" else _percent
         name = "f - f*" if self.metric == "gap" else "accuracy"
         mean = "the plain mean fails" if self.mean_fails else "the plain mean does not fail"
-        return (
+        text = (
             f"{word} {self.label}: best {self.best}, {name} {show(self.best_value)} (bound "
             f"{show(self.bound)}, clean {show(self.clean)}); mean {show(self.mean)}, {mean}"
         )
+        if self.oracle_within is None:
+            return text
+        where = "within the bound" if self.oracle_within else "beyond the bound"
+        return f"{text}; oracle {show(self.oracle)}, {where}"
 
 
 def _gap(value: float) -> str:
@@ -96,7 +112,8 @@ def verdict(
     clean : float
         The clean run's final gap (or accuracy, a fraction in [0, 1]).
     under_attack : dict
-        Aggregator name -> its value under the attack; "mean" is the plain mean, every other
+        Aggregator name -> its value under the attack; "mean" is the plain mean,
+        :data:`~riemfl.experiments.robustness.oracle.ORACLE` the oracle (optional), every other
         name a robust aggregator. A failed run's gap is inf, its accuracy -inf (NaN counts as
         either).
     metric : {"gap", "accuracy"}
@@ -109,7 +126,7 @@ def verdict(
         raise ValueError(f"metric must be 'gap' or 'accuracy', got {metric!r}")
     worst = math.inf if metric == "gap" else -math.inf
     values = {k: worst if math.isnan(v) else v for k, v in under_attack.items()}
-    robust = {k: v for k, v in values.items() if k != "mean"}
+    robust = {k: v for k, v in values.items() if k not in ("mean", ORACLE)}
     if not robust:
         raise ValueError("verdict: no robust aggregator among the values")
     if metric == "gap":
@@ -123,6 +140,7 @@ def verdict(
         return value <= bound if metric == "gap" else value >= bound
 
     mean = values.get("mean", worst)
+    oracle = values.get(ORACLE)
     return Verdict(
         problem,
         attack,
@@ -134,6 +152,8 @@ def verdict(
         bool(within(robust[best])),
         not within(mean),
         bound,
+        math.nan if oracle is None else oracle,
+        None if oracle is None else bool(within(oracle)),
     )
 
 
