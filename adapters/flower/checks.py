@@ -8,7 +8,12 @@ on what an upload is, which the algorithm knows but does not declare, so this ta
 * ``"tangent"``: a tangent vector at the broadcast point ``x`` of the phase, checked with
   ``Manifold.check_tangent(x, row, atol)``;
 * ``"ambient"``: an ambient array with no manifold constraint (RFedProj's unprojected
-  :math:`\\hat z_{i,\\tau}`): shape and finite values only.
+  :math:`\\hat z_{i,\\tau}`): shape and finite values only;
+* ``"payload"``: a key the algorithm declares in
+  :meth:`~riemfl.federated.algorithm.SyncAlgorithm.wire_dtypes` (a compressed upload's packed
+  bits, indices or half-precision values, :mod:`riemfl.federated.compressed`): exactly that
+  dtype, and finite values where it is floating point; the server decodes it before any other
+  check could apply.
 
 An asynchronous reply carries one upload: a local model (:func:`check_local_model`) or, for a
 curve rule, the learned Bezier control points (:func:`check_control_points`), whose curve must
@@ -43,7 +48,7 @@ __all__ = [
     "check_control_points",
 ]
 
-KINDS = ("point", "tangent", "ambient")
+KINDS = ("point", "tangent", "ambient", "payload")
 
 #: algorithm class -> {(phase, upload key): kind}; subclasses inherit (RFedAvg is an RFedProx)
 UPLOAD_KINDS: dict[type, dict[tuple[int, str], str]] = {
@@ -66,6 +71,8 @@ def upload_kind(
     wraps, except that a tangent upload with local noise is only ``"ambient"`` (the clipped
     vector plus isotropic ambient noise leaves the tangent space; the server projects the sum).
     """
+    if key in algorithm.wire_dtypes(phase):
+        return "payload"
     if isinstance(algorithm, PrivateAlgorithm):
         kind = upload_kind(algorithm.algorithm, phase, key, overrides)
         s = algorithm.settings
@@ -98,16 +105,26 @@ def dtype_error(what: str, dtype: Any) -> str | None:
 
 
 def check_upload_arrays(
-    uploads: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], m: int
+    uploads: Mapping[str, np.ndarray],
+    expected: Mapping[str, tuple[int, ...]],
+    m: int,
+    dtypes: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """Why a node's stacked uploads for ``m`` clients do not have the expected keys and shapes,
-    or ``None`` when they do."""
+    """Why a node's stacked uploads for ``m`` clients do not have the expected keys, shapes and
+    dtypes (real floating point, or exactly the dtype ``dtypes`` gives a key), or ``None`` when
+    they do."""
     if set(uploads) != set(expected):
         return f"uploads {sorted(uploads)} instead of {sorted(expected)}"
+    dtypes = dtypes or {}
     for key, shape in expected.items():
         a = uploads[key]
         if tuple(a.shape) != (m, *shape):
             return f"upload {key!r} has shape {tuple(a.shape)}; expected {(m, *shape)}"
+        if key in dtypes:
+            want = np.dtype(dtypes[key])
+            if a.dtype != want:
+                return f"upload {key!r} has dtype {a.dtype}; expected {want}"
+            continue
         why = dtype_error(f"upload {key!r}", a.dtype)
         if why is not None:
             return why
@@ -147,7 +164,7 @@ def check_rows(
     Parameters
     ----------
     manifold : Manifold
-    kind : {"point", "tangent", "ambient"}
+    kind : {"point", "tangent", "ambient", "payload"}
     rows : array of shape (m, *point_shape)
     atol : float
         Tolerance of ``check_point`` / ``check_tangent``.
@@ -155,6 +172,11 @@ def check_rows(
         The base point of tangent vectors.
     """
     rows = np.asarray(rows)
+    if kind == "payload":  # its dtype was checked exactly (check_upload_arrays)
+        if not np.issubdtype(rows.dtype, np.floating):
+            return [None] * len(rows)
+        finite = np.isfinite(rows.reshape(len(rows), -1)).all(1)
+        return [None if ok else "non-finite values" for ok in finite]
     why = dtype_error("the upload", rows.dtype)
     if why is not None:
         return [why] * len(rows)

@@ -25,6 +25,7 @@ from riemfl.federated.algorithm import SyncAlgorithm, check_local_steps, check_s
 from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
 from riemfl.federated.async_rules import AsyncRule
 from riemfl.federated.attacks import Byzantine
+from riemfl.federated.compressed import Compressed
 from riemfl.federated.curve_local import BezierProblemTrainer
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.privacy import DPSettings, PrivateAlgorithm
@@ -170,6 +171,12 @@ def _check_secagg(
     if not isinstance(secagg, SecAggSettings):
         raise ParameterError(
             f"secagg must be a SecAggSettings, True, False or None, got {type(secagg).__name__}"
+        )
+    if isinstance(algorithm, Compressed):
+        raise NotSumOnlyError(
+            f"secure aggregation sums the uploads as they travel, but {algorithm.name}'s are "
+            "compressed payloads (packed bits, indices, factors) that the server decodes one by "
+            "one; expected secagg=None or the plain rule"
         )
     if aggregator is not None and not aggregator.takes_totals:
         raise NotSumOnlyError(

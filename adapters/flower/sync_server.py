@@ -186,7 +186,9 @@ class GridClients:
                 float(config["cpu_time"]),
             )
         expected = self.job.algorithm.upload_shapes(self.problem, phase)
-        why = check_upload_arrays(uploads, expected, len(served))
+        why = check_upload_arrays(
+            uploads, expected, len(served), self.job.algorithm.wire_dtypes(phase)
+        )
         if why is not None:
             return {}, {**reasons, **dict.fromkeys(served, why)}, float(config["cpu_time"])
         accepted: dict[int, dict[str, np.ndarray]] = {}

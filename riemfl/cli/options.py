@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Callable
 
 from .. import __version__
+from .compression import add_compression_options
 from .output import CHECKPOINT_NAME
 from .reproduce import PAPERS
 from .server_side import add_server_side_options
@@ -308,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="noise added once to the sum (central, default) or by every client",
     )
     add_server_side_options(r, _positive, _fraction)
+    add_compression_options(r)
     a = r.add_argument_group("asynchronous engine (--engine async; refused with sync)")
     a.add_argument(
         "--workers", type=_int_at_least(1), default=None, help="clients training at once"

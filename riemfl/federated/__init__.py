@@ -46,6 +46,7 @@ from .async_rules import (
     switch_schedule,
 )
 from .attacks import ATTACK_NAMES, Attack, Byzantine, make_attack
+from .compressed import Compressed
 from .curve_local import BezierProblemTrainer
 from .engine import StackedClients, initial_point, run_sync
 from .faults import ClientDroppedWarning
@@ -80,6 +81,7 @@ from .tangent import RFedAvg, RFedProx, RFedSVRG
 from .timing import ExponentialTime, LogNormalTime, ProportionalTime, TimingModel, TraceTime
 
 __all__ = [
+    "Compressed",
     "ATTACK_NAMES",
     "Attack",
     "Byzantine",
