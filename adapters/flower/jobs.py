@@ -321,6 +321,11 @@ class SyncJob(_Job):
                 "False), so the noise would not match the accounting; expected privacy=None or "
                 "an aggregator that sums"
             )
+        if self.privacy is not None and isinstance(self.algorithm, Compressed):
+            raise ParameterError(
+                f"{self.algorithm.name}: differential privacy with compressed uploads runs in "
+                "process (run_sync(..., privacy=...)); a Flower job takes one or the other"
+            )
         if isinstance(self.algorithm, PrivateAlgorithm):
             if self.algorithm.settings != self.privacy:
                 raise ParameterError(

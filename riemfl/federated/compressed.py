@@ -23,6 +23,13 @@ move with the client's other rows, are kept only when the server accepts the cli
 and are in every checkpoint. A client's random draws (QSGD's stochastic rounding) come from
 ``numpy.random.default_rng([seed, round, client])``, the same in process and on Flower.
 
+With client-level differential privacy (``run_sync(..., privacy=...)``,
+:func:`~riemfl.federated.privacy.privatize`) the clients clip (and, in local mode, noise) their
+update, then compress it: local noise is then post-processed by the compressor, and with central
+noise the server clips each decoded update to C again before the noisy sum (a decoded update
+can be longer than the clipped one: QSGD's, or one carrying an error-feedback residual), so the
+sensitivity, and the accountant, are those of the uncompressed run.
+
 The server decodes the accepted payloads (:meth:`~riemfl.federated.algorithm.SyncAlgorithm.
 decode`) before anything else reads them: the aggregator (a robust one too), a server optimiser
 inside the rule, the attacks of an experiment. The uplink (``uplink_bytes``) is counted on the
@@ -43,6 +50,7 @@ from ..problems.base import FederatedProblem
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import require
 from .compression import Compressor
+from .privacy import PrivateAlgorithm, clip_rows, update_norms
 from .run_core import Stateful
 
 __all__ = ["Compressed", "PAYLOAD", "RESIDUAL", "ROUND"]
@@ -141,6 +149,12 @@ class Compressed(SyncAlgorithm):
         self._manifold: Manifold | None = None
 
     # ------------------------------------------------------------------ set-up
+    def around(self, algorithm: SyncAlgorithm) -> Compressed:
+        """The same compression (compressor, error feedback, seed) around ``algorithm``."""
+        return Compressed(
+            algorithm, self.compressor, error_feedback=self.error_feedback, seed=self.seed
+        )
+
     def validate(self, problem: FederatedProblem) -> None:
         """The rule's checks, and one update key of the point's shape in the model phase that
         the compressor accepts."""
@@ -231,7 +245,15 @@ class Compressed(SyncAlgorithm):
         if self.algorithm.privacy_space == "tangent":
             anchors = ops_for(x, updates).broadcast_to(x, updates.shape)
             updates = self._manifold.to_tangent(anchors, updates)
-        return self.algorithm.upload_of(inner, {self._key: updates}, phase)
+        decoded = {self._key: updates}
+        if (
+            isinstance(self.algorithm, PrivateAlgorithm)
+            and self.algorithm.settings.mode == "central"
+        ):
+            base = x if self.algorithm.privacy_space == "tangent" else None
+            norms = update_norms(self._manifold, base, decoded)
+            decoded, _ = clip_rows(decoded, norms, self.algorithm.settings.clip)
+        return self.algorithm.upload_of(inner, decoded, phase)
 
     # ------------------------------------------------------------------ server
     def server_step(

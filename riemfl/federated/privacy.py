@@ -268,6 +268,18 @@ class PrivateAlgorithm(SyncAlgorithm):
     def sum_only(self, phase: int) -> bool:
         return True
 
+    def update_of(self, message: State, uploads: State, phase: int) -> State:
+        return self.algorithm.update_of(message, uploads, phase)
+
+    def upload_of(self, message: State, updates: State, phase: int) -> State:
+        return self.algorithm.upload_of(message, updates, phase)
+
+    @property
+    def privacy_space(self) -> str | None:  # type: ignore[override]
+        """The wrapped rule's: what a compressor of the clipped updates compresses
+        (:class:`~riemfl.federated.compressed.Compressed`)."""
+        return self.space
+
     def describe(self) -> dict[str, Any]:
         return {**self.algorithm.describe(), "privacy": self.settings.describe()}
 
@@ -463,8 +475,17 @@ def privatize(
     :func:`~riemfl.federated.run_sync` does with ``privacy=``).
 
     ``sample_size`` None means every client takes part; ``aggregator`` computes the sum before
-    the noise."""
+    the noise. A :class:`~riemfl.federated.compressed.Compressed` rule becomes the same
+    compression around the private rule: the clients clip (and noise) their update, then
+    compress it; the server decodes and, with central noise, clips each decoded update to C
+    again, so that each contribution to the noisy sum stays within C and the accounting holds.
+    """
+    from .compressed import Compressed  # (it clips with this module's functions)
+
     central, local = noise_streams(seed)
     m = population if sample_size is None else int(sample_size)
-    rule = PrivateAlgorithm(algorithm, settings, local)
+    if isinstance(algorithm, Compressed):  # clip (and noise), then compress
+        rule = algorithm.around(PrivateAlgorithm(algorithm.algorithm, settings, local))
+    else:
+        rule = PrivateAlgorithm(algorithm, settings, local)
     return rule, GaussianSum(settings, population, m, central, aggregator)

@@ -22,6 +22,7 @@ from test_flower_secagg import (  # noqa: E402
     task_identity,  # noqa: F401 - a fixture
 )
 
+from riemfl.errors import ParameterError  # noqa: E402
 from riemfl.federated import RFedAvg, RFedProj, RunOptions, run_sync  # noqa: E402
 from riemfl.federated.compressed import PAYLOAD, Compressed  # noqa: E402
 from riemfl.federated.compression import make_compressor  # noqa: E402
@@ -76,3 +77,10 @@ def test_a_compressed_job_equals_run_sync_and_moves_the_counted_bytes(kind, spec
 def test_secure_aggregation_refuses_compressed_payloads():
     with pytest.raises(NotSumOnlyError, match="compressed payloads"):
         SyncJob(KPCA, _rule("rfedavg", "fp16"), STEPS, secagg=True)
+
+
+def test_privacy_with_compression_is_refused_on_flower():
+    from riemfl.federated.privacy import DPSettings
+
+    with pytest.raises(ParameterError, match="runs in process"):
+        SyncJob(KPCA, _rule("rfedavg", "fp16"), STEPS, privacy=DPSettings(1.0, 1.0))
