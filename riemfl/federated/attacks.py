@@ -160,33 +160,13 @@ def _each(vector: Array, own: Array) -> Array:
     return ops_for(vector, own).broadcast_to(vector, own.shape)
 
 
-class SignFlip(Attack):
-    """``factor * own`` with ``factor < 0``: each attacker sends its update reversed."""
-
-    name = "sign-flip"
-
-    def __init__(self, factor: float = -1.0) -> None:
-        self.factor = real(factor, "SignFlip: factor", below=0)
-
-    def propose(
-        self,
-        manifold: Manifold,
-        anchor: Array,
-        own: Array,
-        honest: Array,
-        rng: np.random.Generator,
-        space: str,
-    ) -> Array:
-        return self.factor * own
-
-
 class Scale(Attack):
     """``factor * own``: each attacker sends its update scaled."""
 
     name = "scale"
 
     def __init__(self, factor: float = 10.0) -> None:
-        self.factor = real(factor, "Scale: factor")
+        self.factor = real(factor, f"{type(self).__name__}: factor")
 
     def propose(
         self,
@@ -198,6 +178,15 @@ class Scale(Attack):
         space: str,
     ) -> Array:
         return self.factor * own
+
+
+class SignFlip(Scale):
+    """``factor * own`` with ``factor < 0``: each attacker sends its update reversed."""
+
+    name = "sign-flip"
+
+    def __init__(self, factor: float = -1.0) -> None:
+        self.factor = real(factor, "SignFlip: factor", below=0)
 
 
 class RandomPoint(Attack):
