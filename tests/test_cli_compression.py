@@ -47,8 +47,8 @@ def test_the_cli_run_is_the_python_run(tmp_path):
         (["--algorithm", "rfedproj", "--compression", "zip"], "topk:FRACTION"),
         (["--algorithm", "rfedproj", "--no-error-feedback"], "a setting of --compression"),
         (
-            ["--algorithm", "fedbuff", "--engine", "async", "--compression", "fp16"],
-            "synchronous engine",
+            ["--algorithm", "fedasync", "--engine", "async", "--compression", "fp16"],
+            "only fedbuff compresses",
         ),
     ],
 )
@@ -57,3 +57,12 @@ def test_refusals(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_fedbuff_compresses_its_clients_updates(tmp_path):
+    args = ["kpca-synthetic", "--clients", "4", "--engine", "async", "--algorithm", "fedbuff"]
+    args += ["--steps", "2", "--buffer-size", "2", "--local-steps", "2", "--record-every", "1"]
+    assert _run(tmp_path, *args, "--compression", "topk:0.2") == 0
+    data = json.loads((tmp_path / "history.json").read_text())
+    assert data["config"]["rule"]["compression"]["name"] == "topk"
+    assert data["metrics"]["uplink_bytes"][-1] > 0

@@ -75,7 +75,7 @@ from riemfl.adapters.flower.wire import (
 )
 
 from riemfl.errors import RiemflError
-from riemfl.federated.async_engine import VersionStore
+from riemfl.federated.async_engine import VersionStore, uplink_bytes, upload_bytes
 from riemfl.federated.async_rules import Arrival
 from riemfl.federated.checkpoint import inconsistent, require_count, require_layout
 from riemfl.federated.engine import ClientDroppedWarning
@@ -128,6 +128,7 @@ class GridAsyncSteps:
         self.timed_out = False  # whether the last exclusion was a reply timeout
         self.dispatched = 0
         self.counters = {"updates": 0, "dropped": 0}
+        self.upload_bytes = upload_bytes(job.rule, x0, tuple(job.upload_shape))
         self.upload = upload_meta(job.curve, job.upload_shape)
         self.meta = {**point_meta(self.manifold), **self.upload}
         self.start = time.perf_counter()
@@ -141,7 +142,13 @@ class GridAsyncSteps:
 
     # ------------------------------------------------------------------ Steps
     def row(self) -> dict[str, Any]:
-        return {"step": self.store.current, "time": self.now(), **self.counters}
+        n = self.problem.n_clients
+        return {
+            "step": self.store.current,
+            "time": self.now(),
+            **self.counters,
+            "uplink_bytes": uplink_bytes(self.counters, self.upload_bytes, n),
+        }
 
     def output(self) -> Any:
         return self.job.rule.output(self.store.model)  # e.g. an SWA average

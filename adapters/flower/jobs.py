@@ -475,6 +475,12 @@ class AsyncJob(_Job):
         _check_name(self.name)
         if not isinstance(self.rule, AsyncRule):
             raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
+        if self.rule.upload_nbytes((1,), np.dtype(np.float64)) is not None:
+            raise ParameterError(
+                f"{self.rule.name}: its compressed uploads are simulated in the server's rule, "
+                "but a Flower node uploads its model dense; run it with run_async, or without "
+                "a compressor on Flower"
+            )
         self._check_client_kind()
         integer(self.steps, "AsyncJob: steps", minimum=0)
         _check_options(self.options)

@@ -3,9 +3,10 @@
 made.
 
 ``SPEC`` is one of :data:`riemfl.federated.compression.COMPRESSION_FORMS`: ``none``, ``fp16``,
-``bf16``, ``qsgd:BITS``, ``topk:FRACTION``, ``rank:R``. The synchronous engine only, for the
+``bf16``, ``qsgd:BITS``, ``topk:FRACTION``, ``rank:R``. On the synchronous engine for the
 rules whose model phase uploads a vector the server can decode (rfedproj; rfedavg, rfedprox,
-rfedsvrg with ``--upload tangent``); the clients' random draws come from ``--seed``.
+rfedsvrg with ``--upload tangent``), and for fedbuff on the asynchronous engine; the clients'
+random draws come from ``--seed``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 from ..errors import ParameterError
 
-__all__ = ["add_compression_options", "compressed"]
+__all__ = ["add_compression_options", "compressed", "compressor_of"]
 
 
 def add_compression_options(parser: argparse.ArgumentParser) -> None:
     """The ``riemfl run`` options of compressed uploads, as one group of ``parser``."""
     g = parser.add_argument_group(
-        "compressed uploads (sync engine; rfedproj, or --upload tangent; "
+        "compressed uploads (rfedproj, or --upload tangent; async fedbuff; "
         "docs/federated/compression.md)"
     )
     g.add_argument(
@@ -39,17 +40,16 @@ def add_compression_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def compressed(args: argparse.Namespace, algorithm: Any, *, sync: bool) -> Any:
-    """``algorithm`` wrapped in :class:`~riemfl.federated.compressed.Compressed` as the options
-    ask (unchanged without ``--compression`` or with ``none``).
+def compressor_of(args: argparse.Namespace, *, sync: bool) -> Any:
+    """The :class:`~riemfl.federated.compression.Compressor` of ``--compression`` (None without
+    it or with ``none``).
 
     Raises
     ------
     ParameterError
-        A malformed SPEC, ``--error-feedback`` without a compressor, compression on the
-        asynchronous engine, or a rule whose uploads cannot be compressed (the message says why).
+        A malformed SPEC, ``--error-feedback`` without a compressor, or compression on the
+        asynchronous engine with a rule other than fedbuff.
     """
-    from ..federated.compressed import Compressed
     from ..federated.compression import make_compressor
 
     compressor = None if args.compression is None else make_compressor(args.compression)
@@ -57,9 +57,28 @@ def compressed(args: argparse.Namespace, algorithm: Any, *, sync: bool) -> Any:
         if args.error_feedback is not None:
             flag = "--error-feedback" if args.error_feedback else "--no-error-feedback"
             raise ParameterError(f"{flag}: a setting of --compression; give a compressor")
-        return algorithm
-    if not sync:
+        return None
+    if not sync and args.algorithm != "fedbuff":
         raise ParameterError(
-            "--compression: compressed uploads run on the synchronous engine (--engine sync)"
+            f"--compression: on the asynchronous engine only fedbuff compresses its clients' "
+            f"updates; {args.algorithm} applies each local model as it is"
         )
+    return compressor
+
+
+def compressed(args: argparse.Namespace, algorithm: Any) -> Any:
+    """The synchronous ``algorithm`` wrapped in :class:`~riemfl.federated.compressed.Compressed`
+    as the options ask (unchanged without a compressor).
+
+    Raises
+    ------
+    ParameterError
+        As :func:`compressor_of`, or a rule whose uploads cannot be compressed (the message says
+        why).
+    """
+    from ..federated.compressed import Compressed
+
+    compressor = compressor_of(args, sync=True)
+    if compressor is None:
+        return algorithm
     return Compressed(algorithm, compressor, error_feedback=args.error_feedback, seed=args.seed)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, ParameterError
-from .compression import compressed
+from .compression import compressed, compressor_of
 from .output import CHECKPOINT_NAME, OutputFolder, write_history
 from .server_side import ServerSide, server_side
 
@@ -185,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
         args.steps = entry.rounds
     problem = _build_problem(args)
     server = server_side(args, problem.n_clients, sync=sync)
-    if not sync:
-        compressed(args, None, sync=False)  # refused there, before the folder is made
     step_size = args.step_size
     if step_size is None:
         eta_g = 1.0 if args.global_step_size is None else args.global_step_size
@@ -206,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if server.optimizer is not None:
         algorithm = ServerOptimized(algorithm, server.optimizer)
-    algorithm = compressed(args, algorithm, sync=True)
+    algorithm = compressed(args, algorithm)
     if args.clients_per_round is not None and args.clients_per_round > problem.n_clients:
         raise ParameterError(
             f"--clients-per-round: expected at most the {problem.n_clients} clients of "
@@ -322,6 +320,9 @@ def _async_parts(
         server_lr=None if server.optimizer is not None else args.server_lr,
         aggregator=server.aggregator,
         server_optimizer=server.optimizer,
+        compressor=compressor_of(args, sync=False),
+        error_feedback=args.error_feedback,
+        compression_seed=args.seed,
         buffer_size=args.buffer_size,
         operators=args.operators,
         staleness=args.staleness,

@@ -363,6 +363,11 @@ class AsyncSettings:
     aggregator: Any = None
     #: FedBuff's server optimiser (:mod:`riemfl.federated.server_optimizers`; FedBuff only)
     server_optimizer: Any = None
+    #: FedBuff's compressor of the clients' updates (:mod:`riemfl.federated.compression`), its
+    #: error feedback (None: the compressor's default) and the seed of its draws
+    compressor: Any = None
+    error_feedback: bool | None = None
+    compression_seed: int = 0
 
     @property
     def common(self) -> dict[str, Any]:
@@ -411,6 +416,9 @@ def _async_rules() -> dict[str, AsyncRuleEntry]:
                 privacy=s.privacy,
                 aggregator=s.aggregator,
                 server_optimizer=s.server_optimizer,
+                compressor=s.compressor,
+                error_feedback=s.error_feedback,
+                compression_seed=s.compression_seed,
             ),
             "sum K updates in a buffer, then one server step (Toghani & Uribe 2022)",
         ),
@@ -548,6 +556,9 @@ def build_async_rule(
     privacy: Any = None,
     aggregator: Any = None,
     server_optimizer: Any = None,
+    compressor: Any = None,
+    error_feedback: bool | None = None,
+    compression_seed: int = 0,
 ) -> AsyncRule:
     """The asynchronous server rule called ``name`` (a key of :data:`ASYNC_RULES`).
 
@@ -567,10 +578,11 @@ def build_async_rule(
             f"async rule {name!r} applies each update on its own: differential privacy (noise "
             "on a sum of updates) runs with the sum-only fedbuff only"
         )
-    if (aggregator is not None or server_optimizer is not None) and name != "fedbuff":
+    server_side = (aggregator, server_optimizer, compressor)
+    if any(v is not None for v in server_side) and name != "fedbuff":
         raise ParameterError(
-            f"async rule {name!r} applies each update on its own: an aggregator or a server "
-            "optimiser acts on fedbuff's buffer only"
+            f"async rule {name!r} applies each update on its own: an aggregator, a server "
+            "optimiser or a compressor acts on fedbuff's buffer only"
         )
     settings = AsyncSettings(
         server_lr,
@@ -582,5 +594,8 @@ def build_async_rule(
         privacy,
         aggregator,
         server_optimizer,
+        compressor,
+        error_feedback,
+        compression_seed,
     )
     return entry.build(settings)

@@ -98,6 +98,20 @@ class InitialParameters(Protocol):
     def initial_parameters(self, seed: int = 0) -> Any: ...
 
 
+def upload_bytes(rule: AsyncRule, x0: Any, shape: tuple[int, ...]) -> int:
+    """Bytes of one client's upload of ``shape`` in the model's dtype: what the rule declares
+    (:meth:`~riemfl.federated.async_rules.AsyncRule.upload_nbytes`), else the dense array's."""
+    dtype = np.dtype(str(x0.dtype).removeprefix("torch."))
+    declared = rule.upload_nbytes(shape, dtype)
+    return math.prod(shape) * dtype.itemsize if declared is None else int(declared)
+
+
+def uplink_bytes(counters: dict[str, Any], upload: int, n_clients: int) -> float:
+    """The ``uplink_bytes`` column: the bytes of the uploads that were applied (as the
+    synchronous rounds count the accepted ones) per client."""
+    return (counters["updates"] - counters["dropped"]) * upload / n_clients
+
+
 def upload_shape(rule: AsyncRule, point_shape: tuple[int, ...]) -> tuple[int, ...]:
     """Shape of one client's upload: the control points of a learned Bezier curve for a curve
     rule (AsyncBezier, AsyncBezierED, AsyncCurve), else one model."""
@@ -181,6 +195,7 @@ class EventLoop:
         self.dispatched = 0
         self.now = 0.0
         self.counters = {"updates": 0, "dropped": 0, "blocked_time": 0.0}
+        self.upload_bytes = upload_bytes(rule, x0, self.expected["x"])
         self.exclusion = ExclusionPolicy(self.n, max_failures)
         for key in LOG_COLUMNS:
             history.log.setdefault(key, [])
@@ -193,6 +208,7 @@ class EventLoop:
     def row(self) -> dict[str, Any]:
         self.history.summary["peak_versions"] = self.peak  # rows are where the history is read
         row = {"step": self.store.current, "time": self.now, **self.counters}
+        row["uplink_bytes"] = uplink_bytes(self.counters, self.upload_bytes, self.n)
         return {**row, **self.rule.row()}
 
     def output(self) -> Any:

@@ -40,6 +40,7 @@ from ..errors import ParameterError, ProjectionError
 from ..manifolds.base import Manifold
 from .aggregation import Aggregator
 from .algorithm import Operators, check_step_size
+from .buffer_compression import BufferCompression, buffer_compression
 from .buffer_server import (
     BUFFER_KEY,
     AggregatorStart,
@@ -47,6 +48,7 @@ from .buffer_server import (
     StackBuffer,
     check_buffer_aggregator,
 )
+from .compression import Compressor
 from .fingerprint import settings
 from .privacy import DPSettings
 from .privacy_buffer import BufferPrivacy
@@ -215,6 +217,11 @@ class AsyncRule(Checkpointable, abc.ABC):
     def privacy_delta(self) -> float | None:
         r"""The :math:`\delta` at which a private rule's ``epsilon`` column is reported; ``None``
         (the default) for a rule without differential privacy."""
+        return None
+
+    def upload_nbytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
+        """Bytes of one client's upload of ``shape`` and numpy ``dtype`` as it travels; None
+        (the default): the dense array's (FedBuff with a compressor: the payload's)."""
         return None
 
     def rate(self, a: Arrival) -> float:
@@ -737,6 +744,19 @@ class FedBuff(AsyncRule):
     ``ServerSGD(1.0)`` reproduces FedBuff bit for bit. The optimiser's state is checkpointed with
     the rule and restarts (zero moments) with every run.
 
+    ``compressor`` (a :class:`~riemfl.federated.compression.Compressor`, e.g.
+    ``make_compressor("topk:0.1")``): each client uploads its :math:`\Delta_i` compressed, as
+    :class:`~riemfl.federated.compressed.Compressed` does on the synchronous engine
+    (:class:`~riemfl.federated.buffer_compression.BufferCompression`): with error feedback
+    (``error_feedback``; default on for a biased compressor, off for an unbiased one) it sends
+    :math:`C(\Delta_i + e_i)` and keeps :math:`e_i \leftarrow \Delta_i + e_i - D(C(\Delta_i +
+    e_i))`. The buffer receives the decoded :math:`D(C(\cdot))`, before the staleness weight,
+    the aggregator and the optimiser. The k-th applied upload of client i draws its randomness
+    from ``numpy.random.default_rng([compression_seed, k, i])``. The residuals, the
+    compressor's per-client state (PowerSGD's factor) and the upload counters are checkpointed
+    with the rule and restart with every run. The server decodes each upload, so a compressed
+    FedBuff is not sum-only; :meth:`upload_nbytes` is the payload's size.
+
     Parameters
     ----------
     buffer_size : int
@@ -750,6 +770,12 @@ class FedBuff(AsyncRule):
         None: the plain sum.
     server_optimizer : ServerOptimizer, optional
         None: the plain step.
+    compressor : Compressor, optional
+        None: uncompressed uploads.
+    error_feedback : bool, optional
+        With a compressor: keep each client's residual (None: on for a biased compressor).
+    compression_seed : int
+        With a compressor: the seed of the clients' random draws.
 
     Raises
     ------
@@ -757,7 +783,8 @@ class FedBuff(AsyncRule):
         Besides the settings' own checks: privacy with staleness scaling; an ``aggregator`` that
         is not an Aggregator, one that does not sum (``sums`` False) with privacy, whose
         accounting covers a sum of clipped updates, or a Krum for which K < 2f + 3; a
-        ``server_optimizer`` that is not a ServerOptimizer.
+        ``server_optimizer`` that is not a ServerOptimizer; a ``compressor`` that is not a
+        Compressor, or one with privacy; ``error_feedback`` without a compressor.
     """
 
     name = "fedbuff"
@@ -771,6 +798,9 @@ class FedBuff(AsyncRule):
         privacy: DPSettings | None = None,
         aggregator: Aggregator | None = None,
         server_optimizer: ServerOptimizer | None = None,
+        compressor: Compressor | None = None,
+        error_feedback: bool | None = None,
+        compression_seed: int = 0,
     ) -> None:
         self.buffer_size = integer(buffer_size, "FedBuff: buffer_size", minimum=1)
         super().__init__(1.0 / self.buffer_size if server_lr is None else server_lr)
@@ -792,6 +822,9 @@ class FedBuff(AsyncRule):
         )
         self._optimizer = None if server_optimizer is None else AmbientOptimizer(server_optimizer)
         self.privacy = None if privacy is None else BufferPrivacy(privacy)
+        self._compression = buffer_compression(
+            compressor, error_feedback, compression_seed, privacy is not None
+        )
         self._aggregator_start = AggregatorStart(self._aggregator)
         stacks = self._aggregator is not None and not self._aggregator.takes_totals
         self.buffer: SumBuffer | StackBuffer = StackBuffer() if stacks else SumBuffer()
@@ -808,25 +841,46 @@ class FedBuff(AsyncRule):
         return None if self._optimizer is None else self._optimizer.optimizer
 
     @property
+    def compression(self) -> BufferCompression | None:
+        """The clients' compression of their uploads (None: uncompressed)."""
+        return self._compression
+
+    @property
     def sum_only(self) -> bool:  # type: ignore[override]
         """True unless ``staleness_scaling`` (the staleness weight of each update is known to
-        the server only, so it would have to see the updates one by one) or an aggregator that
-        needs each update."""
-        return not self.staleness_scaling and not isinstance(self.buffer, StackBuffer)
+        the server only, so it would have to see the updates one by one), an aggregator that
+        needs each update, or compressed uploads (the server decodes each one)."""
+        return (
+            not self.staleness_scaling
+            and not isinstance(self.buffer, StackBuffer)
+            and self._compression is None
+        )
+
+    def upload_nbytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
+        """Bytes of one client's upload of an update of ``shape`` and ``dtype``: the
+        compressor's payload; None (the dense array's bytes) when uploads are uncompressed."""
+        if self._compression is None:
+            return None
+        return self._compression.upload_nbytes(shape, dtype)
 
     def validate(self, manifold):
         """Refuse a manifold without the projection or its proximal-smoothness radius (which
-        :meth:`apply` checks every server step against), before the run."""
+        :meth:`apply` checks every server step against), or whose points the compressor cannot
+        compress, before the run."""
         ok, why = manifold.supports("project")
         if not ok:
             raise ParameterError(f"FedBuff needs {manifold.name}.project: {why}")
         require_proximal_radius("FedBuff (fedbuff)", manifold)
+        if self._compression is not None:
+            self._compression.check(tuple(manifold.point_shape))
 
-    _state_helpers = ("privacy", "aggregator")
+    _state_helpers = ("privacy", "aggregator", "compression")
 
     def reset(self, manifold, n_clients):
         self.buffer.clear()
         self._point_shape = tuple(manifold.point_shape)
+        if self._compression is not None:
+            self._compression.reset(n_clients, self._point_shape)
         if self.privacy is not None:
             self.privacy.reset(n_clients)
         self._aggregator_start.restore()
@@ -856,6 +910,8 @@ class FedBuff(AsyncRule):
             out["aggregator"] = settings(self._aggregator)
         if self._optimizer is not None:
             out["server_optimizer"] = settings(self._optimizer.optimizer)
+        if self._compression is not None:
+            out["compression"] = self._compression.describe()
         return out
 
     def _state(self) -> dict[str, Any]:
@@ -890,6 +946,8 @@ class FedBuff(AsyncRule):
         delta = a.base - a.local  # computed client-side in a real deployment
         if self.privacy is not None:  # clipped (and noised) client-side too
             delta = self.privacy.client_update(a.client, delta)
+        if self._compression is not None:  # compressed client-side, decoded by the server
+            delta = self._compression.client_update(a.client, delta)
         self.buffer.add(delta, weight)
         if self.buffer.count < self.buffer_size:
             return None

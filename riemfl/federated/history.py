@@ -7,7 +7,8 @@ A :class:`History` holds
   ``optimality_gap``, ``grad_norm``, ``accuracy``, ``wall_time``, ``dropped``); the rest are an
   engine's own columns: ``round``, ``participants``, ``uplink_matrices``, ``uplink_bytes`` and
   ``cpu_time`` for synchronous rounds (:data:`METRICS`); ``step`` (server steps), ``time``
-  (virtual time), ``updates`` and ``blocked_time`` for the asynchronous simulator; personalised
+  (virtual time), ``updates``, ``blocked_time`` and ``uplink_bytes`` (the applied uploads, per
+  client) for the asynchronous simulator; personalised
   metrics and aggregation diagnostics for FLoRAL; ``epsilon`` on every engine for runs with
   client-level differential privacy (:mod:`riemfl.federated.privacy`);
 * ``log``: one entry per client update (``client``, ``staleness``, ``weight``, ``time``,

@@ -84,3 +84,11 @@ def test_privacy_with_compression_is_refused_on_flower():
 
     with pytest.raises(ParameterError, match="runs in process"):
         SyncJob(KPCA, _rule("rfedavg", "fp16"), STEPS, privacy=DPSettings(1.0, 1.0))
+
+
+def test_a_compressed_fedbuff_is_refused_on_flower():
+    from riemfl.adapters.flower import AsyncJob
+    from riemfl.federated import FedBuff
+
+    with pytest.raises(ParameterError, match="simulated in the server's rule"):
+        AsyncJob(KPCA, FedBuff(3, compressor=make_compressor("fp16")), 2, step_size=0.01)

@@ -49,6 +49,7 @@ from riemfl.federated import (
     SumBuffer,
     switch_schedule,
 )
+from riemfl.federated.compression import make_compressor
 from riemfl.federated.rule_state import Checkpointable
 from riemfl.testing import importorskip
 
@@ -348,12 +349,24 @@ def _cases() -> list[Case]:
                 lambda: FedBuff(3, staleness_scaling=True, outside_reach="shrink"),
             ),
             Case(
+                f"fedbuff-compressed-{world}",
+                world,
+                lambda: FedBuff(3, compressor=make_compressor("topk:0.5"), outside_reach="shrink"),
+            ),
+            Case(
                 f"asyncfeded-short-warmup-{world}",
                 world,
                 lambda: AsyncFedED(0.5, kappa=0.25, warmup=1, initial_epochs=3, max_epochs=6),
             ),
             Case(f"orthodyn-{world}", world, lambda: OrthoDyn(switch_schedule(3))),
         ]
+    cases.append(
+        Case(
+            "fedbuff-powersgd-stiefel",
+            "stiefel",
+            lambda: FedBuff(3, compressor=make_compressor("rank:1"), outside_reach="shrink"),
+        )
+    )
     cases += [
         Case(
             f"experiments-{name}",
