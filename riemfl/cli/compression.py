@@ -35,8 +35,8 @@ def add_compression_options(parser: argparse.ArgumentParser) -> None:
         "--error-feedback",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="keep each client's compression residual (default: on for topk and rank, off for "
-        "the others)",
+        help="keep each client's compression residual (default: on for the biased compressors "
+        "fp16, bf16, topk and rank; off for qsgd)",
     )
 
 

@@ -40,6 +40,16 @@ class Paper:
     extras: tuple[str, ...] = ("data",)
 
 
+def _communication(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import communication
+
+    verdicts = communication.reproduce(out, quick=args.quick, progress=not args.no_progress)
+    for v in verdicts:
+        print(v.line())
+    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} (problem, rule) pairs pass")
+    return [v.label for v in verdicts if not v.passed]
+
+
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import floral
 
@@ -113,6 +123,7 @@ PAPERS: dict[str, Paper] = {
         ("privacy", "data"),
     ),
     "robustness": Paper(_robustness),
+    "communication": Paper(_communication),
 }
 
 

@@ -10,6 +10,8 @@
 * :mod:`riemfl.experiments.privacy`: ``riemfl reproduce privacy``.
 * :mod:`riemfl.experiments.robustness`: ``riemfl reproduce robustness`` (robust aggregation
   under Byzantine attacks, and a server-optimiser comparison).
+* :mod:`riemfl.experiments.communication`: ``riemfl reproduce communication`` (uplink bytes to
+  a tolerance under compressed uploads).
 
 Each reproduction is a package whose modules have one job each: ``settings`` (what the paper
 fixes and what riemfl chose), ``run`` (running and resuming), the analysis or claims, ``figures``

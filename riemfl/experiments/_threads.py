@@ -1,6 +1,6 @@
-"""One torch thread while a reproduction runs: the models are small, and intra-op threads only
-add contention (measured on a loaded 2-core machine: 1.9 s per client training with 2 threads,
-41 ms with 1)."""
+"""One thread while a reproduction runs (torch's, and BLAS's): the models are small, and
+intra-op threads only add contention (measured on a loaded 2-core machine: 1.9 s per client
+training with 2 threads, 41 ms with 1)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,18 @@ def single_torch_thread() -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """One BLAS thread inside the block (threadpoolctl, which scikit-learn brings): the matrices
+    are small, and a second thread only contends with other processes for the cores (on a
+    loaded 2-core machine Stiefel's logarithm, the random-point attack's, ran 3x slower with
+    two threads)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1):
+        yield

@@ -42,3 +42,8 @@ def over_seeds(count: int) -> str:
     """What a curve or bar over ``count`` seeds shows: ``"mean over 3 seeds"``, or ``"one
     seed"`` (a single run is no mean, and has no spread to draw)."""
     return "one seed" if count == 1 else f"mean over {count} seeds"
+
+
+def median_over(count: int) -> str:
+    """What a cell over ``count`` seeds shows: ``"median over 3 seeds"``, or ``"one seed"``."""
+    return "one seed" if count == 1 else f"median over {count} seeds"

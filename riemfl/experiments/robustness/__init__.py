@@ -34,16 +34,15 @@ problem and ``server-optimizers.png``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ...federated.serialise import json_float
 from ...progress import ProgressBar
+from .._threads import one_blas_thread
 from . import server_optimizer_comparison as comparison
 from .figures import plot_problem
 from .oracle import ORACLE, HonestMean
@@ -100,21 +99,6 @@ def reproduce(
     }
     (out / "results.json").write_text(json.dumps(_clean(summary), indent=1))
     return found
-
-
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """One BLAS thread inside the block (threadpoolctl, which scikit-learn brings): the matrices
-    are small, and a second thread only contends with other processes for the cores (on a
-    loaded 2-core machine Stiefel's logarithm, the random-point attack's, ran 3x slower with
-    two threads)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        yield
-        return
-    with threadpool_limits(limits=1):
-        yield
 
 
 def _clean(obj: Any) -> Any:

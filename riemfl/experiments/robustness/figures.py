@@ -8,9 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..spread import median_over
 from ..styles import TITLE_FONTSIZE, Styles, log_axis, pyplot, save, shared_legend
 from .oracle import ORACLE
-from .runs import median_over
 from .settings import CLEAN, Settings
 
 __all__ = ["plot_problem"]

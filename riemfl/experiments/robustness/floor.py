@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .runs import median_over
+from ..spread import median_over
 from .settings import CLEAN, Settings
 from .verdicts import Verdict
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from ..spread import median_over
 from . import server_optimizer_comparison as comparison
 from .floor import floor_text
 from .oracle import ORACLE
-from .runs import median_over
 from .settings import CLEAN, Settings
 from .verdicts import Verdict
 

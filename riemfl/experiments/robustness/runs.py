@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "TimedAggregator",
     "gap_curve",
-    "median_over",
     "pilot_tau",
     "run_one",
     "robustness_runs",
@@ -99,11 +98,6 @@ def gap_curve(problem: FederatedProblem, history: History) -> list[float]:
     if reference is None:
         return [math.nan for _ in history.loss]
     return [float(v) - float(reference) for v in history.loss]
-
-
-def median_over(count: int) -> str:
-    """What a cell over ``count`` seeds shows: "one seed" or "median over 3 seeds"."""
-    return "one seed" if count == 1 else f"median over {count} seeds"
 
 
 def _rule(name: str, problem: FederatedProblem, s: Settings) -> RFedAvg:

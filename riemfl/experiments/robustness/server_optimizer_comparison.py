@@ -26,8 +26,9 @@ from ...errors import RiemflError
 from ...federated import RFedAvg, RunOptions, ServerOptimized, build_server_optimizer, run_sync
 from ...progress import ProgressBar
 from ..registry import DEFAULT_LOCAL_STEPS, PROBLEMS, build_problem
+from ..spread import median_over
 from ..styles import TITLE_FONTSIZE, Styles, log_axis, pyplot, save, shared_legend
-from .runs import gap_curve, median_over
+from .runs import gap_curve
 
 __all__ = ["ComparisonSettings", "compare", "table", "plot", "rounds_to"]
 
