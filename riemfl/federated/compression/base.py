@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import is_int
 from ...errors import DTypeError, NonFiniteError, ParameterError, ShapeError
 
 __all__ = [
@@ -63,7 +64,7 @@ def row_size(shape: tuple[int, ...], where: str) -> int:
         ``shape`` has a negative or zero extent.
     """
     shape = tuple(shape)
-    if not all(isinstance(n, (int, np.integer)) and n >= 1 for n in shape):
+    if not all(is_int(n) and n >= 1 for n in shape):
         raise ShapeError(f"{where}: an update needs a shape of positive extents, got {shape}")
     return math.prod(shape)
 
