@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import integer
 from ..backend import to_like, to_numpy
 from ..errors import ParameterError, ShapeError
 from .compression import Compressor
+from .compression.feedback import ClientCompression, client_rng
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
 
 __all__ = ["BufferCompression", "buffer_compression"]
@@ -57,20 +57,11 @@ class BufferCompression(Checkpointable):
     def __init__(
         self, compressor: Compressor, error_feedback: bool | None = None, seed: int = 0
     ) -> None:
-        if not isinstance(compressor, Compressor):
-            raise ParameterError(
-                "FedBuff: compressor must be a riemfl.federated.compression.Compressor, got "
-                f"{type(compressor).__name__}"
-            )
-        if error_feedback is not None and not isinstance(error_feedback, bool):
-            raise ParameterError(
-                f"FedBuff: error_feedback must be True, False or None, got {error_feedback!r}"
-            )
-        self.compressor = compressor
-        self.error_feedback = (
-            (not compressor.unbiased) if error_feedback is None else error_feedback
+        self.codec = ClientCompression(
+            compressor, error_feedback, seed, owner="FedBuff", seed_name="compression_seed"
         )
-        self.seed = integer(seed, "FedBuff: compression_seed", minimum=0)
+        self.compressor, self.error_feedback = compressor, self.codec.error_feedback
+        self.seed = self.codec.seed
         self._shape: tuple[int, ...] = ()
         self.reset(0, ())
 
@@ -94,11 +85,7 @@ class BufferCompression(Checkpointable):
 
     def describe(self) -> dict[str, Any]:
         """The compressor's settings, error feedback and the seed, JSON-ready."""
-        return {
-            **self.compressor.describe(),
-            "error_feedback": self.error_feedback,
-            "seed": self.seed,
-        }
+        return self.codec.describe()
 
     # ------------------------------------------------------------------ one upload
     def client_update(self, client: int, delta: Any) -> Any:
@@ -117,17 +104,14 @@ class BufferCompression(Checkpointable):
                 f"{tuple(update.shape)}"
             )
         self._allocate(update.dtype)
-        v = update[None].copy()
-        if self.error_feedback:
-            v += self._residuals[client]
-        rng = np.random.default_rng([self.seed, int(self._uploads[client]), client])
+        residual = self._residuals[client : client + 1] if self.error_feedback else None
+        rng = client_rng(self.seed, self._uploads[client], client)
         rows = {k: s[client : client + 1] for k, s in self._codec.items()}
-        payload, state = self.compressor.encode(v, rows, [rng])
-        decoded = self.compressor.decode(payload, self._shape, v.dtype)
+        _, decoded, residual, state = self.codec.compress(update[None], residual, rows, [rng])
         for k, s in state.items():
             self._codec[k][client] = s[0]
         if self.error_feedback:
-            self._residuals[client] = (v - decoded)[0]
+            self._residuals[client] = residual[0]
         self._uploads[client] += 1
         return to_like(decoded[0], delta)
 

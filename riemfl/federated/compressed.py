@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import integer
 from ..backend import ops_for, to_like, to_numpy
 from ..errors import ParameterError
 from ..manifolds.base import Manifold
@@ -50,6 +49,7 @@ from ..problems.base import FederatedProblem
 from .algorithm import ClientContext, State, SyncAlgorithm
 from .checkpoint import require
 from .compression import Compressor
+from .compression.feedback import ClientCompression, client_rng
 from .privacy import PrivateAlgorithm, clip_rows, update_norms
 from .run_core import Stateful
 
@@ -109,11 +109,6 @@ class Compressed(SyncAlgorithm):
             raise ParameterError(
                 f"Compressed: algorithm must be a SyncAlgorithm, got {type(algorithm).__name__}"
             )
-        if not isinstance(compressor, Compressor):
-            raise ParameterError(
-                "Compressed: compressor must be a riemfl.federated.compression.Compressor, got "
-                f"{type(compressor).__name__}"
-            )
         if isinstance(algorithm, Compressed):
             raise ParameterError(f"{algorithm.name} is already compressed")
         if algorithm.privacy_space not in ("tangent", "ambient"):
@@ -130,15 +125,10 @@ class Compressed(SyncAlgorithm):
                 "longer on the manifold, which the server step reads"
                 + (f"; {hint}" if hint else "")
             )
-        if error_feedback is not None and not isinstance(error_feedback, bool):
-            raise ParameterError(
-                f"Compressed: error_feedback must be True, False or None, got {error_feedback!r}"
-            )
-        self.algorithm, self.compressor = algorithm, compressor
-        self.error_feedback = (
-            (not compressor.unbiased) if error_feedback is None else error_feedback
-        )
-        self.seed = integer(seed, "Compressed: seed", minimum=0)
+        self.algorithm = algorithm
+        self.codec = ClientCompression(compressor, error_feedback, seed, owner="Compressed")
+        self.compressor, self.error_feedback = compressor, self.codec.error_feedback
+        self.seed = self.codec.seed
         self.name = f"{algorithm.name}+{compressor.name}"
         self.n_phases, self.local_steps = algorithm.n_phases, algorithm.local_steps
         self.model_phase = phase
@@ -200,16 +190,15 @@ class Compressed(SyncAlgorithm):
             return uploads, {**clients, **rows}
         ((key, shape),) = self.algorithm.upload_shapes(ctx.problem, phase).items()
         updates = to_numpy(self.algorithm.update_of(inner, uploads, phase)[key])
-        v = updates.copy()
-        if self.error_feedback:
-            v += to_numpy(clients[RESIDUAL])
+        residuals = to_numpy(clients[RESIDUAL]) if self.error_feedback else None
         r = int(to_numpy(message[ROUND])[0])
-        rngs = [np.random.default_rng([self.seed, r, int(c)]) for c in ctx.clients]
-        payload, state = self.compressor.encode(v, _with(clients, STATE), rngs)
+        rngs = [client_rng(self.seed, r, c) for c in ctx.clients]
+        payload, _, residuals, state = self.codec.compress(
+            updates, residuals, _with(clients, STATE), rngs
+        )
         new = {**clients, **rows, **{STATE + k: s for k, s in state.items()}}
         if self.error_feedback:
-            decoded = self.compressor.decode(payload, tuple(shape), v.dtype)
-            new[RESIDUAL] = to_like(v - decoded, clients[RESIDUAL])
+            new[RESIDUAL] = to_like(residuals, clients[RESIDUAL])
         return {PAYLOAD + k: p for k, p in payload.items()}, new
 
     def client_finish(self, message: State, clients: State) -> State:
@@ -301,11 +290,7 @@ class Compressed(SyncAlgorithm):
         return {
             **self.algorithm.describe(),
             "name": self.name,
-            "compression": {
-                **self.compressor.describe(),
-                "error_feedback": self.error_feedback,
-                "seed": self.seed,
-            },
+            "compression": self.codec.describe(),
         }
 
     # ------------------------------------------------------------------ state
