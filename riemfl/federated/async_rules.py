@@ -755,7 +755,10 @@ class FedBuff(AsyncRule):
     from ``numpy.random.default_rng([compression_seed, k, i])``. The residuals, the
     compressor's per-client state (PowerSGD's factor) and the upload counters are checkpointed
     with the rule and restart with every run. The server decodes each upload, so a compressed
-    FedBuff is not sum-only; :meth:`upload_nbytes` is the payload's size.
+    FedBuff is not sum-only; :meth:`upload_nbytes` is the payload's size. With ``privacy`` a
+    client clips (and in local mode noises) its update, then compresses it; under central noise
+    the server clips each decoded update to C again before it enters the buffer, so the
+    accountant is that of the uncompressed run.
 
     Parameters
     ----------
@@ -784,7 +787,7 @@ class FedBuff(AsyncRule):
         is not an Aggregator, one that does not sum (``sums`` False) with privacy, whose
         accounting covers a sum of clipped updates, or a Krum for which K < 2f + 3; a
         ``server_optimizer`` that is not a ServerOptimizer; a ``compressor`` that is not a
-        Compressor, or one with privacy; ``error_feedback`` without a compressor.
+        Compressor; ``error_feedback`` without a compressor.
     """
 
     name = "fedbuff"
@@ -822,9 +825,7 @@ class FedBuff(AsyncRule):
         )
         self._optimizer = None if server_optimizer is None else AmbientOptimizer(server_optimizer)
         self.privacy = None if privacy is None else BufferPrivacy(privacy)
-        self._compression = buffer_compression(
-            compressor, error_feedback, compression_seed, privacy is not None
-        )
+        self._compression = buffer_compression(compressor, error_feedback, compression_seed)
         self._aggregator_start = AggregatorStart(self._aggregator)
         stacks = self._aggregator is not None and not self._aggregator.takes_totals
         self.buffer: SumBuffer | StackBuffer = StackBuffer() if stacks else SumBuffer()
@@ -948,6 +949,8 @@ class FedBuff(AsyncRule):
             delta = self.privacy.client_update(a.client, delta)
         if self._compression is not None:  # compressed client-side, decoded by the server
             delta = self._compression.client_update(a.client, delta)
+            if self.privacy is not None:  # central noise: the decoded update back within C
+                delta = self.privacy.decoded_update(delta)
         self.buffer.add(delta, weight)
         if self.buffer.count < self.buffer_size:
             return None

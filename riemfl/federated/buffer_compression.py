@@ -165,17 +165,14 @@ class BufferCompression(Checkpointable):
 
 
 def buffer_compression(
-    compressor: Compressor | None, error_feedback: bool | None, seed: int, private: bool
+    compressor: Compressor | None, error_feedback: bool | None, seed: int
 ) -> BufferCompression | None:
-    """FedBuff's compression of its clients' uploads (None without a compressor), checked
-    against FedBuff's other settings (``private``: with differential privacy).
+    """FedBuff's compression of its clients' uploads (None without a compressor).
 
     Raises
     ------
     ParameterError
-        ``error_feedback`` without a compressor; a compressor with differential privacy (the
-        order of clipping and compressing: the message says why); :class:`BufferCompression`'s
-        own refusals.
+        ``error_feedback`` without a compressor; :class:`BufferCompression`'s own refusals.
     """
     if compressor is None:
         if error_feedback is not None:
@@ -184,12 +181,4 @@ def buffer_compression(
                 "give a compressor"
             )
         return None
-    if private:
-        raise ParameterError(
-            "FedBuff: differential privacy with compressed uploads is not supported: the client "
-            "clips its update to C and then compresses it, but the decoded upload that the "
-            "buffer sums can be longer than C (QSGD's rounding, an error-feedback residual), so "
-            "the noise and the accounting, which assume a sum of updates within C, would not "
-            "hold; use privacy=None or compressor=None"
-        )
     return BufferCompression(compressor, error_feedback, seed)

@@ -63,6 +63,17 @@ class BufferPrivacy:
             self.in_buffer[client] += 1
         return out
 
+    def decoded_update(self, delta: Any) -> Any:
+        """A compressed client's update as the server decodes it, clipped to C again under
+        central noise (a decoded update can be longer than the clipped one: QSGD's rounding,
+        an error-feedback residual), so each contribution to the noisy sum stays within C;
+        unchanged under local noise (the compressor post-processes the noised update)."""
+        if self.settings.mode != "central":
+            return delta
+        row = {"d": delta[None]}
+        clipped, _ = clip_rows(row, update_norms(None, None, row), self.settings.clip)
+        return clipped["d"][0]
+
     def flush(self, total: Any) -> Any:
         """The buffer's sum as the server reads it (central noise added); charges its
         contributors."""
