@@ -126,3 +126,28 @@ class FaultyTrainer:
         if self.mode == "float32":  # the right model, in another dtype
             return out.astype(np.float32)
         raise AssertionError(self.mode)
+
+
+def round_steps(problem, algorithm, seed, wrap=lambda inner: inner, **options):
+    """The synchronous rounds of ``algorithm`` on ``problem`` from seed ``seed``'s initial point
+    (the executor wrapped by ``wrap``; ``options``: RoundSteps' keywords, e.g. ``aggregator``,
+    ``attack``, ``clients_per_round``)."""
+    from riemfl.federated.engine import StackedClients, initial_point
+    from riemfl.federated.faults import FaultRecorder
+    from riemfl.federated.history import History
+    from riemfl.federated.rounds import RoundSteps
+    from riemfl.federated.seeds import SeedStreams
+
+    server, clients = algorithm.init(problem, initial_point(problem, seed))
+    dtype = algorithm.output(server).dtype
+    return RoundSteps(
+        algorithm,
+        wrap(StackedClients(problem, algorithm, clients, dtype)),
+        problem,
+        server,
+        lambda phase: algorithm.upload_shapes(problem, phase),
+        SeedStreams(seed).generator("rounds"),
+        FaultRecorder(History(config={})),
+        dtype=dtype,
+        **options,
+    )

@@ -7,6 +7,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from _problems import round_steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,10 +37,6 @@ from riemfl.federated.attacks import (
     alie_z,
 )
 from riemfl.federated.engine import StackedClients
-from riemfl.federated.faults import FaultRecorder
-from riemfl.federated.history import History
-from riemfl.federated.rounds import RoundSteps
-from riemfl.federated.seeds import SeedStreams
 from riemfl.testing import importorskip
 
 SPACES = ("tangent", "ambient")
@@ -323,20 +320,8 @@ class _Spy(Attackers):
         return super().apply(manifold, rule, message, phase, senders, uploads)
 
 
-def _rounds(problem, algorithm, attack, wrap=lambda inner: inner) -> RoundSteps:
-    server, clients = algorithm.init(problem, initial_point(problem, 0))
-    dtype = algorithm.output(server).dtype
-    return RoundSteps(
-        algorithm,
-        wrap(StackedClients(problem, algorithm, clients, dtype)),
-        problem,
-        server,
-        lambda phase: algorithm.upload_shapes(problem, phase),
-        SeedStreams(0).generator("rounds"),
-        FaultRecorder(History(config={})),
-        dtype=dtype,
-        attack=attack,
-    )
+def _rounds(problem, algorithm, attack, wrap=lambda inner: inner):
+    return round_steps(problem, algorithm, 0, wrap, attack=attack)
 
 
 def test_an_attacker_whose_upload_fails_the_checks_is_dropped_not_forged(stiefel_problem):

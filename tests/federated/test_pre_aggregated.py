@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _problems import round_steps
 
 from riemfl.errors import ClientFailureError, ParameterError
 from riemfl.federated import RFedAvg, RFedProj
 from riemfl.federated.aggregation import Aggregator, PlainSum
-from riemfl.federated.engine import StackedClients, initial_point
-from riemfl.federated.faults import FaultRecorder
-from riemfl.federated.history import History
+from riemfl.federated.engine import StackedClients
 from riemfl.federated.privacy import DPSettings, GaussianSum, privatize
-from riemfl.federated.rounds import PhaseReply, RoundSteps
-from riemfl.federated.seeds import SeedStreams
+from riemfl.federated.rounds import PhaseReply
 from riemfl.testing import importorskip
 
 
@@ -36,21 +34,8 @@ class Summing:
         self.inner.finish(message, survivors)
 
 
-def steps(problem, algorithm, wrap=lambda inner: inner, aggregator=None) -> RoundSteps:
-    server, clients = algorithm.init(problem, initial_point(problem, 1))
-    dtype = algorithm.output(server).dtype
-    return RoundSteps(
-        algorithm,
-        wrap(StackedClients(problem, algorithm, clients, dtype)),
-        problem,
-        server,
-        lambda phase: algorithm.upload_shapes(problem, phase),
-        SeedStreams(1).generator("rounds"),
-        FaultRecorder(History(config={})),
-        clients_per_round=4,
-        dtype=dtype,
-        aggregator=aggregator,
-    )
+def steps(problem, algorithm, wrap=lambda inner: inner, aggregator=None):
+    return round_steps(problem, algorithm, 1, wrap, clients_per_round=4, aggregator=aggregator)
 
 
 @pytest.mark.parametrize(
