@@ -62,15 +62,28 @@ from typing import Any
 
 from riemfl.adapters.flower.checks import check_control_points, check_local_model
 from riemfl.adapters.flower.errors import NoProgressError, ReplyTimeoutError
-from riemfl.adapters.flower.grid_io import Poller, node_lost, push, reply_error, setup_nodes
+from riemfl.adapters.flower.grid_io import (
+    Poller,
+    exchange,
+    install_on_nodes,
+    node_lost,
+    push,
+    reply_error,
+    setup_nodes,
+)
 from riemfl.adapters.flower.jobs import AsyncJob
+from riemfl.adapters.flower.node_compression import client_arrays, rows_of_clients
 from riemfl.adapters.flower.wire import (
     ASYNC,
+    RESTORE,
+    SNAPSHOT,
     check_point_meta,
     check_upload_meta,
     decode,
     encode,
+    group,
     point_meta,
+    to_numpy,
     upload_meta,
 )
 
@@ -129,7 +142,8 @@ class GridAsyncSteps:
         self.dispatched = 0
         self.counters = {"updates": 0, "dropped": 0}
         self.upload_bytes = upload_bytes(job.rule, x0, tuple(job.upload_shape))
-        self.upload = upload_meta(job.curve, job.upload_shape)
+        self.upload = upload_meta(job.upload_kind, job.upload_shape)
+        self.compression = job.compression
         self.meta = {**point_meta(self.manifold), **self.upload}
         self.start = time.perf_counter()
         self.poller = Poller(job.max_poll)
@@ -200,6 +214,10 @@ class GridAsyncSteps:
             raise inconsistent("state key 'queue'", list(self.queue), shown)
 
     def state_dict(self) -> dict[str, Any]:
+        """The run's state; with compressed uploads, the rule's compression rows are first
+        brought up to date from the nodes (:meth:`gather_rows`)."""
+        if self.compression is not None:
+            self.gather_rows()
         waiting = [c for c, _, _ in self.in_flight.values()]  # sent again at resume
         waiting += [c for c in self.queue if c not in waiting]
         model = self.store.model
@@ -229,6 +247,99 @@ class GridAsyncSteps:
         self.start = time.perf_counter() - float(state["elapsed"])
         self.exclusion.load_state_dict(state["exclusion"])
         self.job.rule.load_state_dict(state["rule"])
+        if self.compression is not None:
+            self.install_rows()
+
+    # ------------------------------------------------------------------ compression rows
+    def _live_nodes(self) -> dict[int, list[int]]:
+        """node -> its clients that are not excluded, for the nodes that have any."""
+        live = {
+            node: [c for c in clients if c not in self.exclusion]
+            for node, clients in self.hosting.items()
+        }
+        return {node: clients for node, clients in live.items() if clients}
+
+    def gather_rows(self) -> None:
+        """Copy the nodes' compression rows (residuals, compressor state) of their clients
+        into the rule, as of the uploads the server has accepted.
+
+        The replies in flight are awaited first (and handled after the checkpoint, as any
+        reply): a node runs one message at a time only if the server sends it one at a time,
+        and the rows must not change while they are read. A node that does not answer within
+        ``reply_timeout`` is excluded, as after any failed message.
+        """
+        deadline = time.monotonic() + self.job.reply_timeout
+        poller = Poller(self.job.max_poll)
+        while time.monotonic() < deadline:
+            pulled = self._pulled()
+            waiting = [mid for mid in self.in_flight if mid not in pulled]
+            if not waiting:
+                break
+            got = list(self.grid.pull_messages(waiting))
+            self.arrived.extend(got)
+            if got:
+                poller.reset()
+            else:
+                poller.wait()
+        self.expire_unanswered()
+        counts = {c: self.compression.count(c) for c in self.owner}
+        contents = {
+            node: encode(
+                {"job": self.job.name, "clients": clients, "counts": [counts[c] for c in clients]}
+            )
+            for node, clients in self._live_nodes().items()
+        }
+        group_id = f"{self.job.name}:state"
+        replies = exchange(
+            self.grid, contents, SNAPSHOT, group_id, self.job.reply_timeout, self.job.max_poll
+        )
+        for node, reply in replies.items():
+            clients = self._live_nodes().get(node, [])
+            why = reply_error(reply)
+            try:
+                if why is None:
+                    _, arrays = decode(reply.content)
+                    rows = rows_of_clients(arrays, clients)
+                    for client in clients:
+                        self.compression.set_client_rows(client, rows.get(client, {}))
+            except RiemflError as exc:
+                why = f"malformed reply: {exc}"
+            if why is not None:
+                self.lose_node(node, f"its compression rows were not read: {why}")
+
+    def _pulled(self) -> set[str]:
+        """Ids of the messages whose replies were pulled but not handled yet."""
+        return {reply.metadata.reply_to_message_id for reply in self.arrived}
+
+    def expire_unanswered(self) -> None:
+        """Exclude the nodes whose messages in flight have no reply yet (after
+        :meth:`gather_rows` waited ``reply_timeout`` for them)."""
+        pulled = self._pulled()
+        late = {self.owner[c] for mid, (c, _, _) in self.in_flight.items() if mid not in pulled}
+        for node in sorted(late):
+            why = f"no reply within the job's reply_timeout ({self.job.reply_timeout:g} s)"
+            self.lose_node(node, why, timed_out=True)
+
+    def install_rows(self) -> None:
+        """Send each node the compression rows and upload counts of its clients that a loaded
+        checkpoint holds (``train.riemfl_state``).
+
+        Raises
+        ------
+        ClientFailureError
+            When a live node does not install them.
+        """
+        contents = {}
+        for node, clients in self._live_nodes().items():
+            config = {
+                "job": self.job.name,
+                "clients": clients,
+                "counts": [self.compression.count(c) for c in clients],
+                **point_meta(self.manifold),
+            }
+            rows = {c: self.compression.client_rows(c) for c in clients}
+            contents[node] = encode(config, client_arrays(rows))
+        install_on_nodes(self.grid, self.job, contents, RESTORE, "compression rows")
 
     # ------------------------------------------------------------------ messages
     def dispatch(self) -> None:
@@ -254,6 +365,8 @@ class GridAsyncSteps:
                 "epochs": -1 if epochs is None else int(epochs),
                 **self.meta,
             }
+            if self.compression is not None:
+                config["uploads"] = self.compression.count(client)
             self.dispatched += 1
             items.append((self.owner[client], encode(config, {"x": self.store.model})))
             sent.append((client, version))
@@ -270,8 +383,8 @@ class GridAsyncSteps:
                 self.queue.append(client)
 
     def _local_model(self, reply: Any, client: int, version: int) -> tuple[Any, str | None]:
-        """The checked upload of ``reply`` (a local model or a curve's control points), or
-        ``(None, reason)``."""
+        """The checked upload of ``reply`` (a local model, a curve's control points, or a
+        compressed FedBuff's decoded update), or ``(None, reason)``."""
         job = self.job
         why = reply_error(reply)
         if why is not None:
@@ -282,8 +395,16 @@ class GridAsyncSteps:
             check_upload_meta(config, self.upload)
         except RiemflError as exc:
             return None, f"malformed reply: {exc}"
-        if int(config.get("client", -1)) != client or "x" not in arrays:
-            return None, f"reply for client {config.get('client')!r} without 'x'; expected {client}"
+        if int(config.get("client", -1)) != client:
+            return None, f"reply for client {config.get('client')!r}; expected {client}"
+        if self.compression is not None:
+            try:
+                dtype = to_numpy(self.store.model).dtype
+                return self.compression.decode(group("payload", arrays), dtype), None
+            except RiemflError as exc:
+                return None, f"malformed payload: {exc}"
+        if "x" not in arrays:
+            return None, f"reply for client {client} without 'x'"
         local = arrays["x"]
         if job.curve:
             received = self.store.get(version)
@@ -359,16 +480,20 @@ class GridAsyncSteps:
         if not faulty:
             self.exclusion.succeeded(client)
         if why is None:
+            compressed = self.compression is not None  # then `local` is the decoded update
             arrival = Arrival(
                 client,
                 store.get(version),
-                local,
+                None if compressed else local,
                 store.model,
                 staleness,
                 float(self.weights[client]),
                 store.current,
             )
-            new = job.rule.apply(self.manifold, arrival)
+            if compressed:
+                new = job.rule.apply_decoded(self.manifold, arrival, local)
+            else:
+                new = job.rule.apply(self.manifold, arrival)
             if new is not None:
                 store.advance(new)
         else:

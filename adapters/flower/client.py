@@ -23,6 +23,11 @@ import numpy as np
 from riemfl.adapters.flower._flwr import flwr
 from riemfl.adapters.flower.errors import ProtocolError
 from riemfl.adapters.flower.jobs import AsyncJob, Job, SyncJob
+from riemfl.adapters.flower.node_compression import (
+    NodeCompression,
+    client_arrays,
+    rows_of_clients,
+)
 from riemfl.adapters.flower.node_state import NodeState
 from riemfl.adapters.flower.secure import Contribution, contribute
 from riemfl.adapters.flower.wire import (
@@ -130,6 +135,21 @@ def _local_noise(job: SyncJob, r: int, phase: int) -> Callable[[Sequence[int]], 
     return lambda clients: client_noise(job.options.seed, clients, r, phase)
 
 
+def _compressed_update(
+    job: AsyncJob, context: Any, client: int, count: int, received: Any, local: Any
+) -> dict[str, np.ndarray]:
+    r"""FedBuff's compressed upload of ``client`` (its ``count``-th accepted one, as the server
+    says): the payload of :math:`\Delta_i = x^t - x_i` with the client's rows kept on this node
+    (:class:`~riemfl.adapters.flower.node_compression.NodeCompression`), whose new rows wait
+    for the server's verdict."""
+    rows = NodeCompression(context.state, job.name)
+    before = rows.settle(client, count)
+    delta = to_numpy(received) - to_numpy(local)
+    payload, _, after = job.compression.compress(client, count, delta, before)
+    rows.set_pending(client, after)
+    return prefixed("payload", payload)
+
+
 class _Handlers:
     """The message handlers of one ClientApp (jobs looked up by name)."""
 
@@ -176,6 +196,8 @@ class _Handlers:
             NodeState(context.state, job.name).init(
                 hosted, {k: to_numpy(v)[hosted] for k, v in rows.items()}
             )
+        elif job.compression is not None:
+            NodeCompression(context.state, job.name).init(hosted)
         meta = point_meta(problem.manifold)
         return self._reply(msg, {"job": job.name, "clients": hosted, **meta})
 
@@ -222,19 +244,35 @@ class _Handlers:
         )
 
     def snapshot(self, msg: Any, context: Any) -> Any:
-        """A synchronous job's checkpoint: this node's rows, pending clients and pending rows."""
+        """A job's checkpoint: a synchronous job's rows, pending clients and pending rows on
+        this node; a compressed asynchronous job's rows of the ``clients`` after the server's
+        ``counts`` of their accepted uploads."""
         config, _ = decode(msg.content)
-        job: SyncJob = self._job(config, context, SyncJob)
+        job: SyncJob | AsyncJob = self._job(config, context, SyncJob, AsyncJob)
+        if isinstance(job, AsyncJob):
+            rows = NodeCompression(context.state, job.name)
+            clients, counts = (list(map(int, config[k])) for k in ("clients", "counts"))
+            arrays = client_arrays(
+                {c: rows.rows_at(c, k) for c, k in zip(clients, counts, strict=True)}
+            )
+            return self._reply(msg, {"job": job.name, "clients": clients}, arrays)
         rows, pending, pending_rows = NodeState(context.state, job.name).snapshot()
         reply = {"job": job.name, "pending": pending, **point_meta(job.resolved.manifold)}
         arrays = {**prefixed("rows", rows), **prefixed("pending", pending_rows)}
         return self._reply(msg, reply, arrays)
 
     def restore(self, msg: Any, context: Any) -> Any:
-        """A synchronous job's resume: install the checkpoint's rows of this node's clients."""
+        """A job's resume: install the checkpoint's rows of this node's clients (a compressed
+        asynchronous job's: with the server's counts of their accepted uploads)."""
         config, arrays = decode(msg.content)
-        job: SyncJob = self._job(config, context, SyncJob)
+        job: SyncJob | AsyncJob = self._job(config, context, SyncJob, AsyncJob)
         check_point_meta(job.resolved.manifold, config)
+        if isinstance(job, AsyncJob):
+            clients, counts = (list(map(int, config[k])) for k in ("clients", "counts"))
+            NodeCompression(context.state, job.name).restore(
+                dict(zip(clients, counts, strict=True)), rows_of_clients(arrays, clients)
+            )
+            return self._reply(msg, {"job": job.name, "clients": clients})
         state = NodeState(context.state, job.name)
         pending = [int(c) for c in config["pending"]]
         state.restore(group("rows", arrays), pending, group("pending", arrays))
@@ -245,7 +283,7 @@ class _Handlers:
         job: AsyncJob = self._job(config, context, AsyncJob)
         problem = job.resolved
         check_point_meta(problem.manifold, config)
-        upload = upload_meta(job.curve, job.upload_shape)
+        upload = upload_meta(job.upload_kind, job.upload_shape)
         check_upload_meta(config, upload)
         client = int(config["client"])
         hosted = hosted_clients(context.node_config, problem.n_clients)
@@ -259,6 +297,11 @@ class _Handlers:
         local = job.trainer().train(
             client, arrays["x"], np.random.default_rng(seq), None if epochs < 0 else epochs
         )
+        uploads = {"x": local}
+        if job.compression is not None:
+            uploads = _compressed_update(
+                job, context, client, int(config["uploads"]), arrays["x"], local
+            )
         reply = {
             "job": job.name,
             "client": client,
@@ -267,7 +310,7 @@ class _Handlers:
             **point_meta(problem.manifold),
             **upload,
         }
-        return self._reply(msg, reply, {"x": local})
+        return self._reply(msg, reply, uploads)
 
     def secure_fit(self, msg: Any, context: Any) -> Any:
         """The SecAgg+ stage that collects the masked vectors: this node's contribution to the

@@ -9,12 +9,17 @@ SuperNodes then load the components named there. This module is such a component
 
 Both sides build the same job from ``context.run_config`` (the ``[tool.flwr.app.config]`` table,
 keys in :data:`DEFAULTS`): the problem by name from :mod:`riemfl.experiments.registry`, the
-algorithm or asynchronous rule by name. :func:`write_app_project` writes such a directory.
-Importing this module imports Flower.
+algorithm or asynchronous rule by name. The server side (``aggregator``, ``server-optimizer``
+and their parameters) and compressed uploads (``compression``, ``error-feedback``) are the
+options of ``riemfl run`` of the same names, checked and built by the functions the command
+line uses (:mod:`riemfl.experiments.run_settings`), so a setting the command line refuses is
+refused here with the same error.
+:func:`write_app_project` writes such a directory. Importing this module imports Flower.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Mapping
@@ -43,8 +48,10 @@ from riemfl.experiments.registry import (
     build_algorithm,
     build_async_rule,
 )
+from riemfl.experiments.run_settings import async_rule_settings, compressed, server_side
 from riemfl.federated.privacy import DPSettings
 from riemfl.federated.run_core import RunOptions
+from riemfl.federated.server_optimized import ServerOptimized
 
 __all__ = [
     "DEFAULTS",
@@ -65,7 +72,14 @@ __all__ = [
 #: (:class:`~riemfl.federated.privacy.DPSettings`; ``docs/flower.md``, "Differential privacy");
 #: ``checkpoint`` (a file path on the ServerApp's machine; "" none) saves the job every
 #: ``checkpoint-every`` steps, and a job submitted again with the same file resumes from it
-#: (``resume``; :class:`~riemfl.federated.RunOptions`)
+#: (``resume``; :class:`~riemfl.federated.RunOptions`). The server side and compressed uploads
+#: are ``riemfl run``'s options of the same names (``docs/flower.md``, section 2): ``aggregator``
+#: ("" the rule's mean) with ``trim`` (-1: 0.2), ``krum-f`` (-1: 0) and ``clip-radius`` (0: 1);
+#: ``server-optimizer`` ("" none) with ``server-lr`` (0: 1 for sgd and momentum, 0.1 for the
+#: adaptive ones; without a server optimiser, an asynchronous rule's eta_g), ``server-momentum``
+#: (-1: 0.9) and ``server-beta1``, ``server-beta2`` (-1: 0.9, 0.99; both or neither);
+#: ``compression`` ("" none; a SPEC of ``--compression``) with ``error-feedback`` ("auto": the
+#: compressor's default, "on", "off")
 DEFAULTS: dict[str, Any] = {
     "job": "riemfl",
     "engine": "sync",
@@ -101,6 +115,16 @@ DEFAULTS: dict[str, Any] = {
     "atol": 1e-8,
     "max-poll": 0.05,
     "upload": "point",
+    "aggregator": "",
+    "trim": -1.0,
+    "krum-f": -1,
+    "clip-radius": 0.0,
+    "server-optimizer": "",
+    "server-momentum": -1.0,
+    "server-beta1": -1.0,
+    "server-beta2": -1.0,
+    "compression": "",
+    "error-feedback": "auto",
     "secagg": False,
     "secagg-num-shares": 1.0,
     "secagg-reconstruction-threshold": 0.5,
@@ -139,6 +163,9 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         raise ParameterError(
             f"unknown problem {c['problem']!r}; expected one of {sorted(PROBLEMS)}"
         )
+    if c["engine"] not in ("sync", "async"):
+        raise ParameterError(f"engine must be 'sync' or 'async', got {c['engine']!r}")
+    sync = c["engine"] == "sync"
     spec = ProblemSpec(
         c["problem"],
         clients=c["problem-clients"] or None,
@@ -163,7 +190,9 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
         "reply_timeout": float(c["reply-timeout"]),
         "max_poll": float(c["max-poll"]),
     }
-    if c["engine"] == "sync":
+    args = _cli_args(c, sync=sync)
+    server = server_side(args, problem.n_clients, sync=sync)
+    if sync:
         algorithm = build_algorithm(
             c["algorithm"],
             step_size=step,
@@ -173,6 +202,9 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             operators=c["operators"],
             upload=c["upload"],
         )
+        if server.optimizer is not None:
+            algorithm = ServerOptimized(algorithm, server.optimizer)
+        algorithm = compressed(args, algorithm)
         job: SyncJob | AsyncJob = SyncJob(
             spec,
             algorithm,
@@ -181,9 +213,10 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             batch_size=int(c["batch-size"]) or None,
             secagg=_secagg(c),
             privacy=_privacy(c),
+            aggregator=server.aggregator,
             **common,
         )
-    elif c["engine"] == "async":
+    else:
         if float(c["dp-clip"]):
             raise ParameterError(
                 "run-config 'dp-clip' sets differential privacy of a synchronous job; "
@@ -196,7 +229,7 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             )
         rule = build_async_rule(
             c["rule"],
-            server_lr=float(c["server-lr"]) or None,
+            **async_rule_settings(args, server),
             buffer_size=int(c["buffer-size"]),
             operators=c["operators"],
             staleness=c["staleness"],
@@ -222,10 +255,63 @@ def job_from_run_config(run_config: Mapping[str, Any]) -> SyncJob | AsyncJob:
             **curve,
             **common,
         )
-    else:
-        raise ParameterError(f"engine must be 'sync' or 'async', got {c['engine']!r}")
     _JOBS[key] = job
     return job
+
+
+#: the values of run-config ``error-feedback`` and ``riemfl run``'s ``--error-feedback`` they
+#: stand for (None: not given, the compressor's default)
+_ERROR_FEEDBACK = {"auto": None, "on": True, "off": False}
+
+
+def _given(c: Mapping[str, Any], key: str, kind: type = float) -> Any:
+    """The run config's ``key`` as ``kind``, or None when it has its default (not given)."""
+    return None if c[key] == DEFAULTS[key] else kind(c[key])
+
+
+def _cli_args(c: Mapping[str, Any], *, sync: bool) -> argparse.Namespace:
+    """The ``riemfl run`` options that the run config's server side and compression keys
+    stand for, under the names :func:`~riemfl.experiments.run_settings.server_side`,
+    :func:`~riemfl.experiments.run_settings.compressor_of` and
+    :func:`~riemfl.experiments.run_settings.compressed`
+    read (None: not given), so that their checks and defaults apply as on the command line.
+    Attackers have no run-config key (``byzantine`` and ``attack`` are None).
+
+    Raises
+    ------
+    ParameterError
+        An ``error-feedback`` other than "auto", "on" and "off", or one of ``server-beta1`` and
+        ``server-beta2`` without the other.
+    """
+    if c["error-feedback"] not in _ERROR_FEEDBACK:
+        raise ParameterError(
+            f"run-config 'error-feedback' must be one of {list(_ERROR_FEEDBACK)} (auto: the "
+            f"compressor's default), got {c['error-feedback']!r}"
+        )
+    betas = (_given(c, "server-beta1"), _given(c, "server-beta2"))
+    if (betas[0] is None) != (betas[1] is None):
+        raise ParameterError(
+            "run-config 'server-beta1' and 'server-beta2' are riemfl run's --server-betas B1 B2: "
+            f"give both or neither, got {betas[0]} and {betas[1]} (None: not given)"
+        )
+    return argparse.Namespace(
+        algorithm=c["algorithm"] if sync else c["rule"],
+        seed=int(c["seed"]),
+        clients_per_round=(int(c["clients-per-round"]) or None) if sync else None,
+        buffer_size=int(c["buffer-size"]),
+        aggregator=_given(c, "aggregator", str),
+        trim=_given(c, "trim"),
+        krum_f=_given(c, "krum-f", int),
+        clip_radius=_given(c, "clip-radius"),
+        server_optimizer=_given(c, "server-optimizer", str),
+        server_lr=_given(c, "server-lr"),
+        server_momentum=_given(c, "server-momentum"),
+        server_betas=None if betas[0] is None else betas,
+        byzantine=None,
+        attack=None,
+        compression=_given(c, "compression", str),
+        error_feedback=_ERROR_FEEDBACK[c["error-feedback"]],
+    )
 
 
 def _share(value: Any) -> int | float:

@@ -16,11 +16,14 @@ from riemfl.adapters.flower._flwr import flwr
 from riemfl.adapters.flower.errors import NodeRegistrationError, ProtocolError
 from riemfl.adapters.flower.wire import SETUP, decode, encode, point_meta
 
+from riemfl.errors import ClientFailureError
+
 __all__ = [
     "Poller",
     "wait_for_nodes",
     "push",
     "exchange",
+    "install_on_nodes",
     "setup_nodes",
     "reply_error",
     "node_lost",
@@ -218,4 +221,26 @@ def check_cover(job_name: str, hosting: Mapping[int, Iterable[int]], n_clients: 
             f"job {job_name!r}: the nodes must host clients 0..{n_clients - 1} exactly once; "
             f"missing {missing}, hosted twice (client, node, node) {twice}, unknown {extra} "
             "(give the SuperNodes partition-ids 0..P-1 of the same num-partitions P)"
+        )
+
+
+def install_on_nodes(
+    grid: Any, job: Any, contents: Mapping[int, Any], message_type: str, what: str
+) -> None:
+    """Send each node its part of a checkpoint (``{node: RecordDict}``, the ``RESTORE``
+    message) and wait for every node to confirm.
+
+    Raises
+    ------
+    ClientFailureError
+        When a node does not install ``what`` (the run cannot continue as the uninterrupted
+        run would).
+    """
+    group_id = f"{job.name}:restore"
+    replies = exchange(grid, contents, message_type, group_id, job.reply_timeout, job.max_poll)
+    failed = {node: why for node, r in replies.items() if (why := reply_error(r)) is not None}
+    if failed:
+        raise ClientFailureError(
+            f"job {job.name}: nodes {sorted(failed)} did not install the checkpoint's {what} "
+            f"({'; '.join(sorted(set(failed.values())))})"
         )

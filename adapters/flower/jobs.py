@@ -23,8 +23,9 @@ from riemfl.errors import ParameterError
 from riemfl.federated.aggregation import Aggregator, check_aggregator
 from riemfl.federated.algorithm import SyncAlgorithm, check_local_steps, check_step_size
 from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
-from riemfl.federated.async_rules import AsyncRule
+from riemfl.federated.async_rules import AsyncRule, FedBuff
 from riemfl.federated.attacks import Byzantine
+from riemfl.federated.buffer_compression import BufferCompression
 from riemfl.federated.compressed import Compressed
 from riemfl.federated.curve_local import BezierProblemTrainer
 from riemfl.federated.local import ProblemTrainer
@@ -475,11 +476,11 @@ class AsyncJob(_Job):
         _check_name(self.name)
         if not isinstance(self.rule, AsyncRule):
             raise ParameterError(f"rule must be an AsyncRule, got {type(self.rule).__name__}")
-        if self.rule.upload_nbytes((1,), np.dtype(np.float64)) is not None:
+        if self.compression is not None and self.rule.privacy is not None:
             raise ParameterError(
-                f"{self.rule.name}: its compressed uploads are simulated in the server's rule, "
-                "but a Flower node uploads its model dense; run it with run_async, or without "
-                "a compressor on Flower"
+                f"{self.rule.name}: differential privacy with compressed uploads clips each "
+                "update before it is compressed, which run_async does; a Flower job takes one or "
+                "the other"
             )
         self._check_client_kind()
         integer(self.steps, "AsyncJob: steps", minimum=0)
@@ -545,6 +546,20 @@ class AsyncJob(_Job):
         for what in ("warmup_steps", "curve_steps"):
             steps = self.local_steps if getattr(self, what) is None else getattr(self, what)
             setattr(self, what, integer(steps, f"AsyncJob: {what}", minimum=0))
+
+    @property
+    def compression(self) -> BufferCompression | None:
+        """FedBuff's compression of the clients' updates, which the nodes run (None:
+        uncompressed uploads of the local model)."""
+        return self.rule.compression if isinstance(self.rule, FedBuff) else None
+
+    @property
+    def upload_kind(self) -> str:
+        """What a client uploads: ``"point"`` (its local model), ``"curve"`` (a curve rule's
+        control points) or ``"payload"`` (FedBuff's compressed update)."""
+        if self.compression is not None:
+            return "payload"
+        return "curve" if self.curve else "point"
 
     @property
     def upload_shape(self) -> tuple[int, ...]:

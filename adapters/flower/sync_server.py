@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from riemfl.adapters.flower.checks import check_upload_arrays, upload_verdicts
 from riemfl.adapters.flower.errors import ProtocolError
-from riemfl.adapters.flower.grid_io import exchange, reply_error, setup_nodes
+from riemfl.adapters.flower.grid_io import exchange, install_on_nodes, reply_error, setup_nodes
 from riemfl.adapters.flower.jobs import SyncJob
 from riemfl.adapters.flower.secure import max_weight, secure_sum
 from riemfl.adapters.flower.wire import (
@@ -68,7 +68,7 @@ from riemfl.adapters.flower.wire import (
     to_numpy,
 )
 
-from riemfl.errors import ClientFailureError, RiemflError
+from riemfl.errors import RiemflError
 from riemfl.federated.aggregation import Aggregator
 from riemfl.federated.algorithm import State
 from riemfl.federated.checkpoint import inconsistent, require_layout
@@ -401,16 +401,7 @@ class GridClients:
                 **prefixed("pending", {k: v[mine] for k, v in pending_rows.items()}),
             }
             contents[node] = encode(config, arrays)
-        group_id = f"{self.job.name}:restore"
-        replies = exchange(
-            self.grid, contents, RESTORE, group_id, self.job.reply_timeout, self.job.max_poll
-        )
-        failed = {node: why for node, r in replies.items() if (why := reply_error(r)) is not None}
-        if failed:
-            raise ClientFailureError(
-                f"job {self.job.name}: nodes {sorted(failed)} did not install the checkpoint's "
-                f"client state ({'; '.join(sorted(set(failed.values())))})"
-            )
+        install_on_nodes(self.grid, self.job, contents, RESTORE, "client state")
 
 
 def run_sync_job(grid: Any, job: SyncJob, nodes: Sequence[int]) -> History:

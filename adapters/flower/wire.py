@@ -13,9 +13,12 @@ Every message (and every reply) holds a :class:`flwr.app.RecordDict` with two re
     exactly (Flower serialises them with ``numpy.save``), so a float64 point arrives bit for bit.
 
 An asynchronous message and its reply also say what the client uploads (:func:`upload_meta`):
-``upload`` (``"point"`` or ``"curve"``) and ``upload_shape``; the node refuses a message whose
-upload differs from its own job's, and the server a reply that does not match (a server and a
-node that built different jobs fail loudly).
+``upload`` (``"point"``, ``"curve"`` or ``"payload"``) and ``upload_shape``; the node refuses a
+message whose upload differs from its own job's, and the server a reply that does not match (a
+server and a node that built different jobs fail loudly). A compressed FedBuff's message also
+carries ``uploads`` (how many of the client's uploads the server has accepted), and its reply
+the packed payload as ``payload/<key>`` arrays instead of ``x``
+(:mod:`riemfl.adapters.flower.node_compression`).
 
 Message types (``Message.metadata.message_type``):
 
@@ -26,8 +29,9 @@ Message types (``Message.metadata.message_type``):
 ``train.riemfl_async``  one local training of one client from the current global model
 ``query.riemfl_ping``   no work: the node echoes the payload (the messaging cost alone)
 ``query.riemfl_state``  a synchronous job's checkpoint: the node answers its clients' state rows
-                        and the rows that await the server's verdict
-``train.riemfl_state``  a synchronous job's resume: the node installs the state rows of a
+                        and the rows that await the server's verdict (a compressed FedBuff's: its
+                        clients' compression rows at the server's ``counts``, ``rows/<client>/..``)
+``train.riemfl_state``  a job's resume: the node installs the state rows (compression rows) of a
                         checkpoint in place of those of its setup
 =====================  ==========================================================================
 """
@@ -71,6 +75,8 @@ SYNC = "train.riemfl_sync"
 ASYNC = "train.riemfl_async"
 PING = "query.riemfl_ping"
 SNAPSHOT = "query.riemfl_state"
+#: what an asynchronous client uploads (:func:`upload_meta`)
+UPLOAD_KINDS = ("point", "curve", "payload")
 RESTORE = "train.riemfl_state"
 
 
@@ -166,10 +172,13 @@ def check_point_meta(manifold: Any, config: Mapping[str, Any]) -> None:
         )
 
 
-def upload_meta(curve: bool, shape: tuple[int, ...]) -> dict[str, Any]:
-    """The config entries that say what an asynchronous client uploads: ``upload``
-    (``"curve"``: control points, ``"point"``: a local model) and ``upload_shape``."""
-    return {"upload": "curve" if curve else "point", "upload_shape": [int(n) for n in shape]}
+def upload_meta(kind: str, shape: tuple[int, ...]) -> dict[str, Any]:
+    """The config entries that say what an asynchronous client uploads: ``upload`` (``"point"``:
+    a local model, ``"curve"``: control points, ``"payload"``: FedBuff's compressed update of
+    a point's shape) and ``upload_shape``."""
+    if kind not in UPLOAD_KINDS:
+        raise ProtocolError(f"upload kind must be one of {UPLOAD_KINDS}, got {kind!r}")
+    return {"upload": kind, "upload_shape": [int(n) for n in shape]}
 
 
 def check_upload_meta(config: Mapping[str, Any], expected: Mapping[str, Any]) -> None:

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, ParameterError
-from .compression import compressed, compressor_of
+from ..experiments.run_settings import ServerSide, async_rule_settings, compressed, server_side
 from .output import CHECKPOINT_NAME, OutputFolder, write_history
-from .server_side import ServerSide, server_side
 
 __all__ = ["run", "ASYNC_DEFAULTS", "SYNC_ONLY", "RUN_EXTRAS", "DP_EXTRAS"]
 
@@ -317,12 +316,7 @@ def _async_parts(
     }[args.timing]
     rule = build_async_rule(
         args.algorithm,
-        server_lr=None if server.optimizer is not None else args.server_lr,
-        aggregator=server.aggregator,
-        server_optimizer=server.optimizer,
-        compressor=compressor_of(args, sync=False),
-        error_feedback=args.error_feedback,
-        compression_seed=args.seed,
+        **async_rule_settings(args, server),
         buffer_size=args.buffer_size,
         operators=args.operators,
         staleness=args.staleness,

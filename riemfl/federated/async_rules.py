@@ -943,7 +943,6 @@ class FedBuff(AsyncRule):
         return total[BUFFER_KEY]
 
     def apply(self, manifold, a):
-        weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0
         delta = a.base - a.local  # computed client-side in a real deployment
         if self.privacy is not None:  # clipped (and noised) client-side too
             delta = self.privacy.client_update(a.client, delta)
@@ -951,6 +950,31 @@ class FedBuff(AsyncRule):
             delta = self._compression.client_update(a.client, delta)
             if self.privacy is not None:  # central noise: the decoded update back within C
                 delta = self.privacy.decoded_update(delta)
+        return self._receive(manifold, a, delta)
+
+    def apply_decoded(self, manifold: Manifold, a: Arrival, delta: Array) -> Array | None:
+        r"""The server step of an arrival whose client compressed :math:`\Delta_i` itself (on
+        its Flower node): ``delta`` is the server's decoding of the payload; ``a.local`` is not
+        read. The client's upload counter moves on
+        (:meth:`~riemfl.federated.buffer_compression.BufferCompression.accept`).
+
+        Raises
+        ------
+        ParameterError
+            The rule has no compressor, or has differential privacy (the client would clip
+            before it compresses, which only :meth:`apply` does).
+        """
+        if self._compression is None or self.privacy is not None:
+            raise ParameterError(
+                "FedBuff.apply_decoded: an update compressed by its client needs a FedBuff with "
+                "a compressor and without privacy"
+            )
+        self._compression.accept(a.client)
+        return self._receive(manifold, a, delta)
+
+    def _receive(self, manifold: Manifold, a: Arrival, delta: Array) -> Array | None:
+        """Add the client's (decoded) update to the buffer; the server step when it is full."""
+        weight = 1.0 / math.sqrt(1.0 + a.staleness) if self.staleness_scaling else 1.0
         self.buffer.add(delta, weight)
         if self.buffer.count < self.buffer_size:
             return None

@@ -14,6 +14,12 @@ warm-started factor), one row per client, are the state of a checkpoint. An arri
 drops (a failed client, one staler than the staleness bound) never reaches the rule: it changes
 neither its client's residual nor its counter, as the synchronous wrapper keeps a residual only
 when the server accepts the upload.
+
+On a Flower grid the clients compress on their nodes (:mod:`riemfl.adapters.flower`): each node
+keeps its clients' residuals and compressor state, the server decodes each payload
+(:meth:`BufferCompression.decode`) and counts the uploads it accepts
+(:meth:`BufferCompression.accept`), and the rows here are the nodes' as of the last checkpoint
+(:meth:`BufferCompression.client_rows`, :meth:`BufferCompression.set_client_rows`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import to_like, to_numpy
-from ..errors import ParameterError, ShapeError
+from ..errors import NonFiniteError, ParameterError, ShapeError
 from .compression import Compressor
 from .compression.feedback import ClientCompression, client_rng
 from .rule_state import Checkpointable, Commit, StateReader, copy_array, setter
@@ -92,28 +98,126 @@ class BufferCompression(Checkpointable):
         """What the buffer receives from client ``client`` for its update ``delta``: the decoded
         upload, of the type, dtype and device of ``delta``; the client's residual, compressor
         state and upload counter move on."""
-        if not 0 <= client < len(self._uploads):
-            raise ParameterError(
-                f"FedBuff: client {client} is not one of the run's {len(self._uploads)} clients "
-                "(reset the rule with the run's manifold and number of clients first)"
-            )
+        client = self._index(client)
         update = to_numpy(delta)
         if tuple(update.shape) != self._shape:
             raise ShapeError(
                 f"FedBuff: compressed updates must have the point's shape {self._shape}, got "
                 f"{tuple(update.shape)}"
             )
-        self._allocate(update.dtype)
-        residual = self._residuals[client : client + 1] if self.error_feedback else None
-        rng = client_rng(self.seed, self._uploads[client], client)
-        rows = {k: s[client : client + 1] for k, s in self._codec.items()}
-        _, decoded, residual, state = self.codec.compress(update[None], residual, rows, [rng])
-        for k, s in state.items():
-            self._codec[k][client] = s[0]
-        if self.error_feedback:
-            self._residuals[client] = residual[0]
+        rows = self.client_rows(client)
+        _, decoded, rows = self.compress(client, self.count(client), update, rows)
+        self.set_client_rows(client, rows)
         self._uploads[client] += 1
-        return to_like(decoded[0], delta)
+        return to_like(decoded, delta)
+
+    def compress(
+        self, client: int, count: int, update: np.ndarray, rows: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+        """Client ``client``'s ``count``-th compression of ``update`` from its own ``rows``
+        (:meth:`client_rows`; empty: zero residual and the compressor's initial state), as the
+        client runs it, in process or on its node (a pure function of its arguments and the
+        settings: nothing here changes).
+
+        Returns
+        -------
+        payload : dict
+            One row per key, as it travels.
+        decoded : ndarray
+            The server's decoding of it.
+        rows : dict
+            The client's rows after this upload.
+        """
+        shape = tuple(update.shape)
+        if rows:
+            state = {k[len("state/") :]: v[None] for k, v in rows.items() if k != "residual"}
+        else:
+            state = dict(self.compressor.initial_state(shape, 1, update.dtype))
+        residual = None
+        if self.error_feedback:
+            residual = rows["residual"][None] if rows else np.zeros_like(update)[None]
+        rng = client_rng(self.seed, count, client)
+        payload, decoded, residual, state = self.codec.compress(
+            update[None], residual, state, [rng]
+        )
+        new = {f"state/{k}": v[0] for k, v in state.items()}
+        if self.error_feedback:
+            new["residual"] = residual[0]
+        return payload, decoded[0], new
+
+    # ------------------------------------------------------------------ clients elsewhere
+    def count(self, client: int) -> int:
+        """How many of client ``client``'s uploads the server has accepted (k of its next
+        upload's draws, :func:`~riemfl.federated.compression.feedback.client_rng`)."""
+        return int(self._uploads[self._index(client)])
+
+    def decode(self, payload: dict[str, np.ndarray], dtype: Any) -> np.ndarray:
+        """One client's update decoded from the ``payload`` it compressed itself (one row, of
+        the compressor's :meth:`~riemfl.federated.compression.Compressor.payload_spec` for
+        updates of the point's shape and ``dtype``).
+
+        Raises
+        ------
+        ShapeError, DTypeError
+            A payload that does not match the spec (the compressor's checks), or of more than
+            one row.
+        NonFiniteError
+            Non-finite entries in the decoded update.
+        """
+        rows = self.compressor.check_payload(payload, self._shape, dtype)
+        if rows != 1:
+            raise ShapeError(f"FedBuff: a client's payload has one row, got {rows}")
+        decoded = self.compressor.decode(payload, self._shape, dtype)[0]
+        if not np.isfinite(decoded).all():
+            raise NonFiniteError("FedBuff: the decoded update has non-finite entries")
+        return decoded
+
+    def accept(self, client: int) -> None:
+        """Count an upload of ``client`` that its node compressed and the server accepted (the
+        node's residual and compressor state moved on there)."""
+        self._uploads[self._index(client)] += 1
+
+    def client_rows(self, client: int) -> dict[str, np.ndarray]:
+        """Client ``client``'s residual (``"residual"``, error feedback) and compressor state
+        (``"state/<key>"``); empty before the run's first upload."""
+        c = self._index(client)
+        rows = {f"state/{k}": s[c].copy() for k, s in self._codec.items()}
+        if self._residuals is not None:
+            rows["residual"] = self._residuals[c].copy()
+        return rows
+
+    def set_client_rows(self, client: int, rows: dict[str, np.ndarray]) -> None:
+        """Install :meth:`client_rows` of ``client`` as a node reports them (empty: nothing
+        yet), in their dtype; the checks of :meth:`load_state_dict` apply to the result."""
+        if not rows:
+            return
+        c = self._index(client)
+        expected = {f"state/{k}" for k in self.compressor.state_spec(self._shape)}
+        if self.error_feedback:
+            expected.add("residual")
+        if set(rows) != expected:
+            raise ShapeError(
+                f"FedBuff: client {client}'s compression rows must have the keys "
+                f"{sorted(expected)}, got {sorted(rows)}"
+            )
+        dtype = np.asarray(next(iter(rows.values()))).dtype
+        self._allocate(dtype)
+        for key, row in rows.items():
+            target = self._residuals if key == "residual" else self._codec[key[len("state/") :]]
+            if np.shape(row) != target.shape[1:]:
+                raise ShapeError(
+                    f"FedBuff: client {client}'s row {key!r} must have shape "
+                    f"{target.shape[1:]}, got {np.shape(row)}"
+                )
+            target[c] = row
+
+    def _index(self, client: int) -> int:
+        if not 0 <= client < len(self._uploads):
+            raise ParameterError(
+                f"FedBuff: client {client} is not one of the run's {len(self._uploads)} clients "
+                "(reset the rule with the run's manifold and number of clients first)"
+            )
+        return int(client)
 
     def _allocate(self, dtype: np.dtype) -> None:
         """The residuals (error feedback) and the compressor's state, at the run's first

@@ -40,6 +40,7 @@ from riemfl.federated import (  # noqa: E402
     RunOptions,
     run_sync,
 )
+from riemfl.federated.compression import make_compressor  # noqa: E402
 from riemfl.problems import FunctionProblem  # noqa: E402
 
 NODES = 3
@@ -92,6 +93,9 @@ CRASH_NODE = 2
 ASYNC_BAD = AsyncJob(KPCA, FedAsync(), 12, ETA, 2, name="async-bad")
 FEDASYNC = AsyncJob(KPCA_K2, FedAsync(), 150, 1 / KPCA_K2.build().smoothness, 5, name="fedasync")
 FEDBUFF = AsyncJob(KPCA, FedBuff(buffer_size=3), 10, ETA, 3, name="fedbuff")
+# the nodes compress their clients' updates and keep their residuals in context.state
+TOPK = FedBuff(buffer_size=3, compressor=make_compressor("topk:0.2"))
+FEDBUFF_TOPK = AsyncJob(KPCA, TOPK, 10, ETA, 3, name="fedbuff-topk")
 PING = PingJob(repeats=3, payload={"x": (20, 5)})
 # AsyncBezier: the nodes run BezierProblemTrainer (3 warm-up + 3 curve steps) and upload curves
 BEZIER_RULE = AsyncBezier(EUCLIDEAN.manifold, 1.0)
@@ -101,7 +105,8 @@ BEZIER_BAD = AsyncJob(EUCLIDEAN, AsyncBezier(EUCLIDEAN.manifold), 6, 0.05, 2, na
 
 @pytest.fixture(scope="module")
 def results():
-    jobs = [*SYNC_JOBS, BAD, CRASH, FEDASYNC, FEDBUFF, ASYNC_BAD, BEZIER, BEZIER_BAD, PING]
+    jobs = [*SYNC_JOBS, BAD, CRASH, FEDASYNC, FEDBUFF, FEDBUFF_TOPK, ASYNC_BAD, BEZIER, BEZIER_BAD]
+    jobs.append(PING)
     mods = [
         CorruptReplies("bad", partition=BAD_NODE, faults=("nan", "off_manifold")),
         CorruptReplies("crash", partition=CRASH_NODE, faults=("raise",)),
@@ -199,6 +204,21 @@ def test_fedbuff_steps_once_per_buffer(results):
     # a server step happens exactly when the third update of a buffer arrives
     versions = history.log["version"][:30]
     assert versions == [(j + 1) // 3 for j in range(30)]
+
+
+def test_a_compressed_fedbuff_runs_on_the_simulation_engine(results):
+    """Node-side compression on Ray's actors: every upload decoded and applied, its payload's
+    bytes counted, and the model moves down the loss as the dense job's does."""
+    history, dense = results["fedbuff-topk"], results["fedbuff"]
+    assert history.metrics["step"][-1] == 10
+    assert all(history.log["applied"]) and history.metrics["dropped"][-1] == 0
+    per_upload = TOPK.upload_nbytes((20, 5), np.dtype(np.float64))
+    n = KPCA.build().n_clients
+    applied = history.metrics["updates"][-1]
+    assert history.uplink_bytes[-1] * n == pytest.approx(applied * per_upload, rel=1e-12)
+    dense_upload = dense.uplink_bytes[-1] * n / dense.metrics["updates"][-1]
+    assert dense_upload == 20 * 5 * 8 and per_upload < dense_upload / 4
+    assert history.metrics["loss"][-1] < history.metrics["loss"][0]
 
 
 def test_asyncbezier_records_staleness_and_converges(results):

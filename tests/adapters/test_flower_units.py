@@ -237,16 +237,21 @@ def test_check_control_points_reasons():
 
 
 def test_upload_meta_must_match_the_job():
-    expected = wire.upload_meta(True, (3, 4, 2))
+    expected = wire.upload_meta("curve", (3, 4, 2))
     assert expected == {"upload": "curve", "upload_shape": [3, 4, 2]}
     wire.check_upload_meta({**expected, "job": "a"}, expected)
-    point = wire.upload_meta(False, (4, 2))
+    point = wire.upload_meta("point", (4, 2))
     with pytest.raises(ProtocolError, match=r"announces upload 'point' of shape \(4, 2\).*'curve'"):
         wire.check_upload_meta(point, expected)
     with pytest.raises(ProtocolError, match="announces upload None"):
         wire.check_upload_meta({}, expected)
     config, _ = wire.decode(wire.encode(expected))  # travels as a list of ints
     wire.check_upload_meta(config, expected)
+    payload = wire.upload_meta("payload", (4, 2))
+    with pytest.raises(ProtocolError, match="announces upload 'payload'"):
+        wire.check_upload_meta(payload, point)
+    with pytest.raises(ProtocolError, match="upload kind must be one of"):
+        wire.upload_meta("model", (4, 2))
 
 
 # --------------------------------------------------------------------------------- node state
@@ -460,7 +465,7 @@ def test_curve_round_trip_node_to_server_checks():
     assert run._local_model(reply, 1, version)[1].startswith("malformed reply: message announces")
     # a node refuses a dispatch that expects a point upload from its curve job
     with pytest.raises(ProtocolError, match="announces upload 'point'"):
-        point = {**config, **wire.upload_meta(False, (4,))}
+        point = {**config, **wire.upload_meta("point", (4,))}
         node.train_async(_message(wire.encode(point, {"x": x})), context)
 
 
