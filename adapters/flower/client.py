@@ -43,7 +43,8 @@ from riemfl.adapters.flower.wire import (
 )
 
 from riemfl.federated.algorithm import ClientContext, SyncAlgorithm
-from riemfl.federated.privacy import PrivateAlgorithm, client_noise
+from riemfl.federated.compressed import private_rule
+from riemfl.federated.privacy import client_noise
 from riemfl.problems.base import FederatedProblem
 
 __all__ = ["make_client_app", "hosted_clients", "run_client_rule"]
@@ -86,7 +87,8 @@ def run_client_rule(
 
     As in the in-process engine, when the stacked call raises, each client is rerun alone with
     exactly its batches, so only the failing ones are dropped. ``noise(clients)``, when given,
-    is the generator of a private rule's local noise for that stack (set before each call:
+    is the generator of a private rule's local noise for that stack (set on its
+    :func:`~riemfl.federated.compressed.private_rule` before each call:
     :func:`~riemfl.federated.privacy.client_noise`).
 
     Returns
@@ -100,7 +102,7 @@ def run_client_rule(
     """
     ctx = ClientContext(problem, np.asarray(clients, dtype=np.intp), batches)
     if noise is not None:
-        algorithm.rng = noise(clients)
+        private_rule(algorithm).rng = noise(clients)
     try:
         uploads, new_rows = algorithm.client_step(ctx, phase, dict(message), dict(rows))
         uploads = {k: to_numpy(v) for k, v in uploads.items()}
@@ -129,8 +131,8 @@ def run_client_rule(
 def _local_noise(job: SyncJob, r: int, phase: int) -> Callable[[Sequence[int]], Any] | None:
     """The local-noise generators of a private job's clients in round ``r``, ``phase`` (None: no
     local noise)."""
-    rule = job.algorithm
-    if not isinstance(rule, PrivateAlgorithm) or rule.settings.mode != "local":
+    rule = private_rule(job.algorithm)
+    if rule is None or rule.settings.mode != "local":
         return None
     return lambda clients: client_noise(job.options.seed, clients, r, phase)
 

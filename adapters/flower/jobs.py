@@ -26,7 +26,7 @@ from riemfl.federated.async_manifold import AsyncManifold, BezierEmbedding
 from riemfl.federated.async_rules import AsyncRule, FedBuff
 from riemfl.federated.attacks import Byzantine
 from riemfl.federated.buffer_compression import BufferCompression
-from riemfl.federated.compressed import Compressed
+from riemfl.federated.compressed import Compressed, private_rule
 from riemfl.federated.curve_local import BezierProblemTrainer
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.privacy import DPSettings, PrivateAlgorithm
@@ -310,8 +310,9 @@ class SyncJob(_Job):
 
     def _wrap_private(self) -> None:
         """``algorithm`` wrapped in a PrivateAlgorithm of ``privacy`` (once: a copy made with
-        :func:`dataclasses.replace` keeps the wrapper); an aggregator that does not sum is
-        refused (the noise is calibrated to a sum of clipped updates,
+        :func:`dataclasses.replace` keeps the wrapper; a compressed rule's compression goes
+        around the private rule: the nodes clip, then compress); an aggregator that does not sum
+        is refused (the noise is calibrated to a sum of clipped updates,
         :class:`~riemfl.federated.privacy.GaussianSum`)."""
         if self.privacy is not None and not isinstance(self.privacy, DPSettings):
             raise ParameterError(f"privacy must be a DPSettings, got {type(self.privacy).__name__}")
@@ -322,17 +323,17 @@ class SyncJob(_Job):
                 "False), so the noise would not match the accounting; expected privacy=None or "
                 "an aggregator that sums"
             )
-        if self.privacy is not None and isinstance(self.algorithm, Compressed):
-            raise ParameterError(
-                f"{self.algorithm.name}: differential privacy with compressed uploads runs in "
-                "process (run_sync(..., privacy=...)); a Flower job takes one or the other"
-            )
-        if isinstance(self.algorithm, PrivateAlgorithm):
-            if self.algorithm.settings != self.privacy:
+        private = private_rule(self.algorithm)
+        if private is not None:
+            if private.settings != self.privacy:
                 raise ParameterError(
-                    f"algorithm is a PrivateAlgorithm of {self.algorithm.settings}, but privacy "
+                    f"algorithm is a PrivateAlgorithm of {private.settings}, but privacy "
                     f"is {self.privacy}; expected the plain rule and privacy=DPSettings(...)"
                 )
+        elif self.privacy is not None and isinstance(self.algorithm, Compressed):
+            # clip (and noise), then compress: the order of run_sync(privacy=...)
+            inner = PrivateAlgorithm(self.algorithm.algorithm, self.privacy)
+            self.algorithm = self.algorithm.around(inner)
         elif self.privacy is not None:
             self.algorithm = PrivateAlgorithm(self.algorithm, self.privacy)
 

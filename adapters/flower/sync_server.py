@@ -72,6 +72,7 @@ from riemfl.errors import RiemflError
 from riemfl.federated.aggregation import Aggregator
 from riemfl.federated.algorithm import State
 from riemfl.federated.checkpoint import inconsistent, require_layout
+from riemfl.federated.compressed import private_rule
 from riemfl.federated.engine import initial_point
 from riemfl.federated.faults import FaultRecorder
 from riemfl.federated.fingerprint import data_digest, settings
@@ -488,7 +489,7 @@ def _aggregator(job: SyncJob) -> Aggregator | None:
     if job.privacy is None:
         return aggregator
     return privatize(
-        job.algorithm.algorithm,
+        private_rule(job.algorithm).algorithm,
         job.privacy,
         population=job.resolved.n_clients,
         sample_size=job.clients_per_round,

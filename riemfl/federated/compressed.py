@@ -53,7 +53,7 @@ from .compression.feedback import ClientCompression, client_rng
 from .privacy import PrivateAlgorithm, clip_rows, update_norms
 from .run_core import Stateful
 
-__all__ = ["Compressed", "PAYLOAD", "RESIDUAL", "ROUND"]
+__all__ = ["Compressed", "private_rule", "PAYLOAD", "RESIDUAL", "ROUND"]
 
 #: prefix of the payload keys of the compressed upload
 PAYLOAD = "compressed:"
@@ -311,3 +311,12 @@ class Compressed(SyncAlgorithm):
         if isinstance(self.algorithm, Stateful):
             where = f"checkpoint: {self.name} rule state"
             self.algorithm.load_state_dict(require(state, "rule", dict, where=where))
+
+
+def private_rule(algorithm: SyncAlgorithm) -> PrivateAlgorithm | None:
+    """The :class:`~riemfl.federated.privacy.PrivateAlgorithm` that clips (and noises) the
+    clients' updates of ``algorithm``: itself, or the rule a :class:`Compressed` wraps (the
+    clients clip, then compress); None for a rule without privacy."""
+    if isinstance(algorithm, Compressed):
+        algorithm = algorithm.algorithm
+    return algorithm if isinstance(algorithm, PrivateAlgorithm) else None

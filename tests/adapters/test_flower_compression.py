@@ -98,16 +98,62 @@ def test_a_compressed_job_equals_run_sync_and_moves_the_counted_bytes(kind, spec
     assert 0 < header <= 256 * grid.arrays
 
 
+@pytest.mark.usefixtures("task_identity")
+def test_a_robust_aggregator_sees_the_decoded_updates_on_flower():
+    from riemfl.federated.robust import GeometricMedian
+
+    job = SyncJob(
+        KPCA,
+        _rule("rfedavg", "topk:0.2"),
+        STEPS,
+        name="median",
+        aggregator=GeometricMedian(),
+        options=RunOptions(seed=3),
+    )
+    history = run_sync_job(InProcessGrid(make_client_app([job])), job, range(NODES))
+    local = run_sync(
+        KPCA.build(),
+        _rule("rfedavg", "topk:0.2"),
+        STEPS,
+        aggregator=GeometricMedian(),
+        options=RunOptions(seed=3),
+    )
+    np.testing.assert_allclose(history.final_point, local.final_point, rtol=0, atol=1e-10)
+    plain = run_sync(KPCA.build(), _rule("rfedavg", "topk:0.2"), STEPS, options=RunOptions(seed=3))
+    assert not np.allclose(history.final_point, plain.final_point, rtol=0, atol=1e-8)
+
+
 def test_secure_aggregation_refuses_compressed_payloads():
     with pytest.raises(NotSumOnlyError, match="compressed payloads"):
         SyncJob(KPCA, _rule("rfedavg", "fp16"), STEPS, secagg=True)
 
 
-def test_privacy_with_compression_is_refused_on_flower():
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(
+    ("spec", "mode"), [("topk:0.2", "central"), ("qsgd:3", "central"), ("rank:1", "local")]
+)
+def test_privacy_with_compression_on_flower_is_run_syncs(spec, mode):
+    """The nodes clip (and in local mode noise), then compress; under central noise the server
+    clips each decoded update again, then adds the noise: the run of run_sync(privacy=...) with
+    the same compressed rule (to 1e-10), the same epsilon, and the compressed bytes."""
     from riemfl.federated.privacy import DPSettings
 
-    with pytest.raises(ParameterError, match="runs in process"):
-        SyncJob(KPCA, _rule("rfedavg", "fp16"), STEPS, privacy=DPSettings(1.0, 1.0))
+    settings = DPSettings(0.05, 0.3, mode=mode)
+    job = SyncJob(
+        KPCA, _rule("rfedavg", spec), STEPS, name="dp", privacy=settings, options=RunOptions(seed=2)
+    )
+    grid = CountingGrid(make_client_app([job]))
+    history = run_sync_job(grid, job, range(NODES))
+    local = run_sync(
+        KPCA.build(), _rule("rfedavg", spec), STEPS, privacy=settings, options=RunOptions(seed=2)
+    )
+    if mode == "central":  # local noise: each client's own stream on Flower, one in process
+        np.testing.assert_allclose(history.final_point, local.final_point, rtol=0, atol=1e-10)
+    assert history.metrics["epsilon"] == local.metrics["epsilon"] < [np.inf] * (STEPS + 1)
+    np.testing.assert_allclose(history.uplink_bytes, local.uplink_bytes, rtol=0, atol=1e-9)
+    n = KPCA.build().n_clients
+    assert grid.payload_bytes == pytest.approx(history.uplink_bytes[-1] * n, rel=0, abs=1e-6)
+    assert history.config["algorithm"]["privacy"]["mode"] == mode
 
 
 # ------------------------------------------------------------------ asynchronous FedBuff

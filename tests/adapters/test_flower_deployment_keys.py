@@ -30,6 +30,7 @@ from riemfl.experiments.run_settings import compressed, server_side  # noqa: E40
 from riemfl.federated import RFedAvg, RFedProj, RunOptions, ServerOptimized, run_sync  # noqa: E402
 from riemfl.federated.compressed import Compressed  # noqa: E402
 from riemfl.federated.compression import make_compressor  # noqa: E402
+from riemfl.federated.privacy import DPSettings, PrivateAlgorithm  # noqa: E402
 from riemfl.federated.robust import (  # noqa: E402
     CenteredClipping,
     GeometricMedian,
@@ -253,6 +254,15 @@ def test_krum_counts_fedbuffs_buffer():
 
 
 # --------------------------------------------------------------------------------- refusals
+def test_compression_with_privacy_clips_then_compresses():
+    built = deploy.job_from_run_config(
+        {**BASE, "compression": "fp16", "dp-clip": 1.0, "dp-noise": 1.0}
+    )
+    assert isinstance(built.algorithm, Compressed)
+    assert isinstance(built.algorithm.algorithm, PrivateAlgorithm)
+    assert built.algorithm.algorithm.settings == DPSettings(1.0, 1.0)
+
+
 @pytest.mark.parametrize(
     ("keys", "error", "match"),
     [
@@ -294,11 +304,6 @@ def test_krum_counts_fedbuffs_buffer():
         ({"error-feedback": "off"}, ParameterError, r"--no-error-feedback: a setting of --compr"),
         ({"error-feedback": "on"}, ParameterError, r"--error-feedback: a setting of --compression"),
         # what SyncJob refuses surfaces as its own typed error
-        (
-            {"compression": "fp16", "dp-clip": 1.0, "dp-noise": 1.0},
-            ParameterError,
-            r"differential privacy with compressed uploads runs in process",
-        ),
         ({"compression": "fp16", "secagg": True}, NotSumOnlyError, r"compressed payloads"),
         ({"aggregator": "median", "secagg": True}, NotSumOnlyError, r"GeometricMedian needs each"),
         (
