@@ -328,3 +328,25 @@ def test_initialisation_sides():
     # one adaptor per cluster, drawn independently
     assert not torch.equal(lora.lora_in[0], lora.lora_in[1])
     np.testing.assert_array_equal(lora.lora_bias.detach().numpy(), 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layer", ["linear", "conv2d"])
+def test_floralize_keeps_the_models_dtype(dtype, layer):
+    """Router and adaptors in the base model's dtype: a float64 model runs forward and backward
+    in float64, and with the LoRA start (one factor zero) its output is the base model's."""
+    torch.manual_seed(0)
+    if layer == "linear":
+        base, x = nn.Sequential(nn.Linear(3, 2, dtype=dtype)), torch.randn(4, 3, dtype=dtype)
+    else:
+        base, x = (
+            nn.Sequential(nn.Conv2d(2, 3, 3, dtype=dtype)),
+            torch.randn(4, 2, 5, 5, dtype=dtype),
+        )
+    model = floralize(base, 2, rank=1, layer_types=[layer], seed=1)
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    out = model(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, base(x), rtol=0, atol=0)
+    out.square().sum().backward()
+    assert model.router.logits.grad is not None and model.router.logits.grad.dtype == dtype

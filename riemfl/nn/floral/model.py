@@ -260,4 +260,6 @@ def floralize(
             layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
             _set_submodule(copied, name, layer)
     router = Router(n_clusters, routing, router_noise)
+    weight = next(p for p in model.parameters() if p.is_floating_point())  # an adapted layer's
+    router = router.to(dtype=weight.dtype, device=weight.device)  # the mixture weights' dtype
     return FloralModel(copied, router, context, private_adaptors)
