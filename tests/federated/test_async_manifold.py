@@ -62,10 +62,12 @@ def _arrival(local, base, current, weight=0.5, client=0, version=3):
 # --------------------------------------------------------------------- staleness penalty
 def test_staleness_penalty_by_hand():
     assert staleness_penalty(0.0, 5.0, 1.0) == 1.0
-    # alpha = 1: 1/(gamma + eps) with gamma = drift / local = 0.5
-    assert staleness_penalty(1.0, 2.0, 1.0) == pytest.approx(1 / 0.6)
-    assert staleness_penalty(0.5, 2.0, 1.0) == pytest.approx(1 + 0.5 * (1 / 0.6 - 1))
+    # eq. (10) itself where gamma = drift / local >= eps: alpha = 1 gives 1 / gamma
+    for local, drift, expected in ((5.0, 1.0, 5.0), (2.0, 1.0, 2.0), (1.0, 1.0, 1.0)):
+        assert staleness_penalty(1.0, local, drift) == pytest.approx(expected, rel=1e-15)
+    assert staleness_penalty(0.5, 2.0, 1.0) == pytest.approx(1 + 0.5 * (2 - 1), rel=1e-15)
     assert staleness_penalty(1.0, 2.0, 0.0, eps=0.1) == pytest.approx(10.0)  # no drift: finite
+    assert staleness_penalty(1.0, 100.0, 1.0, eps=0.1) == pytest.approx(10.0)  # gamma < eps
     assert staleness_penalty(0.25, 0.0, 3.0) == 0.75  # a zero update: 1 - alpha
     with pytest.raises(ParameterError):
         staleness_penalty(1.5, 1.0, 1.0)
@@ -188,6 +190,7 @@ def test_asyncbezier_ed_scales_the_step_by_the_penalty():
     plain.apply(m, _arrival(cp, base, current, weight=0.2))
     ed.apply(m, _arrival(cp, base, current, weight=0.2))
     s = staleness_penalty(1.0, 2.0, 1.0)  # |hat - current| = |(0,2,0)| (C is orthogonal to d)
+    assert s == 2.0  # eq. (10): 1 / gamma, gamma = |current - base| / |hat - current| = 1/2
     assert ed.last["penalty"] == pytest.approx(s) and plain.last["penalty"] == 1.0
     assert ed.last["fraction"] == pytest.approx(s * plain.last["fraction"])
 
@@ -295,7 +298,8 @@ def test_asyncbezier_runs_converge_and_reject_point_uploads():
         "timing": ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0]),
         "options": RunOptions(record_every=20),
     }
-    for rule in (AsyncBezier(problem.manifold, 2.0), AsyncBezierED(problem.manifold, 1.0)):
+    # eq. (10)'s penalty reaches 1 / eps = 10 for an update with little drift: ED steps slower
+    for rule in (AsyncBezier(problem.manifold, 2.0), AsyncBezierED(problem.manifold, 0.3)):
         h = run_async(trainer, rule, 60, x0=np.full(4, 5.0), **kw)
         assert h.metrics["optimality_gap"][-1] < 1e-2 * h.metrics["optimality_gap"][0]
         assert max(h.log["staleness"]) > 0
