@@ -9,7 +9,8 @@ checkpoints, interruption) with its steps (:class:`RoundSteps` over a :class:`Cl
 for synchronous rounds; the event loop of :func:`run_async`) and an evaluator.
 
 Asynchronous server rules (:class:`FedAsync`, :class:`FedBuff`, :class:`DCASGD`,
-:class:`AsyncFedED`, the OrthoCorrect family) run in the discrete-event simulator
+:class:`AsyncFedED`, the OrthoCorrect family, the linear delay corrections of
+:class:`LinearCorrection`) run in the discrete-event simulator
 :func:`run_async` with a local trainer (:class:`ProblemTrainer`) and a timing model.
 """
 
@@ -52,6 +53,7 @@ from .engine import StackedClients, initial_point, run_sync
 from .faults import ClientDroppedWarning
 from .history import METRICS, History
 from .interrupt import RunInterrupted, handle_interrupts
+from .linear_correction import LinearCorrection, orthocorrect_lambda, squared_update
 from .local import ProblemTrainer
 from .privacy import DPSettings, GaussianSum, PrivateAlgorithm, privatize
 from .rfedproj import RFedProj
@@ -112,6 +114,9 @@ __all__ = [
     "staleness_penalty",
     "ASGD",
     "DCASGD",
+    "LinearCorrection",
+    "orthocorrect_lambda",
+    "squared_update",
     "Arrival",
     "AsyncFedED",
     "History",

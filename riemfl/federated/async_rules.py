@@ -50,6 +50,7 @@ from .buffer_server import (
 )
 from .compression import Compressor
 from .fingerprint import settings
+from .orthodyn_switch import UpdateNormSwitch
 from .privacy import DPSettings
 from .privacy_buffer import BufferPrivacy
 from .rule_state import Checkpointable, Commit, StateReader, commit_all, copy_array, setter
@@ -383,8 +384,11 @@ class OrthoDyn(OrthoCorrect):
     """OrthoCorrect with (alpha, vartheta) chosen per arrival by ``schedule(arrival)``.
 
     Licudi 2025 (TR), eq. (16), schedules OrthoGrad early and OrthoPos late without fixing the
-    statistic, threshold or whether an ASGD phase sits between them; any
-    callable of the :class:`Arrival` works (default: :func:`switch_schedule` at version 100).
+    statistic, threshold or whether an ASGD phase sits between them; any callable of the
+    :class:`Arrival` works. The default switches on a statistic of the run, the clients' update
+    size relative to its initial size, as a proxy for closeness to convergence
+    (:class:`~riemfl.federated.orthodyn_switch.UpdateNormSwitch`); :func:`switch_schedule`
+    switches at a fixed server version.
     """
 
     name = "orthodyn"
@@ -398,7 +402,7 @@ class OrthoDyn(OrthoCorrect):
         staleness: Any = "constant",
     ) -> None:
         super().__init__(0.0, 0.0, server_lr, operators, staleness)
-        self.schedule = schedule if schedule is not None else switch_schedule(100)
+        self.schedule = schedule if schedule is not None else UpdateNormSwitch()
 
     def settings(self, a):
         alpha, vartheta = self.schedule(a)

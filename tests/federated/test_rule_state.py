@@ -42,14 +42,18 @@ from riemfl.federated import (
     BezierEmbedding,
     FedAsync,
     FedBuff,
+    LinearCorrection,
     OrthoCorrect,
     OrthoDC,
     OrthoDCCorrection,
     OrthoDyn,
     SumBuffer,
+    orthocorrect_lambda,
+    squared_update,
     switch_schedule,
 )
 from riemfl.federated.compression import make_compressor
+from riemfl.federated.orthodyn_switch import UpdateNormSwitch
 from riemfl.federated.rule_state import Checkpointable
 from riemfl.testing import importorskip
 
@@ -384,6 +388,17 @@ def _cases() -> list[Case]:
             static=True,
         ),
         Case("orthodc-update", "euclidean", lambda: OrthoDC(0.5, "update")),
+        Case(
+            "orthodyn-switch-on-update-norm",  # switches at an update no longer than the first
+            "euclidean",
+            lambda: OrthoDyn(UpdateNormSwitch(threshold=1.0, warmup=1, beta=0.0)),
+        ),
+        Case(
+            "linear-correction",
+            "euclidean",
+            lambda: LinearCorrection(orthocorrect_lambda(0.5), squared_update),
+            static=True,
+        ),
         Case(
             "orthodyn-stateful-schedule",
             "euclidean",
