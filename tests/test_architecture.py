@@ -48,11 +48,13 @@ ALLOWED: dict[str, set[str]] = {
     "testing": CORE | {"manifolds"},
     "stats": CORE | {"manifolds"},
     "federated": CORE | {"manifolds", "problems", "stats"},
-    "nn": CORE | {"manifolds", "problems", "stats", "federated"},
-    "experiments": CORE | {"manifolds", "problems", "stats", "federated", "nn"},
+    "theory": CORE | {"manifolds", "problems"},
+    "nn": CORE | {"manifolds", "problems", "stats", "federated", "theory"},
+    "experiments": CORE | {"manifolds", "problems", "stats", "federated", "nn", "theory"},
     "adapters": CORE
-    | {"manifolds", "problems", "testing", "stats", "federated", "nn", "experiments"},
-    "cli": CORE | {"__init__", "manifolds", "problems", "stats", "federated", "nn", "experiments"},
+    | {"manifolds", "problems", "testing", "stats", "federated", "theory", "nn", "experiments"},
+    "cli": CORE
+    | {"__init__", "manifolds", "problems", "stats", "federated", "theory", "nn", "experiments"},
     "__init__": CORE | {"manifolds"},
     "__main__": {"cli"},
 }

@@ -50,6 +50,16 @@ def _communication(args: argparse.Namespace, out: str) -> list[str]:
     return [v.label for v in verdicts if not v.passed]
 
 
+def _fedbuff_bound(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import fedbuff_bound
+
+    verdicts = fedbuff_bound.reproduce(out, quick=args.quick, progress=not args.no_progress)
+    for v in verdicts:
+        print(v.line())
+    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} checks of Theorem 1 pass")
+    return [v.label for v in verdicts if not v.passed]
+
+
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import floral
 
@@ -124,6 +134,7 @@ PAPERS: dict[str, Paper] = {
     ),
     "robustness": Paper(_robustness),
     "communication": Paper(_communication),
+    "fedbuff-bound": Paper(_fedbuff_bound),
 }
 
 
