@@ -1,6 +1,7 @@
 """Neural-network clients for the asynchronous experiments (needs torch: ``riemfl[torch]``).
 
 * :class:`SmallCNN`, :class:`MLP`: small models for the offline stand-ins;
+* :class:`ShuffleNetV2`: the CXR8 model of Licudi et al. 2025 (x1.5, no pretrained weights);
 * :func:`flatten_parameters`, :func:`load_flat_parameters`, :func:`n_parameters`: the flat
   parameter vectors the algorithms exchange (order ``module.parameters()``, buffers excluded);
 * :class:`TorchClientTrainer`: local Adam on the FedProx objective, the protocol the
@@ -20,6 +21,7 @@ from . import floral  # noqa: E402 - after the torch check
 from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox  # noqa: E402 - after the torch check
 from .floral import EnsembleModel, FloralModel, FloralTrainer, floralize, run_floral  # noqa: E402 - after the torch check
 from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters  # noqa: E402 - after the torch check
+from .shufflenet import ShuffleNetV2  # noqa: E402 - after the torch check
 from .trainer import (  # noqa: E402 - after the torch check
     LOSSES,
     TorchClientTrainer,
@@ -32,6 +34,7 @@ from .trainer import (  # noqa: E402 - after the torch check
 __all__ = [
     "SmallCNN",
     "MLP",
+    "ShuffleNetV2",
     "flatten_parameters",
     "load_flat_parameters",
     "n_parameters",
