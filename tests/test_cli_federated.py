@@ -339,6 +339,15 @@ def test_reproduce_rejects_unknown_figures(tmp_path, capsys):
     assert "no figure [12]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("paper", "table"), [("zhang2024", 2), ("floral", 3), ("floral", 6)])
+def test_reproduce_rejects_tables_a_paper_does_not_have(tmp_path, capsys, paper, table):
+    args = ["reproduce", paper, "--table", str(table), "--out", str(tmp_path / "x")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"--table {table}" in err and "'floral': (1, 2, 4, 5)" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_every_figure_has_the_papers_settings():
     figs = zhang2024.figures(quick=False)
     assert sorted(figs) == list(range(1, 10))

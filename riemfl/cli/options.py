@@ -378,6 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paper", choices=list(PAPERS), help="which reproduction")
     p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
+    p.add_argument(
+        "--table",
+        type=int,
+        default=None,
+        help="floral: table 1 (default), 2 (rho x C), 4 (ConvLoRA variants) or 5 (bias adaptors)",
+    )
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument(
         "--data",

@@ -33,11 +33,15 @@ class Paper:
     extras : tuple of str
         The extras it needs (keys of :data:`riemfl.extras.EXTRAS`); a missing
         one is a one-line error naming its ``pip install`` command.
+    tables : tuple of int
+        The paper's tables that ``--table N`` selects (empty: none; the run without
+        ``--table`` is the paper's main reproduction).
     """
 
     run: Callable[[argparse.Namespace, str], list[str]]
     no_verdicts: str = ""
     extras: tuple[str, ...] = ("data",)
+    tables: tuple[int, ...] = ()
 
 
 def _communication(args: argparse.Namespace, out: str) -> list[str]:
@@ -63,7 +67,14 @@ def _fedbuff_bound(args: argparse.Namespace, out: str) -> list[str]:
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import floral
 
-    print(floral.reproduce(out, quick=args.quick, data=args.data, progress=not args.no_progress))
+    progress = not args.no_progress
+    if args.table in (None, 1):
+        print(floral.reproduce(out, quick=args.quick, data=args.data, progress=progress))
+    else:
+        report = floral.reproduce_table(
+            args.table, out, quick=args.quick, data=args.data, progress=progress
+        )
+        print(report)
     return []
 
 
@@ -126,6 +137,7 @@ PAPERS: dict[str, Paper] = {
         _floral,
         "its report compares with the paper's numbers in prose, with no pass/fail claims",
         ("torch", "data"),
+        tables=(1, 2, 4, 5),
     ),
     "privacy": Paper(
         _privacy,
@@ -147,6 +159,12 @@ def reproduce(args: argparse.Namespace) -> int:
             f"--strict: expected a paper with pass/fail claims ({', '.join(with_verdicts)}), got "
             f"{args.paper}: {paper.no_verdicts}"
         )
+    if args.table is not None and args.table not in paper.tables:
+        with_tables = {name: p.tables for name, p in PAPERS.items() if p.tables}
+        raise ParameterError(
+            f"--table {args.table}: expected one of the tables {with_tables} of those papers; "
+            f"got it with {args.paper}"
+        )
     if args.figure and args.paper != "zhang2024":
         raise ParameterError(
             f"--figure: selects figures of zhang2024 only; got it with {args.paper}"
@@ -156,7 +174,7 @@ def reproduce(args: argparse.Namespace) -> int:
     require_extras(paper.extras, f"riemfl reproduce {args.paper}")
     out = args.out or f"results/{args.paper}" + ("-quick" if args.quick else "")
     failed = paper.run(args, out)
-    print(f"report: {out}/report.md")
+    print(f"report: {out}/" + ("report.md" if args.table in (None, 1) else f"table{args.table}.md"))
     if args.strict and failed:
         print(
             f"riemfl: error: --strict: claims {', '.join(map(str, failed))} FAIL",

@@ -87,6 +87,7 @@ from typing import Any
 
 from ...progress import ProgressBar
 from .._threads import single_torch_thread
+from .ablations import reproduce_table
 from .figures import plots
 from .report import report
 from .run import Runner, aggregation_runs, digits_runs, synthetic_runs, total_rounds
@@ -115,6 +116,7 @@ __all__ = [
     "GAP_SEEDS",
     "Settings",
     "reproduce",
+    "reproduce_table",
 ]
 
 

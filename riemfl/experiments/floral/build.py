@@ -33,7 +33,13 @@ SYNTHETIC_TASKS: dict[str, tuple[str, int, float]] = {
 
 
 def build_model(
-    method: Method, base: Any, n_clusters: int, seed: int, s: Settings, rank: int | None = None
+    method: Method,
+    base: Any,
+    n_clusters: int,
+    seed: int,
+    s: Settings,
+    rank: int | None = None,
+    **options: Any,
 ) -> Any:
     """The model of one row of a table, built on ``base``.
 
@@ -52,6 +58,9 @@ def build_model(
         The router noise.
     rank : int, optional
         The adaptors' rank (default: from the budget ``method.rho``).
+    **options
+        More :func:`~riemfl.nn.floral.floralize` arguments of a FLoRAL row (``layer_types``,
+        ``conv_variant``, ``bias``: the ablations).
 
     Returns
     -------
@@ -77,6 +86,7 @@ def build_model(
         routing=method.routing,
         router_noise=s.router_noise,
         seed=seed,
+        **options,
     )
 
 
@@ -134,11 +144,20 @@ def digits_task(column: Column, seed: int, s: Settings) -> Any:
     )
 
 
-def digits_trainer(method: Method, task: Any, seed: int, s: Settings) -> Any:
+def digits_trainer(
+    method: Method,
+    task: Any,
+    seed: int,
+    s: Settings,
+    *,
+    base: Any = None,
+    n_clusters: int | None = None,
+    **options: Any,
+) -> Any:
     """A :class:`~riemfl.nn.floral.FloralTrainer` of one Table 1 row on a digits task.
 
-    The model is the paper's MNIST MLP (one hidden ReLU layer of ``s.hidden`` units) made into
-    ``method``'s model by :func:`build_model`.
+    The model is the paper's MNIST MLP (one hidden ReLU layer of ``s.hidden`` units), or
+    ``base``, made into ``method``'s model by :func:`build_model`.
 
     Parameters
     ----------
@@ -150,6 +169,14 @@ def digits_trainer(method: Method, task: Any, seed: int, s: Settings) -> Any:
         Seed of the model's initialisation.
     s : Settings
         Model width, learning rates and batch size.
+    base : torch.nn.Module, optional
+        Another shared model (the ablations' CNN); default the MLP.
+    n_clusters : int, optional
+        C, adaptors or ensemble members (default ``s.n_clusters``, the task's clusters); the
+        trainer gets the true clusters (oracle routing, routing diagnostics) only where C is
+        the task's number of clusters.
+    **options
+        Passed to :func:`build_model` (``floralize`` arguments of a FLoRAL row).
 
     Returns
     -------
@@ -157,16 +184,19 @@ def digits_trainer(method: Method, task: Any, seed: int, s: Settings) -> Any:
     """
     from ...nn.floral import FloralTrainer
 
-    d_in = int(np.prod(task.input_shape))
-    base = _mlp([d_in, s.hidden, task.n_classes], seed)
-    model = build_model(method, base, s.n_clusters, seed, s)
+    if base is None:
+        d_in = int(np.prod(task.input_shape))
+        base = _mlp([d_in, s.hidden, task.n_classes], seed)
+    c = s.n_clusters if n_clusters is None else n_clusters
+    model = build_model(method, base, c, seed, s, **options)
     return FloralTrainer(
         model,
         task.clients,
         lr=s.lr,
         router_lr=s.router_lr,
         batch_size=s.batch_size,
-        clusters=task.clusters,
+        # the true clusters (pi* routing, routing diagnostics) name C adaptors or members
+        clusters=task.clusters if c == task.n_clusters else None,
     )
 
 

@@ -12,6 +12,9 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
   :mod:`~riemfl.nn.floral.conv`: the adapted layers (LinearLoRA, ConvLoRA balanced 2-D / in /
   out layer, bias adaptors), ``merge``, ScaledGD preconditioning (App. D, eq. (36)); each layer
   merges all its clusters' adaptors into its weight in one batched product;
+* :mod:`~riemfl.nn.floral.norm`: the normalisation adaptors (App. F.2: a scale and a bias
+  adaptor per cluster on batch, instance, layer and group normalisations; Batch NorA and its
+  reparameterisation, eq. (42)), and where the running statistics live;
 * :mod:`~riemfl.nn.floral.merge`: the merge written as the plain formula, cluster by cluster
   (the reference the tests check the layers against);
 * :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
@@ -21,7 +24,8 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
 * :mod:`~riemfl.nn.floral.layout`: what is federated (base, clusters), what stays (private,
   router), as flat vectors;
 * :mod:`~riemfl.nn.floral.aggregation`: eq. (2) and the aggregation formulas (factor averages,
-  manifold-aware product averages on ``FixedRank``); :mod:`~riemfl.nn.floral.server`: the
+  manifold-aware product averages on ``FixedRank``, the centering of App. E);
+  :mod:`~riemfl.nn.floral.server`: the
   aggregator and the server optimiser;
 * :mod:`~riemfl.nn.floral.trainer`: client-side local training and personal evaluation;
   :mod:`~riemfl.nn.floral.loop`: synchronous rounds with checkpoints;
@@ -40,6 +44,9 @@ from .aggregation import (
     average_base,
     average_clusters,
     average_products,
+    center_adaptors,
+    center_additive,
+    center_products,
     cluster_probabilities,
     factor_average_error,
     retract_products,
@@ -54,22 +61,28 @@ from .clusters import (
     rotate_images,
     shift_labels,
 )
-from .conv import CONV_VARIANTS, MixtureConv2d
+from .conv import CONV_VARIANTS, MixtureConv2d, filter_rank
 from .ensemble import EnsembleModel
 from .layout import FederatedLayout, parameter_roles
 from .linear import MixtureLinear
 from .loop import run_floral
 from .metrics import aggregation_mismatch, cluster_recovery
-from .model import FloralModel, floralize
+from .model import ACCEPTED_LAYER_TYPES, LAYER_TYPES, FloralModel, floralize
+from .norm import NORM_LAYERS, NORM_STATISTICS, NORM_VARIANTS, MixtureNorm, statistics_roles
 from .router import Router
 from .server import ADAPTOR_AGGREGATIONS, FloralAggregator, ServerOptimizer
 from .synthetic import SyntheticTask, synthetic_linear, synthetic_mlp
 from .trainer import FloralTrainer
 
 __all__ = [
+    "ACCEPTED_LAYER_TYPES",
     "ADAPTOR_AGGREGATIONS",
     "CONV_VARIANTS",
     "INITS",
+    "LAYER_TYPES",
+    "NORM_LAYERS",
+    "NORM_STATISTICS",
+    "NORM_VARIANTS",
     "PRECONDITIONERS",
     "ClusterProbabilities",
     "ClusteredTask",
@@ -84,6 +97,7 @@ __all__ = [
     "MixtureContext",
     "MixtureConv2d",
     "MixtureLinear",
+    "MixtureNorm",
     "Router",
     "ServerOptimizer",
     "SyntheticTask",
@@ -91,11 +105,15 @@ __all__ = [
     "average_base",
     "average_clusters",
     "average_products",
+    "center_adaptors",
+    "center_additive",
+    "center_products",
     "cluster_probabilities",
     "cluster_recovery",
     "clustered_images",
     "digits_clusters",
     "factor_average_error",
+    "filter_rank",
     "floralize",
     "lora_rank",
     "nominal_increase",
@@ -106,6 +124,7 @@ __all__ = [
     "rotate_images",
     "run_floral",
     "shift_labels",
+    "statistics_roles",
     "synthetic_linear",
     "synthetic_mlp",
 ]

@@ -38,15 +38,35 @@ which depends on the clients' products only, hence is gauge-invariant (the new f
 balanced representative, ``FixedRank.to_factors``). The retraction is the truncated SVD with
 p = q = 2 that the paper's LoRA centering uses (App. E, eq. (37)), where it notes that
 factor-wise operations "would not really preserve the parameterization".
+
+**Centering (App. E; "experimental", not used in the paper's results).** The model
+:math:`u + \sum_c \pi_c a_c` is unchanged by :math:`u \leftarrow u + \mathbb E_c[a_c]`,
+:math:`a_c \leftarrow a_c - \mathbb E_c[a_c]` (:math:`\mathbb E_c` with the weights
+:math:`p(c)` of eq. (2)), which centres the adaptors around zero. For a LoRA the products are
+centred and the factors taken back by the truncated SVD, eq. (37):
+
+.. math::
+
+    (U, \Sigma, V) = \text{TruncSVD}_r\bigl(A_c B_c^\top - \mathbb E_c[A_c B_c^\top]\bigr),
+    \qquad A_c \leftarrow U\Sigma^{1/p},\quad B_c \leftarrow V\Sigma^{1/q},\quad
+    \tfrac1p + \tfrac1q = 1
+
+(:func:`center_products`; additive adaptors: :func:`center_additive`; a whole model, in place:
+:func:`center_adaptors`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
 
+from ..._validation import real
 from ...errors import ParameterError, ProjectionError, ShapeError
+from .adaptor import MixtureAdaptor
+from .norm import MixtureNorm
 
 __all__ = [
     "ClusterProbabilities",
@@ -56,6 +76,9 @@ __all__ = [
     "average_products",
     "retract_products",
     "factor_average_error",
+    "center_additive",
+    "center_products",
+    "center_adaptors",
 ]
 
 _SIMPLEX_TOL = 1e-5
@@ -287,3 +310,152 @@ def factor_average_error(a: np.ndarray, b: np.ndarray, weights: np.ndarray) -> n
     den = np.linalg.norm(mean_product, axis=(1, 2))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+# ----------------------------------------------------------------------------- centering (App. E)
+def _cluster_weights(p_c: Any, n_clusters: int) -> np.ndarray:
+    p = np.asarray(p_c, dtype=np.float64)
+    if p.shape != (n_clusters,):
+        raise ShapeError(f"centering: p(c) must have shape ({n_clusters},), got {p.shape}")
+    if not np.isfinite(p).all() or (p < 0).any() or abs(p.sum() - 1.0) > _SIMPLEX_TOL:
+        raise ParameterError(
+            f"centering: p(c) must lie on the simplex (entries >= 0 summing to 1), got {p}"
+        )
+    return p
+
+
+def center_additive(values: np.ndarray, p_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""App. E for additive adaptors: :math:`\mathbb E_c[a_c] = \sum_c p(c)\, a_c` and the
+    centred :math:`a_c - \mathbb E_c[a_c]`.
+
+    Parameters
+    ----------
+    values : array (C, ...)
+        The C adaptors (bias or normalisation adaptors).
+    p_c : array (C,)
+        :math:`p(c)` (eq. (2); :attr:`ClusterProbabilities.p_c`), on the simplex.
+
+    Returns
+    -------
+    (array (...), array (C, ...))
+        The mean, which the base absorbs, and the centred adaptors.
+
+    Raises
+    ------
+    ShapeError, ParameterError
+        For ``p_c`` not of length C or off the simplex.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    p = _cluster_weights(p_c, values.shape[0])
+    mean = np.tensordot(p, values, axes=1)
+    return mean, values - mean
+
+
+def center_products(
+    a: np.ndarray, b: np.ndarray, p_c: np.ndarray, p: float = 2.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""App. E, eq. (37): centre the LoRA products and take rank-r factors back.
+
+    Parameters
+    ----------
+    a : array (C, m, r)
+        Output-side factors :math:`A_c` (the paper's :math:`U_c`).
+    b : array (C, n, r)
+        Input-side factors :math:`B_c` (:math:`V_c`).
+    p_c : array (C,)
+        :math:`p(c)`, on the simplex.
+    p : float, default 2
+        The exponent of eq. (37), :math:`p \ge 1` (:math:`1/q = 1 - 1/p`); 2 is "standard",
+        the paper leaves the best choice open.
+
+    Returns
+    -------
+    (array (m, n), array (C, m, r), array (C, n, r))
+        :math:`M = \mathbb E_c[A_c B_c^\top]` (the base absorbs it) and the factors
+        :math:`U\Sigma^{1/p}`, :math:`V\Sigma^{1/q}` of the truncated SVD of
+        :math:`A_c B_c^\top - M`. The truncation keeps the products exactly where the centred
+        product has rank at most r (e.g. C = 2: :math:`A_1B_1^\top - M = p(2)(A_1B_1^\top -
+        A_2B_2^\top)`, rank up to 2r); otherwise it is the closest rank-r matrix
+        (Eckart-Young), as eq. (37) intends. Zero singular values give zero columns in both
+        factors, which then receive no gradient (C = 1 centres the adaptor to zero).
+
+    Raises
+    ------
+    ShapeError, ParameterError
+        For factors of mismatched shapes, ``p_c`` off the simplex, or ``p < 1``.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
+        raise ShapeError(f"factors must be (C, m, r) and (C, n, r), got {a.shape}, {b.shape}")
+    weights = _cluster_weights(p_c, a.shape[0])
+    p = real(p, "center_products: p", at_least=1)
+    rank = a.shape[2]
+    products = a @ np.swapaxes(b, -1, -2)
+    mean = np.tensordot(weights, products, axes=1)
+    u, sv, vt = np.linalg.svd(products - mean, full_matrices=False)
+    u, sv, v = u[..., :rank], sv[..., :rank], np.swapaxes(vt, -1, -2)[..., :rank]
+    return mean, u * sv[:, None, :] ** (1.0 / p), v * sv[:, None, :] ** (1.0 - 1.0 / p)
+
+
+@torch.no_grad()
+def center_adaptors(model: Any, p_c: Any, *, p: float = 2.0) -> None:
+    r"""Centre every adaptor of a FLoRAL model in place (App. E; module docstring).
+
+    Per adapted layer, with :math:`\alpha` the model's ``lora_scale``: LoRA layers
+    :math:`W \leftarrow W + \alpha K(\mathbb E_c[A_c B_c^\top])` and the factors of
+    :func:`center_products`; bias adaptors :math:`b \leftarrow b + \alpha\mathbb E_c[L_{b,c}]`
+    (where the base has a bias); normalisation adaptors :math:`\gamma \leftarrow \gamma +
+    \alpha\mathbb E_c[L_{\gamma,c}]` and likewise :math:`\beta`
+    (:class:`~riemfl.nn.floral.MixtureNorm`). The model's output is unchanged when the mixture
+    weights sum to :math:`\alpha` (no ``min_prob`` clamp in effect) up to the rank-r truncation
+    of LoRA products; Batch NorA (eq. (42)) is unchanged in evaluation mode, and in training
+    mode while the statistics ratio :math:`\hat s` is 1.
+
+    Parameters
+    ----------
+    model : FloralModel
+        Changed in place (e.g. the server's copy after aggregation, at synchronisation).
+    p_c : array (C,)
+        :math:`p(c)` (eq. (2)), on the simplex.
+    p : float, default 2
+        The exponent of eq. (37).
+
+    Raises
+    ------
+    ShapeError, ParameterError
+        For ``p_c`` not of length C or off the simplex, ``p < 1``, or a Batch NorA layer
+        without the reparameterisation (``"nora_naive"``: its adaptor normalises with its own
+        statistics, so moving the mean into the base changes the output).
+    """
+    alpha = float(model.context.lora_scale)
+    for _, layer in model.named_modules():
+        if isinstance(layer, MixtureAdaptor):
+            a, b = (t.detach().double().cpu().numpy() for t in layer.factor_matrices())
+            mean, new_a, new_b = center_products(a, b, p_c, p)
+            base = layer.base
+            delta = layer.weight_from_matrix(torch.from_numpy(alpha * mean))
+            base.weight.add_(delta.to(base.weight))
+            layer.lora_out.copy_(layer.out_view.from_matrix(torch.from_numpy(new_a)))
+            layer.lora_in.copy_(layer.in_view.from_matrix(torch.from_numpy(new_b)))
+            _center_into(layer.lora_bias, base.bias, p_c, alpha)
+        elif isinstance(layer, MixtureNorm):
+            if layer.variant == "nora_naive":
+                raise ParameterError(
+                    "center_adaptors: a Batch NorA layer without the reparameterisation "
+                    "(variant 'nora_naive') normalises its adaptor with its own statistics; "
+                    "centering would change its output"
+                )
+            _center_into(layer.lora_gamma, layer.base.weight, p_c, alpha)
+            _center_into(layer.lora_bias, layer.base.bias, p_c, alpha)
+
+
+def _center_into(
+    lora: torch.Tensor | None, base: torch.Tensor | None, p_c: Any, alpha: float
+) -> None:
+    r"""Move :math:`\alpha\mathbb E_c` of the adaptors ``lora`` (C, ...) into ``base``."""
+    if lora is None or base is None:
+        return
+    mean, centred = center_additive(lora.detach().double().cpu().numpy(), p_c)
+    base.add_(torch.from_numpy(alpha * mean).to(base))
+    lora.copy_(torch.from_numpy(centred).to(lora))

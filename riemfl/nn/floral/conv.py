@@ -16,50 +16,95 @@ so the adaptor merges into the base kernel (:meth:`MixtureConv2d.delta_weight`; 
 runs the base convolution once with the merged kernel, the two convolutions being
 :meth:`MixtureConv2d.factored_output`), and seen as a
 matrix (rows: c_out and the axes held by U; columns: c_in and the axes held by V) it is
-:math:`A B^\top` of rank r. Variants (``variant``; App. F.1 and the ablation of Table 4,
-App. G.3):
+:math:`A B^\top` of rank r. Variants (``variant``; App. F.1, eqs. (38)-(41), and the ablation
+of Table 4, App. G.3):
 
-=================  =======================  =======================  ==========================
-variant            V (in)                   U (out)                  parameters per cluster
-=================  =======================  =======================  ==========================
-``balanced_2d``    r x c_in x 1 x k_2       c_out x r x k_1 x 1      (c_in k_2 + c_out k_1) r
-``in_layer``       r x c_in x k_1 x k_2     c_out x r x 1 x 1        (c_in k_1 k_2 + c_out) r
-``out_layer``      r x c_in x 1 x 1         c_out x r x k_1 x k_2    (c_in + c_out k_1 k_2) r
-=================  =======================  =======================  ==========================
+===================  =======================  ========================  ============================
+variant              V (in)                   U (out)                   parameters per cluster
+===================  =======================  ========================  ============================
+``balanced_2d``      r x c_in x 1 x k2        c_out x r x k1 x 1        (c_in k2 + c_out k1) r
+``in_layer``         r x c_in x k1 x k2       c_out x r x 1 x 1         (c_in k1 k2 + c_out) r
+``out_layer``        r x c_in x 1 x 1         c_out x r x k1 x k2       (c_in + c_out k1 k2) r
+``filter_wise``      r c_out x c_in x k1 x 1  c_out x r c_out x 1 x k2  (c_out k2 + c_in k1) c_out r
+``reshaped_linear``  r x c_in                 c_out k1 k2 x r           (c_out k1 k2 + c_in) r
+===================  =======================  ========================  ============================
 
-``balanced_2d`` is the paper's choice ("channel+filter-wise" with :math:`r_f = 1`, App. F.1);
-``in_layer`` and ``out_layer`` are Table 4's channel-only variants with the kernel kept in the in
-or out convolution. The rank is :math:`\max(1, \lfloor\rho\, m n/(m+n)\rfloor)` with m and n
+with k1 x k2 the base kernel (height x width). ``balanced_2d`` is the paper's choice
+("channel+filter-wise" with :math:`r_f = 1`, App. F.1, eq. (40)); ``in_layer`` and
+``out_layer`` are Table 4's channel-only variants with the kernel kept in the in or out
+convolution (``out_layer`` is App. F.1's "channel-wise", eq. (38)). For these and
+``reshaped_linear`` the rank is :math:`\max(1, \lfloor\rho\, m n/(m+n)\rfloor)` with m and n
 the matrix sizes (e.g. :math:`m = c_{out} k_1`, :math:`n = c_{in} k_2` for balanced 2D), as the
 authors' public code (zeligism/FLoRAL) computes it from :math:`c_{in} |k_{in}|` and
-:math:`c_{out} |k_{out}|`.
+:math:`c_{out} |k_{out}|`; the parameters per cluster are then at most :math:`\rho` times the
+kernel's (apart from the minimum rank 1).
+
+**Filter-wise** (App. F.1, eq. (39)): the shapes and the parameter count are the paper's,
+:math:`U \in \mathbb{R}^{c_{out}\times r c_{out}\times 1\times k_2}`,
+:math:`V \in \mathbb{R}^{r c_{out}\times c_{in}\times k_1\times 1}`, two full convolutions with
+the kernels :math:`k_1 \times 1` and :math:`1 \times k_2` (V holds the height axis, U the
+width axis, as App. F.1 writes them). Their composite is
+
+.. math::
+
+    L_{ijab} = \sum_{m=1}^{r c_{out}} U_{i m 1 b} V_{m j a 1},
+
+eq. (40) with the channel rank left full (:math:`r_c = c_{out}`) and the filter rank
+:math:`r_f = r`; eq. (39) writes the middle index as :math:`(rj + k)` "with some abuse of
+notation", which this reads as that block index (a block per output channel, r filters each).
+The matrix rank of the adaptor (``rank``, the columns of A and B) is therefore
+:math:`r c_{out}`; the filter rank r is ``filter_rank``. The budget
+:math:`(c_{out} k_2 + c_{in} k_1) c_{out} r \le \rho\, c_{out} c_{in} k_1 k_2` gives
+:math:`r = \max(1, \lfloor \rho\, c_{in} k_1 k_2 / (c_{out} k_2 + c_{in} k_1)\rfloor)`, at most
+:math:`\min(k_1, k_2)` (a :math:`k_1 \times k_2` filter has no higher rank); an explicit
+``rank`` is this r. The bound is at most :math:`\rho k_2`, so r is 1 for every kernel narrower
+than :math:`2/\rho` (20 at :math:`\rho = 10\%`), and the adaptor then has :math:`c_{out}` times
+the parameters of a rank-1 balanced 2D one, "significantly more" (App. F.1) than the budget.
+Another reading of eq. (39), a depthwise V (each input channel its own r filters), would have
+:math:`(c_{out} k_2 + k_1) c_{in} r` parameters, which is not the count App. F.1 gives.
+
+**Reshaped linear** (App. F.1, eq. (41)): a linear LoRA
+:math:`U \in \mathbb{R}^{c_{out} k_1 k_2\times r}`, :math:`V \in \mathbb{R}^{r\times c_{in}}`
+whose product, rows :math:`(k_1 k_2 i + k_2 a + b)`, is reshaped into the kernel. The factors are
+stored as these matrices (``lora_out`` (C, c_out k_1 k_2, r), ``lora_in`` (C, r, c_in)); the
+kernel and the rank rule are those of ``out_layer`` (the same m and n), so the two variants
+describe the same adaptors and differ only in how the factors are stored and, with
+``init="paper"``, in the random factor's fan-in (r, a linear LoRA's, against
+:math:`r k_1 k_2`).
 
 Choice where the paper is ambiguous: App. F.1 writes V with the kernel :math:`k_1 \times 1` and
 U with :math:`1 \times k_2`, and says the split of the kernel "can be done adaptively"; the
 authors' public code gives the in convolution :math:`(1, k_{min})` or :math:`(1, k_{max})` by
-comparing c_in and c_out. Here the in convolution always holds the width axis and the out
-convolution the height axis, so that the adaptor keeps the base kernel's shape and merges
-exactly. For square kernels (every model of the paper) this and the public code's rule coincide.
+comparing c_in and c_out. Here ``balanced_2d``'s in convolution always holds the width axis and
+its out convolution the height axis, so that the adaptor keeps the base kernel's shape and
+merges exactly. For square kernels (every model of the paper) this and the public code's rule
+coincide. ``filter_wise`` keeps App. F.1's orientation, so that its count is the paper's for
+any kernel.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..._validation import is_int
+from ..._validation import integer, is_int
 from ...errors import ParameterError
 from .adaptor import MatrixView, MixtureAdaptor, MixtureContext
+from .budget import check_rho
 from .linear import resolve_rank
 
-__all__ = ["MixtureConv2d", "CONV_VARIANTS"]
+__all__ = ["MixtureConv2d", "CONV_VARIANTS", "filter_rank"]
 
 #: variant -> (axes held by the in convolution V, axes held by the out convolution U)
 CONV_VARIANTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "balanced_2d": ((1,), (0,)),
     "in_layer": ((0, 1), ()),
     "out_layer": ((), (0, 1)),
+    "filter_wise": ((0,), (1,)),
+    "reshaped_linear": ((), (0, 1)),
 }
 
 
@@ -69,6 +114,48 @@ def _pair(v, name: str) -> tuple[int, int]:
     if isinstance(v, tuple) and len(v) == 2 and all(is_int(e) for e in v):
         return (int(v[0]), int(v[1]))
     raise ParameterError(f"MixtureConv2d: unsupported {name} {v!r}; expected an int or a pair")
+
+
+def filter_rank(
+    rho: float | None, rank: int | None, c_out: int, c_in: int, kernel: tuple[int, int]
+) -> int:
+    r"""The filter rank r of a filter-wise ConvLoRA (module docstring; App. F.1, eq. (39)).
+
+    Parameters
+    ----------
+    rho : float, optional
+        Relative budget in (0, 1]; ignored where ``rank`` is given.
+    rank : int, optional
+        An explicit filter rank, in [1, min(k1, k2)].
+    c_out, c_in : int
+        The base convolution's channels.
+    kernel : (int, int)
+        Its kernel (k1, k2).
+
+    Returns
+    -------
+    int
+        :math:`\max(1, \lfloor\rho\, c_{in} k_1 k_2 / (c_{out} k_2 + c_{in} k_1)\rfloor)`, the
+        largest r whose :math:`(c_{out} k_2 + c_{in} k_1) c_{out} r` parameters fit the budget
+        :math:`\rho\, c_{out} c_{in} k_1 k_2` (at least 1, at most min(k1, k2)); or ``rank``.
+
+    Raises
+    ------
+    ParameterError
+        Neither given, ``rho`` outside (0, 1], or ``rank`` outside [1, min(k1, k2)].
+    """
+    k1, k2 = kernel
+    top = min(k1, k2)
+    if rank is not None:
+        return integer(
+            rank, "MixtureConv2d: filter_wise rank (<= min(k1, k2))", minimum=1, maximum=top
+        )
+    if rho is None:
+        raise ParameterError("MixtureConv2d: give rho (relative budget) or rank")
+    rho = check_rho(rho, "MixtureConv2d")
+    # the small guard keeps exact quotients from flooring one below, as lora_rank's
+    r = math.floor(rho * c_in * k1 * k2 / (c_out * k2 + c_in * k1) + 1e-9)
+    return min(max(1, r), top)
 
 
 class MixtureConv2d(MixtureAdaptor):
@@ -81,8 +168,17 @@ class MixtureConv2d(MixtureAdaptor):
         convolution would not merge into it); padding an int, a pair or ``"valid"``.
     context : MixtureContext
     rho, rank, bias, init
-        As :class:`~riemfl.nn.floral.MixtureLinear`.
-    variant : {"balanced_2d", "in_layer", "out_layer"}
+        As :class:`~riemfl.nn.floral.MixtureLinear`; for ``filter_wise`` the rank (given or
+        from ``rho``) is the filter rank (:func:`filter_rank`) and ``self.rank``, the matrix
+        rank, is c_out times it.
+    variant : {"balanced_2d", "in_layer", "out_layer", "filter_wise", "reshaped_linear"}
+        The factorisation (module docstring).
+
+    Raises
+    ------
+    ParameterError
+        For a base that is not a plain ``nn.Conv2d`` (grouped, circular padding), an unknown
+        variant or init, a rank out of range, or a rho outside (0, 1].
     """
 
     def __init__(
@@ -130,21 +226,39 @@ class MixtureConv2d(MixtureAdaptor):
         self._in_geometry = geometry(held_in)
         self._out_geometry = geometry(held_out)
         m, n = c_out * k_out[0] * k_out[1], c_in * k_in[0] * k_in[1]
-        r = resolve_rank(rho, rank, m, n, "MixtureConv2d")
+        #: the filter rank of a filter-wise adaptor (None for the other variants)
+        self.filter_rank: int | None = None
+        if variant == "filter_wise":
+            self.filter_rank = filter_rank(rho, rank, c_out, c_in, kernel)
+            r = self.filter_rank * c_out  # r filters per output channel: r c_out middle channels
+        else:
+            r = resolve_rank(rho, rank, m, n, "MixtureConv2d")
         c = context.n_clusters
         w = base.weight
         self.base = base
         self.variant = variant
         self.rank = r
-        self.lora_out = nn.Parameter(
-            torch.empty(c, c_out, r, *k_out, dtype=w.dtype, device=w.device)
-        )
-        self.lora_in = nn.Parameter(torch.empty(c, r, c_in, *k_in, dtype=w.dtype, device=w.device))
-        # A: rows (i, a_o, b_o), B: rows (j, a_i, b_i); the rank axis last
-        self.out_view = MatrixView((c_out, r, *k_out), (0, 2, 3, 1))
-        self.in_view = MatrixView((r, c_in, *k_in), (1, 2, 3, 0))
+        self._reshaped = variant == "reshaped_linear"
+        if self._reshaped:
+            # the linear LoRA's matrices: U (c_out k1 k2) x r, rows (i, a, b); V r x c_in
+            self.lora_out = nn.Parameter(torch.empty(c, m, r, dtype=w.dtype, device=w.device))
+            self.lora_in = nn.Parameter(torch.empty(c, r, n, dtype=w.dtype, device=w.device))
+            self.out_view = MatrixView((m, r), (0, 1))
+            self.in_view = MatrixView((r, n), (1, 0))
+            fan_in_out = r
+        else:
+            self.lora_out = nn.Parameter(
+                torch.empty(c, c_out, r, *k_out, dtype=w.dtype, device=w.device)
+            )
+            self.lora_in = nn.Parameter(
+                torch.empty(c, r, c_in, *k_in, dtype=w.dtype, device=w.device)
+            )
+            # A: rows (i, a_o, b_o), B: rows (j, a_i, b_i); the rank axis last
+            self.out_view = MatrixView((c_out, r, *k_out), (0, 2, 3, 1))
+            self.in_view = MatrixView((r, c_in, *k_in), (1, 2, 3, 0))
+            fan_in_out = r * k_out[0] * k_out[1]
         self._dims = (c_out, c_in, *k_out, *k_in, m, n, c * r)
-        self._init_factors(init, fan_in_in=n, fan_in_out=r * k_out[0] * k_out[1])
+        self._init_factors(init, fan_in_in=n, fan_in_out=fan_in_out)
         self._make_bias(bias, c_out, w)
 
     def _base_call(self, x, weight, bias):
@@ -154,14 +268,28 @@ class MixtureConv2d(MixtureAdaptor):
         # K([w_1 A_1 ... w_C A_C][B_1 ... B_C]^T): one (m, C r) x (C r, n) product, whose
         # right factor is a reshape of lora_in, then the (m, n) matrix seen as a kernel
         _, n, cr = self._dims[6:]
-        scaled = self._out_matrix(self.lora_out) * self._w_repeated(w)
+        scaled = self._out_matrix() * self._w_repeated(w)
         delta = self.weight_from_matrix(scaled @ self.lora_in.reshape(cr, n))
         return delta if weight is None else weight + delta
 
-    def _out_matrix(self, lora_out: torch.Tensor) -> torch.Tensor:
+    def _out_kernels(self) -> torch.Tensor:
+        """``lora_out`` as the out convolutions' kernels, (C, c_out, r, k_h, k_w)."""
+        if not self._reshaped:
+            return self.lora_out
+        c_out, _, kh_o, kw_o = self._dims[:4]
+        c, _, r = self.lora_out.shape
+        return self.lora_out.view(c, c_out, kh_o, kw_o, r).permute(0, 1, 4, 2, 3)
+
+    def _in_kernels(self) -> torch.Tensor:
+        """``lora_in`` as the in convolutions' kernels, (C, r, c_in, k_h, k_w)."""
+        if not self._reshaped:
+            return self.lora_in
+        return self.lora_in[..., None, None]
+
+    def _out_matrix(self) -> torch.Tensor:
         r""":math:`[A_1 \cdots A_C]`, shape (m, C r), rows (i, a_o, b_o), columns (c, k)."""
         m, _, cr = self._dims[6:]
-        return lora_out.permute(1, 3, 4, 0, 2).reshape(m, cr)
+        return self._out_kernels().permute(1, 3, 4, 0, 2).reshape(m, cr)
 
     def weight_from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
         # rows (i, a_o, b_o) and columns (j, a_i, b_i) -> (i, j, a_o a_i, b_o b_i); one of a_o,
@@ -173,18 +301,17 @@ class MixtureConv2d(MixtureAdaptor):
     def factored_output(self, x: torch.Tensor, pi: torch.Tensor | None = None) -> torch.Tensor:
         """The two convolutions :math:`U * (V * x)` of every cluster, weighted (no base)."""
         w = self.context.weights(pi)
-        c, r = self.lora_in.shape[:2]
-        v = self.lora_in.reshape(c * r, *self.lora_in.shape[2:])
-        h = F.conv2d(x, v, **self._in_geometry)
+        v_k, u_k = self._in_kernels(), self._out_kernels()
+        c, r = v_k.shape[:2]
+        h = F.conv2d(x, v_k.reshape(c * r, *v_k.shape[2:]), **self._in_geometry)
         h = h * self._w_repeated(w)[:, None, None]
-        u = self.lora_out.transpose(0, 1).reshape(
-            self.lora_out.shape[1], c * r, *self.lora_out.shape[3:]
-        )
+        u = u_k.transpose(0, 1).reshape(u_k.shape[1], c * r, *u_k.shape[3:])
         out = F.conv2d(h, u, **self._out_geometry)
         return out if self.lora_bias is None else out + (w @ self.lora_bias)[:, None, None]
 
     def extra_repr(self) -> str:
+        filters = "" if self.filter_rank is None else f", filter_rank={self.filter_rank}"
         return (
-            f"clusters={self.n_clusters}, rank={self.rank}, variant={self.variant}, "
+            f"clusters={self.n_clusters}, rank={self.rank}{filters}, variant={self.variant}, "
             f"bias={self.lora_bias is not None}"
         )

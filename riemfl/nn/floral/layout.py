@@ -19,6 +19,15 @@ A model without ``parameter_roles()`` (a plain model: FedAvg) has every paramete
 parameters, in ``named_parameters()`` order, each flattened row-major, as float64 numpy) and of
 the **private vector**, and converts between them, the model, and per-parameter arrays with
 any leading axes (e.g. one row per client).
+
+The running statistics of normalisation layers (buffers, not parameters) travel by the same
+roles, after the parameters, in ``named_buffers()`` order: a model's ``parameter_roles()`` may
+name them (:class:`~riemfl.nn.floral.FloralModel` does, by its ``norm_statistics``), a plain
+model's are "base", averaged as federated averaging averages a model's state
+(:func:`~riemfl.nn.floral.norm.statistics_roles`); batch counters and Batch NorA's own
+statistics are "private" (Almansoori et al. 2024, App. F.2: the adaptors are federated, "the
+statistics are local"). Other buffers (the router's fixed probabilities) have no role and stay
+out of both vectors.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from torch import nn
 from ...errors import ParameterError, ShapeError
 from .adaptor import MatrixView
 from .hooks import HasFactorPairs, HasParameterRoles
+from .norm import statistics_roles
 
 __all__ = ["parameter_roles", "FederatedLayout", "FactorPair", "ROLES"]
 
@@ -41,9 +51,13 @@ ROLES = ("base", "cluster", "private", "router")
 
 
 def parameter_roles(model: nn.Module) -> dict[str, str]:
-    """``name -> role`` of every parameter (all "base" for a model without roles)."""
+    """``name -> role`` of every parameter, and of the normalisation layers' running statistics
+    (all parameters "base" for a model without roles; its statistics as
+    :func:`~riemfl.nn.floral.norm.statistics_roles` places them)."""
     if not isinstance(model, HasParameterRoles):
-        return {name: "base" for name, _ in model.named_parameters()}
+        roles = {name: "base" for name, _ in model.named_parameters()}
+        roles.update(statistics_roles(model))
+        return roles
     roles = model.parameter_roles()
     bad = {n: r for n, r in roles.items() if r not in ROLES}
     if bad:
@@ -100,7 +114,8 @@ class FederatedLayout:
         self.private: list[_Entry] = []
         offsets = {"fed": 0, "private": 0}
         clusters = set()
-        for name, p in model.named_parameters():
+        buffers = [(n, b) for n, b in model.named_buffers() if n in roles]
+        for name, p in [*model.named_parameters(), *buffers]:
             role = roles[name]
             if role == "router":
                 continue
@@ -156,7 +171,7 @@ class FederatedLayout:
         key = (id(model), id(entries))
         cached = self._cache.get(key)
         if cached is None or cached[0] is not model:
-            params = dict(model.named_parameters())
+            params = {**dict(model.named_parameters()), **dict(model.named_buffers())}
             missing = [e.name for e in entries if e.name not in params]
             if missing:
                 raise ShapeError(f"the model has no parameters {missing[:3]} of this layout")

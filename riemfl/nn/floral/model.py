@@ -1,9 +1,10 @@
 r"""A plain torch model turned into its FLoRAL version, and the merged model for inference.
 
 :func:`floralize` copies a model and replaces, by layer type, every ``nn.Linear`` by a
-:class:`~riemfl.nn.floral.MixtureLinear` and every ``nn.Conv2d`` by a
-:class:`~riemfl.nn.floral.MixtureConv2d`; all of them read the mixture weights of one shared
-:class:`~riemfl.nn.floral.Router` (one router per client for the whole model, the paper's
+:class:`~riemfl.nn.floral.MixtureLinear`, every ``nn.Conv2d`` by a
+:class:`~riemfl.nn.floral.MixtureConv2d` and, when asked, every normalisation layer by a
+:class:`~riemfl.nn.floral.MixtureNorm` (App. F.2); all of them read the mixture weights of one
+shared :class:`~riemfl.nn.floral.Router` (one router per client for the whole model, the paper's
 default; per-layer routers are a choice it leaves open). The result, :class:`FloralModel`,
 computes the model of the FML objective (Almansoori et al. 2024, Sec. 5) with weight sharing
 (Sec. 3.1, MFL-WS)
@@ -38,21 +39,31 @@ from .adaptor import MixtureAdaptor, MixtureContext
 from .budget import check_rho
 from .conv import MixtureConv2d
 from .linear import MixtureLinear
+from .norm import NORM_LAYERS, NORM_STATISTICS, NORM_VARIANTS, MixtureNorm, statistics_roles
 from .router import Router
 
-__all__ = ["FloralModel", "floralize", "LAYER_TYPES"]
+__all__ = ["FloralModel", "floralize", "LAYER_TYPES", "ACCEPTED_LAYER_TYPES"]
 
-#: layer-type names accepted by ``floralize(layer_types=...)``
+#: the layer types ``floralize`` adapts by default (the paper's experiments adapt linear and
+#: convolution layers only)
 LAYER_TYPES = ("linear", "conv2d")
+
+#: every layer-type name ``floralize(layer_types=...)`` accepts: the defaults and one name per
+#: normalisation family of App. F.2 (batch, instance, layer, group), so that a model's batch
+#: normalisations (Batch NorA) can be adapted without its layer normalisations, or the reverse
+ACCEPTED_LAYER_TYPES = LAYER_TYPES + tuple(NORM_LAYERS)
+
+#: the adaptor parameters of every adapted layer (their role: "cluster", or "private")
+_ADAPTOR_LEAVES = ("lora_out", "lora_in", "lora_bias", "lora_gamma")
 
 
 class FloralModel(nn.Module):
     """A base model with C adaptors per adapted layer and one router (module docstring).
 
     Build it with :func:`floralize`. Parameter names: ``model.<path>.base.*`` (the federated
-    base), ``model.<path>.lora_out/lora_in/lora_bias`` (adaptors, leading axis C),
+    base), ``model.<path>.lora_out/lora_in/lora_bias/lora_gamma`` (adaptors, leading axis C),
     ``router.logits`` (personal). :meth:`parameter_roles` tells the federated layout which is
-    which.
+    which, and where the normalisation layers' running statistics go.
 
     Attributes
     ----------
@@ -62,6 +73,9 @@ class FloralModel(nn.Module):
     context : MixtureContext
     private_adaptors : bool
         True for the "Local Adaptor" baseline: the adaptors stay on the client.
+    norm_statistics : {"shared", "local"}
+        Where the running statistics of the plain normalisation layers live
+        (:data:`~riemfl.nn.floral.norm.NORM_STATISTICS`).
     """
 
     def __init__(
@@ -70,12 +84,19 @@ class FloralModel(nn.Module):
         router: Router,
         context: MixtureContext,
         private_adaptors: bool = False,
+        norm_statistics: str = "shared",
     ) -> None:
         super().__init__()
+        if norm_statistics not in NORM_STATISTICS:
+            choices = NORM_STATISTICS
+            raise ParameterError(
+                f"FloralModel: norm_statistics must be one of {choices}, got {norm_statistics!r}"
+            )
         self.model = model
         self.router = router
         self.context = context
         self.private_adaptors = bool(private_adaptors)
+        self.norm_statistics = norm_statistics
 
     @property
     def n_clusters(self) -> int:
@@ -100,17 +121,20 @@ class FloralModel(nn.Module):
             context.set(None)
 
     def parameter_roles(self) -> dict[str, str]:
-        """``name -> "base" | "cluster" | "private" | "router"`` for every parameter."""
+        """``name -> "base" | "cluster" | "private" | "router"`` for every parameter, and for
+        the running statistics of the normalisation layers
+        (:func:`~riemfl.nn.floral.norm.statistics_roles`)."""
         adaptor_role = "private" if self.private_adaptors else "cluster"
         roles = {}
         for name, _ in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             if name == "router.logits":
                 roles[name] = "router"
-            elif leaf in ("lora_out", "lora_in", "lora_bias"):
+            elif leaf in _ADAPTOR_LEAVES:
                 roles[name] = adaptor_role
             else:
                 roles[name] = "base"
+        roles.update(statistics_roles(self, self.norm_statistics == "shared"))
         return roles
 
     def factor_pairs(self) -> list[tuple[str, MixtureAdaptor]]:
@@ -129,9 +153,10 @@ class FloralModel(nn.Module):
         Returns
         -------
         torch.nn.Module
-            The original architecture (``nn.Linear``/``nn.Conv2d`` where the adapted layers
-            were), independent of this model; its outputs equal this model's (in eval mode:
-            the router's training noise is not part of the merge).
+            The original architecture (``nn.Linear``/``nn.Conv2d``/the normalisation layer
+            where the adapted layers were), independent of this model; its outputs equal this
+            model's (in eval mode: the router's training noise is not part of the merge, and
+            normalisation layers merge for their running statistics).
         """
         p = self.router.probabilities() if pi is None else torch.as_tensor(pi)
         if p.shape != (self.n_clusters,):
@@ -150,7 +175,7 @@ class FloralModel(nn.Module):
 
 def _adapted_children(model: nn.Module):
     for name, m in model.named_modules():
-        if isinstance(m, MixtureAdaptor):
+        if isinstance(m, (MixtureAdaptor, MixtureNorm)):
             yield name, m
 
 
@@ -169,6 +194,8 @@ def floralize(
     layer_types: Sequence[str] = LAYER_TYPES,
     exclude: Sequence[str] = (),
     conv_variant: str = "balanced_2d",
+    norm_variant: str = "scale",
+    norm_statistics: str = "shared",
     bias: bool = True,
     lora_scale: float = 1.0,
     min_prob: float = 0.0,
@@ -191,12 +218,24 @@ def floralize(
         ``rank`` is given.
     rank : int, optional
         One explicit rank for every adapted layer (the synthetic tasks' r).
-    layer_types : sequence of {"linear", "conv2d"}
-        Which layer types get adaptors.
+    layer_types : sequence of str
+        Which layer types get adaptors, among :data:`ACCEPTED_LAYER_TYPES` ("linear",
+        "conv2d", "batchnorm", "instancenorm", "layernorm", "groupnorm"; default
+        :data:`LAYER_TYPES`, linear and convolution layers). The normalisation types adapt
+        ``nn.BatchNorm1d/2d/3d``, ``nn.InstanceNorm1d/2d/3d``, ``nn.LayerNorm`` and
+        ``nn.GroupNorm`` (:class:`~riemfl.nn.floral.MixtureNorm`, App. F.2).
     exclude : sequence of str
         Qualified module names (as in ``model.named_modules()``) to leave plain.
     conv_variant : {"balanced_2d", "in_layer", "out_layer"}
         The ConvLoRA factorisation (:mod:`riemfl.nn.floral.conv`).
+    norm_variant : {"scale", "nora", "nora_naive"}
+        The adaptor of the batch normalisations (:mod:`riemfl.nn.floral.norm`): App. F.2's
+        scale adaptor, or Batch NorA reparameterised (eq. (42)) or not; the other
+        normalisation types always get the scale adaptor.
+    norm_statistics : {"shared", "local"}
+        The base normalisation layers' running statistics: averaged with the weights
+        :math:`N^k` like the base, or kept by each client (Batch NorA's own statistics are
+        always kept by the client).
     bias : bool, default True
         Bias adaptors (Almansoori et al. 2024, Sec. 3.2, "can be crucial"; App. G.3).
     lora_scale : float, default 1
@@ -220,17 +259,27 @@ def floralize(
     Raises
     ------
     ParameterError
-        For an unknown layer type or variant, a layer that cannot be adapted (grouped
-        convolution), an ``exclude`` name that is not a module, or a model with no layer to
-        adapt.
+        For an unknown layer type, variant or ``norm_statistics``, a layer that cannot be
+        adapted (grouped convolution, normalisation without affine parameters, Batch NorA on
+        a batch normalisation without running statistics), an ``exclude`` name that is not a
+        module, or a model with no layer to adapt.
     """
     n_clusters = integer(n_clusters, "floralize: n_clusters", minimum=1)
     if rank is None:
         check_rho(rho, "floralize")
-    bad = [t for t in layer_types if t not in LAYER_TYPES]
+    bad = [t for t in layer_types if t not in ACCEPTED_LAYER_TYPES]
     if bad:
         raise ParameterError(
-            f"floralize: unknown layer types {bad}; expected some of {LAYER_TYPES}"
+            f"floralize: unknown layer types {bad}; expected some of {ACCEPTED_LAYER_TYPES}"
+        )
+    if norm_variant not in NORM_VARIANTS:
+        raise ParameterError(
+            f"floralize: norm_variant must be one of {NORM_VARIANTS}, got {norm_variant!r}"
+        )
+    if norm_statistics not in NORM_STATISTICS:
+        choices = NORM_STATISTICS
+        raise ParameterError(
+            f"floralize: norm_statistics must be one of {choices}, got {norm_statistics!r}"
         )
     names = {n for n, _ in model.named_modules()}
     missing = [n for n in exclude if n not in names]
@@ -238,14 +287,15 @@ def floralize(
         raise ParameterError(f"floralize: exclude names {missing} are not modules of the model")
     copied = copy.deepcopy(model)
     context = MixtureContext(n_clusters, lora_scale, min_prob)
-    kinds = {"linear": (nn.Linear, MixtureLinear), "conv2d": (nn.Conv2d, MixtureConv2d)}
+    kinds = {"linear": ((nn.Linear,), MixtureLinear), "conv2d": ((nn.Conv2d,), MixtureConv2d)}
+    kinds.update({t: (classes, MixtureNorm) for t, classes in NORM_LAYERS.items()})
     chosen = [kinds[t] for t in layer_types]
     targets = []
     for name, module in copied.named_modules():
         if name in exclude or not name:
             continue
-        for cls, wrapper in chosen:
-            if type(module) is cls:
+        for classes, wrapper in chosen:
+            if type(module) in classes:
                 targets.append((name, module, wrapper))
     if not targets:
         raise ParameterError(
@@ -256,10 +306,17 @@ def floralize(
         if seed is not None:
             torch.manual_seed(int(seed))
         for name, module, wrapper in targets:
-            extra = {"variant": conv_variant} if wrapper is MixtureConv2d else {}
-            layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
+            if wrapper is MixtureNorm:
+                batch = type(module) in NORM_LAYERS["batchnorm"]
+                variant = norm_variant if batch else "scale"
+                layer = MixtureNorm(
+                    module, context, bias=bias, variant=variant, statistics=norm_statistics
+                )
+            else:
+                extra = {"variant": conv_variant} if wrapper is MixtureConv2d else {}
+                layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
             _set_submodule(copied, name, layer)
     router = Router(n_clusters, routing, router_noise)
     weight = next(p for p in model.parameters() if p.is_floating_point())  # an adapted layer's
     router = router.to(dtype=weight.dtype, device=weight.device)  # the mixture weights' dtype
-    return FloralModel(copied, router, context, private_adaptors)
+    return FloralModel(copied, router, context, private_adaptors, norm_statistics)

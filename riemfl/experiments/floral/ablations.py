@@ -1,0 +1,242 @@
+"""The FLoRAL ablations (Almansoori et al. 2024, App. G.3, Tables 2, 4 and 5) on the digits.
+
+:func:`reproduce_table` runs one table (rows and settings:
+:mod:`~riemfl.experiments.floral.ablation_settings`) with Table 1's run machinery
+(:class:`~riemfl.experiments.floral.run.Runner`, resumable, and
+:func:`~riemfl.experiments.floral.build.digits_trainer` with the CNN as the base model) and
+writes ``table{N}.md`` (ours beside the paper's numbers, rank correlations, the paper's claims
+with verdicts: :mod:`~riemfl.experiments.floral.ablation_analysis`,
+:mod:`~riemfl.experiments.floral.ablation_report`), ``table{N}.json`` and ``table{N}.png``.
+:func:`table_runs` are its runs.
+
+Rows of one configuration share their runs (their checkpoint and run file are named by the
+configuration, :attr:`AblationRow.key`): Table 5's two "None" rows are one run, and with one
+``out`` folder for all three tables, the default row (Table 2's x1 / 1%, Table 4's Balanced 2D,
+Table 5's "Both + bias") and Table 4's "None" (Table 5's "LoRA + bias") run once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ParameterError
+from ...progress import ProgressBar
+from .._threads import single_torch_thread
+from .ablation_analysis import check_orderings, correlations, row_accuracies
+from .ablation_report import ablation_plot, ablation_report, ablation_table
+from .ablation_settings import (
+    ABLATION_COLUMNS,
+    PAPER_ABLATION_COLUMNS,
+    TABLES,
+    AblationRow,
+    AblationTable,
+    ablation_settings,
+)
+from .analysis import means
+from .build import digits_task, digits_trainer
+from .run import Runner
+from .settings import Settings, column
+
+__all__ = ["reproduce_table", "table_runs", "cnn_base"]
+
+
+def cnn_base(task: Any, seed: int) -> Any:
+    """The ablations' shared model: :class:`riemfl.nn.SmallCNN` for the task's images, its
+    initialisation seeded by ``seed`` (as Table 1's MLP)."""
+    import torch
+
+    from ...nn import SmallCNN
+
+    shape = tuple(task.input_shape)
+    channels, side = (shape[0], shape[-1]) if len(shape) == 3 else (1, math.isqrt(shape[0]))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return SmallCNN(task.n_classes, in_channels=channels, image_size=side)
+
+
+def _ranks(model: Any) -> dict[str, tuple[int, int | None]] | None:
+    """Adapted layer -> (rank, filter rank or None); None for a model without adaptors."""
+    from ...nn.floral import FloralModel, MixtureConv2d
+
+    if not isinstance(model, FloralModel):
+        return None
+    return {
+        name.removeprefix("model."): (
+            layer.rank,
+            layer.filter_rank if isinstance(layer, MixtureConv2d) else None,
+        )
+        for name, layer in model.adaptors()
+    }
+
+
+def _distinct(table: AblationTable) -> list[AblationRow]:
+    """The table's rows, one per configuration (first label kept)."""
+    return list({row.key: row for row in reversed(table.rows)}.values())[::-1]
+
+
+def table_runs(runner: Runner, table: AblationTable, s: Settings) -> list[dict[str, Any]]:
+    """Every row of the table on every column and seed (one run per configuration).
+
+    Parameters
+    ----------
+    runner : Runner
+        Runs and resumes (Table 1's).
+    table : AblationTable
+        The rows.
+    s : Settings
+        Columns, seeds, rounds and training settings.
+
+    Returns
+    -------
+    list of dict
+        :meth:`Runner.run`'s results (without ``final_point``) with ``row``, ``column``,
+        ``seed`` and the model's adaptor ``ranks``, one per row (rows of one configuration get
+        copies of its run).
+    """
+    done: dict[tuple[str, str, int], dict[str, Any]] = {}
+    every = max(1, s.record_every)
+    for col in s.columns:
+        c = column(col)
+        for seed in s.seeds:
+            task = digits_task(c, seed, s)
+            for row in _distinct(table):
+                trainer = digits_trainer(
+                    row.method,
+                    task,
+                    seed,
+                    s,
+                    base=cnn_base(task, seed),
+                    n_clusters=row.n_clusters(s.n_clusters),
+                    **row.options,
+                )
+                r = runner.run(
+                    f"ablation-{c.transform}-{row.key}-s{seed}",
+                    trainer,
+                    s.rounds,
+                    clients_per_round=s.clients_per_round,
+                    seed=seed,
+                    record_every=every,
+                )
+                r.pop("final_point")
+                r.update(column=col, seed=seed, ranks=_ranks(trainer.model))
+                done[row.key, col, seed] = r
+    return [
+        {**done[row.key, col, seed], "row": row.label}
+        for row in table.rows
+        for col in s.columns
+        for seed in s.seeds
+    ]
+
+
+def reproduce_table(
+    table: int,
+    out: str | Path,
+    quick: bool,
+    data: str | None = None,
+    progress: bool = False,
+    *,
+    settings: Settings | None = None,
+) -> str:
+    """Run ablation Table 2, 4 or 5; write ``table{N}.md``, ``table{N}.json``, ``table{N}.png``.
+
+    Parameters
+    ----------
+    table : {2, 4, 5}
+        The paper's table number (Almansoori et al. 2024, App. G.3).
+    out : str or pathlib.Path
+        The output folder (checkpoints and run files under it too; tables run into one folder
+        share the runs of their common rows).
+    quick : bool
+        The quick form (:func:`~riemfl.experiments.floral.ablation_settings.ablation_settings`).
+    data : str, optional
+        An MNIST file: the paper's MNIST client setting on it (``Settings.for_mnist``).
+    progress : bool
+        Show a progress bar.
+    settings : Settings, optional
+        Every setting (``quick`` then only names the mode in the report); its ``columns``
+        must be among ``"Full R"`` and ``"Full LS"``.
+
+    Returns
+    -------
+    str
+        The report, ``table{N}.md``'s text.
+
+    Raises
+    ------
+    ParameterError
+        For a table the ablations do not have, or columns other than the full-data ones.
+    """
+    if table not in TABLES:
+        raise ParameterError(
+            f"reproduce_table: table must be one of {sorted(TABLES)}, got {table!r}"
+        )
+    spec = TABLES[table]
+    s = settings if settings is not None else ablation_settings(quick)
+    if data is not None:
+        s = s.for_mnist(data, quick)
+    allowed = [c for c, _ in ABLATION_COLUMNS]
+    if not s.columns or any(c not in allowed for c in s.columns):
+        raise ParameterError(
+            f"reproduce_table: columns must be some of {allowed}, got {list(s.columns)}"
+        )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    total = len(_distinct(spec)) * len(s.columns) * len(s.seeds) * s.rounds
+    t0 = time.perf_counter()
+    with single_torch_thread(), ProgressBar(total, f"floral-table{table}", enabled=progress) as bar:
+        runs = table_runs(Runner(out, bar), spec, s)
+    seconds = time.perf_counter() - t0
+    accs = row_accuracies(runs, spec, s)
+    ours = means(accs)
+    details = {r["row"]: {"parameters": r["parameters"], "ranks": r["ranks"]} for r in runs}
+    text_table, layers = ablation_table(spec, accs, details, s)
+    corr = correlations(ours, spec, s)
+    checks = check_orderings(accs, spec, s)
+    text = ablation_report(spec, text_table, layers, corr, checks, s, quick, seconds)
+    ablation_plot(spec, accs, s, out)
+    (out / f"table{table}.md").write_text(text)
+    summary = {
+        "table": table,
+        "title": spec.title,
+        "settings": asdict(s),
+        "quick": quick,
+        "seconds": seconds,
+        "paper": {
+            "source": spec.source,
+            "columns": PAPER_ABLATION_COLUMNS,
+            "rows": {row.label: row.paper for row in spec.rows},
+        },
+        "rows": [{"label": row.label, "key": row.key, **asdict(row)} for row in spec.rows],
+        "ours": {
+            label: {
+                col: {"values": accs[label, col], "mean": m, "std": sd}
+                for col, (m, sd) in by_col.items()
+            }
+            for label, by_col in ours.items()
+        },
+        "rank_correlation": corr,
+        "orderings": checks,
+        "runs": runs,
+    }
+    (out / f"table{table}.json").write_text(json.dumps(_clean(summary), indent=1))
+    return text
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-ready: arrays to lists, NaN/inf to strings (``riemfl.federated`` convention)."""
+    from ...federated.serialise import json_float
+
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return _clean(obj.tolist())
+    return json_float(obj)
