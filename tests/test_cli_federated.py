@@ -345,6 +345,7 @@ def test_reproduce_rejects_tables_a_paper_does_not_have(tmp_path, capsys, paper,
     assert main(args) == 2
     err = capsys.readouterr().err
     assert f"--table {table}" in err and "'floral': (1, 2, 4, 5)" in err
+    assert "'licudi2025': (1, 2)" in err
     assert not (tmp_path / "x").exists()
 
 

@@ -382,13 +382,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--table",
         type=int,
         default=None,
-        help="floral: table 1 (default), 2 (rho x C), 4 (ConvLoRA variants) or 5 (bias adaptors)",
+        help="floral: table 1 (default), 2 (rho x C), 4 (ConvLoRA variants) or 5 (bias "
+        "adaptors); licudi2025: table 1 (default) or 2 (chest X-rays: CXR8 files in --data, "
+        "else the offline multi-label stand-in)",
     )
     p.add_argument("--quick", action="store_true", help="shortened runs (under 3 minutes)")
     p.add_argument(
         "--data",
         default=None,
-        help="zhang2024: MNIST idx/npz file; licudi2025: LEAF data directory (train/, test/)",
+        help="zhang2024: MNIST idx/npz file; licudi2025: LEAF data directory (train/, test/), "
+        "with --table 2 the NIH ChestX-ray14 directory (Data_Entry_2017.csv, images/)",
     )
     p.add_argument(
         "--dataset",

@@ -81,6 +81,15 @@ def _floral(args: argparse.Namespace, out: str) -> list[str]:
 def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import licudi2025
 
+    if args.table == 2:  # the chest X-rays (CXR8), or the offline multi-label stand-in
+        progress = not args.no_progress
+        print(
+            licudi2025.reproduce_table2(
+                out, quick=args.quick, data=args.data, progress=progress, device=args.device
+            )
+        )
+        return []
+
     if args.paper == "licudi2025-baselines":
         settings = licudi2025.Settings.baselines(args.quick)
     else:
@@ -131,7 +140,7 @@ _TABLES_ONLY = "it reports tables and plots, with no pass/fail claims"
 #: the reproducible papers, by the name ``riemfl reproduce`` takes
 PAPERS: dict[str, Paper] = {
     "zhang2024": Paper(_zhang2024),
-    "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
+    "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data"), tables=(1, 2)),
     "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
     "floral": Paper(
         _floral,

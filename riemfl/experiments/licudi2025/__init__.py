@@ -102,6 +102,8 @@ from .settings import (
     Settings,
 )
 from .studies import line_search, path_study, run_all
+from .table2 import reproduce_table2
+from .table2_settings import PAPER_CXR8, PAPER_CXR8_RATES, Table2Settings
 from .tables import accuracy_ties, equal_work_table, table
 
 __all__ = [
@@ -114,7 +116,10 @@ __all__ = [
     "PAPER_FEMNIST",
     "PAPER_SHAKESPEARE",
     "TARGET_ERRORS",
+    "PAPER_CXR8",
+    "PAPER_CXR8_RATES",
     "Settings",
+    "Table2Settings",
     "accuracy_ties",
     "client_data",
     "equal_work",
@@ -125,6 +130,7 @@ __all__ = [
     "paper_axis",
     "ranking_statement",
     "reproduce",
+    "reproduce_table2",
     "table",
 ]
 

@@ -22,20 +22,23 @@ from ..styles import (
 )
 from .settings import Settings
 
-__all__ = ["plot_accuracy", "plot_clocks", "plot_epochs", "plot_fairness"]
+__all__ = ["mean_curve", "plot_accuracy", "plot_clocks", "plot_epochs", "plot_fairness"]
 
 #: clock (a column of ``equal_work.AXES``) -> the label of its axis
 _AXIS_LABELS = {"step": "server step", "updates": "client updates received", "time": "virtual time"}
 
 
-def _mean_curve(runs: list[dict[str, Any]], axis: str) -> tuple[np.ndarray, np.ndarray]:
-    """The mean over seeds of the accuracy against ``axis`` (a column of ``equal_work.AXES``):
-    read at the first seed's evaluations up to the end of the shortest seed."""
+def mean_curve(
+    runs: list[dict[str, Any]], axis: str, metric: str = "accuracy"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over seeds of a curve's ``metric`` (a column of the runs' curves) against
+    ``axis`` (a column of ``equal_work.AXES``): read at the first seed's evaluations up to the
+    end of the shortest seed."""
     curves = [r["curve"] for r in runs]
     end = common_budget([c[axis] for c in curves])
     x = np.array([v for v in curves[0][axis] if v <= end], dtype=float)
-    acc = [[value_at(c[axis], c["accuracy"], v) for v in x] for c in curves]
-    return x, np.mean(acc, axis=0)
+    values = [[value_at(c[axis], c[metric], v) for v in x] for c in curves]
+    return x, np.mean(values, axis=0)
 
 
 def plot_accuracy(
@@ -54,7 +57,7 @@ def plot_accuracy(
     styles = Styles(s.methods)  # the same look per method in every figure of the report
     curves = {}
     for method in s.methods:
-        x, acc = _mean_curve([r for r in runs if r["method"] == method], axis)
+        x, acc = mean_curve([r for r in runs if r["method"] == method], axis)
         keep = x > 0 if axis != "step" else np.ones(x.shape, dtype=bool)
         curves[method] = (x[keep], acc[keep])
     looks = legend_styles(styles, curves)

@@ -10,7 +10,7 @@ from ..equal_work import AXES, disagreeing_pairs, pair_agreement
 from ..spread import mean_std
 from .settings import CURVE_METHODS, Settings
 
-__all__ = ["fedbuff_statement", "ranking_statement", "te_ranking"]
+__all__ = ["fedbuff_statement", "pairs_verdict_change", "ranking_statement", "te_ranking"]
 
 
 def _larger_std(a: tuple[float, float, int], b: tuple[float, float, int]) -> float:
@@ -41,7 +41,7 @@ def ranking_statement(
         f"- The two rankings agree on {agree} of {pairs} pairs of methods.",
     ]
     if agree < pairs:
-        lines.append("  " + _pairs_verdict_change(stats, paper, disagreeing_pairs(ours, theirs)))
+        lines.append("  " + pairs_verdict_change(stats, paper, disagreeing_pairs(ours, theirs)))
     for proposal in (m for m in CURVE_METHODS if m in s.methods):
         lines += _proposal_verdict(proposal, s, stats, name)
     return lines
@@ -78,13 +78,16 @@ def _proposal_verdict(
     ]
 
 
-def _pairs_verdict_change(
+def pairs_verdict_change(
     stats: dict[str, tuple[float, float, int]],
-    paper: dict[str, tuple[float, float, float, float]],
+    paper: dict[str, tuple[float, ...]],
     flipped: list[tuple[str, str]],
 ) -> str:
     """What would change the ranking verdict: of the pairs ordered differently (``flipped``), how
-    many lie within the seed spread of the paper's numbers, or of ours (two std's of the larger)."""
+    many lie within the seed spread of the paper's numbers, or of ours (two std's of the larger).
+
+    ``stats``: method -> our (mean, std, seeds) (:func:`~riemfl.experiments.spread.mean_std`);
+    ``paper``: method -> the paper's (mean, std, ...) of the same metric (its own unit)."""
 
     def close_theirs(a: str, b: str) -> bool:
         return abs(paper[a][0] - paper[b][0]) < 2 * max(paper[a][1], paper[b][1])

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...federated.async_engine import run_async
+from ...federated.async_rules import AsyncRule
 from ...federated.fairness import gini, theil, time_to_error
 from ...federated.history import History
 from ...federated.run_core import RunOptions
@@ -19,19 +21,22 @@ from ...federated.timing import ProportionalTime
 from .data import client_data, validation_split
 from .settings import CURVE_METHODS, METHODS, PAPER_RATES, Settings
 
-__all__ = ["cached_run", "fairness", "one_run", "summary", "trainer"]
+__all__ = ["TABLE1", "Task", "cached_run", "fairness", "one_run", "summary", "trainer"]
 
 #: the entries of a run that stay out of the tables and ``results.json``
 _BULKY = ("curve", "final_point")
 
 
 class _BestModel:
-    """Wraps a trainer's ``evaluate`` to remember the best global model (for fairness) among the
-    evaluations whose call index ``k`` (0, 1, ...) passes ``keep(k)``."""
+    """Wraps a trainer's ``evaluate`` to remember the best global model (for fairness) by the
+    evaluation column ``key`` among the evaluations whose call index ``k`` (0, 1, ...) passes
+    ``keep(k)``."""
 
-    def __init__(self, trainer: Any, keep: Callable[[int], bool] = lambda k: True) -> None:
-        self.trainer, self.keep, self.calls = trainer, keep, 0
-        self.best_accuracy = -math.inf
+    def __init__(
+        self, trainer: Any, keep: Callable[[int], bool] = lambda k: True, key: str = "accuracy"
+    ) -> None:
+        self.trainer, self.keep, self.key, self.calls = trainer, keep, key, 0
+        self.best_score = -math.inf
         self.best = None
 
     def __getattr__(self, name: str) -> Any:
@@ -39,8 +44,8 @@ class _BestModel:
 
     def evaluate(self, flat: np.ndarray) -> dict[str, float]:
         out = self.trainer.evaluate(flat)
-        if self.keep(self.calls) and out["accuracy"] > self.best_accuracy:
-            self.best_accuracy, self.best = out["accuracy"], np.array(flat, copy=True)
+        if self.keep(self.calls) and out[self.key] > self.best_score:
+            self.best_score, self.best = out[self.key], np.array(flat, copy=True)
         self.calls += 1
         return out
 
@@ -68,21 +73,63 @@ def _model_fn(s: Settings) -> Callable[[], Any]:
     return models[s.dataset]
 
 
-def trainer(s: Settings, seed: int, epochs: int, validation: bool = False) -> Any:
-    """The clients' :class:`~riemfl.nn.TorchClientTrainer` of seed ``seed``, on the validation
-    rows of :func:`~riemfl.experiments.licudi2025.data.validation_split` if ``validation``."""
+def _table1_rule(method: str, d: int, eta: float) -> AsyncRule:
+    """The server rule of Table 1: :data:`~riemfl.experiments.licudi2025.settings.METHODS`'s."""
+    return METHODS[method](d, eta)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a run trains and evaluates; the defaults are Table 1's (:data:`TABLE1`).
+
+    Attributes
+    ----------
+    clients : callable
+        ``clients(s, seed)``: the clients' (X_train, y_train, X_test, y_test).
+    model : callable
+        ``model(s)``: the ``model_fn`` of :class:`~riemfl.nn.TorchClientTrainer`.
+    loss : str
+        The trainer's loss (:data:`riemfl.nn.trainer.LOSSES`).
+    rule : callable
+        ``rule(method, D, eta_g)``: the server rule.
+    target : str
+        The evaluation column whose error ``1 - target`` gives T_e and whose best value picks the
+        best model (accuracy; macro AUROC for CXR8, Licudi et al. 2025, Sec. 4.2).
+    scores : tuple of str
+        Further evaluation columns kept in a run's curve and, at the last evaluation, in the run.
+    """
+
+    clients: Callable[[Settings, int], list[Any]] = client_data
+    model: Callable[[Settings], Callable[[], Any]] = _model_fn
+    loss: str = "cross_entropy"
+    rule: Callable[[str, int, float], AsyncRule] = _table1_rule
+    target: str = "accuracy"
+    scores: tuple[str, ...] = ()
+
+
+#: the task of Table 1: classification with the data set's model and the rules of ``METHODS``
+TABLE1 = Task()
+
+
+def trainer(
+    s: Settings, seed: int, epochs: int, validation: bool = False, task: Task = TABLE1
+) -> Any:
+    """The clients' :class:`~riemfl.nn.TorchClientTrainer` of seed ``seed`` for ``task``, on the
+    validation rows of :func:`~riemfl.experiments.licudi2025.data.validation_split` if
+    ``validation``."""
     from ...nn import TorchClientTrainer
 
-    data = client_data(s, seed)
+    data = task.clients(s, seed)
     if validation:
         data = validation_split(data, s.validation_fraction, seed)
     return TorchClientTrainer(
-        _model_fn(s),
+        task.model(s),
         data,
         epochs=epochs,
         lr=s.local_lr,
         mu=s.mu,
         batch_size=s.batch_size,
+        loss=task.loss,
         device=s.device,
     )
 
@@ -95,33 +142,35 @@ def one_run(
     steps: int | None = None,
     rate: float | None = None,
     validation: bool = False,
+    task: Task = TABLE1,
 ) -> dict[str, Any]:
     """One run of ``method``: its final and best accuracy, T_e, fairness, client updates and
     staleness, its curve on the three clocks (``equal_work.AXES``) and its final model.
 
     ``epochs``, ``steps`` and ``rate`` default to ``s.epochs``, ``s.steps`` and the
-    paper's Table 3 rate; ``validation`` runs on the line search's validation rows.
+    paper's Table 3 rate; ``validation`` runs on the line search's validation rows; ``task``:
+    what is trained, and which evaluation column gives T_e and the best model (:class:`Task`).
     """
     from ...nn import BezierClientTrainer
 
     epochs = s.epochs if epochs is None else epochs
     steps = s.steps if steps is None else steps
     rate = PAPER_RATES[method] if rate is None else rate
-    local = trainer(s, seed, epochs, validation)
+    local = trainer(s, seed, epochs, validation, task)
     client: Any = local
     if method in CURVE_METHODS:
         client = BezierClientTrainer(
             local, curve_epochs=min(epochs, s.curve_epochs), curve_lr=s.curve_lr
         )
     x0 = local.initial_parameters(seed)
-    rule = METHODS[method](x0.size, rate)
+    rule = task.rule(method, x0.size, rate)
     every = _eval_steps(s.record_every, rule.buffer_size)
 
     def on_grid(step: int) -> bool:  # the evaluations of the per-step comparison
         return step % s.record_every == 0 or step >= steps
 
     # the best model (fairness) among the per-step evaluations only, as with record_every steps
-    watched = _BestModel(client, keep=lambda k: on_grid(min(k * every, steps)))
+    watched = _BestModel(client, keep=lambda k: on_grid(min(k * every, steps)), key=task.target)
     h: History = run_async(
         watched,
         rule,
@@ -136,7 +185,7 @@ def one_run(
     per_client = local.per_client_accuracy(watched.best)
     per_client = per_client[np.isfinite(per_client)]
     rows = [i for i, v in enumerate(h.metrics["step"]) if on_grid(int(v))]
-    errors = [1.0 - h.metrics["accuracy"][i] for i in rows]
+    errors = [1.0 - h.metrics[task.target][i] for i in rows]
     t_e = time_to_error(errors, s.error_target, steps=[int(h.metrics["step"][i]) for i in rows])
     return {
         "method": method,
@@ -150,13 +199,16 @@ def one_run(
         # apart (:func:`accuracy_ties`)
         "loss": h.metrics["loss"][-1],
         "test_rows": int(h.metrics["n_samples"][-1]),
-        "best_accuracy": watched.best_accuracy,
+        f"best_{task.target}": watched.best_score,
         "T_e": t_e,
         **fairness(per_client),
         "updates": len(h.log["client"]),
         "mean_staleness": float(np.mean(h.log["staleness"])),
+        **{k: h.metrics[k][-1] for k in task.scores},
         # every evaluated row on the three clocks (equal_work.AXES)
-        "curve": {k: list(h.metrics[k]) for k in ("step", "updates", "time", "accuracy")},
+        "curve": {
+            k: list(h.metrics[k]) for k in ("step", "updates", "time", "accuracy", *task.scores)
+        },
         "final_point": h.final_point,
     }
 
@@ -183,6 +235,7 @@ def cached_run(
     steps: int | None = None,
     rate: float | None = None,
     validation: bool = False,
+    task: Task = TABLE1,
 ) -> dict[str, Any]:
     """:func:`one_run`, saved to (and on a rerun loaded from) ``runs_dir``: resumable.
 
@@ -203,7 +256,7 @@ def cached_run(
     saved = _load_run(path, point_path)
     if saved is not None:
         return saved
-    run = one_run(method, seed, s, epochs, steps, rate, validation)
+    run = one_run(method, seed, s, epochs, steps, rate, validation, task)
     np.save(point_path, run["final_point"])
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({k: v for k, v in run.items() if k != "final_point"}, default=str))

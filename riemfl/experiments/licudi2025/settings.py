@@ -39,8 +39,9 @@ __all__ = [
     "check_methods",
 ]
 
-#: method -> server rule, given the number of model parameters D and the global rate eta_g
-METHODS: dict[str, Callable[[int, float], AsyncRule]] = {
+#: method -> server rule, given the number of model parameters D and the global rate eta_g; the
+#: curve methods also take OrthoDC's vartheta (default 1, App. B.1; 0 for CXR8, App. B.3)
+METHODS: dict[str, Callable[..., AsyncRule]] = {
     "FedAsync": lambda d, eta: FedAsync(server_lr=eta),
     "FedOrtho": lambda d, eta: FedOrtho(server_lr=eta),
     "FedGS": lambda d, eta: FedGS(server_lr=eta),
@@ -49,8 +50,10 @@ METHODS: dict[str, Callable[[int, float], AsyncRule]] = {
     "AsyncFedED": lambda d, eta: AsyncFedED(
         server_lr=eta, gamma_bar=1.0, kappa=1.0, warmup=10, initial_epochs=2, max_epochs=8
     ),
-    "AsyncBezier": lambda d, eta: AsyncBezier(Euclidean(d), eta, vartheta=1.0),
-    "AsyncBezierED": lambda d, eta: AsyncBezierED(Euclidean(d), eta, vartheta=1.0),
+    "AsyncBezier": lambda d, eta, vartheta=1.0: AsyncBezier(Euclidean(d), eta, vartheta=vartheta),
+    "AsyncBezierED": lambda d, eta, vartheta=1.0: AsyncBezierED(
+        Euclidean(d), eta, vartheta=vartheta
+    ),
 }
 CURVE_METHODS = ("AsyncBezier", "AsyncBezierED")
 BASELINES = tuple(m for m in METHODS if m not in CURVE_METHODS)
