@@ -88,6 +88,18 @@ from typing import Any
 from ...progress import ProgressBar
 from .._threads import single_torch_thread
 from .ablations import reproduce_table
+from .cifar import (
+    CIFAR_COLUMNS,
+    PAPER_CIFAR,
+    cifar10_task,
+    cifar100_task,
+    cifar_settings,
+    cifar_task,
+    load_cifar,
+    load_cifar10,
+    load_cifar100,
+    write_generated_cifar,
+)
 from .figures import plots
 from .report import report
 from .run import Runner, aggregation_runs, digits_runs, synthetic_runs, total_rounds
@@ -117,6 +129,16 @@ __all__ = [
     "Settings",
     "reproduce",
     "reproduce_table",
+    "CIFAR_COLUMNS",
+    "PAPER_CIFAR",
+    "cifar10_task",
+    "cifar100_task",
+    "cifar_settings",
+    "cifar_task",
+    "load_cifar",
+    "load_cifar10",
+    "load_cifar100",
+    "write_generated_cifar",
 ]
 
 
