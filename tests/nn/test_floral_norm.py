@@ -556,6 +556,7 @@ def test_center_products_is_eq_37():
 
 
 # ------------------------------------------------------------------------------ Figure 2
+@pytest.mark.slow  # trains six variants (about 8 s)
 def test_fig2_quick_writes_its_files_and_the_adaptors_beat_fedavg(tmp_path):
     from riemfl.experiments.floral.fig2 import FIG2_VARIANTS, QUICK, run_fig2
 

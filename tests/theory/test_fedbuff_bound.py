@@ -34,6 +34,7 @@ def quick(tmp_path_factory):
     return out, found
 
 
+@pytest.mark.slow  # the quick form runs 18 FedBuff runs (about 10 s)
 def test_the_quick_form_writes_its_files(quick):
     out, found = quick
     assert (out / FIGURE).read_bytes()[:4] == b"\x89PNG"
@@ -49,6 +50,7 @@ def test_the_quick_form_writes_its_files(quick):
     assert all("curve" not in r for r in results["rows"])
 
 
+@pytest.mark.slow  # the quick form runs 18 FedBuff runs (about 10 s)
 def test_the_quick_form_verdicts_pass_and_measured_is_below_the_bound(quick):
     out, found = quick
     s = Settings.quick()
