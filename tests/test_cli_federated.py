@@ -349,6 +349,21 @@ def test_reproduce_rejects_tables_a_paper_does_not_have(tmp_path, capsys, paper,
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["privacy", "--figure", "2"], "--figure: selects figures of zhang2024, floral only"),
+        (["floral", "--figure", "3"], "floral has the figures [2]"),
+        (["floral", "--figure", "2", "--table", "2"], "give one of them"),
+        (["zhang2024", "--cifar-standin"], "--cifar-standin: a setting of floral's Table 1"),
+    ],
+)
+def test_reproduce_rejects_options_a_paper_does_not_take(tmp_path, capsys, args, message):
+    assert main(["reproduce", *args, "--out", str(tmp_path / "x")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_every_figure_has_the_papers_settings():
     figs = zhang2024.figures(quick=False)
     assert sorted(figs) == list(range(1, 10))

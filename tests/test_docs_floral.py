@@ -16,7 +16,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "floral.md"
 def test_floral_page_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     namespace: dict = {"__name__": "docs_floral"}
     for k, block in enumerate(blocks):
         exec(compile(block, f"docs/floral.md (python block {k + 1})", "exec"), namespace)  # noqa: S102

@@ -377,7 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[shared["progress"]],
     )
     p.add_argument("paper", choices=list(PAPERS), help="which reproduction")
-    p.add_argument("--figure", type=int, action="append", help="figure number (repeatable)")
+    p.add_argument(
+        "--figure",
+        type=int,
+        action="append",
+        help="zhang2024: figure number (repeatable); floral: 2 (the synthetic MLP with batch "
+        "normalisation: norm adaptors and Batch NorA)",
+    )
     p.add_argument(
         "--table",
         type=int,
@@ -391,7 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--data",
         default=None,
         help="zhang2024: MNIST idx/npz file; licudi2025: LEAF data directory (train/, test/), "
-        "with --table 2 the NIH ChestX-ray14 directory (Data_Entry_2017.csv, images/)",
+        "with --table 2 the NIH ChestX-ray14 directory (Data_Entry_2017.csv, images/); floral: "
+        "an MNIST file, or a directory of CIFAR-10/100 python batches (Table 1's CIFAR columns)",
+    )
+    p.add_argument(
+        "--cifar-standin",
+        action="store_true",
+        help="floral: also run Table 1's CIFAR columns on generated files in the CIFAR format "
+        "(the code paths, not CIFAR numbers)",
     )
     p.add_argument(
         "--dataset",

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import ParameterError
 
@@ -36,12 +37,18 @@ class Paper:
     tables : tuple of int
         The paper's tables that ``--table N`` selects (empty: none; the run without
         ``--table`` is the paper's main reproduction).
+    figures : tuple of int
+        The figures that ``--figure N`` selects (empty: none).
+    report : str
+        The file the run writes its report to (``--table N`` runs write ``tableN.md``).
     """
 
     run: Callable[[argparse.Namespace, str], list[str]]
     no_verdicts: str = ""
     extras: tuple[str, ...] = ("data",)
     tables: tuple[int, ...] = ()
+    figures: tuple[int, ...] = ()
+    report: str = "report.md"
 
 
 def _communication(args: argparse.Namespace, out: str) -> list[str]:
@@ -68,13 +75,34 @@ def _floral(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import floral
 
     progress = not args.no_progress
-    if args.table in (None, 1):
-        print(floral.reproduce(out, quick=args.quick, data=args.data, progress=progress))
+    if args.figure:  # Fig. 2: the synthetic MLP with batch normalisation
+        from ..experiments.floral.fig2 import run_fig2
+
+        result = run_fig2(out, quick=args.quick, progress=progress)
+        for label, variant in result["variants"].items():
+            print(f"{label}: final personal test MSE {variant['final_loss']:.4g}")
+    elif args.table in (None, 1):
+        report = floral.reproduce(
+            out,
+            quick=args.quick,
+            data=args.data,
+            progress=progress,
+            cifar_standin=args.cifar_standin,
+        )
+        print(report)
     else:
         report = floral.reproduce_table(
             args.table, out, quick=args.quick, data=args.data, progress=progress
         )
         print(report)
+    return []
+
+
+def _floral_theory(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import floral
+
+    floral.run_mfl_regret(out, quick=args.quick, progress=not args.no_progress)
+    print((Path(out) / "mfl.md").read_text())
     return []
 
 
@@ -139,7 +167,7 @@ _TABLES_ONLY = "it reports tables and plots, with no pass/fail claims"
 
 #: the reproducible papers, by the name ``riemfl reproduce`` takes
 PAPERS: dict[str, Paper] = {
-    "zhang2024": Paper(_zhang2024),
+    "zhang2024": Paper(_zhang2024, figures=tuple(range(1, 10))),
     "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data"), tables=(1, 2)),
     "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
     "floral": Paper(
@@ -147,6 +175,14 @@ PAPERS: dict[str, Paper] = {
         "its report compares with the paper's numbers in prose, with no pass/fail claims",
         ("torch", "data"),
         tables=(1, 2, 4, 5),
+        figures=(2,),
+    ),
+    "floral-theory": Paper(
+        _floral_theory,
+        "it compares measurements with Theorems A.9 and A.10 in its report, with no pass/fail "
+        "claims",
+        ("torch", "data"),
+        report="mfl.md",
     ),
     "privacy": Paper(
         _privacy,
@@ -174,16 +210,31 @@ def reproduce(args: argparse.Namespace) -> int:
             f"--table {args.table}: expected one of the tables {with_tables} of those papers; "
             f"got it with {args.paper}"
         )
-    if args.figure and args.paper != "zhang2024":
+    if args.figure and not paper.figures:
+        with_figures = {name: p.figures for name, p in PAPERS.items() if p.figures}
         raise ParameterError(
-            f"--figure: selects figures of zhang2024 only; got it with {args.paper}"
+            f"--figure: selects figures of {', '.join(with_figures)} only; got it with {args.paper}"
         )
+    if args.figure and args.paper != "zhang2024" and set(args.figure) - set(paper.figures):
+        raise ParameterError(
+            f"--figure {args.figure}: {args.paper} has the figures {list(paper.figures)}"
+        )
+    if args.cifar_standin and args.paper != "floral":
+        raise ParameterError(f"--cifar-standin: a setting of floral's Table 1; got {args.paper}")
+    if args.figure and args.table is not None:
+        raise ParameterError("--figure and --table select one run each; give one of them")
     from ..extras import require_extras
 
     require_extras(paper.extras, f"riemfl reproduce {args.paper}")
     out = args.out or f"results/{args.paper}" + ("-quick" if args.quick else "")
     failed = paper.run(args, out)
-    print(f"report: {out}/" + ("report.md" if args.table in (None, 1) else f"table{args.table}.md"))
+    if args.figure and args.paper != "zhang2024":
+        report = f"fig{args.figure[0]}.png"
+    elif args.table not in (None, 1):
+        report = f"table{args.table}.md"
+    else:
+        report = paper.report
+    print(f"report: {out}/{report}")
     if args.strict and failed:
         print(
             f"riemfl: error: --strict: claims {', '.join(map(str, failed))} FAIL",

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..federated import DPSettings, RFedAvg, RFedProj, RunOptions, run_sync
-from ..federated.serialise import json_float
+from ..federated.serialise import json_ready
 from ..problems.base import Classifier
 from ..progress import ProgressBar
 from .registry import PROBLEMS, build_problem
@@ -231,13 +231,5 @@ def reproduce(
     _plot(rows, s, out)
     (out / "report.md").write_text(_report(rows, s, quick, seconds))
     summary = {"settings": asdict(s), "quick": quick, "seconds": seconds, "runs": rows}
-    (out / "results.json").write_text(json.dumps(_clean(summary), indent=1))
+    (out / "results.json").write_text(json.dumps(json_ready(summary), indent=1))
     return "\n".join(_table(rows, len(s.seeds)))
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return json_float(obj)

@@ -9,10 +9,15 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..backend import is_torch
+
 __all__ = [
     "json_float",
     "from_json_float",
     "dump_json",
+    "json_ready",
     "load_json",
     "describe_parameters",
     "instance_attributes",
@@ -26,6 +31,18 @@ def json_float(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
+
+
+def json_ready(obj: Any) -> Any:
+    """``obj`` as plain JSON values: dict keys as strings, tuples as lists, numpy and torch
+    arrays and scalars as (nested) lists and numbers, NaN/inf as strings (:func:`json_float`)."""
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, np.ndarray | np.generic) or is_torch(obj):
+        return json_ready(obj.tolist())
+    return json_float(obj)
 
 
 def from_json_float(v: Any) -> Any:

@@ -1,6 +1,6 @@
 """FLoRAL (Almansoori et al. 2024): Table 1 on the digits stand-in, synthetic curves.
 
-``riemfl reproduce floral [--quick] [--data MNIST_FILE]`` runs
+``riemfl reproduce floral [--quick] [--data MNIST_FILE | --data CIFAR_DIR]`` runs
 
 1. **Table 1, MNIST columns**, on rotation and label-shift clusters of scikit-learn's digits
    (the offline MNIST stand-in; the user's MNIST with ``--data``), full and reduced data:
@@ -9,9 +9,13 @@
    where the ordering agrees; with reduced data at the paper's 5% and at 14% (the paper's
    10-row minimum), the FLoRAL-vs-ensemble gap (pi*) paired by seed over more seeds, with a
    verdict rule fixed in advance;
-2. **the synthetic tasks** (linear, K = 10, C = 2; MLP, K = 20, C = 4): personal test-loss
+2. **Table 1, CIFAR columns**, where ``--data`` is a directory holding CIFAR-10 and/or
+   CIFAR-100 python files (or with ``cifar_standin``): the same eight methods on CIFAR-10
+   rotation and label shift (Cifar10CNN) and CIFAR-100 disjoint labels (VGG8), full and
+   reduced, beside the paper's CIFAR numbers with the rank correlation per column;
+3. **the synthetic tasks** (linear, K = 10, C = 2; MLP, K = 20, C = 4): personal test-loss
    curves of the same methods (Table 3 of the paper is a plot);
-3. **factor averaging against the manifold-aware aggregation** (average the adaptor products,
+4. **factor averaging against the manifold-aware aggregation** (average the adaptor products,
    retract with the truncated SVD on ``FixedRank``; the paper's Algorithm 1 averages the
    factors U and V, which is not gauge-invariant): the same FLoRAL runs with
    both, a FedBuff + FLoRAL asynchronous run with both, and a gauge-invariance check.
@@ -62,7 +66,23 @@ their public implementation, ``zeligism/FLoRAL`` in ``docs/references.md``):
   rule (the factor-averaging runs are Table 1's), and FedBuff + FLoRAL (buffer 5, 10 workers,
   exponential compute times, 100 server steps; ``--quick``: 30) with both rules;
 * with ``--data`` (real MNIST): K = 300, 30 clients per round, batch 32, 500 / 1500 rounds
-  (``--quick``: 50 / 150), router lr 0.1, per-client test shards (the paper's setting).
+  (``--quick``: 50 / 150), router lr 0.1, per-client test shards (the paper's setting);
+* ``--data DIR`` is read by what DIR holds: a directory where
+  :func:`~riemfl.experiments.floral.cifar.find_cifar` finds CIFAR-10 or CIFAR-100 files (in DIR
+  or its ``cifar-10-batches-py/`` / ``cifar-100-python/``) adds the CIFAR columns of the kinds
+  found, the MNIST columns then running on digits; anything else is an MNIST file or directory,
+  as above;
+* CIFAR columns (:class:`~riemfl.experiments.floral.settings.CifarSettings`): K, C and the
+  share per round of the paper's Table 6 (CIFAR-10: K = 20, C = 4, all clients; CIFAR-100:
+  K = 100, C = 10, 50%); batch 64, lr 0.03, router lr 0.1, 500 rounds (the authors' code's
+  CIFAR-10 values; the paper gives none, and CIFAR-100's server Adam is not used);
+  per-channel standardisation, no augmentation, per-client test shards; seeds 0 and 1.
+  ``--quick``: seed 0, 20 rounds, K = 8 / 20 and 1000 training / 500 test rows of the files;
+* ``cifar_standin`` (off by default, never without being asked): writes the generated CIFAR
+  stand-in (:func:`~riemfl.experiments.floral.cifar.write_generated_cifar`) under
+  ``out/data`` and runs the CIFAR columns on it at ``--quick``'s sizes; it shows that the CIFAR
+  code paths run, nothing about the paper's CIFAR accuracies. With a CIFAR ``--data`` the
+  files are used instead.
 
 Completed runs are checkpointed under ``out/checkpoints``; an interrupted reproduction resumes
 where it stopped.
@@ -83,8 +103,8 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
+from ...federated.serialise import json_ready
 from ...progress import ProgressBar
 from .._threads import single_torch_thread
 from .ablations import reproduce_table
@@ -93,16 +113,19 @@ from .cifar import (
     PAPER_CIFAR,
     cifar10_task,
     cifar100_task,
+    cifar_kinds,
     cifar_settings,
     cifar_task,
     load_cifar,
     load_cifar10,
     load_cifar100,
     write_generated_cifar,
+    write_standin,
 )
 from .figures import plots
+from .mfl import MFL_RUNS, MFLSettings, run_mfl_regret
 from .report import report
-from .run import Runner, aggregation_runs, digits_runs, synthetic_runs, total_rounds
+from .run import Runner, aggregation_runs, cifar_runs, digits_runs, synthetic_runs, total_rounds
 from .settings import (
     COLUMNS,
     GAP_METHODS,
@@ -111,6 +134,7 @@ from .settings import (
     PAPER_COLUMNS,
     PAPER_MNIST,
     SYNTHETIC_METHODS,
+    CifarSettings,
     Column,
     Method,
     Settings,
@@ -127,12 +151,17 @@ __all__ = [
     "GAP_METHODS",
     "GAP_SEEDS",
     "Settings",
+    "CifarSettings",
     "reproduce",
     "reproduce_table",
+    "MFL_RUNS",
+    "MFLSettings",
+    "run_mfl_regret",
     "CIFAR_COLUMNS",
     "PAPER_CIFAR",
     "cifar10_task",
     "cifar100_task",
+    "cifar_kinds",
     "cifar_settings",
     "cifar_task",
     "load_cifar",
@@ -149,6 +178,7 @@ def reproduce(
     data: str | None = None,
     progress: bool = True,
     settings: Settings | None = None,
+    cifar_standin: bool = False,
 ) -> str:
     """Run everything; write ``report.md``, ``results.json`` and the PNG plots; return the table.
 
@@ -159,11 +189,18 @@ def reproduce(
     quick : bool
         :meth:`Settings.quick` rather than the full settings.
     data : str, optional
-        An MNIST file: the paper's MNIST setting (:meth:`Settings.for_mnist`) on it.
+        A directory holding CIFAR-10 and/or CIFAR-100 python files: Table 1's CIFAR columns
+        of the kinds found (:meth:`Settings.for_cifar`), beside the digits columns; anything
+        else is an MNIST file or directory: the paper's MNIST setting
+        (:meth:`Settings.for_mnist`) on it.
     progress : bool
         Show a progress bar.
     settings : Settings, optional
         Every setting (``quick`` then only names the mode in the report).
+    cifar_standin : bool
+        Also run the CIFAR columns on the generated stand-in written under ``out/data``, at
+        ``--quick``'s sizes (:meth:`Settings.with_cifar_standin`; ``settings.cifar.standin``
+        does the same at ``settings``' sizes). Ignored where ``data`` holds CIFAR files.
 
     Returns
     -------
@@ -171,22 +208,33 @@ def reproduce(
         Table 1 (Markdown), ours beside the paper's.
     """
     s = settings if settings is not None else (Settings.quick() if quick else Settings())
-    if data is not None:
-        s = s.for_mnist(data, quick)
     out = Path(out)
+    kinds = cifar_kinds(data) if data is not None else ()
+    if kinds:
+        s = s.for_cifar(str(data), kinds)
+    elif data is not None:
+        s = s.for_mnist(data, quick)
+    if cifar_standin and not s.cifar.standin:
+        s = s.with_cifar_standin()
+    if s.cifar.standin and not kinds:
+        standin = write_standin(out / "data", s.cifar)
+        s = s.for_cifar(str(standin), cifar_kinds(standin))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with single_torch_thread(), ProgressBar(total_rounds(s), "floral", enabled=progress) as bar:
         runner = Runner(out, bar)
         digits, holdings = digits_runs(runner, s)
+        cifar = cifar_runs(runner, s)
         synthetic = synthetic_runs(runner, s)
         agg = aggregation_runs(runner, s, digits)
     seconds = time.perf_counter() - t0
-    text, table, gaps = report(digits, holdings, synthetic, agg, s, quick, seconds)
+    text, table, gaps = report(digits, holdings, synthetic, agg, s, quick, seconds, cifar)
     plots(digits, gaps, synthetic, agg, s, out)
     (out / "report.md").write_text(text)
+    # the CIFAR settings are recorded beside the CIFAR runs, where any ran
+    settings_record = {k: v for k, v in asdict(s).items() if k != "cifar"}
     summary = {
-        "settings": asdict(s),
+        "settings": settings_record,
         "quick": quick,
         "seconds": seconds,
         "paper_mnist": PAPER_MNIST,
@@ -196,18 +244,7 @@ def reproduce(
         "synthetic": synthetic,
         "aggregation": agg,
     }
-    (out / "results.json").write_text(json.dumps(_clean(summary), indent=1))
+    if cifar:
+        summary["cifar"] = {"settings": asdict(s.cifar), "paper_cifar": PAPER_CIFAR, "runs": cifar}
+    (out / "results.json").write_text(json.dumps(json_ready(summary), indent=1))
     return table
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-ready: arrays to lists, NaN/inf to strings (``riemfl.federated`` convention)."""
-    from ...federated.serialise import json_float
-
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
-    return json_float(obj)

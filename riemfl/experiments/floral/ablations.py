@@ -24,9 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...errors import ParameterError
+from ...federated.serialise import json_ready
 from ...progress import ProgressBar
 from .._threads import single_torch_thread
 from .ablation_analysis import check_orderings, correlations, row_accuracies
@@ -225,18 +224,5 @@ def reproduce_table(
         "orderings": checks,
         "runs": runs,
     }
-    (out / f"table{table}.json").write_text(json.dumps(_clean(summary), indent=1))
+    (out / f"table{table}.json").write_text(json.dumps(json_ready(summary), indent=1))
     return text
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-ready: arrays to lists, NaN/inf to strings (``riemfl.federated`` convention)."""
-    from ...federated.serialise import json_float
-
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return _clean(obj.tolist())
-    return json_float(obj)

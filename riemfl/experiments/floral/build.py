@@ -2,8 +2,9 @@
 
 :func:`build_model` turns a base network into a row of Table 1 (FedAvg, Local Adaptor,
 Ensemble, FLoRAL); :func:`digits_task` and :func:`digits_trainer` make a column's task and a
-row's trainer on it, :func:`synthetic_trainer` a synthetic task's; :func:`holdings` describes
-what the clients of a digits task hold.
+row's trainer on it (:func:`cifar_base`: the CIFAR columns' base networks),
+:func:`synthetic_trainer` a synthetic task's; :func:`holdings` describes what the clients of a
+digits task hold.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .settings import Column, Method, Settings
 __all__ = [
     "SYNTHETIC_TASKS",
     "build_model",
+    "cifar_base",
     "digits_task",
     "digits_trainer",
     "synthetic_task",
@@ -98,6 +100,29 @@ def _mlp(sizes: list[int], seed: int) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return MLP(sizes)
+
+
+def cifar_base(kind: str, seed: int) -> Any:
+    """The paper's base network of a CIFAR column, initialised from ``seed``.
+
+    Parameters
+    ----------
+    kind : {"cifar10", "cifar100"}
+        :class:`~riemfl.nn.cifar_models.Cifar10CNN` (10 outputs) or
+        :class:`~riemfl.nn.cifar_models.VGG8` (100 outputs).
+    seed : int
+
+    Returns
+    -------
+    torch.nn.Module
+    """
+    import torch
+
+    from ...nn.cifar_models import VGG8, Cifar10CNN
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return VGG8() if kind == "cifar100" else Cifar10CNN()
 
 
 def _synthetic_base(task: Any, seed: int) -> Any:

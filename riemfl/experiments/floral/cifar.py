@@ -46,7 +46,15 @@ import numpy as np
 
 from ..._validation import integer
 from ...errors import DataError, ParameterError
-from .settings import Column, Settings
+from .settings import (
+    CIFAR_COLUMNS,
+    CIFAR_PAPER_COLUMNS,
+    PAPER_CIFAR,
+    CifarSettings,
+    Column,
+    Settings,
+    cifar_kind,
+)
 
 __all__ = [
     "CIFAR_FOLDERS",
@@ -57,12 +65,15 @@ __all__ = [
     "CIFAR_PAPER_COLUMNS",
     "PAPER_CIFAR",
     "find_cifar",
+    "cifar_kinds",
     "load_cifar",
     "load_cifar10",
     "load_cifar100",
     "standardise",
+    "subsample",
     "write_cifar",
     "write_generated_cifar",
+    "write_standin",
     "cifar_settings",
     "cifar10_task",
     "cifar100_task",
@@ -159,6 +170,21 @@ def find_cifar(directory: str | Path, kind: str) -> Path | None:
         if (candidate / first).is_file():
             return candidate
     return None
+
+
+def cifar_kinds(directory: str | Path) -> tuple[str, ...]:
+    """The kinds whose files :func:`find_cifar` finds in ``directory`` (none for a file).
+
+    Parameters
+    ----------
+    directory : path
+
+    Returns
+    -------
+    tuple of str
+        ``"cifar10"`` and/or ``"cifar100"``, in that order.
+    """
+    return tuple(kind for kind in CIFAR_FOLDERS if find_cifar(directory, kind) is not None)
 
 
 def _unpickle(path: Path) -> dict[str, Any]:
@@ -299,6 +325,40 @@ def standardise(data: CifarData) -> CifarData:
     )
 
 
+def subsample(data: CifarData, rows: tuple[int, int] | None) -> CifarData:
+    """The first ``train // n_classes`` training and ``test // n_classes`` test rows of each class.
+
+    Parameters
+    ----------
+    data : CifarData
+    rows : (int, int) or None
+        Training and test rows to keep in all, evenly over the classes (at least one per
+        class); None keeps everything.
+
+    Returns
+    -------
+    CifarData
+        A copy, rows in their order in the files.
+    """
+    if rows is None:
+        return data
+
+    def keep(y: np.ndarray, total: int) -> np.ndarray:
+        per_class = max(1, total // data.n_classes)
+        return np.sort(
+            np.concatenate([np.flatnonzero(y == c)[:per_class] for c in range(data.n_classes)])
+        )
+
+    tr, te = keep(data.y_train, rows[0]), keep(data.y_test, rows[1])
+    return replace(
+        data,
+        x_train=data.x_train[tr],
+        y_train=data.y_train[tr],
+        x_test=data.x_test[te],
+        y_test=data.y_test[te],
+    )
+
+
 # ------------------------------------------------------------------------------------ writing
 def _dump(path: Path, obj: dict[bytes, Any]) -> None:
     with path.open("wb") as f:
@@ -402,6 +462,31 @@ def write_generated_cifar(
     return write_cifar(directory, kind, x_tr, y_tr, x_te, y_te)
 
 
+def write_standin(directory: str | Path, cifar: CifarSettings) -> Path:
+    """The generated stand-in of every kind ``cifar.columns`` needs, in its archive folder.
+
+    Parameters
+    ----------
+    directory : path
+        Gets ``cifar-10-batches-py/`` and/or ``cifar-100-python/``.
+    cifar : CifarSettings
+        The columns and ``standin_per_class``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``directory``, ready for :func:`load_cifar`.
+    """
+    d = Path(directory)
+    kinds = {cifar_kind(c) for c in CIFAR_COLUMNS if c.label in cifar.columns}
+    for kind in (k for k in CIFAR_FOLDERS if k in kinds):
+        train, test = cifar.standin_per_class[kind]
+        write_generated_cifar(
+            d / CIFAR_FOLDERS[kind], kind, train_per_class=train, test_per_class=test
+        )
+    return d
+
+
 # -------------------------------------------------------------------------------------- tasks
 @dataclass(frozen=True)
 class CifarSetup:
@@ -417,80 +502,6 @@ class CifarSetup:
 PAPER_SETUPS: dict[str, CifarSetup] = {
     "cifar10": CifarSetup(20, 4, 1.0, "Cifar10CNN"),
     "cifar100": CifarSetup(100, 10, 0.5, "VGG8"),
-}
-
-#: the paper's CIFAR columns of Table 1, in PAPER_CIFAR order
-CIFAR_PAPER_COLUMNS: tuple[str, ...] = (
-    "C10 Full R",
-    "C10 Full LS",
-    "C10 Reduced R",
-    "C10 Reduced LS",
-    "C100 Full",
-    "C100 Reduced",
-)
-
-#: Table 1's CIFAR columns; ``paper`` indexes CIFAR_PAPER_COLUMNS. Reduced: 5%, at least 10 rows
-CIFAR_COLUMNS: tuple[Column, ...] = (
-    Column("C10 Full R", "rotation", 0),
-    Column("C10 Full LS", "label_shift", 1),
-    Column("C10 Reduced R", "rotation", 2, keep=0.05, min_rows=10),
-    Column("C10 Reduced LS", "label_shift", 3, keep=0.05, min_rows=10),
-    Column("C100 Full", "disjoint_labels", 4),
-    Column("C100 Reduced", "disjoint_labels", 5, keep=0.05, min_rows=10),
-)
-
-#: Almansoori et al. 2024, Table 1, CIFAR columns: mean and spread, in CIFAR_PAPER_COLUMNS order
-PAPER_CIFAR: dict[str, tuple[tuple[float, float], ...]] = {
-    "FedAvg": ((64.4, 0.3), (21.9, 0.4), (45.6, 0.3), (18.7, 0.4), (29.2, 1.8), (20.7, 1.4)),
-    "Local Adaptor": ((66.3, 0.5), (68.8, 0.5), (33.5, 0.5), (30.8, 0.8), (85.1, 0.8), (39.5, 2.8)),
-    "Ensemble (learned)": (
-        (71.0, 2.8),
-        (46.4, 9.2),
-        (42.4, 0.9),
-        (41.7, 4.6),
-        (86.2, 0.0),
-        (43.7, 3.2),
-    ),
-    "Ensemble (pi*)": (
-        (73.7, 0.2),
-        (73.3, 0.1),
-        (45.0, 0.9),
-        (45.1, 0.8),
-        (92.8, 0.3),
-        (55.0, 0.4),
-    ),
-    "FLoRAL(1%) (learned)": (
-        (65.5, 0.4),
-        (62.8, 8.8),
-        (45.2, 0.3),
-        (44.2, 0.9),
-        (81.3, 0.5),
-        (52.2, 0.5),
-    ),
-    "FLoRAL(1%) (pi*)": (
-        (68.9, 0.2),
-        (72.2, 0.2),
-        (47.8, 0.9),
-        (44.1, 0.6),
-        (82.4, 0.2),
-        (53.1, 0.4),
-    ),
-    "FLoRAL(10%) (learned)": (
-        (65.1, 0.3),
-        (56.2, 5.5),
-        (44.5, 0.4),
-        (42.1, 0.2),
-        (87.3, 0.3),
-        (51.2, 1.0),
-    ),
-    "FLoRAL(10%) (pi*)": (
-        (69.3, 0.5),
-        (72.1, 0.5),
-        (47.2, 0.3),
-        (42.7, 0.3),
-        (86.6, 0.5),
-        (53.9, 0.9),
-    ),
 }
 
 

@@ -1,13 +1,14 @@
 """The runs of the FLoRAL reproduction: Table 1, the synthetic tasks, the aggregation comparison.
 
 :class:`Runner` runs (or resumes from its checkpoint) one training and keeps its run file;
-:func:`digits_runs`, :func:`synthetic_runs` and :func:`aggregation_runs` are the three groups
-of runs, and :func:`total_rounds` counts their rounds for the progress bar.
+:func:`digits_runs`, :func:`cifar_runs`, :func:`synthetic_runs` and :func:`aggregation_runs`
+are the groups of runs, and :func:`total_rounds` counts their rounds for the progress bar.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ...federated.run_core import RunOptions
 from ...progress import ProgressBar
 from .build import (
     SYNTHETIC_TASKS,
+    cifar_base,
     digits_task,
     digits_trainer,
     holdings,
@@ -24,13 +26,25 @@ from .build import (
     synthetic_trainer,
 )
 from .gauge import gauge_check
-from .settings import COLUMNS, GAP_METHODS, METHODS, SYNTHETIC_METHODS, Column, Method, Settings
+from .settings import (
+    CIFAR_COLUMNS,
+    COLUMNS,
+    GAP_METHODS,
+    METHODS,
+    SYNTHETIC_METHODS,
+    Column,
+    Method,
+    Settings,
+    cifar_kind,
+)
 
 __all__ = [
     "Runner",
     "column_seeds",
     "total_rounds",
     "digits_runs",
+    "cifar_columns",
+    "cifar_runs",
     "synthetic_runs",
     "aggregation_runs",
 ]
@@ -144,7 +158,13 @@ def total_rounds(s: Settings) -> int:
         if c.label in s.columns
         for _, methods in column_seeds(c, s)
     )
-    return n_digits + len(SYNTHETIC_METHODS) * sum(s.synthetic_rounds.values()) + 2 * s.rounds
+    n_cifar = len(cifar_columns(s)) * len(s.cifar.seeds) * len(METHODS) * s.cifar.rounds
+    return (
+        n_digits
+        + n_cifar
+        + len(SYNTHETIC_METHODS) * sum(s.synthetic_rounds.values())
+        + 2 * s.rounds
+    )
 
 
 def digits_runs(runner: Runner, s: Settings) -> tuple[list[dict[str, Any]], list[dict]]:
@@ -186,6 +206,97 @@ def digits_runs(runner: Runner, s: Settings) -> tuple[list[dict[str, Any]], list
                 r.pop("final_point")
                 results.append(r)
     return results, held
+
+
+def cifar_columns(s: Settings) -> list[Column]:
+    """The CIFAR columns that run: ``s.cifar.columns`` where ``s.cifar.data`` is set, else none.
+
+    Parameters
+    ----------
+    s : Settings
+
+    Returns
+    -------
+    list of Column
+    """
+    if s.cifar.data is None:
+        return []
+    return [c for c in CIFAR_COLUMNS if c.label in s.cifar.columns]
+
+
+def _cifar_task_settings(s: Settings, kind: str) -> Settings:
+    """``s`` with the CIFAR training settings and the paper's (or a scaled-down) K, C, share."""
+    from .cifar import cifar_settings
+
+    c = s.cifar
+    training = replace(
+        s,
+        batch_size=c.batch_size,
+        lr=c.lr,
+        router_lr=c.router_lr,
+        evaluation=c.evaluation,
+        seeds=c.seeds,
+    )
+    return cifar_settings(training, kind, n_clients=c.clients.get(kind))
+
+
+def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
+    """Table 1's CIFAR runs: every method in every column of :func:`cifar_columns` and seed.
+
+    The files are read once per kind, cut to ``s.cifar.rows`` and standardised per channel
+    (:func:`~riemfl.experiments.floral.cifar.standardise`); the base network is the paper's
+    (:func:`~riemfl.experiments.floral.build.cifar_base`).
+
+    Parameters
+    ----------
+    runner : Runner
+        Runs and resumes.
+    s : Settings
+        ``s.cifar``: the files, columns, seeds, rounds and training settings.
+
+    Returns
+    -------
+    list of dict
+        :meth:`Runner.run`'s results (without ``final_point``) with ``column``, ``method``,
+        ``seed``, ``kind`` and the task's ``n_clients`` and ``train_rows``.
+    """
+    from .cifar import cifar_task, load_cifar, standardise, subsample
+
+    columns = cifar_columns(s)
+    results: list[dict[str, Any]] = []
+    source = "standin" if s.cifar.standin else "data"
+    for kind in ("cifar10", "cifar100"):
+        kind_columns = [c for c in columns if cifar_kind(c) == kind]
+        if not kind_columns:
+            continue
+        data = standardise(subsample(load_cifar(s.cifar.data, kind), s.cifar.rows))
+        ks = _cifar_task_settings(s, kind)
+        rounds = s.cifar.rounds
+        for column in kind_columns:
+            for seed in s.cifar.seeds:
+                task = cifar_task(column, seed, ks, data)
+                for method in METHODS:
+                    key = f"{kind}-{source}-{column.transform}-{column.key}-{method.key}-s{seed}"
+                    trainer = digits_trainer(method, task, seed, ks, base=cifar_base(kind, seed))
+                    r = runner.run(
+                        key,
+                        trainer,
+                        rounds,
+                        clients_per_round=ks.clients_per_round,
+                        seed=seed,
+                        record_every=max(1, min(s.cifar.record_every, rounds)),
+                    )
+                    r.update(
+                        column=column.label,
+                        method=method.label,
+                        seed=seed,
+                        kind=kind,
+                        n_clients=ks.n_clients,
+                        train_rows=int(sum(task.description["train_rows"])),
+                    )
+                    r.pop("final_point")
+                    results.append(r)
+    return results
 
 
 def synthetic_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:

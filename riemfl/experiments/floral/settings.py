@@ -1,10 +1,11 @@
 """What the FLoRAL reproduction runs: Table 1's rows and columns, the paper's numbers, settings.
 
-The rows (:data:`METHODS`, :data:`SYNTHETIC_METHODS`) and columns (:data:`COLUMNS`) of the
-tables, the paper's MNIST numbers (:data:`PAPER_MNIST`), the FLoRAL-vs-ensemble gap's rows,
-reference, seeds and threshold (:data:`GAP_METHODS`, :data:`GAP_REFERENCE`, :data:`GAP_SEEDS`,
-:data:`GAP_WITHIN`) and every training setting (:class:`Settings`); the package docstring says
-why each is what it is.
+The rows (:data:`METHODS`, :data:`SYNTHETIC_METHODS`) and columns (:data:`COLUMNS`,
+:data:`CIFAR_COLUMNS`) of the tables, the paper's MNIST and CIFAR numbers (:data:`PAPER_MNIST`,
+:data:`PAPER_CIFAR`), the FLoRAL-vs-ensemble gap's rows, reference, seeds and threshold
+(:data:`GAP_METHODS`, :data:`GAP_REFERENCE`, :data:`GAP_SEEDS`, :data:`GAP_WITHIN`) and every
+training setting (:class:`Settings`, with the CIFAR columns' :class:`CifarSettings`); the package
+docstring says why each is what it is.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ __all__ = [
     "column",
     "PAPER_COLUMNS",
     "PAPER_MNIST",
+    "CIFAR_PAPER_COLUMNS",
+    "CIFAR_COLUMNS",
+    "PAPER_CIFAR",
+    "cifar_kind",
     "GAP_METHODS",
     "GAP_REFERENCE",
     "GAP_SEEDS",
     "GAP_WITHIN",
+    "CifarSettings",
     "Settings",
 ]
 
@@ -151,6 +157,86 @@ PAPER_MNIST: dict[str, tuple[tuple[float, float], ...]] = {
     "FLoRAL(10%) (pi*)": ((94.5, 0.6), (94.2, 0.2), (87.0, 0.7), (86.9, 0.5)),
 }
 
+#: the paper's CIFAR columns of Table 1, in PAPER_CIFAR order
+CIFAR_PAPER_COLUMNS: tuple[str, ...] = (
+    "C10 Full R",
+    "C10 Full LS",
+    "C10 Reduced R",
+    "C10 Reduced LS",
+    "C100 Full",
+    "C100 Reduced",
+)
+
+#: Table 1's CIFAR columns; ``paper`` indexes CIFAR_PAPER_COLUMNS. Reduced: 5%, at least 10 rows
+CIFAR_COLUMNS: tuple[Column, ...] = (
+    Column("C10 Full R", "rotation", 0),
+    Column("C10 Full LS", "label_shift", 1),
+    Column("C10 Reduced R", "rotation", 2, keep=0.05, min_rows=10),
+    Column("C10 Reduced LS", "label_shift", 3, keep=0.05, min_rows=10),
+    Column("C100 Full", "disjoint_labels", 4),
+    Column("C100 Reduced", "disjoint_labels", 5, keep=0.05, min_rows=10),
+)
+
+#: Almansoori et al. 2024, Table 1, CIFAR columns: mean and spread, in CIFAR_PAPER_COLUMNS order
+PAPER_CIFAR: dict[str, tuple[tuple[float, float], ...]] = {
+    "FedAvg": ((64.4, 0.3), (21.9, 0.4), (45.6, 0.3), (18.7, 0.4), (29.2, 1.8), (20.7, 1.4)),
+    "Local Adaptor": ((66.3, 0.5), (68.8, 0.5), (33.5, 0.5), (30.8, 0.8), (85.1, 0.8), (39.5, 2.8)),
+    "Ensemble (learned)": (
+        (71.0, 2.8),
+        (46.4, 9.2),
+        (42.4, 0.9),
+        (41.7, 4.6),
+        (86.2, 0.0),
+        (43.7, 3.2),
+    ),
+    "Ensemble (pi*)": (
+        (73.7, 0.2),
+        (73.3, 0.1),
+        (45.0, 0.9),
+        (45.1, 0.8),
+        (92.8, 0.3),
+        (55.0, 0.4),
+    ),
+    "FLoRAL(1%) (learned)": (
+        (65.5, 0.4),
+        (62.8, 8.8),
+        (45.2, 0.3),
+        (44.2, 0.9),
+        (81.3, 0.5),
+        (52.2, 0.5),
+    ),
+    "FLoRAL(1%) (pi*)": (
+        (68.9, 0.2),
+        (72.2, 0.2),
+        (47.8, 0.9),
+        (44.1, 0.6),
+        (82.4, 0.2),
+        (53.1, 0.4),
+    ),
+    "FLoRAL(10%) (learned)": (
+        (65.1, 0.3),
+        (56.2, 5.5),
+        (44.5, 0.4),
+        (42.1, 0.2),
+        (87.3, 0.3),
+        (51.2, 1.0),
+    ),
+    "FLoRAL(10%) (pi*)": (
+        (69.3, 0.5),
+        (72.1, 0.5),
+        (47.2, 0.3),
+        (42.7, 0.3),
+        (86.6, 0.5),
+        (53.9, 0.9),
+    ),
+}
+
+
+def cifar_kind(col: Column) -> str:
+    """``"cifar100"`` for a disjoint-label column of :data:`CIFAR_COLUMNS`, else ``"cifar10"``."""
+    return "cifar100" if col.transform == "disjoint_labels" else "cifar10"
+
+
 #: the rows of the FLoRAL-vs-ensemble gap (oracle routing pi*), run on ``Settings.gap_seeds``
 GAP_METHODS: tuple[str, ...] = ("Ensemble (pi*)", "FLoRAL(1%) (pi*)", "FLoRAL(10%) (pi*)")
 #: the gap's reference row: the ensemble with oracle routing
@@ -159,6 +245,48 @@ GAP_REFERENCE: str = GAP_METHODS[0]
 GAP_SEEDS: tuple[int, ...] = tuple(range(6))
 #: the paper's FLoRAL-vs-ensemble gap with reduced data is -1.2 to +0.0 points: "within 1 point"
 GAP_WITHIN: float = -1.0
+
+
+@dataclass
+class CifarSettings:
+    """The CIFAR columns of Table 1 (package docstring); nothing runs while ``data`` is None.
+
+    K, C and the share of clients per round are the paper's (:func:`~riemfl.experiments.floral.
+    cifar.cifar_settings`) unless ``clients`` scales K down; batch size and learning rates are
+    the authors' code's CIFAR-10 values (the paper gives none).
+    """
+
+    #: the directory of the CIFAR files (python version); None: no CIFAR column runs
+    data: str | None = None
+    #: generate the offline stand-in under ``out/data`` when ``data`` is None
+    standin: bool = False
+    columns: tuple[str, ...] = tuple(c.label for c in CIFAR_COLUMNS)
+    seeds: tuple[int, ...] = (0, 1)
+    rounds: int = 500
+    #: K per kind ("cifar10", "cifar100"); a kind not named keeps the paper's K
+    clients: dict[str, int] = field(default_factory=dict)
+    #: (training, test) rows kept from the files, evenly over the classes; None keeps all
+    rows: tuple[int, int] | None = None
+    #: (training, test) images per class of the generated stand-in, per kind
+    standin_per_class: dict[str, tuple[int, int]] = field(
+        default_factory=lambda: {"cifar10": (100, 50), "cifar100": (10, 5)}
+    )
+    batch_size: int = 64
+    lr: float = 0.03
+    router_lr: float = 0.1
+    evaluation: str = "shard"
+    record_every: int = 25
+
+    @classmethod
+    def quick(cls) -> CifarSettings:
+        """``--quick`` (and the stand-in): seed 0, 20 rounds, K = 8 / 20, 1000 training rows."""
+        return cls(
+            seeds=(0,),
+            rounds=20,
+            clients={"cifar10": 8, "cifar100": 20},
+            rows=(1000, 500),
+            record_every=5,
+        )
 
 
 @dataclass
@@ -184,6 +312,8 @@ class Settings:
     synthetic_rounds: dict[str, int] = field(default_factory=lambda: {"linear": 300, "mlp": 100})
     async_steps: int = 100
     data: str | None = None
+    #: Table 1's CIFAR columns (recorded in ``results.json`` under ``cifar``, beside their runs)
+    cifar: CifarSettings = field(default_factory=CifarSettings)
 
     @classmethod
     def quick(cls) -> Settings:
@@ -197,6 +327,7 @@ class Settings:
             record_every=5,
             synthetic_rounds={"linear": 100, "mlp": 40},
             async_steps=30,
+            cifar=CifarSettings.quick(),
         )
 
     def for_mnist(self, data: str, quick: bool) -> Settings:
@@ -231,3 +362,38 @@ class Settings:
             reduced_rounds=150 if quick else 1500,
             record_every=5 if quick else 25,
         )
+
+    def for_cifar(self, data: str, kinds: tuple[str, ...]) -> Settings:
+        """The CIFAR columns of ``kinds`` on the files in ``data`` (the digits columns unchanged).
+
+        Parameters
+        ----------
+        data : str
+            The directory holding the CIFAR files (:func:`~riemfl.experiments.floral.cifar.
+            find_cifar`).
+        kinds : tuple of str
+            The kinds found there, ``"cifar10"`` and/or ``"cifar100"``.
+
+        Returns
+        -------
+        Settings
+            A copy of these settings.
+        """
+        columns = tuple(
+            c.label
+            for c in CIFAR_COLUMNS
+            if c.label in self.cifar.columns and cifar_kind(c) in kinds
+        )
+        return replace(self, cifar=replace(self.cifar, data=data, columns=columns))
+
+    def with_cifar_standin(self) -> Settings:
+        """The CIFAR columns on the generated stand-in, at ``--quick``'s sizes.
+
+        Returns
+        -------
+        Settings
+            A copy of these settings; :func:`~riemfl.experiments.floral.reproduce` writes the
+            files under ``out/data``.
+        """
+        quick = replace(CifarSettings.quick(), columns=self.cifar.columns, standin=True)
+        return replace(self, cifar=quick)

@@ -1,6 +1,7 @@
 """The Markdown tables of the FLoRAL report.
 
-Table 1 beside the paper's numbers (:func:`accuracy_table`), the FLoRAL-vs-ensemble gaps
+Table 1 beside the paper's numbers (:func:`accuracy_table`; its CIFAR columns:
+:func:`cifar_accuracies`, :func:`cifar_table`), the FLoRAL-vs-ensemble gaps
 (:func:`gap_table`), what the clients held (:func:`holdings_table`), the parameter counts
 (:func:`parameter_table`), the synthetic tasks (:func:`synthetic_table`) and the aggregation
 comparison (:func:`aggregation_table`).
@@ -12,11 +13,22 @@ from typing import Any
 
 from ..spread import mean_spread
 from .analysis import gap_verdict, held
-from .settings import COLUMNS, METHODS, PAPER_MNIST, SYNTHETIC_METHODS, Settings, column
+from .settings import (
+    CIFAR_COLUMNS,
+    COLUMNS,
+    METHODS,
+    PAPER_CIFAR,
+    PAPER_MNIST,
+    SYNTHETIC_METHODS,
+    Settings,
+    column,
+)
 
 __all__ = [
     "span",
     "accuracy_table",
+    "cifar_accuracies",
+    "cifar_table",
     "gap_table",
     "holdings_table",
     "parameter_table",
@@ -66,6 +78,57 @@ def accuracy_table(accs: dict[tuple[str, str], list[float]], s: Settings) -> str
         for c in cols:
             pm, ps = PAPER_MNIST[m.label][column(c).paper]
             cells.append(f"{mean_spread(accs[m.label, c], 1)} | {pm:.1f} +/- {ps:.1f}")
+        lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cifar_accuracies(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
+    """Final accuracy (%) of every method in every CIFAR column that ran, one value per seed.
+
+    Parameters
+    ----------
+    runs : list of dict
+        :func:`~riemfl.experiments.floral.run.cifar_runs`.
+
+    Returns
+    -------
+    dict
+        ``(method label, column label)`` to the accuracies over seeds, columns in
+        :data:`~riemfl.experiments.floral.settings.CIFAR_COLUMNS` order.
+    """
+    ran = {r["column"] for r in runs}
+    return {
+        (m.label, c.label): [
+            100 * r["final"]["accuracy"]
+            for r in runs
+            if r["method"] == m.label and r["column"] == c.label
+        ]
+        for c in CIFAR_COLUMNS
+        if c.label in ran
+        for m in METHODS
+    }
+
+
+def cifar_table(accs: dict[tuple[str, str], list[float]]) -> str:
+    """Table 1's CIFAR columns: our accuracy (mean +/- std over seeds) beside the paper's.
+
+    Parameters
+    ----------
+    accs : dict
+        :func:`cifar_accuracies`.
+
+    Returns
+    -------
+    str
+    """
+    cols = [c for c in CIFAR_COLUMNS if (METHODS[0].label, c.label) in accs]
+    head = "| Method | " + " | ".join(f"{c.label}: ours | {c.label}: paper" for c in cols) + " |"
+    lines = [head, "|---|" + "---|---|" * len(cols)]
+    for m in METHODS:
+        cells = []
+        for c in cols:
+            pm, ps = PAPER_CIFAR[m.label][c.paper]
+            cells.append(f"{mean_spread(accs[m.label, c.label], 1)} | {pm:.1f} +/- {ps:.1f}")
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

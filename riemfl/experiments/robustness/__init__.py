@@ -38,9 +38,8 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from ...federated.serialise import json_float
+from ...federated.serialise import json_ready
 from ...progress import ProgressBar
 from .._threads import one_blas_thread
 from . import server_optimizer_comparison as comparison
@@ -97,13 +96,5 @@ def reproduce(
         "runs": runs,
         "server_optimizers": optimizer_rows,
     }
-    (out / "results.json").write_text(json.dumps(_clean(summary), indent=1))
+    (out / "results.json").write_text(json.dumps(json_ready(summary), indent=1))
     return found
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return json_float(obj)

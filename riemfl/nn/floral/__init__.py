@@ -17,7 +17,11 @@ low-rank adaptors :math:`a_c`; each client mixes the C adaptors' outputs with it
   reparameterisation, eq. (42)), and where the running statistics live;
 * :mod:`~riemfl.nn.floral.merge`: the merge written as the plain formula, cluster by cluster
   (the reference the tests check the layers against);
-* :mod:`~riemfl.nn.floral.router`: the personal router (learned or the oracle :math:`\pi^*`);
+* :mod:`~riemfl.nn.floral.router`: the personal router (learned, the oracle :math:`\pi^*`, or the
+  exponential weights of eq. (5) set from the clusters' losses);
+* :mod:`~riemfl.nn.floral.mfl`, :mod:`~riemfl.nn.floral.mfl_theory`: the algorithm the paper's
+  theory analyses (MFL with the exponential-weights router, eqs. (4)-(5)) and the quantities of
+  Theorems A.9 and A.10;
 * :mod:`~riemfl.nn.floral.model`: :func:`floralize` (a plain model -> its FLoRAL version) and
   :class:`FloralModel` (``merge`` for inference);
 * :mod:`~riemfl.nn.floral.ensemble`: the Ensemble baseline (C full models, output mixture);
@@ -38,6 +42,7 @@ Baselines: FedAvg is a plain model in :class:`FloralTrainer`; the Local Adaptor 
 See ``docs/floral.md``.
 """
 
+from . import mfl_theory
 from .adaptor import INITS, PRECONDITIONERS, MatrixView, MixtureAdaptor, MixtureContext
 from .aggregation import (
     ClusterProbabilities,
@@ -67,14 +72,36 @@ from .layout import FederatedLayout, parameter_roles
 from .linear import MixtureLinear
 from .loop import run_floral
 from .metrics import aggregation_mismatch, cluster_recovery
+from .mfl import (
+    MFL_GRADIENTS,
+    MFL_ROUTERS,
+    LeastSquaresClients,
+    MFLRun,
+    exp_weights,
+    least_squares_clients,
+    match_clusters,
+    router_regret,
+    run_mfl,
+)
 from .model import ACCEPTED_LAYER_TYPES, LAYER_TYPES, FloralModel, floralize
 from .norm import NORM_LAYERS, NORM_STATISTICS, NORM_VARIANTS, MixtureNorm, statistics_roles
-from .router import Router
+from .router import EXP_WEIGHTS_MODES, Router
 from .server import ADAPTOR_AGGREGATIONS, FloralAggregator, ServerOptimizer
 from .synthetic import SyntheticTask, synthetic_linear, synthetic_mlp
 from .trainer import FloralTrainer
 
 __all__ = [
+    "EXP_WEIGHTS_MODES",
+    "MFL_GRADIENTS",
+    "MFL_ROUTERS",
+    "LeastSquaresClients",
+    "MFLRun",
+    "exp_weights",
+    "least_squares_clients",
+    "match_clusters",
+    "mfl_theory",
+    "router_regret",
+    "run_mfl",
     "ACCEPTED_LAYER_TYPES",
     "ADAPTOR_AGGREGATIONS",
     "CONV_VARIANTS",

@@ -24,9 +24,20 @@ Modes
     synthetic and clustered tasks is the one-hot vector of the client's true cluster
     (:meth:`Router.set_fixed`). The authors' public code emulates it with logits -100 and router
     learning rate 0; an exact one-hot is used here so that other clusters get weight exactly 0.
+``"exp-weights"`` and ``"exp-weights-cumulative"``
+    The router of the paper's theory (eq. (5); App. C.1, eq. (34): the entropic mirror-descent
+    step): not trained by gradient but set from the client's per-cluster losses
+    :math:`\ell_c = f^k(w_c)` (:meth:`Router.exp_weights_update`), :math:`\theta = -\eta\ell`
+    so that :math:`\pi_c \propto \exp(-\eta f^k(w_c))`; the cumulative form keeps the
+    previous logits, :math:`\theta \leftarrow \theta - \eta\ell`, i.e.
+    :math:`\pi_{t+1} \propto \pi_t \exp(-\eta \ell)` (App. C.2). The trainer computes
+    :math:`\ell` with C forward passes, one per cluster (:meth:`Router.one_hot`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -34,10 +45,12 @@ from torch import nn
 from ..._validation import integer, is_int, real
 from ...errors import ParameterError, ShapeError
 
-__all__ = ["Router", "ROUTER_MODES"]
+__all__ = ["Router", "ROUTER_MODES", "EXP_WEIGHTS_MODES"]
 
 #: the accepted router modes
-ROUTER_MODES = ("learned", "fixed")
+ROUTER_MODES = ("learned", "fixed", "exp-weights", "exp-weights-cumulative")
+#: the modes set by exponential weights from per-cluster losses
+EXP_WEIGHTS_MODES = ("exp-weights", "exp-weights-cumulative")
 
 
 class Router(nn.Module):
@@ -47,7 +60,7 @@ class Router(nn.Module):
     ----------
     n_clusters : int
         C >= 1.
-    mode : {"learned", "fixed"}
+    mode : {"learned", "fixed", "exp-weights", "exp-weights-cumulative"}
     noise_std : float, default 0
         Uniform noise ``noise_std * U[0, 1)`` on the logits in training mode ("learned" only).
 
@@ -72,9 +85,13 @@ class Router(nn.Module):
         #: the noise's generator (set by the trainer per local run, so runs are reproducible)
         self.generator: torch.Generator | None = None
         self.register_buffer("fixed", torch.full((n_clusters,), 1.0 / n_clusters))
+        #: a one-hot vector that replaces pi while :meth:`one_hot` is active
+        self.forced: torch.Tensor | None = None
 
     def forward(self) -> torch.Tensor:
         """:math:`\\pi` of shape (C,), differentiable in the logits in "learned" mode."""
+        if self.forced is not None:
+            return self.forced
         if self.mode == "fixed":
             return self.fixed
         theta = self.logits
@@ -119,3 +136,40 @@ class Router(nn.Module):
                     f"got {vec.tolist()}"
                 )
         self.fixed.copy_(vec.to(self.fixed))
+
+    @contextmanager
+    def one_hot(self, c: int) -> Iterator[None]:
+        """Route every forward pass to cluster ``c`` alone while the context is active."""
+        c = integer(c, "Router.one_hot: cluster c", minimum=0, maximum=self.n_clusters - 1)
+        forced = torch.zeros_like(self.fixed)
+        forced[c] = 1.0
+        self.forced = forced
+        try:
+            yield
+        finally:
+            self.forced = None
+
+    @torch.no_grad()
+    def exp_weights_update(self, losses: torch.Tensor, eta: float) -> None:
+        """Exponential weights from the per-cluster losses (C,) with step ``eta`` (>= 0):
+        :math:`\\theta = -\\eta\\ell` ("exp-weights") or :math:`\\theta - \\eta\\ell`
+        ("exp-weights-cumulative"), shifted so that the largest logit is 0.
+
+        Raises
+        ------
+        ParameterError
+            In another mode, or for a negative or non-finite ``eta`` or non-finite losses.
+        ShapeError
+            For losses that are not C numbers.
+        """
+        if self.mode not in EXP_WEIGHTS_MODES:
+            raise ParameterError(f"Router.exp_weights_update: mode is {self.mode!r}")
+        eta = real(eta, "Router.exp_weights_update: eta", at_least=0)
+        ell = torch.as_tensor(losses).to(self.logits).reshape(-1)
+        if ell.numel() != self.n_clusters:
+            raise ShapeError(f"exp_weights_update: {ell.numel()} losses for C = {self.n_clusters}")
+        if not bool(torch.isfinite(ell).all()):
+            raise ParameterError("Router.exp_weights_update: the losses must be finite")
+        prior = self.logits if self.mode == "exp-weights-cumulative" else 0.0
+        theta = prior - eta * ell
+        self.logits.copy_(theta - theta.max())

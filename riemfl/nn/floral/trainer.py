@@ -19,6 +19,16 @@ client at a time on a shared torch model. Per call of :meth:`FloralTrainer.train
    :math:`\hat\pi^k` at the end of the epoch (Alg. 1, line 12 weighs by
    :math:`\hat\pi^k_{c,\tau+H}`), and return the federated vector.
 
+With a router of the paper's theory (``"exp-weights"`` modes of
+:class:`~riemfl.nn.floral.Router`), step 1 also sets the router, before training, from the
+received models: :math:`\hat\pi^k_c \propto \exp(-\eta f^k(w_c))` (eq. (5)) with
+:math:`f^k(w_c)` the client's mean training loss under cluster c alone (C forward passes, the
+model in eval mode, rows in chunks of ``batch_size``) and :math:`\eta` = ``router_lr``; the
+router is then fixed during the local run and its :math:`\hat\pi^k` weighs the upload, as
+eq. (4)'s synchronisation weighs by the router set at the previous one. Local steps stay
+Algorithm 1's (one forward pass of the mixture); :mod:`riemfl.nn.floral.mfl` is the theory's
+whole algorithm (C full models, one gradient per model).
+
 What leaves the client is therefore the federated vector plus the aggregation weights
 :meth:`upload_weights` (:math:`N^k` and :math:`\hat\pi^k`); never :math:`\theta^k`.
 
@@ -46,6 +56,7 @@ from .conv import MixtureConv2d
 from .hooks import Mergeable, Routed
 from .layout import FederatedLayout
 from .metrics import aggregation_mismatch, cluster_recovery
+from .router import EXP_WEIGHTS_MODES
 
 __all__ = ["FloralTrainer", "TRAINER_LOSSES"]
 
@@ -72,7 +83,8 @@ class FloralTrainer:
     lr : float
         Step size of the base and adaptor parameters.
     router_lr : float
-        Step size of the router logits.
+        Step size of the router logits (the exponential-weights step :math:`\\eta` in the
+        ``"exp-weights"`` modes).
     batch_size : int
     local_epochs : int
         Epochs per local run. The paper gives no schedule; the default 1 is the authors' public
@@ -264,6 +276,8 @@ class FloralTrainer:
         data = self._data[i]
         x, y = data["x_train"], data["y_train"]
         n = x.shape[0]
+        if n and self.router is not None and self.router.mode in EXP_WEIGHTS_MODES:
+            self.router.exp_weights_update(self.cluster_losses(i), self.router_lr)
         weights = self._weights
         learn_router = (
             self.router is not None and self.router.mode == "learned" and self.router_lr > 0
@@ -288,6 +302,27 @@ class FloralTrainer:
             )
         self._save(i)
         return out
+
+    @torch.no_grad()
+    def cluster_losses(self, i: int) -> torch.Tensor:
+        """:math:`f^k(w_c)` for every cluster c: client ``i``'s mean training loss with the model
+        as loaded and the router on c alone (C forward passes in eval mode; shape (C,))."""
+        i = self._client(i)
+        if self.router is None:
+            raise ParameterError("cluster_losses: the model has no router")
+        x, y = self._data[i]["x_train"], self._data[i]["y_train"]
+        if x.shape[0] == 0:
+            raise DataError(f"cluster_losses: client {i} has no training rows")
+        loss_fn, was_training = self._loss_fn(), self.model.training
+        self.model.eval()
+        out = torch.zeros(self.router.n_clusters, dtype=torch.float64)
+        for c in range(self.router.n_clusters):
+            with self.router.one_hot(c):
+                for b in range(0, x.shape[0], self.batch_size):
+                    xb, yb = x[b : b + self.batch_size], y[b : b + self.batch_size]
+                    out[c] += float(loss_fn(self.model(xb), yb)) * xb.shape[0]
+        self.model.train(was_training)
+        return out / x.shape[0]
 
     @torch.no_grad()
     def _sgd_step(self, weights: list, grads: tuple, learn_router: bool) -> None:
