@@ -60,7 +60,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("riemfl/nn/floral/ensemble.py", "getattr(sub, 'reset_parameters', None)"): FOREIGN,
     ("riemfl/nn/trainer.py", "getattr(m, 'reset_parameters', None)"): FOREIGN,
     ("riemfl/nn/trainer.py", "hasattr(item, '__len__')"): VALUES,
-    ("riemfl/experiments/floral/__init__.py", "hasattr(obj, 'tolist')"): VALUES,
     ("riemfl/federated/serialise.py", "getattr(obj, '__dict__', {})"): VALUES,
     ("riemfl/federated/serialise.py", "getattr(v, 'kind', v)"): VALUES,
     ("riemfl/federated/serialise.py", "hasattr(obj, 'item')"): VALUES,
