@@ -51,24 +51,26 @@ class Paper:
     report: str = "report.md"
 
 
+def _failed(verdicts: list, what: str) -> list[str]:
+    """Print a paper's verdicts and how many pass; return the labels of those that fail."""
+    for v in verdicts:
+        print(v.line())
+    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} {what}")
+    return [v.label for v in verdicts if not v.passed]
+
+
 def _communication(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import communication
 
     verdicts = communication.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    for v in verdicts:
-        print(v.line())
-    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} (problem, rule) pairs pass")
-    return [v.label for v in verdicts if not v.passed]
+    return _failed(verdicts, "(problem, rule) pairs pass")
 
 
 def _fedbuff_bound(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import fedbuff_bound
 
     verdicts = fedbuff_bound.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    for v in verdicts:
-        print(v.line())
-    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} checks of Theorem 1 pass")
-    return [v.label for v in verdicts if not v.passed]
+    return _failed(verdicts, "checks of Theorem 1 pass")
 
 
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
@@ -138,10 +140,7 @@ def _robustness(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import robustness
 
     verdicts = robustness.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    for v in verdicts:
-        print(v.line())
-    print(f"{sum(v.passed for v in verdicts)}/{len(verdicts)} (problem, attack) pairs pass")
-    return [v.label for v in verdicts if not v.passed]
+    return _failed(verdicts, "(problem, attack) pairs pass")
 
 
 def _zhang2024(args: argparse.Namespace, out: str) -> list[str]:
