@@ -12,13 +12,12 @@ import copy
 
 import numpy as np
 import pytest
-from _problems import QuadraticProblem
+from _fedbuff_runs import fedbuff_run, fedbuff_trainer, same_histories
 
 import riemfl
 from riemfl.errors import CheckpointError, ParameterError, ShapeError
 from riemfl.federated import (
     Arrival,
-    ExponentialTime,
     FedBuff,
     ProblemTrainer,
     RunOptions,
@@ -33,34 +32,10 @@ from riemfl.problems import FunctionProblem
 
 pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedWarning")
 
-TIMING = ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0])
 E22 = riemfl.Euclidean(2, 2)
 
 
 # ----------------------------------------------------------------------------- helpers
-def _trainer(manifold=None):
-    manifold = riemfl.Euclidean(5, 2) if manifold is None else manifold
-    problem = QuadraticProblem(manifold, n=5, p=6, seed=2, linear=1.0)
-    return ProblemTrainer(problem, 0.05, 3, batch_size=3)
-
-
-def _run(rule, steps=12, trainer=None, **options):
-    options = RunOptions(**{"seed": 4, "record_every": 2, **options})
-    return run_async(
-        _trainer() if trainer is None else trainer, rule, steps, timing=TIMING, options=options
-    )
-
-
-def _same(a, b, rule_config=True):
-    """``a`` and ``b`` agree bit for bit (``rule_config`` False: but for the rule's settings in
-    the config)."""
-    if not rule_config:
-        b = copy.copy(b)
-        b.config = {**b.config, "rule": a.config["rule"]}
-    assert a.same_results(b)
-    np.testing.assert_array_equal(a.final_point, b.final_point)
-
-
 def _compressed(spec, **kw):
     return FedBuff(3, compressor=make_compressor(spec), **kw)
 
@@ -78,12 +53,12 @@ def test_no_compressor_is_plain_fedbuff_bit_for_bit():
     assert unset.describe() == plain.describe() and "compression" not in plain.describe()
     assert unset.compression is None and unset.upload_nbytes((5, 2), np.float64) is None
     assert unset.sum_only
-    _same(_run(unset), _run(plain))
+    same_histories(fedbuff_run(unset), fedbuff_run(plain))
     kw = {"staleness_scaling": True, "outside_reach": "shrink", "server_lr": 2.0}
-    stiefel = _trainer(riemfl.Stiefel(6, 2))
-    _same(
-        _run(FedBuff(3, compressor=None, **kw), trainer=stiefel),
-        _run(FedBuff(3, **kw), trainer=stiefel),
+    stiefel = fedbuff_trainer(riemfl.Stiefel(6, 2))
+    same_histories(
+        fedbuff_run(FedBuff(3, compressor=None, **kw), trainer=stiefel),
+        fedbuff_run(FedBuff(3, **kw), trainer=stiefel),
     )
     unset.reset(E22, 3)
     assert set(unset.state_dict()) == {"buffer"}
@@ -94,16 +69,18 @@ def test_a_lossless_top_k_reproduces_plain_fedbuff(error_feedback):
     """top-k with k = d sends every entry (and its index): the buffer receives each update as it
     is, and the residual stays zero."""
     lossless = _compressed("topk:1.0", error_feedback=error_feedback)
-    ours, plain = _run(lossless, 16), _run(FedBuff(3), 16)
+    ours, plain = fedbuff_run(lossless, 16), fedbuff_run(FedBuff(3), 16)
     assert np.abs(ours.final_point - plain.final_point).max() <= 1e-12
     for column in ("loss", "grad_norm"):
         np.testing.assert_allclose(ours.metrics[column], plain.metrics[column], rtol=1e-12)
     assert ours.config["rule"]["compression"]["name"] == "topk"
     kw = {"staleness_scaling": True, "outside_reach": "shrink", "server_lr": 2.0}
-    stiefel = _trainer(riemfl.Stiefel(6, 2))
-    shrunk = _run(_compressed("topk:1.0", **kw), trainer=stiefel)
+    stiefel = fedbuff_trainer(riemfl.Stiefel(6, 2))
+    shrunk = fedbuff_run(_compressed("topk:1.0", **kw), trainer=stiefel)
     assert (
-        np.abs(shrunk.final_point - _run(FedBuff(3, **kw), trainer=stiefel).final_point).max()
+        np.abs(
+            shrunk.final_point - fedbuff_run(FedBuff(3, **kw), trainer=stiefel).final_point
+        ).max()
         <= 1e-12
     )
 
@@ -210,7 +187,7 @@ def test_describe_names_the_compression():
 
 def test_compression_composes_with_an_aggregator_and_a_server_optimiser():
     rule = _compressed("rank:1", aggregator=GeometricMedian(), server_optimizer=ServerAdam(0.05))
-    h = _run(rule, 8)
+    h = fedbuff_run(rule, 8)
     assert h.step[-1] == 8 and np.isfinite(h.final_point).all()
     assert h.config["rule"]["compression"]["name"] == "rank"
 
@@ -226,15 +203,15 @@ RESUMED = {
 @pytest.mark.parametrize("name", sorted(RESUMED))
 def test_a_resumed_run_is_bit_for_bit_the_uninterrupted_one(tmp_path, name):
     make = RESUMED[name]
-    ref = _run(make(), 24, record_every=3)
+    ref = fedbuff_run(make(), 24, record_every=3)
     path = tmp_path / "run.ckpt"
     saved = {"record_every": 3, "checkpoint": path, "checkpoint_every": 4}
-    first = _run(make(), 9, **saved)
+    first = fedbuff_run(make(), 9, **saved)
     checkpoint = load_checkpoint(path)
     assert checkpoint["step"] == 9 and first.step[-1] == 9
-    resumed = _run(make(), 24, **saved)
-    _same(resumed, ref)
-    assert not np.array_equal(ref.final_point, _run(FedBuff(3), 24).final_point)
+    resumed = fedbuff_run(make(), 24, **saved)
+    same_histories(resumed, ref)
+    assert not np.array_equal(ref.final_point, fedbuff_run(FedBuff(3), 24).final_point)
 
 
 def test_a_state_taken_mid_buffer_continues_bit_for_bit():
@@ -267,8 +244,8 @@ def test_a_state_taken_mid_buffer_continues_bit_for_bit():
 
 def test_two_runs_of_one_rule_agree():
     rule = _compressed("topk:0.2")
-    first = _run(rule, 8)
-    _same(_run(rule, 8), first)
+    first = fedbuff_run(rule, 8)
+    same_histories(fedbuff_run(rule, 8), first)
 
 
 def test_a_wrong_state_is_refused_and_nothing_changes():
@@ -342,7 +319,7 @@ def test_refusals():
     with pytest.raises(ShapeError, match="matrix updates"):
         FedBuff(3, compressor=make_compressor("rank:1")).validate(riemfl.Sphere(4))
     with pytest.raises(ParameterError, match="rank 3 exceeds"):
-        _run(_compressed("rank:3"))
+        fedbuff_run(_compressed("rank:3"))
     rule = _compressed("topk:0.5")
     with pytest.raises(ParameterError, match="reset the rule"):
         _arrive(rule, 0, np.ones((2, 2)))
@@ -353,7 +330,7 @@ def test_the_engine_counts_the_applied_uploads_bytes(spec):
     """uplink_bytes per client: the applied uploads (updates - dropped) times one upload's
     bytes, the dense array's or the payload's."""
     rule = FedBuff(3) if spec is None else _compressed(spec)
-    h = _run(rule, steps=6)
+    h = fedbuff_run(rule, steps=6)
     shape, dtype = (5, 2), np.dtype(np.float64)
     one = 10 * 8 if spec is None else make_compressor(spec).payload_nbytes(shape, dtype)
     applied = np.asarray(h.metrics["updates"]) - np.asarray(h.metrics["dropped"])
@@ -364,8 +341,8 @@ def test_the_engine_counts_the_applied_uploads_bytes(spec):
 def test_a_private_compressed_fedbuff_keeps_the_accountant():
     """Clip, then compress: the epsilon column is the uncompressed private run's."""
     dp = DPSettings(0.05, 1.0)
-    plain = _run(FedBuff(3, privacy=dp), steps=6)
-    packed = _run(FedBuff(3, privacy=dp, compressor=make_compressor("qsgd:2")), steps=6)
+    plain = fedbuff_run(FedBuff(3, privacy=dp), steps=6)
+    packed = fedbuff_run(FedBuff(3, privacy=dp, compressor=make_compressor("qsgd:2")), steps=6)
     assert packed.metrics["epsilon"] == plain.metrics["epsilon"]
     assert not np.array_equal(packed.final_point, plain.final_point)
 

@@ -12,17 +12,13 @@ import copy
 
 import numpy as np
 import pytest
-from _problems import QuadraticProblem
+from _fedbuff_runs import fedbuff_run, fedbuff_trainer, same_histories
 
 import riemfl
 from riemfl.errors import CheckpointError, ParameterError
 from riemfl.federated import (
     Arrival,
-    ExponentialTime,
     FedBuff,
-    ProblemTrainer,
-    RunOptions,
-    run_async,
 )
 from riemfl.federated.aggregation import Aggregator, PlainSum
 from riemfl.federated.buffer_server import StackBuffer
@@ -40,33 +36,9 @@ from riemfl.federated.server_optimizers import ServerAdam, ServerSGD, build_serv
 pytestmark = pytest.mark.filterwarnings("ignore::riemfl.federated.ClientDroppedWarning")
 
 E = riemfl.Euclidean(3, 2)
-TIMING = ExponentialTime([0.2, 0.5, 1.0, 2.0, 4.0])
 
 
 # ----------------------------------------------------------------------------- helpers
-def _trainer(manifold=None):
-    manifold = riemfl.Euclidean(5, 2) if manifold is None else manifold
-    problem = QuadraticProblem(manifold, n=5, p=6, seed=2, linear=1.0)
-    return ProblemTrainer(problem, 0.05, 3, batch_size=3)
-
-
-def _run(rule, steps=12, trainer=None, **options):
-    options = RunOptions(**{"seed": 4, "record_every": 2, **options})
-    return run_async(
-        _trainer() if trainer is None else trainer, rule, steps, timing=TIMING, options=options
-    )
-
-
-def _same(a, b, rule_config=True):
-    """``a`` and ``b`` agree bit for bit (``rule_config`` False: but for the rule's settings in
-    the config, which name its aggregator and optimiser)."""
-    if not rule_config:
-        b = copy.copy(b)
-        b.config = {**b.config, "rule": a.config["rule"]}
-    assert a.same_results(b)
-    np.testing.assert_array_equal(a.final_point, b.final_point)
-
-
 class ExactStackSum(Aggregator):
     """An aggregator that needs each update and returns their exact sum (the stack path)."""
 
@@ -119,19 +91,21 @@ DEFAULT_EQUIVALENTS = {
 @pytest.mark.parametrize("name", sorted(DEFAULT_EQUIVALENTS))
 def test_the_defaults_give_plain_fedbuff_bit_for_bit(name):
     make = DEFAULT_EQUIVALENTS[name]
-    _same(_run(make()), _run(FedBuff(3)), rule_config=False)
-    stiefel = _trainer(riemfl.Stiefel(6, 2))
+    same_histories(fedbuff_run(make()), fedbuff_run(FedBuff(3)), rule_config=False)
+    stiefel = fedbuff_trainer(riemfl.Stiefel(6, 2))
     kw = {"staleness_scaling": True, "outside_reach": "shrink", "server_lr": 2.0}
-    shrunk = _run(make(**kw), trainer=stiefel)
-    _same(shrunk, _run(FedBuff(3, **kw), trainer=stiefel), rule_config=False)
+    shrunk = fedbuff_run(make(**kw), trainer=stiefel)
+    same_histories(shrunk, fedbuff_run(FedBuff(3, **kw), trainer=stiefel), rule_config=False)
     private = {"privacy": DPSettings(clip=0.5, noise_multiplier=0.8)}
-    _same(_run(make(**private)), _run(FedBuff(3, **private)), rule_config=False)
+    same_histories(
+        fedbuff_run(make(**private)), fedbuff_run(FedBuff(3, **private)), rule_config=False
+    )
 
 
 def test_the_stack_of_an_exact_sum_gives_plain_fedbuff_bit_for_bit():
     rule = FedBuff(3, aggregator=ExactStackSum())
     assert isinstance(rule.buffer, StackBuffer) and not rule.sum_only
-    _same(_run(rule), _run(FedBuff(3)), rule_config=False)
+    same_histories(fedbuff_run(rule), fedbuff_run(FedBuff(3)), rule_config=False)
 
 
 def test_a_shrunk_step_is_the_plain_one_bit_for_bit():
@@ -176,8 +150,8 @@ def test_fedbuff_with_server_adam_is_fedadam_on_the_buffers_mean_update():
 
 
 def test_server_adam_runs_in_the_engine_and_changes_the_run():
-    adam = _run(FedBuff(3, server_optimizer=ServerAdam(0.05)))
-    plain = _run(FedBuff(3))
+    adam = fedbuff_run(FedBuff(3, server_optimizer=ServerAdam(0.05)))
+    plain = fedbuff_run(FedBuff(3))
     assert adam.step[-1] == plain.step[-1] == 12
     assert np.isfinite(adam.final_point).all()
     assert not np.array_equal(adam.final_point, plain.final_point)
@@ -243,14 +217,14 @@ def _stateful():
 
 
 def test_a_resumed_run_is_bit_for_bit_the_uninterrupted_one(tmp_path):
-    ref = _run(_stateful(), 24, record_every=3)
+    ref = fedbuff_run(_stateful(), 24, record_every=3)
     assert max(ref.metrics["clipped"]) > 0  # the clipping acts; its column is recorded
     path = tmp_path / "run.ckpt"
     saved = {"record_every": 3, "checkpoint": path, "checkpoint_every": 4}
-    first = _run(_stateful(), 9, **saved)
+    first = fedbuff_run(_stateful(), 9, **saved)
     assert load_checkpoint(path)["step"] == 9 and first.step[-1] == 9
-    resumed = _run(_stateful(), 24, **saved)
-    _same(resumed, ref)
+    resumed = fedbuff_run(_stateful(), 24, **saved)
+    same_histories(resumed, ref)
 
 
 def test_a_state_taken_mid_buffer_continues_bit_for_bit():
@@ -276,8 +250,8 @@ def test_a_state_taken_mid_buffer_continues_bit_for_bit():
 
 def test_two_runs_of_one_rule_agree():
     rule = _stateful()
-    first = _run(rule, 8)
-    _same(_run(rule, 8), first)
+    first = fedbuff_run(rule, 8)
+    same_histories(fedbuff_run(rule, 8), first)
 
 
 def test_a_misshapen_optimizer_state_is_refused_and_nothing_changes():
