@@ -45,8 +45,12 @@ def test_tiny_reproduction_writes_table_report_and_json(tmp_path):
     assert table in report and "Where the ordering agrees" in report
     assert "rank correlation" in report and "Gauge check" in report
     assert "FLoRAL against the ensemble with reduced data" in report and "Protocol" in report
+    figures = ("fig3_mnist_r_loss.png", "fig4_mnist_ls_loss.png")  # Figs. 3-4 (no CIFAR: 5-7)
     for png in ("table1_curves.png", "synthetic_loss.png", "aggregation.png", "reduced_gap.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+    for png in figures:
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG" and f"({png})" in report
+    assert not list(tmp_path.glob("fig[567]_*.png")) and "Figs. 3-7" in report
     data = json.loads((tmp_path / "results.json").read_text())
     gap_runs = 2 * len(floral.GAP_METHODS)  # seed 1 of the reduced columns
     assert len(data["digits"]) == len(floral.METHODS) * len(TINY.columns) + gap_runs

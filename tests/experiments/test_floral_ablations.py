@@ -20,6 +20,7 @@ from riemfl.experiments.floral.ablation_analysis import (  # noqa: E402
     rank_correlation,
 )
 from riemfl.experiments.floral.ablations import reproduce_table  # noqa: E402
+from riemfl.experiments.floral.curve_figures import ABLATION_FIGURES  # noqa: E402
 
 #: Almansoori et al. 2024, App. G.3 (CIFAR-10 R, CIFAR-10 LS, CIFAR-100), typed from the paper
 PAPER = {
@@ -149,6 +150,9 @@ def test_quick_forms_write_their_files_with_ours_beside_the_papers(tmp_path):
         text = reproduce_table(n, tmp_path, quick=True)
         assert (tmp_path / f"table{n}.md").read_text() == text
         assert (tmp_path / f"table{n}.png").read_bytes()[:4] == b"\x89PNG"
+        number, name = ABLATION_FIGURES[n]  # Fig. 9 (Table 2), 10 (Table 4), 8 (Table 5)
+        assert (tmp_path / f"fig{number}_{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert f"Fig. {number} counterpart" in text
         data = json.loads((tmp_path / f"table{n}.json").read_text())
         assert data["table"] == n and data["quick"] is True
         rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]

@@ -20,6 +20,7 @@ from riemfl.nn import MLP, SmallCNN  # noqa: E402
 from riemfl.nn.floral import (  # noqa: E402
     EnsembleModel,
     MixtureConv2d,
+    MixtureLinear,
     Router,
     floralize,
     lora_rank,
@@ -350,3 +351,16 @@ def test_floralize_keeps_the_models_dtype(dtype, layer):
     torch.testing.assert_close(out, base(x), rtol=0, atol=0)
     out.square().sum().backward()
     assert model.router.logits.grad is not None and model.router.logits.grad.dtype == dtype
+
+
+def test_floralize_rank_per_layer_and_rho_for_the_rest():
+    base = nn.Sequential(nn.Linear(64, 200), nn.ReLU(), nn.Linear(200, 10))
+    m = floralize(base, 4, 0.1, rank={"0": 15}, seed=0)
+    ranks = {n: mod.rank for n, mod in m.named_modules() if isinstance(mod, MixtureLinear)}
+    # the named layer takes its rank; the other its rank from rho (floor(0.1 * 2000 / 210) -> 1)
+    assert ranks == {"model.0": 15, "model.2": lora_rank(0.1, 200, 10)}
+    assert m(torch.zeros(2, 64)).shape == (2, 10)
+    with pytest.raises(ParameterError, match=r"rank names layers \['1'\]"):
+        floralize(base, 4, 0.1, rank={"1": 3})
+    with pytest.raises(ParameterError, match="rank"):
+        floralize(base, 4, 0.1, rank={"0": 0})

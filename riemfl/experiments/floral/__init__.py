@@ -229,7 +229,7 @@ def reproduce(
         agg = aggregation_runs(runner, s, digits)
     seconds = time.perf_counter() - t0
     text, table, gaps = report(digits, holdings, synthetic, agg, s, quick, seconds, cifar)
-    plots(digits, gaps, synthetic, agg, s, out)
+    plots(digits, gaps, synthetic, agg, s, out, cifar)
     (out / "report.md").write_text(text)
     # the CIFAR settings are recorded beside the CIFAR runs, where any ran
     settings_record = {k: v for k, v in asdict(s).items() if k != "cifar"}

@@ -6,8 +6,10 @@
 :func:`~riemfl.experiments.floral.build.digits_trainer` with the CNN as the base model) and
 writes ``table{N}.md`` (ours beside the paper's numbers, rank correlations, the paper's claims
 with verdicts: :mod:`~riemfl.experiments.floral.ablation_analysis`,
-:mod:`~riemfl.experiments.floral.ablation_report`), ``table{N}.json`` and ``table{N}.png``.
-:func:`table_runs` are its runs.
+:mod:`~riemfl.experiments.floral.ablation_report`), ``table{N}.json``, ``table{N}.png`` and
+the counterpart of the table's accuracy-curve figure (Figs. 8-10,
+:func:`~riemfl.experiments.floral.curve_figures.ablation_curves`). :func:`table_runs` are its
+runs.
 
 Rows of one configuration share their runs (their checkpoint and run file are named by the
 configuration, :attr:`AblationRow.key`): Table 5's two "None" rows are one run, and with one
@@ -40,6 +42,7 @@ from .ablation_settings import (
 )
 from .analysis import means
 from .build import digits_task, digits_trainer
+from .curve_figures import ABLATION_FIGURES, ablation_curves
 from .run import Runner
 from .settings import Settings, column
 
@@ -200,6 +203,11 @@ def reproduce_table(
     checks = check_orderings(accs, spec, s)
     text = ablation_report(spec, text_table, layers, corr, checks, s, quick, seconds)
     ablation_plot(spec, accs, s, out)
+    figure = ablation_curves(table, runs, [row.label for row in spec.rows], s.columns, out)
+    text += (
+        f"\n### Fig. {ABLATION_FIGURES[table][0]} counterpart: accuracy against the round\n\n"
+        f"![Fig. {ABLATION_FIGURES[table][0]}]({figure})\n"
+    )
     (out / f"table{table}.md").write_text(text)
     summary = {
         "table": table,

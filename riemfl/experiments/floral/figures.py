@@ -1,8 +1,9 @@
 """The figures of the FLoRAL report, one look per method across all of them.
 
 ``table1_curves.png`` (:func:`curves_plot`), ``reduced_gap.png`` (:func:`gap_plot`),
-``synthetic_loss.png`` (:func:`synthetic_plot`) and ``aggregation.png``
-(:func:`aggregation_plot`); :func:`plots` draws them all.
+``synthetic_loss.png`` (:func:`synthetic_plot`), ``aggregation.png``
+(:func:`aggregation_plot`) and Figs. 3-7's test-loss counterparts
+(:func:`~riemfl.experiments.floral.curve_figures.loss_figures`); :func:`plots` draws them all.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import numpy as np
 from ..spread import over_seeds
 from ..styles import TITLE_FONTSIZE, Styles, pyplot, save, shared_legend
 from .analysis import paper_gap
+from .curve_figures import loss_figures
 from .settings import COLUMNS, GAP_METHODS, GAP_REFERENCE, GAP_WITHIN, METHODS, Settings
 
 __all__ = ["plots", "curves_plot", "gap_plot", "synthetic_plot", "aggregation_plot"]
 
 
 def plots(
-    digits: list[dict], gaps: list[dict], synthetic: list[dict], agg: dict, s: Settings, out: Path
+    digits: list[dict],
+    gaps: list[dict],
+    synthetic: list[dict],
+    agg: dict,
+    s: Settings,
+    out: Path,
+    cifar: list[dict] | None = None,
 ) -> None:
     """Draw every figure of the report into ``out``.
 
@@ -40,9 +48,13 @@ def plots(
         The columns and seeds.
     out : pathlib.Path
         The output folder.
+    cifar : list of dict, optional
+        Table 1's CIFAR runs (Figs. 5-7's counterparts).
     """
-    styles = Styles([m.label for m in METHODS])  # one look per method in every figure
+    labels = [m.label for m in METHODS]
+    styles = Styles(labels)  # one look per method in every figure
     curves_plot(digits, s, styles, out)
+    loss_figures(digits + (cifar or []), labels, styles, out)
     gap_plot(gaps, styles, out)
     synthetic_plot(synthetic, styles, out)
     aggregation_plot(agg, styles, out)

@@ -23,6 +23,7 @@ from .analysis import (
     rank_agreement,
     regime_shifts,
 )
+from .curve_figures import loss_figure_lines
 from .settings import CIFAR_COLUMNS, GAP_METHODS, METHODS, PAPER_CIFAR, Settings, column
 from .tables import (
     accuracy_table,
@@ -402,6 +403,7 @@ def report(
         "![curves](table1_curves.png)",
         "",
         *cifar_section(cifar or [], s),
+        *loss_figure_lines(digits + (cifar or [])),
         *reduced_section(gap_lines, holdings, s),
         "## Parameter counts (C rho d against (C - 1) d)",
         "",

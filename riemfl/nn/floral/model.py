@@ -28,7 +28,7 @@ A FloralModel is plain torch: it runs on any device and dtype the base model run
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -185,12 +185,28 @@ def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, leaf, new)
 
 
+def _layer_ranks(rank: int | Mapping[str, int] | None, names: list[str]) -> dict:
+    """The explicit rank of each adapted linear or convolution layer (None: from rho)."""
+    if not isinstance(rank, Mapping):
+        return dict.fromkeys(names, rank)
+    unknown = sorted(set(rank) - set(names))
+    if unknown:
+        raise ParameterError(
+            f"floralize: rank names layers {unknown} that are not adapted; adapted linear and "
+            f"convolution layers: {names}"
+        )
+    return {
+        n: integer(rank[n], f"floralize: rank[{n!r}]", minimum=1) if n in rank else None
+        for n in names
+    }
+
+
 def floralize(
     model: nn.Module,
     n_clusters: int,
     rho: float | None = 0.01,
     *,
-    rank: int | None = None,
+    rank: int | Mapping[str, int] | None = None,
     layer_types: Sequence[str] = LAYER_TYPES,
     exclude: Sequence[str] = (),
     conv_variant: str = "balanced_2d",
@@ -216,8 +232,10 @@ def floralize(
     rho : float, default 0.01
         Relative parameter budget per adaptor (Almansoori et al. 2024, Sec. 3.2); ignored where
         ``rank`` is given.
-    rank : int, optional
-        One explicit rank for every adapted layer (the synthetic tasks' r).
+    rank : int or mapping of str to int, optional
+        One explicit rank for every adapted layer (the synthetic tasks' r), or a rank per
+        layer keyed by its qualified name (as in ``model.named_modules()``); the layers a
+        mapping does not name take their rank from ``rho``.
     layer_types : sequence of str
         Which layer types get adaptors, among :data:`ACCEPTED_LAYER_TYPES` ("linear",
         "conv2d", "batchnorm", "instancenorm", "layernorm", "groupnorm"; default
@@ -262,10 +280,11 @@ def floralize(
         For an unknown layer type, variant or ``norm_statistics``, a layer that cannot be
         adapted (grouped convolution, normalisation without affine parameters, Batch NorA on
         a batch normalisation without running statistics), an ``exclude`` name that is not a
-        module, or a model with no layer to adapt.
+        module, a ``rank`` mapping naming a layer that is not an adapted linear or convolution
+        layer, or a model with no layer to adapt.
     """
     n_clusters = integer(n_clusters, "floralize: n_clusters", minimum=1)
-    if rank is None:
+    if rank is None or isinstance(rank, Mapping):
         check_rho(rho, "floralize")
     bad = [t for t in layer_types if t not in ACCEPTED_LAYER_TYPES]
     if bad:
@@ -302,6 +321,7 @@ def floralize(
             f"floralize: the model has no layer of the types {list(layer_types)} to adapt "
             "(a bare nn.Linear must be wrapped, e.g. in nn.Sequential)"
         )
+    ranks = _layer_ranks(rank, [n for n, _, wrapper in targets if wrapper is not MixtureNorm])
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(int(seed))
@@ -314,7 +334,9 @@ def floralize(
                 )
             else:
                 extra = {"variant": conv_variant} if wrapper is MixtureConv2d else {}
-                layer = wrapper(module, context, rho=rho, rank=rank, bias=bias, init=init, **extra)
+                layer = wrapper(
+                    module, context, rho=rho, rank=ranks[name], bias=bias, init=init, **extra
+                )
             _set_submodule(copied, name, layer)
     router = Router(n_clusters, routing, router_noise)
     weight = next(p for p in model.parameters() if p.is_floating_point())  # an adapted layer's
