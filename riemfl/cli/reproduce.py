@@ -108,6 +108,13 @@ def _floral_theory(args: argparse.Namespace, out: str) -> list[str]:
     return []
 
 
+def _floral_gap(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments.floral.gap_study import reproduce_gap_candidates
+
+    claims = reproduce_gap_candidates(out, quick=args.quick, progress=not args.no_progress)
+    return _failed(claims, "cells where FLoRAL is within 1 point of the ensemble")
+
+
 def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import licudi2025
 
@@ -183,6 +190,7 @@ PAPERS: dict[str, Paper] = {
         ("torch", "data"),
         report="mfl.md",
     ),
+    "floral-gap": Paper(_floral_gap, extras=("torch", "data"), report="gap_candidates.md"),
     "privacy": Paper(
         _privacy,
         "it reports utility against epsilon, with no pass/fail claims",
