@@ -107,6 +107,20 @@ def test_cifar_data_dir_runs_and_reports_the_cifar_columns(tmp_path):
     assert {r["train_rows"] for r in runs if r["kind"] == "cifar100"} == {100}
     assert summary["cifar"]["settings"]["data"] == str(data)
     assert (out / "runs" / "cifar10-data-rotation-full-fedavg-s0.json").is_file()
+    # the authors' code's CIFAR settings: crops and flips, Adam on CIFAR-100's server
+    for kind, transform, regime, server, lr in (
+        ("cifar10", "rotation", "full", "sgd", TINY_CIFAR.lr),
+        ("cifar100", "disjoint_labels", "reduced", "adam", TINY_CIFAR.cifar100_lr),
+    ):
+        config = json.loads(
+            (out / "runs" / f"{kind}-data-{transform}-{regime}-fedavg-s0.json").read_text()
+        )["config"]
+        assert config["aggregator"]["server_optimizer"]["kind"] == server
+        assert config["trainer"]["lr"] == lr
+        assert config["trainer"]["augment"].startswith("CropFlip(padding=4")
+    assert "random crops (padding 4) and flips" in text and "Adam on the pseudo-gradient" in text
+    for png in ("fig5_cifar_10_r_loss.png", "fig7_cifar_100_loss.png"):  # Figs. 5 and 7
+        assert (out / png).read_bytes()[:4] == b"\x89PNG" and f"({png})" in text
 
 
 def test_default_settings_run_no_cifar_column():

@@ -337,3 +337,26 @@ def test_a_faulty_floral_client_is_dropped_and_keeps_its_personal_state(digits_l
     assert 2 not in h.log["client"] and h.participants[-1] == tr.n_clients - 1
     assert np.isfinite(h.final_point).all() and np.isrealobj(h.final_point)
     np.testing.assert_array_equal(tr.router_logits[2], before)
+
+
+def test_augment_sees_every_training_batch_and_no_evaluation_batch(digits_ls):
+    seen = []
+
+    def negate(x, generator):
+        assert isinstance(generator, torch.Generator)
+        seen.append(x.shape[0])
+        return -x
+
+    model = floralize(MLP([64, 16, 10]), 4, 0.1, seed=0)
+    tr = _trainer(model, digits_ls, augment=negate)
+    plain = _trainer(floralize(MLP([64, 16, 10]), 4, 0.1, seed=0), digits_ls)
+    x0 = tr.global_parameters()
+    out = tr.train(0, x0, np.random.default_rng(0))
+    assert sum(seen) == tr.n_samples(0)  # one call per training batch, every row once
+    assert not np.allclose(out, plain.train(0, x0, np.random.default_rng(0)))
+    before = len(seen)
+    tr.evaluate(out)
+    assert len(seen) == before  # evaluation never augments
+    assert "negate" in tr.describe()["augment"]
+    with pytest.raises(ParameterError, match="augment must be callable"):
+        _trainer(model, digits_ls, augment="flip")

@@ -177,6 +177,7 @@ def digits_trainer(
     *,
     base: Any = None,
     n_clusters: int | None = None,
+    augment: Any = None,
     **options: Any,
 ) -> Any:
     """A :class:`~riemfl.nn.floral.FloralTrainer` of one Table 1 row on a digits task.
@@ -200,6 +201,8 @@ def digits_trainer(
         C, adaptors or ensemble members (default ``s.n_clusters``, the task's clusters); the
         trainer gets the true clusters (oracle routing, routing diagnostics) only where C is
         the task's number of clusters.
+    augment : callable, optional
+        The training batches' augmentation (:class:`riemfl.nn.augment.CropFlip` on CIFAR).
     **options
         Passed to :func:`build_model` (``floralize`` arguments of a FLoRAL row).
 
@@ -222,6 +225,7 @@ def digits_trainer(
         batch_size=s.batch_size,
         # the true clusters (pi* routing, routing diagnostics) name C adaptors or members
         clusters=task.clusters if c == task.n_clusters else None,
+        augment=augment,
     )
 
 

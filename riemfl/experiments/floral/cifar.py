@@ -8,8 +8,8 @@ row-major) and ``b"labels"`` (CIFAR-10) or ``b"fine_labels"`` / ``b"coarse_label
 (CIFAR-100). The directory may be the one holding the files or the one holding the extracted
 ``cifar-10-batches-py/`` or ``cifar-100-python/`` folder. Images come back as float32
 (N, 3, 32, 32) in [0, 1]; the paper states no normalisation (the authors' code, zeligism/FLoRAL,
-standardises each channel and augments with random crops and flips; :func:`standardise` does
-the first, riemfl does not augment).
+standardises each channel and augments with random crops and flips: :func:`standardise` and
+:func:`crop_flip`; CIFAR-100 also runs Adam on the server, :func:`cifar_aggregator`).
 
 The files are pickles, which can run code when read. They are treated as trusted user files,
 and read with a restricted unpickler all the same: it rebuilds only numpy arrays and dtypes
@@ -57,6 +57,8 @@ from .settings import (
 )
 
 __all__ = [
+    "cifar_aggregator",
+    "crop_flip",
     "CIFAR_FOLDERS",
     "CifarData",
     "CifarSetup",
@@ -314,15 +316,62 @@ def load_cifar100(directory: str | Path) -> CifarData:
     return load_cifar(directory, "cifar100")
 
 
+def _channel_stats(data: CifarData) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation of the training images, shape (1, 3, 1, 1)."""
+    mean = data.x_train.mean(axis=(0, 2, 3), keepdims=True)
+    return mean, data.x_train.std(axis=(0, 2, 3), keepdims=True) + np.float32(1e-8)
+
+
 def standardise(data: CifarData) -> CifarData:
     """Each channel minus the training set's mean, over its standard deviation (train and test)."""
-    mean = data.x_train.mean(axis=(0, 2, 3), keepdims=True)
-    std = data.x_train.std(axis=(0, 2, 3), keepdims=True) + np.float32(1e-8)
+    mean, std = _channel_stats(data)
     return replace(
         data,
         x_train=((data.x_train - mean) / std).astype(np.float32),
         x_test=((data.x_test - mean) / std).astype(np.float32),
     )
+
+
+def crop_flip(data: CifarData) -> Any:
+    """The authors' code's training augmentation for images :func:`standardise` will scale:
+    random 32 x 32 crops after padding by 4 with black, and horizontal flips.
+
+    Parameters
+    ----------
+    data : CifarData
+        The images before standardisation (their channel statistics give the standardised
+        black, :math:`-\\mu_c / \\sigma_c`, that the padding takes).
+
+    Returns
+    -------
+    riemfl.nn.augment.CropFlip
+    """
+    from ...nn.augment import CropFlip
+
+    mean, std = _channel_stats(data)
+    return CropFlip(padding=4, fill=(-mean / std).ravel().tolist(), flip=True)
+
+
+def cifar_aggregator(trainer: Any, kind: str, cifar: CifarSettings) -> Any:
+    """The server of a CIFAR run: Algorithm 1's averages, followed on CIFAR-100 by Adam on the
+    pseudo-gradient when ``cifar.cifar100_server_adam`` is set (the authors' code).
+
+    Parameters
+    ----------
+    trainer : riemfl.nn.floral.FloralTrainer
+        The run's trainer (its parameter layout).
+    kind : {"cifar10", "cifar100"}
+    cifar : CifarSettings
+
+    Returns
+    -------
+    riemfl.nn.floral.FloralAggregator
+    """
+    from ...nn.floral import FloralAggregator, ServerOptimizer
+
+    lr = cifar.cifar100_server_adam if _check_kind(kind) == "cifar100" else None
+    server = None if lr is None else ServerOptimizer("adam", lr)
+    return FloralAggregator(trainer.layout, server_optimizer=server)
 
 
 def subsample(data: CifarData, rows: tuple[int, int] | None) -> CifarData:

@@ -129,12 +129,19 @@ def _cifar_mode(runs: list[dict[str, Any]], s: Settings) -> str:
         if r is not None:
             rows = "all" if c.rows is None else f"{c.rows[0]} of the"
             kinds.append(f"{name}: K = {r['n_clients']}, {model}, {rows} training rows")
+    adam = (
+        "plain averaging"
+        if c.cifar100_server_adam is None
+        else f"Adam on the pseudo-gradient, lr {c.cifar100_server_adam:g}"
+    )
+    augment = "random crops (padding 4) and flips" if c.augment else "no augmentation"
     return (
         f"Data: {data}; {len(c.seeds)} seed(s) {list(c.seeds)}; {c.rounds} rounds; "
         + "; ".join(kinds)
-        + f"; batch {c.batch_size}, lr {c.lr}, router lr {c.router_lr} (the authors' code's "
-        "CIFAR-10 values; CIFAR-100's server Adam is not used); per-channel standardisation, "
-        f"no augmentation; evaluation {c.evaluation!r}."
+        + f"; batch {c.batch_size}, lr {c.lr} (CIFAR-10) and {c.cifar100_lr} (CIFAR-100), "
+        f"router lr {c.router_lr}; CIFAR-100's server: {adam}; per-channel standardisation, "
+        f"{augment}; evaluation {c.evaluation!r} (the authors' code's settings; the paper "
+        "gives none)."
     )
 
 

@@ -232,7 +232,7 @@ def _cifar_task_settings(s: Settings, kind: str) -> Settings:
     training = replace(
         s,
         batch_size=c.batch_size,
-        lr=c.lr,
+        lr=c.client_lr(kind),
         router_lr=c.router_lr,
         evaluation=c.evaluation,
         seeds=c.seeds,
@@ -260,7 +260,7 @@ def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
         :meth:`Runner.run`'s results (without ``final_point``) with ``column``, ``method``,
         ``seed``, ``kind`` and the task's ``n_clients`` and ``train_rows``.
     """
-    from .cifar import cifar_task, load_cifar, standardise, subsample
+    from .cifar import cifar_aggregator, cifar_task, crop_flip, load_cifar, standardise, subsample
 
     columns = cifar_columns(s)
     results: list[dict[str, Any]] = []
@@ -269,7 +269,9 @@ def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
         kind_columns = [c for c in columns if cifar_kind(c) == kind]
         if not kind_columns:
             continue
-        data = standardise(subsample(load_cifar(s.cifar.data, kind), s.cifar.rows))
+        raw = subsample(load_cifar(s.cifar.data, kind), s.cifar.rows)
+        data = standardise(raw)
+        augment = crop_flip(raw) if s.cifar.augment else None
         ks = _cifar_task_settings(s, kind)
         rounds = s.cifar.rounds
         for column in kind_columns:
@@ -277,7 +279,9 @@ def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
                 task = cifar_task(column, seed, ks, data)
                 for method in METHODS:
                     key = f"{kind}-{source}-{column.transform}-{column.key}-{method.key}-s{seed}"
-                    trainer = digits_trainer(method, task, seed, ks, base=cifar_base(kind, seed))
+                    trainer = digits_trainer(
+                        method, task, seed, ks, base=cifar_base(kind, seed), augment=augment
+                    )
                     r = runner.run(
                         key,
                         trainer,
@@ -285,6 +289,7 @@ def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
                         clients_per_round=ks.clients_per_round,
                         seed=seed,
                         record_every=max(1, min(s.cifar.record_every, rounds)),
+                        aggregator=cifar_aggregator(trainer, kind, s.cifar),
                     )
                     r.update(
                         column=column.label,

@@ -252,8 +252,8 @@ class CifarSettings:
     """The CIFAR columns of Table 1 (package docstring); nothing runs while ``data`` is None.
 
     K, C and the share of clients per round are the paper's (:func:`~riemfl.experiments.floral.
-    cifar.cifar_settings`) unless ``clients`` scales K down; batch size and learning rates are
-    the authors' code's CIFAR-10 values (the paper gives none).
+    cifar.cifar_settings`) unless ``clients`` scales K down; batch size, learning rates, the
+    CIFAR-100 server Adam and the augmentation are the authors' code's (the paper gives none).
     """
 
     #: the directory of the CIFAR files (python version); None: no CIFAR column runs
@@ -273,9 +273,19 @@ class CifarSettings:
     )
     batch_size: int = 64
     lr: float = 0.03
+    #: CIFAR-100's client learning rate (the authors' code: 0.001, with the server Adam)
+    cifar100_lr: float = 0.001
+    #: CIFAR-100's server Adam learning rate (the authors' code: 1e-3); None: plain averaging
+    cifar100_server_adam: float | None = 1e-3
     router_lr: float = 0.1
+    #: random crops (padding 4) and horizontal flips of the training batches (the authors' code)
+    augment: bool = True
     evaluation: str = "shard"
     record_every: int = 25
+
+    def client_lr(self, kind: str) -> float:
+        """The client learning rate of a kind (``"cifar10"`` or ``"cifar100"``)."""
+        return self.cifar100_lr if kind == "cifar100" else self.lr
 
     @classmethod
     def quick(cls) -> CifarSettings:

@@ -42,7 +42,7 @@ Losses: ``"cross_entropy"`` (mean over the batch) and ``"mse"``, the synthetic t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,9 @@ class FloralTrainer:
         enables the routing diagnostics of :meth:`evaluate`.
     stateless_router : bool
         Reset :math:`\\theta^k = 0` at the start of every local run (clients keep no state).
+    augment : callable, optional
+        ``augment(batch, generator) -> batch``, applied to every training batch with the local
+        run's generator (e.g. :class:`riemfl.nn.augment.CropFlip`); evaluation never augments.
     """
 
     #: personal client state, changed by every local run (not data: see ``data_digest``)
@@ -123,6 +126,7 @@ class FloralTrainer:
         precondition_eps: float = 1e-5,
         clusters: Sequence[int] | None = None,
         stateless_router: bool = False,
+        augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     ) -> None:
         if loss not in TRAINER_LOSSES:
             raise ParameterError(
@@ -146,6 +150,12 @@ class FloralTrainer:
         self.conv_precondition = conv_precondition
         self.precondition_eps = real(precondition_eps, "FloralTrainer: precondition_eps", above=0)
         self.stateless_router = bool(stateless_router)
+        if augment is not None and not callable(augment):
+            raise ParameterError(
+                f"FloralTrainer: augment must be callable (batch, generator) -> batch, got "
+                f"{type(augment).__name__}"
+            )
+        self.augment = augment
         self.layout = FederatedLayout(model)
         self.router = model.router if isinstance(model, Routed) else None
         self._adaptors = [m for m in model.modules() if isinstance(m, MixtureAdaptor)]
@@ -292,7 +302,8 @@ class FloralTrainer:
             perm = torch.randperm(n, generator=gen)
             for b in range(0, n, self.batch_size):
                 idx = perm[b : b + self.batch_size]
-                grads = torch.autograd.grad(loss_fn(self.model(x[idx]), y[idx]), params)
+                xb = x[idx] if self.augment is None else self.augment(x[idx], gen)
+                grads = torch.autograd.grad(loss_fn(self.model(xb), y[idx]), params)
                 self._sgd_step(weights, grads, learn_router)
         out = self.layout.flatten(self.model)
         if not np.isfinite(out).all():  # the client keeps its previous state
@@ -433,6 +444,7 @@ class FloralTrainer:
             "conv_precondition": self.conv_precondition,
             "precondition_eps": self.precondition_eps,
             "stateless_router": self.stateless_router,
+            "augment": None if self.augment is None else repr(self.augment),
             "n_clients": self.n_clients,
             "layout": self.layout.describe(),
         }
