@@ -192,6 +192,13 @@ class TorchClientTrainer:
     global torch state is left as it was) torch's global generator for any dropout. Buffers of
     the model (if any) are reset to their ``model_fn()`` values before each call, so the result
     depends only on (i, start, the rng state, epochs) -- on CPU, with a fixed thread count.
+
+    **Normalisation statistics.** Running statistics (of batch normalisation) are buffers, not
+    federated parameters, so no client's statistics describe the global model. Before an
+    evaluation the trainer therefore recalibrates them at the evaluated parameters: it resets
+    them and runs the pooled training rows of all clients through the model in training mode
+    with a cumulative average (the recalibration of stochastic weight averaging, Izmailov et
+    al. 2018), then evaluates in eval mode. A model without running statistics skips this.
     """
 
     #: the last evaluation's outputs, a cache (not data: see ``data_digest``)
@@ -229,6 +236,11 @@ class TorchClientTrainer:
         self.n_parameters = n_parameters(self.model)
         self._dtype = next(self.model.parameters()).dtype if self.n_parameters else torch.float32
         self._buffers0 = [b.detach().clone() for b in self.model.buffers()]
+        self._norms = [
+            m
+            for m in self.model.modules()
+            if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+        ]
         self._init_flat = flatten_parameters(self.model).double().cpu().numpy()
         self._prepare(datasets)
         self._cache: tuple[str, np.ndarray, np.ndarray] | None = None
@@ -488,6 +500,25 @@ class TorchClientTrainer:
     def _epochs(self, epochs: Any) -> int:
         return integer(epochs, "TorchClientTrainer: epochs", minimum=1)
 
+    @torch.no_grad()
+    def _recalibrate(self) -> None:
+        """Running statistics of the loaded parameters over the pooled training rows (class
+        docstring); nothing for a model without them."""
+        if not self._norms:
+            return
+        momenta = [m.momentum for m in self._norms]
+        for m in self._norms:
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average over the batches
+        x, rows = self._x["train"], tuning.EVAL_BATCH_ROWS
+        self.model.train()
+        with torch.random.fork_rng(devices=self._fork_devices()):
+            torch.manual_seed(0)  # any dropout before a normalisation: the same every time
+            for b in range(0, x.shape[0], rows):
+                self.model(x[b : b + rows])
+        for m, momentum in zip(self._norms, momenta, strict=True):
+            m.momentum = momentum
+
     def _fork_devices(self) -> list[Any]:
         return [] if self.device.type == "cpu" else [self.device]
 
@@ -519,6 +550,7 @@ class TorchClientTrainer:
         ):
             return self._cache[2]
         self._load(flat, "evaluate")
+        self._recalibrate()
         x = self._x[split]
         self.model.eval()
         rows = tuning.EVAL_BATCH_ROWS

@@ -11,6 +11,8 @@ from riemfl.testing import importorskip
 
 torch = importorskip("torch")
 
+from torch import nn  # noqa: E402
+
 from riemfl.errors import DataError, ParameterError, ShapeError  # noqa: E402
 from riemfl.nn import (  # noqa: E402
     MLP,
@@ -19,6 +21,7 @@ from riemfl.nn import (  # noqa: E402
     average_precision,
     binary_auroc,
     digits_clients,
+    load_flat_parameters,
     macro_auroc_auprc,
 )
 
@@ -254,3 +257,42 @@ def test_metrics_hand_values():
     assert roc == 1.0 and ap == 1.0
     with pytest.raises(ShapeError):
         macro_auroc_auprc(y, s[:, :1])
+
+
+def test_batch_norm_is_evaluated_with_the_pooled_training_statistics():
+    g = np.random.default_rng(0)
+    clients = [
+        (
+            g.normal(3.0, 2.0, (n, 4)),
+            g.integers(0, 2, n),
+            g.normal(3.0, 2.0, (5, 4)),
+            g.integers(0, 2, 5),
+        )
+        for n in (7, 11)
+    ]
+
+    def model_fn():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2))
+
+    tr = TorchClientTrainer(model_fn, clients, epochs=1, batch_size=4)
+    flat = tr.train(0, tr.initial_parameters(), np.random.default_rng(1))
+    got = tr.evaluate(flat)["loss"]
+    # by hand: the population statistics of the first layer's outputs on all 18 training rows
+    ref = model_fn().double()
+    load_flat_parameters(ref, flat)
+    x_train = torch.from_numpy(np.concatenate([c[0] for c in clients]))
+    h = ref[0](x_train)
+    bn = ref[1]
+    with torch.no_grad():
+        bn.running_mean.copy_(h.mean(0))
+        bn.running_var.copy_(h.var(0, unbiased=True))
+    ref.eval()
+    x_test = torch.from_numpy(np.concatenate([c[2] for c in clients]))
+    y_test = torch.from_numpy(np.concatenate([c[3] for c in clients]))
+    want = float(nn.CrossEntropyLoss()(ref(x_test), y_test))
+    assert got == pytest.approx(want, rel=1e-5)  # float32 model against float64
+    # the statistics come from the evaluated parameters, whatever trained before
+    tr.train(1, flat, np.random.default_rng(2))
+    tr.evaluate(flat, "train")  # replaces the cached test logits: the next call recomputes
+    assert tr.evaluate(flat)["loss"] == pytest.approx(got, rel=1e-6)

@@ -27,8 +27,9 @@ Settings (Licudi et al. 2025, Sec. 4.1 and App. B, B.3, unless noted):
   :class:`~riemfl.experiments.licudi2025.table2_settings.Table2Settings` restores the copy). Its
   batch norms normalise by the batch's statistics in training and evaluation
   (:func:`~riemfl.experiments.licudi2025.table2_task.batch_statistics`): the rules exchange
-  parameters only and the trainer resets buffers before each call, so running statistics would
-  stay at their initial values and the evaluated network would not normalise;
+  parameters only, so no client's running statistics belong to the global model (a model that
+  keeps them is evaluated with statistics recalibrated on the pooled training rows,
+  :class:`~riemfl.nn.TorchClientTrainer`);
 * loss: binary cross-entropy with logits over the 8 conditions (the paper does not name the
   head); local Adam, 2 epochs, mu = 1e-3, batch 32, learning rate 1e-3 on the NIH files (the
   paper's) and 1e-2 on the stand-in (Table 1's stand-in rate, for the same reason: a few Adam

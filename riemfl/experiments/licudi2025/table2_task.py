@@ -51,11 +51,11 @@ def batch_statistics(model: Any) -> Any:
     """``model`` with every batch norm normalising by the batch's own statistics, in training
     and in evaluation alike (no running statistics).
 
-    The rules exchange the parameters only, and :class:`~riemfl.nn.TorchClientTrainer` resets
-    the buffers to their initial values before every training and evaluation, so running
-    statistics would stay at mean 0 and variance 1: the evaluated network would not normalise at
-    all, unlike the trained one. Evaluation reads the test rows in chunks of
-    :data:`riemfl.tuning.EVAL_BATCH_ROWS`, each normalised by its own statistics.
+    The rules exchange the parameters only, so no client's running statistics belong to the
+    global model; with this, training and evaluation normalise alike, with no recalibration pass
+    (:class:`~riemfl.nn.TorchClientTrainer` recalibrates running statistics, where a model keeps
+    them, on the pooled training rows before evaluating). Evaluation reads the test rows in
+    chunks of :data:`riemfl.tuning.EVAL_BATCH_ROWS`, each normalised by its own statistics.
     """
     from torch import nn
 
