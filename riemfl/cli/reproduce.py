@@ -136,6 +136,22 @@ def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     return []
 
 
+def _learned_surfaces(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import learned_surfaces
+
+    claims = learned_surfaces.reproduce(out, quick=args.quick, progress=not args.no_progress)
+    return _failed(claims, "claims pass")
+
+
+def _licudi_tr(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import licudi_tr
+
+    claims = licudi_tr.reproduce(
+        out, quick=args.quick, progress=not args.no_progress, data=args.data
+    )
+    return _failed(claims, "claims pass")
+
+
 def _privacy(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import privacy
 
@@ -176,6 +192,8 @@ PAPERS: dict[str, Paper] = {
     "zhang2024": Paper(_zhang2024, figures=tuple(range(1, 10))),
     "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data"), tables=(1, 2)),
     "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
+    "licudi-tr": Paper(_licudi_tr, extras=("torch", "data")),
+    "learned-surfaces": Paper(_learned_surfaces, extras=("torch", "data")),
     "floral": Paper(
         _floral,
         "its report compares with the paper's numbers in prose, with no pass/fail claims",

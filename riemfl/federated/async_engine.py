@@ -51,7 +51,7 @@ from .._validation import integer, optional
 from ..errors import ClientFailureError, ParameterError
 from ..manifolds.base import Manifold
 from ..manifolds.euclidean import Euclidean
-from .async_manifold import AsyncManifold, BezierEmbedding
+from .async_manifold import AsyncManifold
 from .async_rules import Arrival, AsyncRule
 from .async_scheduler import WaitingQueue
 from .checkpoint import inconsistent, require_amount, require_count, require_layout
@@ -113,10 +113,11 @@ def uplink_bytes(counters: dict[str, Any], upload: int, n_clients: int) -> float
 
 
 def upload_shape(rule: AsyncRule, point_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Shape of one client's upload: the control points of a learned Bezier curve for a curve
-    rule (AsyncBezier, AsyncBezierED, AsyncCurve), else one model."""
-    if isinstance(rule, AsyncManifold) and isinstance(rule.embedding, BezierEmbedding):
-        return (rule.embedding.degree + 1, *point_shape)
+    """Shape of one client's upload: a point of the embedding's parameter manifold for a rule
+    on a learned manifold (the control points of AsyncBezier's, AsyncBezierED's and AsyncCurve's
+    curve, of AsyncBezierTriangle's surface), else one model."""
+    if isinstance(rule, AsyncManifold):
+        return tuple(rule.embedding.parameters.point_shape)
     return tuple(point_shape)
 
 

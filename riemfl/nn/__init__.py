@@ -2,6 +2,7 @@
 
 * :class:`SmallCNN`, :class:`MLP`: small models for the offline stand-ins;
 * :class:`ShuffleNetV2`: the CXR8 model of Licudi et al. 2025 (x1.5, no pretrained weights);
+* :class:`LeNet5`: the model of Licudi 2025 (TR)'s exploratory study (LeCun et al. 1998);
 * :class:`Cifar10CNN`, :class:`VGG8`: FLoRAL's CIFAR-10 and CIFAR-100 models;
 * :func:`flatten_parameters`, :func:`load_flat_parameters`, :func:`n_parameters`: the flat
   parameter vectors the algorithms exchange (order ``module.parameters()``, buffers excluded);
@@ -22,6 +23,7 @@ from . import floral  # noqa: E402 - after the torch check
 from .cifar_models import VGG8, Cifar10CNN  # noqa: E402 - after the torch check
 from .curve_trainer import BezierClientTrainer, CurveClientTrainer, lorentz_prox  # noqa: E402 - after the torch check
 from .floral import EnsembleModel, FloralModel, FloralTrainer, floralize, run_floral  # noqa: E402 - after the torch check
+from .lenet import LeNet5  # noqa: E402 - after the torch check
 from .models import MLP, SmallCNN, flatten_parameters, load_flat_parameters, n_parameters  # noqa: E402 - after the torch check
 from .shufflenet import ShuffleNetV2  # noqa: E402 - after the torch check
 from .trainer import (  # noqa: E402 - after the torch check
@@ -36,6 +38,7 @@ from .trainer import (  # noqa: E402 - after the torch check
 __all__ = [
     "SmallCNN",
     "MLP",
+    "LeNet5",
     "ShuffleNetV2",
     "Cifar10CNN",
     "VGG8",

@@ -25,6 +25,9 @@ The pieces, each replaceable:
 
 :func:`AsyncBezier` and :func:`AsyncBezierED` are the two settings of the experiments of
 Licudi et al. 2025 (:math:`\alpha = 0` and :math:`\alpha = 1`, Sec. 4.1).
+:class:`BezierTriangleEmbedding` and :func:`AsyncBezierTriangle` take the latent manifold to two
+dimensions (a quadratic Bezier triangle through the global model, the local model and a learned
+vertex), the learned surfaces of Licudi et al. 2025, Sec. 3 and Fig. 2.
 """
 
 from .constructors import AsyncBezier, AsyncBezierED
@@ -39,6 +42,7 @@ from .embedding import (
 )
 from .penalty import staleness_penalty
 from .rule import AsyncManifold
+from .triangle import AsyncBezierTriangle, BezierTriangleEmbedding
 
 __all__ = [
     "Embedding",
@@ -50,6 +54,8 @@ __all__ = [
     "AsyncBezier",
     "AsyncBezierED",
     "AsyncCurve",
+    "AsyncBezierTriangle",
+    "BezierTriangleEmbedding",
     "STEP_MODES",
     "chordal_root",
     "power_coefficient_matrix",
