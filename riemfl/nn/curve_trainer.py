@@ -36,30 +36,13 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from .._validation import integer
 from ..errors import ParameterError
 from .trainer import TorchClientTrainer
+from .wrapped_trainer import WrappedClientTrainer
+from .wrapped_trainer import warmup_epochs as warmup_epochs_of
 
 __all__ = ["BezierClientTrainer"]
 
 
-class _WrappedTrainer:
-    """The trainer-protocol members a curve client forwards to the wrapped
-    :class:`~riemfl.nn.TorchClientTrainer` (data sizes, initialisation, evaluation)."""
-
-    trainer: TorchClientTrainer
-
-    def n_samples(self, i: int) -> int:
-        return self.trainer.n_samples(i)
-
-    def initial_parameters(self, seed: int = 0) -> np.ndarray:
-        return self.trainer.initial_parameters(seed)
-
-    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
-        return self.trainer.evaluate(flat, split)
-
-    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
-        return self.trainer.per_client_accuracy(flat, split)
-
-
-class BezierClientTrainer(_WrappedTrainer):
+class BezierClientTrainer(WrappedClientTrainer):
     """AsyncBezier's client: K1 FedProx epochs on the end point, then curve epochs on B.
 
     Parameters
@@ -92,14 +75,8 @@ class BezierClientTrainer(_WrappedTrainer):
         tunnel: str = "uniform",
     ) -> None:
         name = "BezierClientTrainer"
-        if not isinstance(trainer, TorchClientTrainer):
-            raise ParameterError(f"{name} wraps a TorchClientTrainer, got {type(trainer).__name__}")
-        self.trainer = trainer
-        self.warmup_epochs = (
-            trainer.epochs
-            if warmup_epochs is None
-            else integer(warmup_epochs, f"{name}: warmup_epochs", minimum=1)
-        )
+        super().__init__(trainer, name)
+        self.warmup_epochs = warmup_epochs_of(trainer, warmup_epochs, name)
         self.curve_epochs = integer(curve_epochs, f"{name}: curve_epochs", minimum=0)
         self.curve_lr = trainer.lr if curve_lr is None else float(curve_lr)
         if not (math.isfinite(self.curve_lr) and self.curve_lr > 0):
@@ -239,7 +216,7 @@ def lorentz_prox(
     )
 
 
-class CurveClientTrainer(_WrappedTrainer):
+class CurveClientTrainer(WrappedClientTrainer):
     r"""AsyncCurve client (Licudi 2025 (TR), Algorithm 2, Adam form).
 
     Uploads :math:`(\Theta^t, \phi, \theta)` for
@@ -295,9 +272,7 @@ class CurveClientTrainer(_WrappedTrainer):
         beta: float = 1.0,
     ) -> None:
         name = "CurveClientTrainer"
-        if not isinstance(trainer, TorchClientTrainer):
-            raise ParameterError(f"{name} wraps a TorchClientTrainer, got {type(trainer).__name__}")
-        self.trainer = trainer
+        super().__init__(trainer, name)
         self.control_lr = trainer.lr / 10 if control_lr is None else float(control_lr)
         self.gamma = float(gamma)
         self.mu = trainer.mu if mu is None else float(mu)
@@ -313,7 +288,6 @@ class CurveClientTrainer(_WrappedTrainer):
         for key, ok in checks.items():
             if not (ok and math.isfinite(getattr(self, key))):
                 raise ParameterError(f"{name}: {key} out of range, got {getattr(self, key)!r}")
-        self.n_clients = trainer.n_clients
         self.capped = 0  # batches whose Lorentz prox exponent hit the cap (diagnostic)
 
     def num_batches(self, i: int, epochs: int | None = None) -> int:

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from .._validation import integer
-from ..errors import ParameterError, ShapeError
+from ..errors import ParameterError
+from .models import image_batch
 
 __all__ = ["LeNet5", "lenet_feature_side"]
 
@@ -108,12 +109,5 @@ class LeNet5(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s, c = self.image_size, self.in_channels
-        if x.ndim == 2 and x.shape[1] == c * s * s:
-            x = x.reshape(-1, c, s, s)
-        if x.ndim != 4 or tuple(x.shape[1:]) != (c, s, s):
-            raise ShapeError(
-                f"LeNet5 expects input of shape (n, {c}, {s}, {s}) or (n, {c * s * s}), "
-                f"got {tuple(x.shape)}"
-            )
+        x = image_batch(x, self.in_channels, self.image_size, "LeNet5")
         return self.classifier(self.features(x))

@@ -36,6 +36,7 @@ from ..backend import is_torch
 from ..errors import ParameterError, ShapeError
 
 __all__ = [
+    "image_batch",
     "SmallCNN",
     "MLP",
     "CharTransformer",
@@ -109,14 +110,7 @@ class SmallCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s, c = self.image_size, self.in_channels
-        if x.ndim == 2 and x.shape[1] == c * s * s:
-            x = x.reshape(-1, c, s, s)
-        if x.ndim != 4 or tuple(x.shape[1:]) != (c, s, s):
-            raise ShapeError(
-                f"SmallCNN expects input of shape (n, {c}, {s}, {s}) or (n, {c * s * s}), "
-                f"got {tuple(x.shape)}"
-            )
+        x = image_batch(x, self.in_channels, self.image_size, "SmallCNN")
         return self.classifier(self.features(x))
 
 
@@ -221,6 +215,35 @@ class CharTransformer(nn.Module):
         causal = nn.Transformer.generate_square_subsequent_mask(length, device=idx.device)
         h = self.blocks(self.drop(h), mask=causal, is_causal=True)
         return self.head(self.norm(h[:, -1]))
+
+
+def image_batch(x: torch.Tensor, channels: int, side: int, model: str) -> torch.Tensor:
+    """``x`` as a batch of square images, shape (n, channels, side, side); flat rows of
+    ``channels * side * side`` values are reshaped.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Shape (n, channels, side, side) or (n, channels * side * side).
+    channels, side : int
+        The images' channels and side.
+    model : str
+        The model's name, for the error message.
+
+    Raises
+    ------
+    ShapeError
+        For any other shape.
+    """
+    c, s = channels, side
+    if x.ndim == 2 and x.shape[1] == c * s * s:
+        x = x.reshape(-1, c, s, s)
+    if x.ndim != 4 or tuple(x.shape[1:]) != (c, s, s):
+        raise ShapeError(
+            f"{model} expects input of shape (n, {c}, {s}, {s}) or (n, {c * s * s}), "
+            f"got {tuple(x.shape)}"
+        )
+    return x
 
 
 def n_parameters(module: nn.Module) -> int:

@@ -37,9 +37,10 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .._validation import integer, real
-from ..errors import ParameterError
 from ..federated.async_manifold.triangle import band_point, triangle_bernstein
 from .trainer import TorchClientTrainer
+from .wrapped_trainer import WrappedClientTrainer
+from .wrapped_trainer import warmup_epochs as warmup_epochs_of
 
 __all__ = ["SurfaceClientTrainer", "TRAINED"]
 
@@ -48,7 +49,7 @@ __all__ = ["SurfaceClientTrainer", "TRAINED"]
 TRAINED = (1, 3, 4, 5)
 
 
-class SurfaceClientTrainer:
+class SurfaceClientTrainer(WrappedClientTrainer):
     """AsyncBezierTriangle's client: K1 FedProx epochs on the local vertex, then surface epochs.
 
     Parameters
@@ -78,35 +79,16 @@ class SurfaceClientTrainer:
         freeze_end: bool = True,
     ) -> None:
         name = "SurfaceClientTrainer"
-        if not isinstance(trainer, TorchClientTrainer):
-            raise ParameterError(f"{name} wraps a TorchClientTrainer, got {type(trainer).__name__}")
-        self.trainer = trainer
-        self.warmup_epochs = (
-            trainer.epochs
-            if warmup_epochs is None
-            else integer(warmup_epochs, f"{name}: warmup_epochs", minimum=1)
-        )
+        super().__init__(trainer, name)
+        self.warmup_epochs = warmup_epochs_of(trainer, warmup_epochs, name)
         self.surface_epochs = integer(surface_epochs, f"{name}: surface_epochs", minimum=0)
         self.surface_lr = (
             trainer.lr if surface_lr is None else real(surface_lr, f"{name}: surface_lr", above=0)
         )
         self.band = real(band, f"{name}: band", at_least=0, at_most=1)
         self.freeze_end = bool(freeze_end)
-        self.n_clients = trainer.n_clients
 
     # ------------------------------------------------------------------ protocol
-    def n_samples(self, i: int) -> int:
-        return self.trainer.n_samples(i)
-
-    def initial_parameters(self, seed: int = 0) -> np.ndarray:
-        return self.trainer.initial_parameters(seed)
-
-    def evaluate(self, flat: np.ndarray, split: str = "test") -> dict[str, float]:
-        return self.trainer.evaluate(flat, split)
-
-    def per_client_accuracy(self, flat: np.ndarray, split: str = "test") -> np.ndarray:
-        return self.trainer.per_client_accuracy(flat, split)
-
     def num_batches(self, i: int, epochs: int | None = None) -> int:
         """Batches of K1 warm-up epochs plus the surface epochs (all cost compute time)."""
         warm = self.warmup_epochs if epochs is None else epochs

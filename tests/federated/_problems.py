@@ -42,6 +42,27 @@ class QuadraticProblem(FederatedProblem):
         return -0.5 * quad + np.einsum("ndk,ndk->n", self.b[clients], xs)
 
 
+class LeastSquares(FederatedProblem):
+    """f_i(x) = 1/2 |x - c_i|^2 on R^d (convex; optimum the mean of the c_i)."""
+
+    name = "least-squares"
+
+    def __init__(self, d=4, n=5, seed=0):
+        import riemfl
+
+        self.manifold = riemfl.Euclidean(d)
+        self.n_clients = n
+        self.c = np.random.default_rng(seed).normal(size=(n, d))
+        self.n_samples = None
+        self.optimum = 0.5 * float(np.mean(np.sum((self.c - self.c.mean(0)) ** 2, axis=1)))
+
+    def client_egrads(self, clients, xs, batches=None):
+        return xs - self.c[np.asarray(clients)]
+
+    def client_losses(self, clients, xs):
+        return 0.5 * np.sum((xs - self.c[np.asarray(clients)]) ** 2, axis=-1)
+
+
 class FlakyProblem(FederatedProblem):
     """Wraps a problem; the client oracle misbehaves for chosen clients (metrics stay exact).
 

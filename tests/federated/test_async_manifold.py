@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from _problems import LeastSquares
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,27 +33,7 @@ from riemfl.federated.async_manifold import chordal_root
 from riemfl.federated.async_manifold.embedding import _first_crossing
 from riemfl.federated.timing import ExponentialTime
 from riemfl.manifolds.bezier import BezierCurve
-from riemfl.problems.base import FederatedProblem
 from riemfl.testing import importorskip
-
-
-class LeastSquares(FederatedProblem):
-    """f_i(x) = 1/2 |x - c_i|^2 on R^d (convex; optimum the mean of the c_i)."""
-
-    name = "least-squares"
-
-    def __init__(self, d=4, n=5, seed=0):
-        self.manifold = riemfl.Euclidean(d)
-        self.n_clients = n
-        self.c = np.random.default_rng(seed).normal(size=(n, d))
-        self.n_samples = None
-        self.optimum = 0.5 * float(np.mean(np.sum((self.c - self.c.mean(0)) ** 2, axis=1)))
-
-    def client_egrads(self, clients, xs, batches=None):
-        return xs - self.c[np.asarray(clients)]
-
-    def client_losses(self, clients, xs):
-        return 0.5 * np.sum((xs - self.c[np.asarray(clients)]) ** 2, axis=-1)
 
 
 def _arrival(local, base, current, weight=0.5, client=0, version=3):

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from _problems import LeastSquares
 
 import riemfl
 from riemfl.errors import ParameterError, ShapeError
@@ -24,7 +25,6 @@ from riemfl.federated.async_manifold.triangle import (
 )
 from riemfl.federated.local import problem_metrics
 from riemfl.federated.timing import ExponentialTime
-from riemfl.problems.base import FederatedProblem
 
 VERTEX_ROWS = {(1, 0, 0): 0, (0, 1, 0): 2, (0, 0, 1): 5}
 
@@ -244,25 +244,6 @@ def test_errors(call, error, match):
 
 
 # --------------------------------------------------------------------- on the engine
-class _Quadratics(FederatedProblem):
-    """f_i(x) = 1/2 |x - c_i|^2 on R^d."""
-
-    name = "quadratics"
-
-    def __init__(self, d=3, n=4, seed=0):
-        self.manifold = riemfl.Euclidean(d)
-        self.n_clients = n
-        self.c = np.random.default_rng(seed).normal(size=(n, d))
-        self.n_samples = None
-        self.optimum = 0.5 * float(np.mean(np.sum((self.c - self.c.mean(0)) ** 2, axis=1)))
-
-    def client_egrads(self, clients, xs, batches=None):
-        return xs - self.c[np.asarray(clients)]
-
-    def client_losses(self, clients, xs):
-        return 0.5 * np.sum((xs - self.c[np.asarray(clients)]) ** 2, axis=-1)
-
-
 class _SurfaceTrainer(ProblemTrainer):
     """Gradient steps on the local vertex, then on the triangle's inner control points."""
 
@@ -282,7 +263,7 @@ class _SurfaceTrainer(ProblemTrainer):
 
 @pytest.mark.parametrize("path", ["segment", "geodesic"])
 def test_asyncbeziertriangle_runs_on_the_engine_and_converges(path):
-    problem = _Quadratics()
+    problem = LeastSquares(d=3, n=4)
     trainer = _SurfaceTrainer(problem, 0.2, local_steps=3)
     h = run_async(
         trainer,

@@ -29,6 +29,7 @@ import riemfl
 from riemfl.backend import is_torch
 from riemfl.errors import CheckpointError
 from riemfl.experiments.licudi2025 import METHODS
+from riemfl.experiments.licudi_tr.checkpoints import RecordedAsyncCurve, RecordedFedAsync
 from riemfl.experiments.registry import ASYNC_RULE_NAMES, CURVE_RULE_NAMES, build_async_rule
 from riemfl.federated import (
     DCASGD,
@@ -322,6 +323,10 @@ class Case:
         return rule
 
 
+def _drop(checkpoint):
+    """A checkpoint sink that keeps nothing."""
+
+
 def _e4():
     return riemfl.Euclidean(4)
 
@@ -485,6 +490,25 @@ def _cases() -> list[Case]:
             "asynccurve-orthocorrect",
             "curve",
             lambda: AsyncCurve(_e4(), 0.6, endpoint=OrthoCorrect(0.5, 0.0)),
+        ),
+        # the exploratory study's rules, recording a checkpoint per step (to a sink that drops it)
+        Case("recorded-fedasync", "euclidean", lambda: RecordedFedAsync(_drop), static=True),
+        Case("recorded-asynccurve", "curve", lambda: RecordedAsyncCurve(_drop, 4)),
+        Case(
+            "recorded-asynccurve-orthodyn-momentum-swa",
+            "curve",
+            lambda: RecordedAsyncCurve(
+                _drop,
+                4,
+                0.8,
+                endpoint=OrthoDyn(switch_schedule(3)),
+                rotate=True,
+                weighting="dominance",
+                momentum=0.5,
+                swa_start=2,
+                swa_every=1,
+                swa_cycle=4,
+            ),
         ),
     ]
     cases += [

@@ -119,10 +119,11 @@ class RecordedAsyncCurve(AsyncCurve):
 
     name = "asynccurve"
 
-    def __init__(self, sink: Sink, dim: int, server_lr: float = 1.0) -> None:
-        super().__init__(
-            Euclidean(dim), server_lr, endpoint=FedAsync(), rotate=False, weighting="weight"
-        )
+    def __init__(self, sink: Sink, dim: int, server_lr: float = 1.0, **options: Any) -> None:
+        """``options``: more :class:`~riemfl.federated.async_manifold.AsyncCurve` settings
+        (the study's: none; the defaults above can be overridden, as the tests do)."""
+        settings = {"endpoint": FedAsync(), "rotate": False, "weighting": "weight", **options}
+        super().__init__(Euclidean(dim), server_lr, **settings)
         self._sink = sink
 
     def apply(self, manifold, a):
