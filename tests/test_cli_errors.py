@@ -171,11 +171,13 @@ def test_errors_found_late_leave_no_folder(tmp_path, capsys):
         "async",
         "--steps",
         "2",
+        "--vartheta",
+        "5",
         "--out",
         str(out),
         "--no-progress",
     ]
-    _error(capsys, argv, "Euclidean")
+    _error(capsys, argv, "vartheta must be in [-1, 1]")
     _error(capsys, [*SYNTH, "--clients-per-round", "99", "--out", str(out)], "at most the 30")
     assert not out.exists()
 

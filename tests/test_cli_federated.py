@@ -223,22 +223,30 @@ def test_run_curve_rules_on_the_euclidean_problem(tmp_path, capsys, rule):
     assert f"{rule} (async) on logreg-digits: 30 server steps" in capsys.readouterr().out
 
 
-def test_run_curve_rule_errors(tmp_path, capsys):
-    # the curve client needs flat space; the curve options need a curve rule; logreg has no k
-    assert (
-        _run(
-            tmp_path,
-            "kpca-synthetic",
-            "--algorithm",
-            "asyncbezier",
-            "--engine",
-            "async",
-            "--steps",
-            "2",
-        )
-        == 2
+@pytest.mark.slow
+def test_run_curve_rule_on_a_curved_problem(tmp_path, capsys):
+    """On Stiefel (kPCA) the clients learn geodesic Bezier curves (ManifoldBezierTrainer)."""
+    code = _run(
+        tmp_path,
+        "kpca-synthetic",
+        "--algorithm",
+        "asyncbezier",
+        "--engine",
+        "async",
+        "--steps",
+        "8",
     )
-    assert "needs a Euclidean problem" in capsys.readouterr().err
+    assert code == 0
+    data = json.loads((tmp_path / "history.json").read_text())
+    assert data["config"]["problem"]["manifold"].startswith("Stiefel")
+    assert data["config"]["rule"]["name"] == "asyncbezier"
+    gaps = data["metrics"]["optimality_gap"]
+    assert gaps[-1] < gaps[0]  # the learned curves move the model towards the optimum
+    assert "asyncbezier (async) on kpca-synthetic" in capsys.readouterr().out
+
+
+def test_run_curve_rule_errors(tmp_path, capsys):
+    # the curve options need a curve rule; logreg has no k
     assert (
         _run(
             tmp_path,

@@ -136,6 +136,13 @@ def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     return []
 
 
+def _curved_curves(args: argparse.Namespace, out: str) -> list[str]:
+    from ..experiments import curved_curves
+
+    claims = curved_curves.reproduce(out, quick=args.quick, progress=not args.no_progress)
+    return _failed(claims, "claims pass")
+
+
 def _learned_surfaces(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import learned_surfaces
 
@@ -194,6 +201,7 @@ PAPERS: dict[str, Paper] = {
     "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
     "licudi-tr": Paper(_licudi_tr, extras=("torch", "data")),
     "learned-surfaces": Paper(_learned_surfaces, extras=("torch", "data")),
+    "curved-curves": Paper(_curved_curves, extras=("torch", "data")),
     "floral": Paper(
         _floral,
         "its report compares with the paper's numbers in prose, with no pass/fail claims",

@@ -305,9 +305,11 @@ def _async_parts(
         BezierProblemTrainer,
         ExponentialTime,
         LogNormalTime,
+        ManifoldBezierTrainer,
         ProblemTrainer,
         ProportionalTime,
     )
+    from ..manifolds import Euclidean
 
     timing = {
         "proportional": ProportionalTime(),
@@ -332,8 +334,9 @@ def _async_parts(
             f"--warmup-steps, --curve-steps and --vartheta set the curve rules {CURVE_RULE_NAMES}; "
             f"{args.algorithm} trains a point (--local-steps)"
         )
-    if curve:
-        trainer = BezierProblemTrainer(
+    if curve:  # the learned curve's client: flat space, or geodesic de Casteljau in torch
+        flat = isinstance(problem.manifold, Euclidean)
+        trainer = (BezierProblemTrainer if flat else ManifoldBezierTrainer)(
             problem,
             step_size,
             args.local_steps if args.warmup_steps is None else args.warmup_steps,

@@ -26,13 +26,7 @@ def single_torch_thread() -> Iterator[None]:
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with contextlib.ExitStack() as stack:
-            try:
-                from threadpoolctl import threadpool_limits
-
-                stack.enter_context(threadpool_limits(limits=1))
-            except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-                pass
+        with _blas_limit():
             yield
     finally:
         torch.set_num_threads(previous)
@@ -44,10 +38,18 @@ def one_blas_thread() -> Iterator[None]:
     are small, and a second thread only contends with other processes for the cores (on a
     loaded 2-core machine Stiefel's logarithm, the random-point attack's, ran 3x slower with
     two threads)."""
+    with _blas_limit():
+        yield
+
+
+def _blas_limit() -> contextlib.AbstractContextManager:
+    """threadpoolctl's limit to one BLAS thread (a no-op without threadpoolctl). threadpoolctl
+    limits the libraries loaded when the block starts, and scipy ships its own BLAS, loaded by
+    the first import of ``scipy.linalg``: that import comes first, so the limit reaches it."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        yield
-        return
-    with threadpool_limits(limits=1):
-        yield
+        return contextlib.nullcontext()
+    import scipy.linalg  # noqa: F401 - loads scipy's BLAS before the limit is set
+
+    return threadpool_limits(limits=1)

@@ -49,6 +49,7 @@ from .async_rules import (
 from .attacks import ATTACK_NAMES, Attack, Byzantine, make_attack
 from .compressed import Compressed
 from .curve_local import BezierProblemTrainer
+from .curve_manifold_local import ManifoldBezierTrainer
 from .engine import StackedClients, initial_point, run_sync
 from .faults import ClientDroppedWarning
 from .history import METRICS, History
@@ -109,6 +110,7 @@ __all__ = [
     "AsyncManifold",
     "BezierEmbedding",
     "BezierProblemTrainer",
+    "ManifoldBezierTrainer",
     "Embedding",
     "OrthoDCCorrection",
     "staleness_penalty",

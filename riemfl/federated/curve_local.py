@@ -21,8 +21,9 @@ Client i, from the received :math:`\Theta^t` (Licudi et al. 2025, App. C, Alg. 2
    The start :math:`A = \Theta^t` is never trained, so the curve passes through the global
    model the client received.
 
-Euclidean problems only (the paper's experiments; a curve on a curved base would need gradients
-through geodesic de Casteljau, not provided).
+Euclidean problems only (the paper's experiments); on a curved base the client is
+:class:`~riemfl.federated.curve_manifold_local.ManifoldBezierTrainer`, which differentiates
+through geodesic de Casteljau.
 """
 
 from __future__ import annotations
