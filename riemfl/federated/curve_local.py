@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import integer
+from .._validation import integer, real
 from ..errors import ParameterError
 from ..manifolds.bezier import bernstein_weights
 from ..manifolds.euclidean import Euclidean
@@ -40,10 +40,60 @@ from ..problems.base import FederatedProblem, sample_batches
 from .algorithm import check_step_size
 from .local import problem_metrics
 
-__all__ = ["BezierProblemTrainer"]
+__all__ = ["CurveClientBase", "BezierProblemTrainer"]
 
 
-class BezierProblemTrainer:
+class CurveClientBase:
+    """The settings and sizes of an AsyncBezier client on a federated problem, shared by
+    :class:`BezierProblemTrainer` (flat space) and
+    :class:`~riemfl.federated.curve_manifold_local.ManifoldBezierTrainer` (any manifold with
+    exp, log and retract); their parameters are documented there.
+
+    Raises
+    ------
+    ParameterError
+        For a bad step size, step count, degree or FedProx weight, or a batch size on a problem
+        without samples.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        problem: FederatedProblem,
+        step_size: float,
+        warmup_steps: int,
+        curve_steps: int,
+        *,
+        mu: float,
+        batch_size: int | None,
+        degree: int,
+        freeze_end: bool,
+    ) -> None:
+        self.problem = problem
+        self.manifold = problem.manifold
+        self.step_size = check_step_size("step_size", step_size)
+        self.warmup_steps = integer(warmup_steps, f"{name}: warmup_steps", minimum=0)
+        self.curve_steps = integer(curve_steps, f"{name}: curve_steps", minimum=0)
+        self.degree = integer(degree, f"{name}: degree", minimum=1)
+        self.mu = real(mu, f"{name}: mu", at_least=0)
+        if batch_size is not None and problem.n_samples is None:
+            raise ParameterError(f"{problem.name} has no samples, so batch_size must be None")
+        self.batch_size = batch_size
+        self.freeze_end = bool(freeze_end)
+        self.n_clients = problem.n_clients
+
+    def n_samples(self, i: int) -> int:
+        return 1 if self.problem.n_samples is None else int(self.problem.n_samples[i])
+
+    def num_batches(self, i: int, epochs: int | None = None) -> int:
+        """K1 + (K - K1): every step costs one gradient (the compute-time models count them)."""
+        return self.warmup_steps + self.curve_steps
+
+    def evaluate(self, x: Any) -> dict[str, float]:
+        return problem_metrics(self.problem, x)
+
+
+class BezierProblemTrainer(CurveClientBase):
     """AsyncBezier's client (learned quadratic curve) on a Euclidean federated problem.
 
     Parameters
@@ -84,28 +134,17 @@ class BezierProblemTrainer:
                 f"BezierProblemTrainer needs a Euclidean problem (the curve's gradients are those "
                 f"of de Casteljau in flat space); got {problem.manifold.name}"
             )
-        self.problem = problem
-        self.manifold = problem.manifold
-        self.step_size = check_step_size("step_size", step_size)
-        name = "BezierProblemTrainer"
-        self.warmup_steps = integer(warmup_steps, f"{name}: warmup_steps", minimum=0)
-        self.curve_steps = integer(curve_steps, f"{name}: curve_steps", minimum=0)
-        self.degree = integer(degree, f"{name}: degree", minimum=1)
-        if not float(mu) >= 0.0:
-            raise ParameterError(f"mu must be >= 0, got {mu!r}")
-        self.mu = float(mu)
-        if batch_size is not None and problem.n_samples is None:
-            raise ParameterError(f"{problem.name} has no samples, so batch_size must be None")
-        self.batch_size = batch_size
-        self.freeze_end = bool(freeze_end)
-        self.n_clients = problem.n_clients
-
-    def n_samples(self, i: int) -> int:
-        return 1 if self.problem.n_samples is None else int(self.problem.n_samples[i])
-
-    def num_batches(self, i: int, epochs: int | None = None) -> int:
-        """K1 + (K - K1): every step costs one gradient (the compute-time models count them)."""
-        return self.warmup_steps + self.curve_steps
+        super().__init__(
+            "BezierProblemTrainer",
+            problem,
+            step_size,
+            warmup_steps,
+            curve_steps,
+            mu=mu,
+            batch_size=batch_size,
+            degree=degree,
+            freeze_end=freeze_end,
+        )
 
     def _gradient(self, i: int, x: np.ndarray, anchor: np.ndarray, rng) -> np.ndarray:
         batch = None
@@ -133,6 +172,3 @@ class BezierProblemTrainer:
             for k in range(1, last):
                 phi[k] -= eta * w[k] * g
         return phi
-
-    def evaluate(self, x: Any) -> dict[str, float]:
-        return problem_metrics(self.problem, x)

@@ -57,15 +57,13 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import integer
 from ..errors import ParameterError
 from ..extras import import_extra
 from ..manifolds.base import Manifold
 from ..manifolds.bezier_eval import geodesic_de_casteljau
 from ..manifolds.product import Product
 from ..problems.base import FederatedProblem, sample_batches
-from .algorithm import check_step_size
-from .local import problem_metrics
+from .curve_local import CurveClientBase
 
 __all__ = [
     "REQUIRED_MAPS",
@@ -161,7 +159,7 @@ def curve_point_gradient(
     return x, np.asarray(manifold.egrad_to_rgrad(phi, ambient))
 
 
-class ManifoldBezierTrainer:
+class ManifoldBezierTrainer(CurveClientBase):
     """AsyncBezier's client (learned geodesic Bezier curve) on a federated problem on any
     manifold with ``exp``, ``log`` and ``retract``.
 
@@ -213,27 +211,17 @@ class ManifoldBezierTrainer:
         name = "ManifoldBezierTrainer"
         require_maps(problem.manifold, name)
         import_extra("torch", name)
-        self.problem = problem
-        self.manifold = problem.manifold
-        self.step_size = check_step_size("step_size", step_size)
-        self.warmup_steps = integer(warmup_steps, f"{name}: warmup_steps", minimum=0)
-        self.curve_steps = integer(curve_steps, f"{name}: curve_steps", minimum=0)
-        self.degree = integer(degree, f"{name}: degree", minimum=1)
-        if not float(mu) >= 0.0:
-            raise ParameterError(f"mu must be >= 0, got {mu!r}")
-        self.mu = float(mu)
-        if batch_size is not None and problem.n_samples is None:
-            raise ParameterError(f"{problem.name} has no samples, so batch_size must be None")
-        self.batch_size = batch_size
-        self.freeze_end = bool(freeze_end)
-        self.n_clients = problem.n_clients
-
-    def n_samples(self, i: int) -> int:
-        return 1 if self.problem.n_samples is None else int(self.problem.n_samples[i])
-
-    def num_batches(self, i: int, epochs: int | None = None) -> int:
-        """K1 + (K - K1): every step costs one gradient (the compute-time models count them)."""
-        return self.warmup_steps + self.curve_steps
+        super().__init__(
+            name,
+            problem,
+            step_size,
+            warmup_steps,
+            curve_steps,
+            mu=mu,
+            batch_size=batch_size,
+            degree=degree,
+            freeze_end=freeze_end,
+        )
 
     def _egrad(self, i: int, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The Euclidean gradient of :math:`l_i` at x (on a mini-batch when ``batch_size``)."""
@@ -274,6 +262,3 @@ class ManifoldBezierTrainer:
             if trained.start < trained.stop:
                 phi[trained] = M.retract(phi[trained], -eta * grads[trained])
         return phi
-
-    def evaluate(self, x: Any) -> dict[str, float]:
-        return problem_metrics(self.problem, x)
