@@ -222,6 +222,11 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _shown(flat: dict[str, Any], key: str) -> str:
+    """A fingerprint entry for an error message: its repr, or "missing"."""
+    return repr(flat[key]) if key in flat else "missing"
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal as JSON text (NaN settings, e.g. an unset diagnostic, equal NaN)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -351,8 +356,14 @@ class _Loop:
             )
         if not _same(state["fingerprint"], self.fingerprint):
             saved, now = _flat(state["fingerprint"]), _flat(self.fingerprint)
-            differ = sorted(k for k in {*saved, *now} if not _same(saved.get(k), now.get(k)))
-            shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ)
+            differ = sorted(
+                k
+                for k in {*saved, *now}
+                if k not in saved or k not in now or not _same(saved[k], now[k])
+            )
+            shown = "; ".join(
+                f"{k}: {_shown(saved, k)} there, {_shown(now, k)} here" for k in differ
+            )
             raise CheckpointMismatchError(
                 f"checkpoint {str(path)!r} was written by another run (other settings or data: "
                 f"{shown}); delete it, name another checkpoint file, or pass resume=False",

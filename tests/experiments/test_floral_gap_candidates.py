@@ -111,6 +111,7 @@ def test_tiny_study_writes_its_files_reads_r_off_the_2r_run_and_resumes(tmp_path
     assert len(found) == len(gap_cells(_accuracies(dict.fromkeys(CHANGED, 0.0)), st))
     text = (tmp_path / "gap_candidates.md").read_text()
     assert "## Verdict" in text and "MNIST's adaptor capacity" in text
+    assert "Cost of the capacity candidate: FLoRAL(10%) adds" in text
     assert (tmp_path / "gap_candidates.png").read_bytes()[:4] == b"\x89PNG"
     data = json.loads((tmp_path / "gap_candidates.json").read_text())
     runs = data["runs"]

@@ -245,6 +245,18 @@ def test_an_async_checkpoint_of_another_local_training_is_refused(tmp_path, sett
     assert setting in info.value.differences
 
 
+def test_a_setting_new_since_the_checkpoint_is_named_even_when_none(tmp_path):
+    """A trainer whose description gained a key (here set to None) is another run; the message
+    names the key as missing in the checkpoint."""
+
+    path = tmp_path / "async.ckpt"
+    _async(path, 4)
+    trainer = _async_trainer()
+    trainer.augment = None  # a public setting: part of the trainer's fingerprint
+    with pytest.raises(CheckpointMismatchError, match="augment: missing there, None here"):
+        _async(path, 8, trainer)
+
+
 def test_an_async_checkpoint_of_another_evaluation_cadence_is_refused(tmp_path):
     path = tmp_path / "async.ckpt"
     _async(path, 4, record_every=2)
