@@ -141,6 +141,49 @@ def test_bad_tables_and_columns_are_refused(tmp_path):
     s.columns = ("Reduced 5% R",)
     with pytest.raises(ParameterError, match="columns"):
         reproduce_table(2, tmp_path, quick=True, settings=s)
+    s.columns = ("C10 Full R",)  # a CIFAR column without the files
+    with pytest.raises(ParameterError, match="need the CIFAR files"):
+        reproduce_table(2, tmp_path, quick=True, settings=s)
+
+
+@pytest.mark.slow
+def test_a_table_on_cifar_files_runs_the_papers_columns_and_networks(tmp_path):
+    from dataclasses import replace
+
+    from riemfl.experiments.floral.cifar import CIFAR_FOLDERS, write_generated_cifar
+
+    root = tmp_path / "cifar"
+    write_generated_cifar(
+        root / CIFAR_FOLDERS["cifar10"], "cifar10", train_per_class=4, test_per_class=2
+    )
+    write_generated_cifar(
+        root / CIFAR_FOLDERS["cifar100"], "cifar100", train_per_class=1, test_per_class=1
+    )
+    s = ab.cifar_ablation_settings(str(root), ("cifar10", "cifar100"), quick=True)
+    assert s.columns == ("C10 Full R", "C10 Full LS", "C100 Full")
+    tiny = replace(
+        s,
+        rounds=1,
+        record_every=1,
+        cifar=replace(s.cifar, rounds=1, clients={"cifar10": 4, "cifar100": 10}, batch_size=16),
+    )
+    text = reproduce_table(4, tmp_path / "out", quick=True, settings=tiny)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0].startswith(
+        "| Row | C10 Full R: ours | CIFAR-10 R: paper | C10 Full LS: ours | CIFAR-10 LS: paper "
+        "| C100 Full: ours | CIFAR-100: paper"
+    )
+    assert "Cifar10CNN (CIFAR-10) and VGG-8 (CIFAR-100)" in text
+    assert "What the stand-in can and cannot show" not in text
+    runs = json.loads((tmp_path / "out" / "table4.json").read_text())["runs"]
+    assert {r["column"] for r in runs} == {"C10 Full R", "C10 Full LS", "C100 Full"}
+    files = sorted(p.name for p in (tmp_path / "out" / "runs").iterdir())
+    assert any(f.startswith("ablation-cifar100-disjoint_labels-") for f in files)
+    # the CIFAR-100 runs: VGG-8's 100 outputs, Adam on the server, crops and flips
+    c100 = next(f for f in files if f.startswith("ablation-cifar100-"))
+    config = json.loads((tmp_path / "out" / "runs" / c100).read_text())["config"]
+    assert config["aggregator"]["server_optimizer"]["kind"] == "adam"
+    assert config["trainer"]["augment"].startswith("CropFlip")
 
 
 @pytest.mark.slow

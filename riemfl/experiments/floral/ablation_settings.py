@@ -28,25 +28,37 @@ the paper's two "None" rows are equal, and both rows here are one FedAvg run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .settings import Method, Settings
+from .settings import CifarSettings, Method, Settings, cifar_kind
+from .settings import column as column_of
 
 __all__ = [
     "PAPER_ABLATION_COLUMNS",
     "ABLATION_COLUMNS",
+    "CIFAR_ABLATION_COLUMNS",
+    "DIGITS_ABLATION_COLUMNS",
     "AblationRow",
     "Ordering",
     "AblationTable",
     "TABLES",
     "ablation_settings",
+    "cifar_ablation_settings",
 ]
 
 #: the paper's columns of Tables 2, 4 and 5, in the order of ``AblationRow.paper``
 PAPER_ABLATION_COLUMNS: tuple[str, ...] = ("CIFAR-10 R", "CIFAR-10 LS", "CIFAR-100")
 
-#: our columns (labels of Table 1's ``COLUMNS``) and the paper column each is compared with
-ABLATION_COLUMNS: tuple[tuple[str, int], ...] = (("Full R", 0), ("Full LS", 1))
+#: the digits columns (labels of Table 1's ``COLUMNS``) and the paper column each is compared with
+DIGITS_ABLATION_COLUMNS: tuple[tuple[str, int], ...] = (("Full R", 0), ("Full LS", 1))
+#: the CIFAR columns (labels of Table 1's ``CIFAR_COLUMNS``): the paper's own, with the user's files
+CIFAR_ABLATION_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("C10 Full R", 0),
+    ("C10 Full LS", 1),
+    ("C100 Full", 2),
+)
+#: every column an ablation table can run, with its paper column
+ABLATION_COLUMNS: tuple[tuple[str, int], ...] = DIGITS_ABLATION_COLUMNS + CIFAR_ABLATION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -273,7 +285,7 @@ def ablation_settings(quick: bool) -> Settings:
     -------
     Settings
     """
-    columns = tuple(label for label, _ in ABLATION_COLUMNS)
+    columns = tuple(label for label, _ in DIGITS_ABLATION_COLUMNS)
     if quick:
         return Settings(
             rounds=25,
@@ -285,3 +297,35 @@ def ablation_settings(quick: bool) -> Settings:
             columns=columns,
         )
     return Settings(rounds=300, seeds=(0, 1), record_every=10, columns=columns)
+
+
+def cifar_ablation_settings(data: str, kinds: tuple[str, ...], quick: bool) -> Settings:
+    """The ablations on the user's CIFAR files: the paper's columns (:data:`CIFAR_ABLATION_
+    COLUMNS`) of the kinds found, with Table 1's CIFAR settings (K, C, share per round,
+    learning rates, server and augmentation of :class:`~riemfl.experiments.floral.settings.
+    CifarSettings`; its rounds, seeds and recording).
+
+    Parameters
+    ----------
+    data : str
+        The directory of the files.
+    kinds : tuple of str
+        The kinds found there (``"cifar10"``, ``"cifar100"``).
+    quick : bool
+        :meth:`CifarSettings.quick`'s sizes (20 rounds, K = 8 / 20, 1000 training rows).
+
+    Returns
+    -------
+    Settings
+    """
+    cifar = replace(CifarSettings.quick() if quick else CifarSettings(), data=data)
+    columns = tuple(
+        label for label, _ in CIFAR_ABLATION_COLUMNS if cifar_kind(column_of(label)) in kinds
+    )
+    return Settings(
+        rounds=cifar.rounds,
+        seeds=cifar.seeds,
+        record_every=cifar.record_every,
+        columns=columns,
+        cifar=cifar,
+    )

@@ -34,17 +34,23 @@ from .ablation_analysis import check_orderings, correlations, row_accuracies
 from .ablation_report import ablation_plot, ablation_report, ablation_table
 from .ablation_settings import (
     ABLATION_COLUMNS,
+    CIFAR_ABLATION_COLUMNS,
     PAPER_ABLATION_COLUMNS,
     TABLES,
     AblationRow,
     AblationTable,
     ablation_settings,
+    cifar_ablation_settings,
 )
 from .analysis import means
 from .build import digits_task, digits_trainer
+from .cifar import cifar_kinds
 from .curve_figures import ABLATION_FIGURES, ablation_curves
-from .run import Runner
-from .settings import Settings, column
+from .run import CifarTraining, Runner
+from .settings import Settings, cifar_kind, column
+
+#: the labels of the CIFAR columns an ablation can run (with the user's files)
+CIFAR_LABELS: tuple[str, ...] = tuple(label for label, _ in CIFAR_ABLATION_COLUMNS)
 
 __all__ = ["reproduce_table", "table_runs", "cnn_base"]
 
@@ -104,27 +110,37 @@ def table_runs(runner: Runner, table: AblationTable, s: Settings) -> list[dict[s
     """
     done: dict[tuple[str, str, int], dict[str, Any]] = {}
     every = max(1, s.record_every)
+    training: dict[str, CifarTraining] = {}  # per CIFAR kind, set up once
     for col in s.columns:
         c = column(col)
+        cifar = col in CIFAR_LABELS
+        if cifar and cifar_kind(c) not in training:
+            training[cifar_kind(c)] = CifarTraining(s, cifar_kind(c))
         for seed in s.seeds:
-            task = digits_task(c, seed, s)
+            if cifar:  # the paper's network and recipe on the user's files
+                kind = cifar_kind(c)
+                setup = training[kind]
+                task = setup.task(c, seed)
+                clusters = setup.settings.n_clusters
+            else:  # the digits with the CNN
+                kind, task, clusters = "digits", digits_task(c, seed, s), s.n_clusters
             for row in _distinct(table):
-                trainer = digits_trainer(
-                    row.method,
-                    task,
-                    seed,
-                    s,
-                    base=cnn_base(task, seed),
-                    n_clusters=row.n_clusters(s.n_clusters),
-                    **row.options,
-                )
+                options = {"n_clusters": row.n_clusters(clusters), **row.options}
+                if cifar:
+                    trainer = setup.trainer(row.method, task, seed, **options)
+                    run_options = setup.run_options(trainer)
+                else:
+                    base = cnn_base(task, seed)
+                    trainer = digits_trainer(row.method, task, seed, s, base=base, **options)
+                    run_options = {"clients_per_round": s.clients_per_round}
+                prefix = "ablation" if kind == "digits" else f"ablation-{kind}"
                 r = runner.run(
-                    f"ablation-{c.transform}-{row.key}-s{seed}",
+                    f"{prefix}-{c.transform}-{row.key}-s{seed}",
                     trainer,
                     s.rounds,
-                    clients_per_round=s.clients_per_round,
                     seed=seed,
                     record_every=every,
+                    **run_options,
                 )
                 r.pop("final_point")
                 r.update(column=col, seed=seed, ranks=_ranks(trainer.model))
@@ -158,12 +174,17 @@ def reproduce_table(
     quick : bool
         The quick form (:func:`~riemfl.experiments.floral.ablation_settings.ablation_settings`).
     data : str, optional
-        An MNIST file: the paper's MNIST client setting on it (``Settings.for_mnist``).
+        A directory of CIFAR files (:func:`~riemfl.experiments.floral.cifar.cifar_kinds`): the
+        table on the paper's CIFAR columns of the kinds found, with the paper's networks and
+        Table 1's CIFAR settings (:func:`~riemfl.experiments.floral.ablation_settings.
+        cifar_ablation_settings`); else an MNIST file, the paper's MNIST client setting on it
+        (``Settings.for_mnist``).
     progress : bool
         Show a progress bar.
     settings : Settings, optional
         Every setting (``quick`` then only names the mode in the report); its ``columns``
-        must be among ``"Full R"`` and ``"Full LS"``.
+        must be among those of :data:`~riemfl.experiments.floral.ablation_settings.
+        ABLATION_COLUMNS` (CIFAR columns need ``settings.cifar.data``).
 
     Returns
     -------
@@ -180,13 +201,22 @@ def reproduce_table(
             f"reproduce_table: table must be one of {sorted(TABLES)}, got {table!r}"
         )
     spec = TABLES[table]
-    s = settings if settings is not None else ablation_settings(quick)
-    if data is not None:
-        s = s.for_mnist(data, quick)
+    kinds = cifar_kinds(data) if data is not None else ()
+    if kinds:
+        s = cifar_ablation_settings(str(data), kinds, quick)
+    else:
+        s = settings if settings is not None else ablation_settings(quick)
+        if data is not None:
+            s = s.for_mnist(data, quick)
     allowed = [c for c, _ in ABLATION_COLUMNS]
     if not s.columns or any(c not in allowed for c in s.columns):
         raise ParameterError(
             f"reproduce_table: columns must be some of {allowed}, got {list(s.columns)}"
+        )
+    if s.cifar.data is None and any(c in CIFAR_LABELS for c in s.columns):
+        raise ParameterError(
+            "reproduce_table: the CIFAR columns need the CIFAR files (settings.cifar.data or "
+            "data=DIR)"
         )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

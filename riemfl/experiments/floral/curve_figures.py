@@ -19,6 +19,7 @@ import numpy as np
 
 from ..spread import over_seeds
 from ..styles import TITLE_FONTSIZE, Styles, pyplot, save, shared_legend
+from .ablation_settings import CIFAR_ABLATION_COLUMNS
 
 __all__ = [
     "LossFigure",
@@ -227,7 +228,8 @@ def ablation_curves(
             if curve is not None:
                 ax.plot(curve[0], 100 * curve[1], **styles.of(label))
         seeds = len({r["seed"] for r in runs if r["column"] == col})
-        ax.set_title(f"digits, {col}", fontsize=TITLE_FONTSIZE)
+        where = "" if col in dict(CIFAR_ABLATION_COLUMNS) else "digits, "
+        ax.set_title(f"{where}{col}", fontsize=TITLE_FONTSIZE)
         ax.set_xlabel("round")
         ax.set_ylabel(f"personal test accuracy, % ({over_seeds(seeds)})")
         ax.grid(True, alpha=0.3)

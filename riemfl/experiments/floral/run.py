@@ -44,6 +44,7 @@ __all__ = [
     "total_rounds",
     "digits_runs",
     "cifar_columns",
+    "CifarTraining",
     "cifar_runs",
     "synthetic_runs",
     "aggregation_runs",
@@ -240,12 +241,55 @@ def _cifar_task_settings(s: Settings, kind: str) -> Settings:
     return cifar_settings(training, kind, n_clients=c.clients.get(kind))
 
 
-def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
-    """Table 1's CIFAR runs: every method in every column of :func:`cifar_columns` and seed.
+class CifarTraining:
+    """What every run on one CIFAR kind shares: the training settings (K, C and the share per
+    round of :func:`~riemfl.experiments.floral.cifar.cifar_settings`, the learning rates), the
+    images (read once, cut to ``s.cifar.rows``, standardised per channel), the augmentation and
+    the server (:func:`~riemfl.experiments.floral.cifar.cifar_aggregator`).
 
-    The files are read once per kind, cut to ``s.cifar.rows`` and standardised per channel
-    (:func:`~riemfl.experiments.floral.cifar.standardise`); the base network is the paper's
-    (:func:`~riemfl.experiments.floral.build.cifar_base`).
+    Parameters
+    ----------
+    s : Settings
+        ``s.cifar``: the files and training settings.
+    kind : {"cifar10", "cifar100"}
+    """
+
+    def __init__(self, s: Settings, kind: str) -> None:
+        from .cifar import crop_flip, load_cifar, standardise, subsample
+
+        raw = subsample(load_cifar(s.cifar.data, kind), s.cifar.rows)
+        self.kind, self.cifar = kind, s.cifar
+        self.data = standardise(raw)
+        self.augment = crop_flip(raw) if s.cifar.augment else None
+        self.settings = _cifar_task_settings(s, kind)
+
+    def task(self, column: Column, seed: int) -> Any:
+        """The clustered task of a CIFAR column (:func:`~riemfl.experiments.floral.cifar.
+        cifar_task`)."""
+        from .cifar import cifar_task
+
+        return cifar_task(column, seed, self.settings, self.data)
+
+    def trainer(self, method: Method, task: Any, seed: int, **options: Any) -> Any:
+        """A row's trainer on the paper's network (``options``: :func:`digits_trainer`'s)."""
+        base = cifar_base(self.kind, seed)
+        return digits_trainer(
+            method, task, seed, self.settings, base=base, augment=self.augment, **options
+        )
+
+    def run_options(self, trainer: Any) -> dict[str, Any]:
+        """:meth:`Runner.run`'s options of a run: clients per round and the server."""
+        from .cifar import cifar_aggregator
+
+        return {
+            "clients_per_round": self.settings.clients_per_round,
+            "aggregator": cifar_aggregator(trainer, self.kind, self.cifar),
+        }
+
+
+def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
+    """Table 1's CIFAR runs: every method in every column of :func:`cifar_columns` and seed,
+    each kind set up once (:class:`CifarTraining`).
 
     Parameters
     ----------
@@ -260,43 +304,35 @@ def cifar_runs(runner: Runner, s: Settings) -> list[dict[str, Any]]:
         :meth:`Runner.run`'s results (without ``final_point``) with ``column``, ``method``,
         ``seed``, ``kind`` and the task's ``n_clients`` and ``train_rows``.
     """
-    from .cifar import cifar_aggregator, cifar_task, crop_flip, load_cifar, standardise, subsample
-
     columns = cifar_columns(s)
     results: list[dict[str, Any]] = []
     source = "standin" if s.cifar.standin else "data"
+    rounds = s.cifar.rounds
     for kind in ("cifar10", "cifar100"):
         kind_columns = [c for c in columns if cifar_kind(c) == kind]
         if not kind_columns:
             continue
-        raw = subsample(load_cifar(s.cifar.data, kind), s.cifar.rows)
-        data = standardise(raw)
-        augment = crop_flip(raw) if s.cifar.augment else None
-        ks = _cifar_task_settings(s, kind)
-        rounds = s.cifar.rounds
+        training = CifarTraining(s, kind)
         for column in kind_columns:
             for seed in s.cifar.seeds:
-                task = cifar_task(column, seed, ks, data)
+                task = training.task(column, seed)
                 for method in METHODS:
                     key = f"{kind}-{source}-{column.transform}-{column.key}-{method.key}-s{seed}"
-                    trainer = digits_trainer(
-                        method, task, seed, ks, base=cifar_base(kind, seed), augment=augment
-                    )
+                    trainer = training.trainer(method, task, seed)
                     r = runner.run(
                         key,
                         trainer,
                         rounds,
-                        clients_per_round=ks.clients_per_round,
                         seed=seed,
                         record_every=max(1, min(s.cifar.record_every, rounds)),
-                        aggregator=cifar_aggregator(trainer, kind, s.cifar),
+                        **training.run_options(trainer),
                     )
                     r.update(
                         column=column.label,
                         method=method.label,
                         seed=seed,
                         kind=kind,
-                        n_clients=ks.n_clients,
+                        n_clients=training.settings.n_clients,
                         train_rows=int(sum(task.description["train_rows"])),
                     )
                     r.pop("final_point")

@@ -131,18 +131,18 @@ COLUMNS: tuple[Column, ...] = (
 
 
 def column(label: str) -> Column:
-    """The column of :data:`COLUMNS` with this label.
+    """The column of :data:`COLUMNS` or :data:`CIFAR_COLUMNS` with this label.
 
     Parameters
     ----------
     label : str
-        A column label, e.g. ``"Reduced 5% LS"``.
+        A column label, e.g. ``"Reduced 5% LS"`` or ``"C100 Full"``.
 
     Returns
     -------
     Column
     """
-    return next(c for c in COLUMNS if c.label == label)
+    return next(c for c in (*COLUMNS, *CIFAR_COLUMNS) if c.label == label)
 
 
 #: Almansoori et al. 2024, Table 1, MNIST columns: mean and spread, in PAPER_COLUMNS order
