@@ -62,7 +62,14 @@ def test_loss_figures_write_one_png_per_task(tmp_path):
     ]
     labels = ["FedAvg", "Ensemble (pi*)"]
     drawn = loss_figures(runs, labels, Styles(labels), tmp_path)
-    assert [f.number for f in drawn] == [3, 6]
+    assert [spec.number for spec, _ in drawn] == [3, 6]
+    for _, fig in drawn:  # one legend below the panels, naming every method
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == labels
+    fig3 = drawn[0][1]
+    assert len(fig3.axes) == 2  # Full R and Reduced 5% R: the columns that ran
+    (line, _) = fig3.axes[0].get_lines()
+    assert list(line.get_ydata()) == [1.5, 0.5, 0.25]  # the mean over seeds 0 and 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "fig3_mnist_r_loss.png",
         "fig6_cifar_10_ls_loss.png",
@@ -76,7 +83,9 @@ def test_ablation_curves_one_figure_per_table(tmp_path, table):
         for col in ("Full R", "Full LS")
         for row in ("a", "b")
     ]
-    file = ablation_curves(table, runs, ["a", "b"], ["Full R", "Full LS"], tmp_path)
+    file, fig = ablation_curves(table, runs, ["a", "b"], ["Full R", "Full LS"], tmp_path)
     number, name = ABLATION_FIGURES[table]
     assert file == f"fig{number}_{name}.png"
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b"]
     assert (tmp_path / file).read_bytes()[:4] == b"\x89PNG"

@@ -233,7 +233,7 @@ def reproduce_table(
     checks = check_orderings(accs, spec, s)
     text = ablation_report(spec, text_table, layers, corr, checks, s, quick, seconds)
     ablation_plot(spec, accs, s, out)
-    figure = ablation_curves(table, runs, [row.label for row in spec.rows], s.columns, out)
+    figure, _ = ablation_curves(table, runs, [row.label for row in spec.rows], s.columns, out)
     text += (
         f"\n### Fig. {ABLATION_FIGURES[table][0]} counterpart: accuracy against the round\n\n"
         f"![Fig. {ABLATION_FIGURES[table][0]}]({figure})\n"

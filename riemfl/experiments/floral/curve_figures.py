@@ -100,12 +100,12 @@ def mean_curve(runs: list[dict], metric: str) -> tuple[list, np.ndarray] | None:
     return curves[0]["step"], np.mean([c[metric] for c in curves], axis=0)
 
 
-def _panels(plt: Any, n: int) -> tuple[Any, Any]:
+def _panels(plt: Any, n: int) -> tuple[Any, list[Any]]:
     """One row of ``n`` panels sharing the y axis, room for a legend below."""
     fig, axes = plt.subplots(
         1, n, figsize=(4.6 * n, 4.2), squeeze=False, sharey=True, layout="constrained"
     )
-    return fig, axes.flat
+    return fig, list(axes.flat)
 
 
 def figures_that_ran(runs: list[dict[str, Any]]) -> list[tuple[LossFigure, list[str]]]:
@@ -147,7 +147,7 @@ def loss_figure_lines(runs: list[dict[str, Any]]) -> list[str]:
 
 def loss_figures(
     runs: list[dict[str, Any]], labels: Sequence[str], styles: Styles, out: Path
-) -> list[LossFigure]:
+) -> list[tuple[LossFigure, Any]]:
     """Draw Figs. 3-7's counterparts whose columns ran: per panel (a column), the test loss
     against the round of every method (mean over its seeds), on a log axis.
 
@@ -165,8 +165,8 @@ def loss_figures(
 
     Returns
     -------
-    list of LossFigure
-        The figures drawn (:attr:`LossFigure.file` in ``out``).
+    list of (LossFigure, matplotlib.figure.Figure)
+        The figures drawn (:attr:`LossFigure.file` in ``out``; the figures closed).
     """
     plt = pyplot()
     drawn = []
@@ -185,15 +185,14 @@ def loss_figures(
             ax.set_ylabel(f"personal test loss ({over_seeds(seeds)})")
             ax.grid(True, alpha=0.3)
         fig.suptitle(f"Fig. {spec.number} counterpart: test loss, {spec.task}")
-        shared_legend(fig, list(axes))
-        save(fig, out / spec.file)
-        drawn.append(spec)
+        shared_legend(fig, axes)
+        drawn.append((spec, save(fig, out / spec.file)))
     return drawn
 
 
 def ablation_curves(
     table: int, runs: list[dict[str, Any]], rows: Sequence[str], columns: Sequence[str], out: Path
-) -> str:
+) -> tuple[str, Any]:
     """Draw the counterpart of the figure of ablation ``table`` (Fig. 8, 9 or 10): per column,
     the personal test accuracy against the round of every row (mean over its seeds).
 
@@ -213,8 +212,10 @@ def ablation_curves(
 
     Returns
     -------
-    str
+    file : str
         The file written in ``out`` (``fig8_adaptors.png``).
+    figure : matplotlib.figure.Figure
+        The (closed) figure.
     """
     number, name = ABLATION_FIGURES[table]
     plt = pyplot()
@@ -234,7 +235,6 @@ def ablation_curves(
         ax.set_ylabel(f"personal test accuracy, % ({over_seeds(seeds)})")
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"Fig. {number} counterpart: Table {table}'s rows against the round")
-    shared_legend(fig, list(axes))
+    shared_legend(fig, axes)
     file = f"fig{number}_{name}.png"
-    save(fig, out / file)
-    return file
+    return file, save(fig, out / file)
