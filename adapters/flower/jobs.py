@@ -27,10 +27,12 @@ from riemfl.federated.async_rules import AsyncRule, FedBuff
 from riemfl.federated.attacks import Byzantine
 from riemfl.federated.buffer_compression import BufferCompression
 from riemfl.federated.compressed import Compressed, private_rule
-from riemfl.federated.curve_local import BezierProblemTrainer
+from riemfl.federated.curve_local import BezierProblemTrainer, CurveClientBase
+from riemfl.federated.curve_manifold_local import ManifoldBezierTrainer
 from riemfl.federated.local import ProblemTrainer
 from riemfl.federated.privacy import DPSettings, PrivateAlgorithm
 from riemfl.federated.run_core import RunOptions
+from riemfl.manifolds.euclidean import Euclidean
 from riemfl.problems.base import FederatedProblem
 
 __all__ = [
@@ -569,10 +571,13 @@ class AsyncJob(_Job):
             return tuple(self.rule.embedding.parameters.point_shape)
         return tuple(self.resolved.manifold.point_shape)
 
-    def trainer(self) -> ProblemTrainer | BezierProblemTrainer:
-        """The local training every client runs (the same classes as ``run_async`` uses)."""
+    def trainer(self) -> ProblemTrainer | CurveClientBase:
+        """The local training every client runs (the same classes as ``run_async`` uses): a
+        curve rule's client learns a Bezier curve in flat space, or a geodesic one on a curved
+        problem (:class:`~riemfl.federated.ManifoldBezierTrainer`, which needs torch)."""
         if self.curve:
-            return BezierProblemTrainer(
+            flat = isinstance(self.resolved.manifold, Euclidean)
+            return (BezierProblemTrainer if flat else ManifoldBezierTrainer)(
                 self.resolved,
                 self.step_size,
                 self.warmup_steps,

@@ -101,11 +101,16 @@ PING = PingJob(repeats=3, payload={"x": (20, 5)})
 BEZIER_RULE = AsyncBezier(EUCLIDEAN.manifold, 1.0)
 BEZIER = AsyncJob(EUCLIDEAN, BEZIER_RULE, 40, 0.05, 3, name="asyncbezier")
 BEZIER_BAD = AsyncJob(EUCLIDEAN, AsyncBezier(EUCLIDEAN.manifold), 6, 0.05, 2, name="bezier-bad")
+# on Stiefel (kPCA) the nodes learn geodesic Bezier curves (ManifoldBezierTrainer, in torch)
+BEZIER_KPCA = AsyncJob(
+    KPCA, AsyncBezier(KPCA.build().manifold, 1.0), 6, ETA, 2, name="asyncbezier-kpca"
+)
 
 
 @pytest.fixture(scope="module")
 def results():
     jobs = [*SYNC_JOBS, BAD, CRASH, FEDASYNC, FEDBUFF, FEDBUFF_TOPK, ASYNC_BAD, BEZIER, BEZIER_BAD]
+    jobs.append(BEZIER_KPCA)
     jobs.append(PING)
     mods = [
         CorruptReplies("bad", partition=BAD_NODE, faults=("nan", "off_manifold")),
@@ -234,6 +239,19 @@ def test_asyncbezier_records_staleness_and_converges(results):
     assert history.metrics["step"] == list(range(41))
     assert gap[-1] < gap[0] / 10  # in-process run_async on this problem: / 186
     assert np.all(np.isfinite(history.final_point))
+
+
+def test_asyncbezier_on_a_curved_problem_steps_along_geodesic_curves(results):
+    """The nodes' geodesic curves on Stiefel pass the server's checks (on the manifold, starting
+    at the model each client received) and are stepped along; the model stays on the manifold
+    and the gap falls."""
+    history = results["asyncbezier-kpca"]
+    log = history.log
+    assert all(log["applied"]) and set(log["reason"]) == {""}
+    assert history.metrics["step"][-1] == 6
+    manifold = KPCA.build().manifold
+    manifold.check_point(history.final_point)
+    assert history.metrics["optimality_gap"][-1] < history.metrics["optimality_gap"][0]
 
 
 def test_asyncbezier_bad_curves_are_dropped_with_their_reason(results):

@@ -400,8 +400,10 @@ def test_curve_job_refuses_a_mismatched_client():
         AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve=1)
     with pytest.raises(ParameterError, match="curve_steps must be an integer >= 0"):
         AsyncJob(CENTRES, AsyncBezier(m), 4, 0.1, curve_steps=-1)
-    with pytest.raises(ParameterError, match="needs a Euclidean problem"):  # no curved client
-        AsyncJob(KPCA, AsyncBezier(KPCA.build().manifold), 4, 1e-3)
+    # a curved problem: the nodes learn geodesic curves (ManifoldBezierTrainer)
+    curved = AsyncJob(KPCA, AsyncBezier(KPCA.build().manifold), 4, 1e-3)
+    assert type(curved.trainer()).__name__ == "ManifoldBezierTrainer"
+    assert curved.upload_shape == (3, *KPCA.build().manifold.point_shape)
 
 
 def _message(content, message_id="m1"):
@@ -523,8 +525,8 @@ def test_run_config_builds_curve_rule_jobs():
     assert (default.warmup_steps, default.curve_steps) == (5, 5)  # local-steps each
     assert default.node_workers == 1  # one message in flight per node unless the config says
     assert deploy.job_from_run_config({**config, "node-workers": 2}).node_workers == 2
-    with pytest.raises(ParameterError, match="needs a Euclidean problem"):
-        deploy.job_from_run_config({**config, "problem": "kpca-synthetic"})
+    curved = deploy.job_from_run_config({**config, "problem": "kpca-synthetic"})
+    assert type(curved.trainer()).__name__ == "ManifoldBezierTrainer"  # geodesic curves
     with pytest.raises(TrainerMismatchError, match="settings of the curve client"):
         deploy.job_from_run_config({**config, "rule": "fedasync", "vartheta": 1.0})
     with pytest.raises(ParameterError, match="'vartheta' sets the curve rules"):
