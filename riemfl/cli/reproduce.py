@@ -8,6 +8,7 @@ anything runs) all read it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,18 +60,17 @@ def _failed(verdicts: list, what: str) -> list[str]:
     return [v.label for v in verdicts if not v.passed]
 
 
-def _communication(args: argparse.Namespace, out: str) -> list[str]:
-    from ..experiments import communication
+def _verdicts(module: str, what: str) -> Callable[[argparse.Namespace, str], list[str]]:
+    """The ``run`` of a paper whose ``riemfl.experiments.<module>.reproduce(out, quick=...,
+    progress=...)`` returns its verdicts (``label``, ``passed``, ``line()``); ``what`` names
+    them in the summary line ("claims pass")."""
 
-    verdicts = communication.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    return _failed(verdicts, "(problem, rule) pairs pass")
+    def run(args: argparse.Namespace, out: str) -> list[str]:
+        experiment = importlib.import_module(f"riemfl.experiments.{module}")
+        verdicts = experiment.reproduce(out, quick=args.quick, progress=not args.no_progress)
+        return _failed(verdicts, what)
 
-
-def _fedbuff_bound(args: argparse.Namespace, out: str) -> list[str]:
-    from ..experiments import fedbuff_bound
-
-    verdicts = fedbuff_bound.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    return _failed(verdicts, "checks of Theorem 1 pass")
+    return run
 
 
 def _floral(args: argparse.Namespace, out: str) -> list[str]:
@@ -136,20 +136,6 @@ def _licudi2025(args: argparse.Namespace, out: str) -> list[str]:
     return []
 
 
-def _curved_curves(args: argparse.Namespace, out: str) -> list[str]:
-    from ..experiments import curved_curves
-
-    claims = curved_curves.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    return _failed(claims, "claims pass")
-
-
-def _learned_surfaces(args: argparse.Namespace, out: str) -> list[str]:
-    from ..experiments import learned_surfaces
-
-    claims = learned_surfaces.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    return _failed(claims, "claims pass")
-
-
 def _licudi_tr(args: argparse.Namespace, out: str) -> list[str]:
     from ..experiments import licudi_tr
 
@@ -164,13 +150,6 @@ def _privacy(args: argparse.Namespace, out: str) -> list[str]:
 
     print(privacy.reproduce(out, quick=args.quick, progress=not args.no_progress))
     return []
-
-
-def _robustness(args: argparse.Namespace, out: str) -> list[str]:
-    from ..experiments import robustness
-
-    verdicts = robustness.reproduce(out, quick=args.quick, progress=not args.no_progress)
-    return _failed(verdicts, "(problem, attack) pairs pass")
 
 
 def _zhang2024(args: argparse.Namespace, out: str) -> list[str]:
@@ -200,8 +179,10 @@ PAPERS: dict[str, Paper] = {
     "licudi2025": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data"), tables=(1, 2)),
     "licudi2025-baselines": Paper(_licudi2025, _TABLES_ONLY, ("torch", "data")),
     "licudi-tr": Paper(_licudi_tr, extras=("torch", "data")),
-    "learned-surfaces": Paper(_learned_surfaces, extras=("torch", "data")),
-    "curved-curves": Paper(_curved_curves, extras=("torch", "data")),
+    "learned-surfaces": Paper(
+        _verdicts("learned_surfaces", "claims pass"), extras=("torch", "data")
+    ),
+    "curved-curves": Paper(_verdicts("curved_curves", "claims pass"), extras=("torch", "data")),
     "floral": Paper(
         _floral,
         "its report compares with the paper's numbers in prose, with no pass/fail claims",
@@ -222,9 +203,9 @@ PAPERS: dict[str, Paper] = {
         "it reports utility against epsilon, with no pass/fail claims",
         ("privacy", "data"),
     ),
-    "robustness": Paper(_robustness),
-    "communication": Paper(_communication),
-    "fedbuff-bound": Paper(_fedbuff_bound),
+    "robustness": Paper(_verdicts("robustness", "(problem, attack) pairs pass")),
+    "communication": Paper(_verdicts("communication", "(problem, rule) pairs pass")),
+    "fedbuff-bound": Paper(_verdicts("fedbuff_bound", "checks of Theorem 1 pass")),
 }
 
 
