@@ -157,10 +157,10 @@ class Settings:
         return len(ALGORITHMS) * self.steps
 
     def run_key(self, algorithm: str) -> str:
-        """The cache name of one run: the algorithm and a digest of every setting it reads
+        """The cache name of one run: the algorithm and a hash of every setting it reads
         (not the smoothing or the verdict rules, which only the analysis reads)."""
         keep = {
             k: v for k, v in asdict(self).items() if k not in ("sigma", "truncate", "dominance")
         }
-        digest = hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
-        return f"{self.dataset}-{algorithm}-T{self.steps}-seed{self.seed}-{digest}"
+        hashed = hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.dataset}-{algorithm}-T{self.steps}-seed{self.seed}-{hashed}"
