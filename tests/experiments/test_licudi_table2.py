@@ -39,7 +39,7 @@ from riemfl.nn.trainer import LOSSES  # noqa: E402
 
 #: Licudi et al. 2025, Table 2 (CXR8): macro AUROC %, std, macro AUPRC %, std, T_e, std; rows 7
 #: and 8 beside AsyncBezier and AsyncBezierED (Table 3's order)
-DIGEST_TABLE2 = {
+TYPED_TABLE2 = {
     "FedAsync": (77.93, 0.01, 25.72, 0.21, 140, 6.0),
     "FedOrtho": (77.91, 0.13, 25.90, 0.29, 134, 2.5),
     "FedGS": (77.85, 0.10, 26.31, 0.18, 141, 6.0),
@@ -50,7 +50,7 @@ DIGEST_TABLE2 = {
     "AsyncBezierED": (77.89, 0.12, 26.11, 0.12, 116, 9.0),
 }
 #: Licudi et al. 2025, Table 3, CXR8 column
-DIGEST_RATES = {
+TYPED_TABLE3_RATES = {
     "FedAsync": 2.0,
     "FedOrtho": 2.0,
     "FedGS": 1.0,
@@ -99,7 +99,7 @@ def test_every_method_has_finite_auroc_and_auprc(quick):
     for run in data["runs"]:
         for key in ("auroc", "auprc", "auroc_at_updates"):
             assert math.isfinite(run[key]) and 0.0 <= run[key] <= 1.0, (run["method"], key)
-        assert run["rate"] == DIGEST_RATES[run["method"]]
+        assert run["rate"] == TYPED_TABLE3_RATES[run["method"]]
     ranked = data["rankings"]["auroc"]
     assert ranked["pairs"] == 28 and 0 <= ranked["agree"] <= 28
     assert sorted(ranked["paper"]) == sorted(METHODS)
@@ -119,11 +119,11 @@ def test_t_e_is_the_multilabel_modules(quick):
 
 
 def test_paper_numbers_are_those_of_table_2():
-    assert PAPER_CXR8 == DIGEST_TABLE2
-    assert PAPER_CXR8_RATES == DIGEST_RATES
+    assert PAPER_CXR8 == TYPED_TABLE2
+    assert PAPER_CXR8_RATES == TYPED_TABLE3_RATES
     assert Table2Settings().paper_table() == (
         "CXR8",
-        {m: (v[0], v[1], v[4], v[5]) for m, v in DIGEST_TABLE2.items()},
+        {m: (v[0], v[1], v[4], v[5]) for m, v in TYPED_TABLE2.items()},
     )
 
 
