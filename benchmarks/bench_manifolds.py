@@ -61,6 +61,17 @@ shown, in parentheses in the table), each with a note per peer (``peer_caveats``
   measures riemfl's call against no work at all). Where riemfl also returns its argument
   (``to_tangent`` of ``Positive`` and ``PoincareBall``) the cell counts.
 
+Every missed level goal is explained by a measurement (``goal["miss"]`` per level, the
+summary's ``missed_by_kind``, ``[call]`` or ``[arithmetic]`` in the table's last column): the
+private map behind the public one (``M._exp`` for ``M.exp``, the arithmetic without the input
+policy) is timed too, under ``checks("off")``, in both backends (``bare_ms``). Where it alone
+exceeds the goal's bound times the peer's time the miss is ``"arithmetic"`` (the mathematics or
+its implementation costs more than the peer's); otherwise it is ``"call"``: the bare map meets
+the goal and the public call's fixed cost does not, split into ``dispatch_us`` (the ``"off"``
+call minus the bare map: shape, dtype and device checks and the dispatch) and ``checks_us``
+(this level's call minus the ``"off"`` call: the finite checks, the boundary guards of open
+sets, the deferred verdict).
+
 Also reported per cell: ``ratio`` = fastest riemfl backend / fastest peer variant, and
 ``ratio_numpy_vs_pymanopt`` and ``ratio_torch_vs_geoopt`` (reference level; per level in
 ``levels``).
@@ -118,6 +129,14 @@ import riemfl  # noqa: E402
 from riemfl import Lorentz, SpecialOrthogonal, Sphere, Stiefel  # noqa: E402
 from riemfl.backend import is_torch, to_numpy  # noqa: E402
 from riemfl.check_levels import LEVELS  # noqa: E402
+
+#: the pseudo-level of the timing of a bare private map (under ``checks("off")``)
+BARE = "bare"
+#: the kinds of a missed level goal (:func:`_explain_miss`), as the summary words them
+MISS_KINDS = {
+    "call": "call: the bare map meets the goal; the call's checks and dispatch do not",
+    "arithmetic": "arithmetic: the bare map alone misses the goal",
+}
 
 try:  # optional peer: a missing one is reported, not fatal
     import pymanopt
@@ -670,6 +689,11 @@ def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
             calls["geoopt_loop"] = g_items
             fns["geoopt_batched"] = lambda: go(*g_args)
             calls["geoopt_batched"] = [g_args]
+    bare = _bare_map(f)
+    if bare is not None:  # the private map alone, for the decomposition of a missed goal
+        fns[_key("numpy", BARE)] = lambda: bare(*np_args)
+        fns[_key("torch", BARE)] = lambda: bare(*t_args)
+        levels[_key("numpy", BARE)] = levels[_key("torch", BARE)] = "off"
     timing, outputs = _measure(fns, s, levels)
     ref = s.reference_level
     ref_np, ref_t = outputs[_key("numpy", ref)], outputs[_key("torch", ref)]
@@ -729,8 +753,14 @@ def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
         }
         for level in s.levels
     }
+    bare_ms = (
+        None
+        if bare is None
+        else {b: timing[_key(b, BARE)]["median_ms"] for b in ("numpy", "torch")}
+    )
     return {
         "times_ms": times,
+        "bare_ms": bare_ms,
         "timing": {
             "riemfl_numpy": timing[_key("numpy", ref)],
             "riemfl_torch": timing[_key("torch", ref)],
@@ -739,6 +769,49 @@ def _run_cell(op: Op, data: dict, batch: int, s: Settings) -> dict[str, Any]:
         "agreement": agreement,
         "peer_caveats": caveats,
         "levels": per_level,
+    }
+
+
+def _bare_map(f: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The private map behind a public map ``f`` (a bound method ``M.name``): ``M._name``, the
+    arithmetic without the input policy, or None where ``f`` is not such a method."""
+    owner, name = getattr(f, "__self__", None), getattr(f, "__name__", "")
+    if not isinstance(owner, riemfl.Manifold):
+        return None
+    return getattr(owner, "_" + name, None)
+
+
+def _explain_miss(
+    level: str,
+    goal: dict[str, Any],
+    lv: dict[str, Any],
+    bare_ms: dict[str, float] | None,
+    off: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """Why a level's goal is missed, measured: the cost of riemfl's bare arithmetic against the
+    peer's, and of the call around it.
+
+    ``kind`` is ``"arithmetic"`` where riemfl's private map alone (under ``checks("off")``, no
+    input policy) already exceeds the goal's bound times the peer's time: the mathematics or
+    its implementation costs more. Otherwise it is ``"call"``: the bare map meets the goal and
+    the miss is the public call's fixed cost (``dispatch_us``: shape, dtype and device checks
+    and the dispatch, measured as the ``"off"`` call minus the bare map; ``checks_us``: the
+    check level's own work, this level's call minus the ``"off"`` call). None where the goal is
+    met or unchecked, or the bare map was not timed.
+    """
+    if goal["met"] is not False or bare_ms is None:
+        return None
+    backend = "torch" if level == "deferred" else lv["goal_backend"]
+    mine = lv[f"{backend}_ms"]
+    peer = mine / goal["ratio"]
+    arithmetic = bare_ms[backend]
+    off_ms = mine if off is None else off[f"{backend}_ms"]
+    return {
+        "kind": "arithmetic" if arithmetic > goal["max"] * peer else "call",
+        "backend": backend,
+        "bare_ratio": arithmetic / peer,
+        "dispatch_us": 1e3 * (off_ms - arithmetic),
+        "checks_us": 1e3 * (mine - off_ms),
     }
 
 
@@ -760,12 +833,14 @@ def _level_goal(
     goal) or where every peer it compares with computes other mathematics (``excluded``; its
     ratio against those peers is kept for reference).
     """
-    rf_ms = min(lv["numpy_ms"], lv["torch_ms"])
     if level == "deferred":
-        mine, others = lv["torch_ms"], {k: v for k, v in peers.items() if _lib(k) == "geoopt"}
+        backend, others = "torch", {k: v for k, v in peers.items() if _lib(k) == "geoopt"}
         absent = "geoopt has no such map"
     else:
-        mine, others, absent = (lv["numpy_ms"] if level == "eager" else rf_ms), peers, "no peer"
+        others, absent = peers, "no peer"
+        backend = "torch" if level != "eager" and lv["torch_ms"] < lv["numpy_ms"] else "numpy"
+    lv["goal_backend"] = backend
+    mine = lv[f"{backend}_ms"]
     goal: dict[str, Any] = {
         "ratio_of": GOAL_RATIOS.get(level),
         "max": bound,
@@ -831,6 +906,9 @@ def _summarise_cell(cell: dict[str, Any], batch: int, s: Settings, speedup_goal:
             lv["speedup_vs_loop"] = cell["loop_peer_ms"] / rf_level if pick else None
         lv["goal"] = _level_goal(lv, level, s.level_goal(level, cell["first_size"]), peers, caveats)
         goals["levels"][level] = lv["goal"]["met"]
+    for level, lv in cell["levels"].items():
+        off = cell["levels"].get("off")
+        lv["goal"]["miss"] = _explain_miss(level, lv["goal"], lv, cell["bare_ms"], off)
     cell["goals"] = goals
 
 
@@ -1046,6 +1124,14 @@ def _summary(cells: list[dict[str, Any]], levels: Sequence[str]) -> dict[str, An
             "checked": len(checked),
             "met": sum(c["levels"][level]["goal"]["met"] for c in checked),
             "missed": [_cell_id(c) for c in checked if not c["levels"][level]["goal"]["met"]],
+            "missed_by_kind": {
+                kind: [
+                    _cell_id(c)
+                    for c in checked
+                    if (c["levels"][level]["goal"]["miss"] or {}).get("kind") == kind
+                ]
+                for kind in MISS_KINDS
+            },
             "excluded": sum(c["levels"][level]["goal"]["excluded"] for c in cells),
             "by_family": by_family,
         }
@@ -1101,7 +1187,11 @@ def _level_col(goal: dict[str, Any]) -> str:
 
 def _goal_col(c: dict[str, Any]) -> str:
     g = c["goals"]
-    misses = [level for level, met in g["levels"].items() if met is False]
+    misses = [
+        level + (f"[{miss['kind']}]" if (miss := c["levels"][level]["goal"]["miss"]) else "")
+        for level, met in g["levels"].items()
+        if met is False
+    ]
     if g.get("speedup_met") is False:
         misses.append("speedup")
     if misses:
@@ -1212,7 +1302,13 @@ def format_summary(result: dict[str, Any]) -> str:
         if lv["by_family"]:
             fams = ", ".join(f"{k} {v['met']}/{v['checked']}" for k, v in lv["by_family"].items())
             lines.append(f"  by family: {fams}")
-        lines += [f"  missed, {g}" for g in _grouped(lv["missed"])]
+        explained = {cid for ids in lv["missed_by_kind"].values() for cid in ids}
+        for kind, ids in lv["missed_by_kind"].items():
+            lines += [f"  missed ({MISS_KINDS[kind]}), {g}" for g in _grouped(ids)]
+        lines += [
+            f"  missed, {g}"
+            for g in _grouped([cid for cid in lv["missed"] if cid not in explained])
+        ]
     sp = summ["speedup_goal"]
     lines.append(
         f"batched speed-up goal (at {s['reference_level']}, over a Python loop of the fastest "

@@ -83,6 +83,8 @@ CAVEATS = {
     ("PSDFixedRank", "exp"): ("pymanopt", "peer computes other mathematics"),
 }
 LEVELS = ["eager", "deferred", "off"]
+#: rows whose riemfl method is not a map of the contract (no private ``_<name>`` to time bare)
+NO_PRIVATE_MAP = {("Lorentz", "lift (~projx)")}
 
 
 def check_level_goals(c, s):
@@ -114,6 +116,24 @@ def check_level_goals(c, s):
         else:
             assert goal["met"] is None
             assert goal["excluded"] == bool(seen), goal
+        check_miss(c, level, lv, goal, mine, min(others.values()) if others else None)
+
+
+def check_miss(c, level, lv, goal, mine, peer_ms):
+    """A missed goal is explained by the bare map's time against the peer's, and the call's
+    dispatch and checks by the differences of the measured levels."""
+    miss = goal["miss"]
+    if goal["met"] is not False or c["bare_ms"] is None:
+        assert miss is None
+        return
+    backend = "torch" if level == "deferred" else ("numpy" if mine == lv["numpy_ms"] else "torch")
+    assert miss["backend"] == backend
+    bare = c["bare_ms"][backend]
+    assert miss["bare_ratio"] == pytest.approx(bare / peer_ms)
+    assert miss["kind"] == ("arithmetic" if bare > goal["max"] * peer_ms else "call")
+    off_ms = c["levels"]["off"][f"{backend}_ms"] if "off" in c["levels"] else mine
+    assert miss["dispatch_us"] == pytest.approx(1e3 * (off_ms - bare))
+    assert miss["checks_us"] == pytest.approx(1e3 * (mine - off_ms))
 
 
 def test_quick_benchmark_structure(tmp_path, load_benchmark):
@@ -149,6 +169,12 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
     for c in cells:
         t = c["times_ms"]
         assert all(math.isfinite(v) and v > 0 for v in t.values()), c
+        # a row of a public map of a riemfl manifold times its private map too
+        if (c["manifold"], c["op"]) in NO_PRIVATE_MAP:
+            assert c["bare_ms"] is None
+        else:
+            assert set(c["bare_ms"]) == {"numpy", "torch"}
+            assert all(math.isfinite(v) and v > 0 for v in c["bare_ms"].values()), c
         assert {"riemfl_numpy", "riemfl_torch"} <= set(t)
         peers = {k: v for k, v in t.items() if not k.startswith("riemfl")}
         rf = min(t["riemfl_numpy"], t["riemfl_torch"])
@@ -210,6 +236,9 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
         checked = [c for c in cells if c["levels"][level]["goal"]["met"] is not None]
         assert lv["checked"] == len(checked) > 0
         assert lv["met"] + len(lv["missed"]) == len(checked)
+        # every missed cell is explained, by one kind
+        kinds = [cid for ids in lv["missed_by_kind"].values() for cid in ids]
+        assert sorted(kinds) == sorted(lv["missed"])
         assert sum(f["checked"] for f in lv["by_family"].values()) == len(checked)
         assert sum(f["met"] for f in lv["by_family"].values()) == lv["met"]
         # cells with a caveat never count towards a goal

@@ -181,6 +181,19 @@ def test_off_checks_nothing_and_records_nothing():
     assert torch.isnan(out).any()
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_off_skips_the_boundary_guard_of_open_sets_and_the_other_levels_keep_it(backend):
+    m = riemfl.Positive(3)
+    x = np.array([1.0, 0.0, 2.0])
+    g = np.array([1.0, 1.0, 1.0])
+    if backend == "torch":
+        x, g = torch.from_numpy(x), torch.from_numpy(g)
+    with riemfl.checks("off"):
+        assert np.array_equal(np.asarray(m.egrad_to_rgrad(x, g)), [1.0, 0.0, 4.0])
+    with pytest.raises(NotOnManifoldError, match="egrad_to_rgrad"):
+        m.egrad_to_rgrad(x, g)
+
+
 def test_pending_checks_stay_bounded(monkeypatch):
     monkeypatch.setattr(check_levels, "MAX_PENDING", 3)
     m, x, u = _sphere_args()

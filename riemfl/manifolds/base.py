@@ -267,6 +267,13 @@ class Manifold(ABC):
         same = True
         if shape == ps:  # the fast path, one point
             batch = ()
+            level = level_of(arrays[0])
+            if level == "off":  # the bare map: nothing before or after it
+                try:
+                    return getattr(self, _PRIVATE[method])(*arrays)
+                except Exception as exc:
+                    self._map_failed(method, arrays, roles, exc)
+                    raise
         elif shape is not None and shape[len(shape) - len(ps) :] == ps:  # the fast path, a batch
             batch = shape[: len(shape) - len(ps)]
         else:
@@ -305,7 +312,7 @@ class Manifold(ABC):
                 if not all_finite(arrays[i]):
                     check_finite(f"{self.name}.{method}", arrays[i], roles[i])
         try:
-            out = getattr(self, "_" + method)(*arrays)
+            out = getattr(self, _PRIVATE[method])(*arrays)
         except Exception as exc:
             self._map_failed(method, arrays, roles, exc)
             raise
@@ -325,7 +332,7 @@ class Manifold(ABC):
         (it has already stopped the call).
         """
         try:
-            out = getattr(self, "_" + method)(*arrays)
+            out = getattr(self, _PRIVATE[method])(*arrays)
         except Exception as exc:
             self._map_failed(method, arrays, roles, exc)
             raise
@@ -815,6 +822,8 @@ MAP_ROLES: dict[str, tuple[str, ...]] = {
     "retraction_transport": _XUV,
     "point_gap": _XY,
 }
+#: the private map behind each public one
+_PRIVATE = {method: "_" + method for method in MAP_ROLES}
 
 #: methods whose base-class default is a real implementation (not a NotImplementedError stub)
 _DEFAULTED = {"egrad_to_rgrad", "inner", "norm", "transport", "dist", "squared_dist", "point_gap"}

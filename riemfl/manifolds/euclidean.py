@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .._validation import integer
 from ..backend import ops_for
 from ..errors import ParameterError
@@ -80,6 +82,15 @@ class Euclidean(Manifold):
 
     _exp = _retract
     _log = _inverse_retract
+
+    def _squared_dist(self, x, y):
+        d = y - x
+        return self._inner(x, d, d)
+
+    def _dist(self, x, y):
+        if type(x) is np.ndarray:  # a sum of squares: never negative, no clamp needed
+            return np.sqrt(self._squared_dist(x, y))
+        return ops_for(x).safe_sqrt(self._squared_dist(x, y))
 
     def _transport(self, x, y, u):
         return u + ops_for(u).zeros_like(y)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .._validation import integer
-from ..backend import ops_for, to_numpy
+from ..backend import NUMPY, ops_for, to_numpy
 from ..check_levels import refuse
 from ..errors import ProjectionError
 from .base import Manifold, delegated_map, dist_from_squared
@@ -161,6 +161,9 @@ class Oblique(Manifold):
 
     def _squared_dist(self, x, y):
         ops, c, _, s2 = self._column_sphere._log_parts(x, y)
+        if ops is NUMPY:  # no derivative to keep finite at s2 = 0: the angles by atan2
+            angles = np.arctan2(np.sqrt(np.maximum(s2, 0.0)), c)
+            return NUMPY.vecdot(angles, angles)[..., 0, 0]
         return ops.sum(squared_angle(c, s2), axis=(-2, -1))  # the column angles, (..., 1, m)
 
     _dist = dist_from_squared

@@ -26,10 +26,11 @@ __all__ = ["Positive"]
 
 def _lib(*arrays: Array):
     """numpy, or torch if any argument is a tensor (for log and exp)."""
-    if any(is_torch(a) for a in arrays):
-        import torch
+    for a in arrays:
+        if type(a) is not np.ndarray and is_torch(a):
+            import torch
 
-        return torch
+            return torch
     return np
 
 

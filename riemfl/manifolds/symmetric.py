@@ -60,10 +60,15 @@ class _LinearSubspace(Manifold):
     def _to_tangent(self, x, a):
         return self._part(a)
 
+    def _egrad_to_rgrad(self, x, g):
+        return self._part(g)
+
     def _ehess_to_rhess(self, x, g, h, u):
         return self._part(h)
 
     _retract = Euclidean._retract
+    _dist = Euclidean._dist
+    _squared_dist = Euclidean._squared_dist
     _inverse_retract = Euclidean._inverse_retract
     _exp = Euclidean._exp
     _log = Euclidean._log
