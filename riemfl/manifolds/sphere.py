@@ -19,20 +19,23 @@ __all__ = ["Sphere", "ambient_norm"]
 def ambient_norm(a: Array) -> Array:
     r""":math:`\|a\|` over the last axis (kept), scaled by :math:`\max_i |a_i|` where
     :math:`\|a\|^2` overflows (a itself is finite: the input policy); at the check levels
-    ``"deferred"`` and ``"off"`` without a read (the scaled form where it overflows, the scale
-    1 elsewhere: the same norm), so a row of a batch may differ by an ulp from eager mode's,
-    which scales the whole batch where one row overflows."""
+    ``"deferred"`` and ``"off"`` a torch tensor's norm is taken without a read (the scaled form
+    where it overflows, the scale 1 elsewhere: the same norm), so a row of a batch may differ by
+    an ulp from eager mode's, which scales the whole batch where one row overflows; a numpy
+    array, whose read synchronises no device, takes eager mode's form at every level."""
     ops = ops_for(a)
     nrm = ops.sqrt(ops.vecdot(a, a))
-    if level_of(a) == "eager":
+    if type(a) is np.ndarray or level_of(a) == "eager":
         if not ops.all_finite(nrm):
             scale = ops.amax(ops.abs(a), axis=-1, keepdims=True)
-            nrm = scale * ops.sqrt(ops.vecdot(a / scale, a / scale))
+            scaled = a / scale
+            nrm = scale * ops.sqrt(ops.vecdot(scaled, scaled))
         return nrm
     # without a read: the scaled norm everywhere, with the scale 1 (exact: the same norm)
     # where |a|^2 is finite, so that no zero scale reaches a division
     scale = ops.where(nrm < math.inf, 1.0, ops.amax(ops.abs(a), axis=-1, keepdims=True))
-    return scale * ops.sqrt(ops.vecdot(a / scale, a / scale))
+    scaled = a / scale
+    return scale * ops.sqrt(ops.vecdot(scaled, scaled))
 
 
 class Sphere(Manifold):
