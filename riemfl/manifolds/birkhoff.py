@@ -45,9 +45,11 @@ def sinkhorn(
     matrices: a KL (Bregman) projection, not the Euclidean one.
 
     At the check level ``"eager"`` the sweeps stop at the first residual within ``tol`` (one
-    read per sweep). At ``"deferred"`` and ``"off"`` (:mod:`riemfl.check_levels`) no residual
-    is read: a fixed number of sweeps runs, ``sweeps`` (default :data:`FIXED_SWEEPS`, at most
-    ``max_iter``), and the residual after the last one is checked at the level's boundary. The
+    read per sweep); so do numpy arrays at ``"off"``, where the last iterate is returned after
+    ``max_iter`` sweeps (no checks). At ``"deferred"``, and for torch tensors at ``"off"``
+    (:mod:`riemfl.check_levels`), no residual is read: a fixed number of sweeps runs,
+    ``sweeps`` (default :data:`FIXED_SWEEPS`, at most ``max_iter``), and the residual after
+    the last one is checked at the level's boundary. The
     scaling converges linearly, so the extra sweeps move a converged result by rounding only.
 
     Raises
@@ -60,6 +62,8 @@ def sinkhorn(
     level = level_of(a)
     if level == "eager":
         return _sinkhorn_adaptive(a, tol, max_iter, what)
+    if level == "off" and type(a) is np.ndarray:  # a numpy read synchronises no device
+        return _sinkhorn_adaptive(a, tol, max_iter, what, refuse_miss=False)
     count = min(max_iter, FIXED_SWEEPS if sweeps is None else sweeps)
     ops = ops_for(a)
     at = ops.mT(a)
@@ -81,8 +85,12 @@ def _reciprocal(a: Array) -> Array:
     return a.reciprocal() if is_torch(a) else np.reciprocal(a)
 
 
-def _sinkhorn_adaptive(a: Array, tol: float, max_iter: int, what: str) -> Array:
-    """:func:`sinkhorn` with the stopping test of the level ``"eager"``, at every level."""
+def _sinkhorn_adaptive(
+    a: Array, tol: float, max_iter: int, what: str, *, refuse_miss: bool = True
+) -> Array:
+    """:func:`sinkhorn` with the stopping test of the level ``"eager"``; after ``max_iter``
+    sweeps without reaching ``tol`` a :class:`~riemfl.errors.ConvergenceError`, or, without
+    ``refuse_miss`` (numpy at the level ``"off"``: no checks), the last iterate."""
     ops = ops_for(a)
     # the iterate is diag(r) A diag(c): a sweep updates the scalings by two matrix-vector
     # products (A read, not rewritten); the row sums after the column step are r * (A c)
@@ -96,6 +104,8 @@ def _sinkhorn_adaptive(a: Array, tol: float, max_iter: int, what: str) -> Array:
         if residual <= tol:
             return r[..., :, None] * a * c[..., None, :]
         r = r / rows
+    if not refuse_miss:
+        return r[..., :, None] * a * c[..., None, :]
     raise ConvergenceError(_sinkhorn_message(residual, tol, max_iter, max_iter, what))
 
 

@@ -79,6 +79,22 @@ def test_sinkhorn_iteration_limit_raises_naming_the_residual():
     assert BirkhoffPolytope(3).project(a).shape == (3, 3)
 
 
+def test_numpy_at_off_stops_at_the_tolerance_and_returns_the_last_iterate_at_the_limit():
+    import riemfl
+
+    a = np.array([[100.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.01]])
+    m = BirkhoffPolytope(3)
+    with riemfl.checks("off"):
+        off = m.project(a)
+    assert np.array_equal(off, m.project(a))  # eager's sweeps, bit for bit
+    # at the limit: no check at off, the iterate of the second sweep (rows rescaled)
+    limited = BirkhoffPolytope(3, max_iter=2, tol=1e-14)
+    with riemfl.checks("off"):
+        last = limited.project(a)
+    np.testing.assert_allclose(last.sum(axis=-1), 1.0, rtol=0, atol=4 * np.finfo(float).eps)
+    assert np.abs(last.sum(axis=-2) - 1.0).max() > 1e-3
+
+
 def test_hessian_along_a_second_order_curve():
     """c(t) = Sinkhorn((sqrt X + tU / (2 sqrt X))^2) has zero covariant acceleration at t = 0
     (the Fisher geodesic of the orthant, whose acceleration u^2/(4x) - Christoffel term cancels,
