@@ -267,13 +267,6 @@ class Manifold(ABC):
         same = True
         if shape == ps:  # the fast path, one point
             batch = ()
-            level = level_of(arrays[0])
-            if level == "off":  # the bare map: nothing before or after it
-                try:
-                    return getattr(self, _PRIVATE[method])(*arrays)
-                except Exception as exc:
-                    self._map_failed(method, arrays, roles, exc)
-                    raise
         elif shape is not None and shape[len(shape) - len(ps) :] == ps:  # the fast path, a batch
             batch = shape[: len(shape) - len(ps)]
         else:
