@@ -92,6 +92,13 @@ class CurveClientBase:
     def evaluate(self, x: Any) -> dict[str, float]:
         return problem_metrics(self.problem, x)
 
+    def _egrad(self, i: int, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The Euclidean gradient of :math:`l_i` at x (on a mini-batch when ``batch_size``)."""
+        batch = None
+        if self.batch_size is not None:
+            batch = sample_batches(rng, self.problem.n_samples, [i], self.batch_size)
+        return np.asarray(self.problem.client_egrads([i], x[None], batch)[0])
+
 
 class BezierProblemTrainer(CurveClientBase):
     """AsyncBezier's client (learned quadratic curve) on a Euclidean federated problem.
@@ -147,10 +154,7 @@ class BezierProblemTrainer(CurveClientBase):
         )
 
     def _gradient(self, i: int, x: np.ndarray, anchor: np.ndarray, rng) -> np.ndarray:
-        batch = None
-        if self.batch_size is not None:
-            batch = sample_batches(rng, self.problem.n_samples, [i], self.batch_size)
-        g = self.problem.client_egrads([i], x[None], batch)[0]
+        g = self._egrad(i, x, rng)
         return g + self.mu * (x - anchor) if self.mu else g
 
     def train(

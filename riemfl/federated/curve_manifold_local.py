@@ -62,7 +62,7 @@ from ..extras import import_extra
 from ..manifolds.base import Manifold
 from ..manifolds.bezier_eval import geodesic_de_casteljau
 from ..manifolds.product import Product
-from ..problems.base import FederatedProblem, sample_batches
+from ..problems.base import FederatedProblem
 from .curve_local import CurveClientBase
 
 __all__ = [
@@ -222,13 +222,6 @@ class ManifoldBezierTrainer(CurveClientBase):
             degree=degree,
             freeze_end=freeze_end,
         )
-
-    def _egrad(self, i: int, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The Euclidean gradient of :math:`l_i` at x (on a mini-batch when ``batch_size``)."""
-        batch = None
-        if self.batch_size is not None:
-            batch = sample_batches(rng, self.problem.n_samples, [i], self.batch_size)
-        return np.asarray(self.problem.client_egrads([i], x[None], batch)[0])
 
     def _prox(self, x: np.ndarray, anchor: np.ndarray) -> np.ndarray:
         r"""The Riemannian gradient :math:`-\mu\,\mathrm{Log}_x(\Theta^t)` of the prox term."""
