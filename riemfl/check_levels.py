@@ -36,11 +36,13 @@ The setting is process wide (every thread sees it); :func:`checks` sets it and, 
     riemfl.checks("off")                   # global: from now on, no checks
 
 What a deferred check keeps until the boundary: the verdict (a boolean tensor) and references to
-the arguments it diagnoses (no copies). A diagnosis runs only for a violated check, at the
-boundary, on the arguments as they are then; an argument changed in place since the call is
-still named, with the entries it holds then. At most :data:`MAX_PENDING` checks wait: the next
-one runs the boundary first (one read per :data:`MAX_PENDING` checks), so a loop that never
-calls :func:`raise_deferred` keeps bounded memory.
+the arguments it diagnoses (no copies; inside a compiled function, copies of the verdict and of
+the tensors its message reads: :mod:`riemfl.check_levels_torch`). A diagnosis runs only for a
+violated check, at the boundary, on the arguments as they are then; an argument changed in
+place since the call is still named, with the entries it holds then. At most
+:data:`MAX_PENDING` checks wait: the next one runs the boundary first (one read per
+:data:`MAX_PENDING` checks), so a loop that never calls :func:`raise_deferred` keeps bounded
+memory.
 
 Why not a device-side assert (``torch._assert_async``): on CUDA a failed device assert ends the
 CUDA context, and the process must restart; a typed error must leave the process usable. JAX's
@@ -73,6 +75,7 @@ __all__ = [
     "refuse_nonfinite",
     "record",
     "append_pending",
+    "compiling",
 ]
 
 #: The settings :func:`checks` accepts.
@@ -158,6 +161,12 @@ def level_of(a: Any) -> str:
     return "deferred"
 
 
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the calling code (False without torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def refuse(bad: Any, error: type[Exception], message: Callable[..., str], *args: Any) -> None:
     """The check of a map: raise ``error(message(*args))`` where ``bad`` holds, at the level
     that applies.
@@ -219,6 +228,7 @@ def record(
     arguments: tuple,
     error: type[Exception] = NonFiniteError,
     context: str = "a deferred check",
+    compiled: tuple[Callable[..., None], tuple] | None = None,
 ) -> None:
     """Record a deferred check, read at the boundary.
 
@@ -228,15 +238,17 @@ def record(
     diagnosed.
 
     Inside a function that ``torch.compile`` traces, the check becomes an operator of the graph
-    (:mod:`riemfl.check_levels_torch`): only the verdict is kept, and the boundary raises
-    ``error`` naming ``context`` (the map or the check) without the values of eager mode's
-    message.
+    (:mod:`riemfl.check_levels_torch`), which keeps a copy of the verdict and, where
+    ``diagnose`` is a function and ``arguments`` hold only tensors and constants, copies of
+    the tensors: the boundary then runs the same diagnosis. ``compiled``, ``(function,
+    constants)``, is the diagnosis there from the verdict alone, ``function(verdict,
+    *constants)``, for a ``diagnose`` that needs more (a manifold's method). Without either the
+    boundary raises ``error`` naming ``context`` (the map or the check), without values.
     """
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.compiler.is_compiling():
-        from .check_levels_torch import record_deferred
+    if compiling():
+        from .check_levels_torch import record_compiled
 
-        record_deferred(verdict, error.__name__, context)
+        record_compiled(verdict, diagnose, arguments, error, context, compiled)
         return
     if len(_pending) >= MAX_PENDING:
         raise_deferred()
@@ -250,7 +262,8 @@ def append_pending(verdict: Any, diagnose: Callable[..., None], arguments: tuple
 
 def _check_name(message: Callable[..., str]) -> str:
     """Words naming a check by its message function, for an error raised without values."""
-    return f"the check {getattr(message, '__qualname__', 'of a map')}"  # (dynamo: no str methods)
+    # (__name__ and __module__: dynamo reads __qualname__ as its descriptor; no str methods)
+    return f"the check {message.__module__}.{message.__name__}"
 
 
 def largest_entries(arrays: tuple) -> Any:

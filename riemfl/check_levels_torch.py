@@ -4,41 +4,151 @@ Appending to riemfl's list of pending checks from traced code would make dynamo 
 list's length and recompile at every call. Inside a compiled function a check is therefore an
 operator of the graph, ``riemfl::record_deferred``, registered as having an ordered side effect
 (so that AOTAutograd and inductor keep it and keep its order): when the graph runs, its Python
-body appends the verdict to the pending checks. Only tensors and constants reach it, so the
-boundary raises the check's typed error naming the map or the check, without the values eager
-mode's message holds (:func:`riemfl.check_levels.record`). :mod:`riemfl.check_levels` imports
-this module where a compiled function records a check (``import riemfl`` does not import torch).
+body appends the verdict to the pending checks.
+
+Only tensors and constants reach an operator. What the check needs to write its error is split
+at trace time (:func:`record_compiled`): the constants (the message function, the manifold's
+name, the roles of the arguments, the tolerances) are stored once per traced call site, in a
+table that :func:`torch.compiler.assume_constant_result` turns into an integer constant of the
+graph; the tensors the message reads are inputs of the operator. So the boundary raises the
+error, with the message, that eager mode raises, where the check's message reads only
+constants and tensors. Where it reads something else (an object that is not a constant, such
+as a manifold's bound method), the boundary raises the check's typed error naming the map or
+the check, without the values (:func:`raise_compiled`).
+
+The operator copies what it keeps: inductor reuses the buffer of an intermediate tensor once
+its last reader has run, and the verdict's last reader in the graph is this operator, so a
+reference would see the buffer's next contents (a NaN verdict overwritten by a finite one: a
+violation lost). The copies are the verdict (one entry per argument, or one boolean per point)
+and the tensors the message reads (per-point values of the checks, such as a cosine or an
+eigenvalue; a whole argument only for the checks that name its entries).
+
+:mod:`riemfl.check_levels` imports this module where a compiled function records a check
+(``import riemfl`` does not import torch).
 """
 
 from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from . import errors
 from .check_levels import append_pending
 
-__all__ = ["record_deferred"]
+__all__ = ["record_compiled", "record_deferred", "raise_compiled"]
+
+#: The constants of each traced check, by site number: ``(function, structure, with_verdict)``.
+#: ``structure`` is the check's arguments with ``...`` where a tensor goes; ``with_verdict``:
+#: ``function(verdict, *arguments)`` (a diagnosis from the verdict), else
+#: ``function(*arguments)``.
+_SITES: list[tuple[Callable[..., None], tuple, bool]] = []
+_SITE_NUMBERS: dict[tuple, int] = {}
+
+
+@torch.compiler.assume_constant_result
+def _site(function: Callable[..., None], structure: tuple, with_verdict: bool) -> int:
+    """The number of a check's constants in :data:`_SITES` (registered at the first trace)."""
+    key = (function, structure, with_verdict)
+    try:
+        return _SITE_NUMBERS[key]
+    except TypeError:  # an unhashable constant: a site of its own
+        pass
+    except KeyError:
+        _SITE_NUMBERS[key] = len(_SITES)
+    _SITES.append(key)
+    return len(_SITES) - 1
+
+
+def _constant(value: Any) -> bool:
+    return value is None or isinstance(
+        value, (str, int, float, bool, type, types.FunctionType, types.BuiltinFunctionType)
+    )
+
+
+def _split(value: Any, tensors: list) -> tuple[Any, bool]:
+    """``value`` with ``...`` for each tensor (appended to ``tensors``), and whether every other
+    part is a constant that a graph can hold."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return ..., True
+    if isinstance(value, tuple):
+        parts = [_split(v, tensors) for v in value]
+        return tuple(p for p, _ in parts), all(ok for _, ok in parts)
+    return value, _constant(value)
+
+
+def _fill(structure: Any, tensors: Any) -> Any:
+    """The inverse of :func:`_split`: the tensors, in order, where the structure holds ``...``."""
+    if structure is ...:
+        return next(tensors)
+    if isinstance(structure, tuple):
+        return tuple(_fill(s, tensors) for s in structure)
+    return structure
+
+
+def record_compiled(
+    verdict: torch.Tensor,
+    diagnose: Callable[..., None],
+    arguments: tuple,
+    error: type[Exception],
+    context: str,
+    compiled: tuple[Callable[..., None], tuple] | None = None,
+) -> None:
+    """Record a check from code that ``torch.compile`` traces (see the module documentation).
+
+    ``compiled``: a diagnosis from the verdict alone, ``(function, constants)``:
+    ``function(verdict, *constants)`` raises the error (or returns: no violation) at the
+    boundary. Otherwise ``diagnose(*arguments)`` runs there, on copies of the tensors among
+    ``arguments``, where ``diagnose`` and the rest of ``arguments`` are constants; else the
+    boundary raises ``error`` naming ``context``, without values.
+    """
+    tensors: list[torch.Tensor] = []
+    site = -1
+    if compiled is not None:
+        site = _site(compiled[0], compiled[1], True)
+    elif isinstance(diagnose, types.FunctionType):
+        structure, constant = _split(arguments, tensors)
+        if constant:
+            site = _site(diagnose, structure, False)
+        else:
+            tensors = []
+    record_deferred(verdict, error.__name__, context, site, tensors)
 
 
 @torch.library.custom_op("riemfl::record_deferred", mutates_args=())
-def record_deferred(verdict: torch.Tensor, error: str, context: str) -> None:
-    """Append ``verdict`` (booleans: failed where True; floats: failed where not finite) to the
-    pending checks, with the name of its error class (in :mod:`riemfl.errors`) and the words
-    naming the check."""
-    append_pending(verdict, raise_compiled, (getattr(errors, error), context))
+def record_deferred(
+    verdict: torch.Tensor, error: str, context: str, site: int, values: list[torch.Tensor]
+) -> None:
+    """Append a copy of ``verdict`` (booleans: failed where True; floats: failed where not
+    finite) to the pending checks, with the diagnosis of the check ``site`` of :data:`_SITES`
+    on copies of ``values`` (``site`` -1: the error class named ``error``, in
+    :mod:`riemfl.errors`, with the words ``context``)."""
+    verdict = verdict.clone()
+    if site < 0:
+        append_pending(verdict, raise_compiled, (getattr(errors, error), context))
+        return
+    function, structure, with_verdict = _SITES[site]
+    arguments = _fill(structure, iter([v.clone() for v in values]))
+    append_pending(verdict, function, (verdict, *arguments) if with_verdict else arguments)
 
 
 @record_deferred.register_fake
-def _(verdict: torch.Tensor, error: str, context: str) -> None:
+def _(
+    verdict: torch.Tensor, error: str, context: str, site: int, values: list[torch.Tensor]
+) -> None:
     return None
 
 
 def raise_compiled(error: type[Exception], context: str) -> None:
-    """The boundary's error for a check recorded inside a compiled function."""
+    """The boundary's error for a check recorded inside a compiled function without values."""
     raise error(
         f"{context}: a check failed inside a function compiled with torch.compile (a deferred "
-        f"check; no values are kept there). Run the step without compiling it, or under "
-        f"riemfl.checks('eager'), for the message that names the values"
+        f"check whose message reads values that the graph does not keep). Run the step "
+        f"without compiling it, or under riemfl.checks('eager'), for the message that names "
+        f"the values"
     )
 
 

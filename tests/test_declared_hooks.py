@@ -55,7 +55,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("riemfl/federated/checkpoint.py", "getattr(os, 'O_DIRECTORY', 0)"): PLATFORM,
     ("riemfl/federated/checkpoint.py", "getattr(os, 'fdatasync', os.fsync)"): PLATFORM,
     ("riemfl/federated/_payload.py", "getattr(torch, value[1], None)"): PLATFORM,
-    ("riemfl/check_levels.py", "getattr(message, '__qualname__', 'of a map')"): VALUES,
     ("riemfl/progress.py", "getattr(self.stream, 'isatty', lambda: False)"): FOREIGN,
     ("riemfl/nn/floral/ensemble.py", "getattr(sub, 'reset_parameters', None)"): FOREIGN,
     ("riemfl/nn/trainer.py", "getattr(m, 'reset_parameters', None)"): FOREIGN,

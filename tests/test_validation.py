@@ -174,6 +174,9 @@ ALLOWED = {
     ),
     ("adapters/flower/deploy.py", "_toml_value"): "writes a run-config value by its type",
     ("adapters/flower/wire.py", "_config_value"): "encodes a config value by its type",
+    ("riemfl/check_levels_torch.py", "_constant"): (
+        "which values a compiled graph holds as constants (a type test, not a parameter check)"
+    ),
     ("riemfl/federated/faults.py", "_json_value"): "writes a non-finite float as text",
     ("riemfl/federated/fingerprint.py", "_key"): "a fingerprint's key by its type",
     ("riemfl/federated/history.py", "History.to_csv"): "writes floats with repr",

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like, to_numpy
-from ..check_levels import largest_entries, level_of, record
+from ..check_levels import compiling, largest_entries, level_of, record
 from ..errors import (
     ConvergenceError,
     NonFiniteError,
@@ -241,7 +241,14 @@ class Manifold(ABC):
         if level == "eager":
             self._refuse_nonfinite(method, arrays, roles)
         elif level == "deferred" and 0 not in arrays[0].shape:
-            record(largest_entries(arrays), self._refuse_nonfinite, (method, arrays, roles))
+            record(
+                largest_entries(arrays),
+                self._refuse_nonfinite,
+                (method, arrays, roles),
+                NonFiniteError,
+                f"{self.name}.{method}: an argument held NaN or infinite entries",
+                (diagnose_compiled_call, (f"{self.name}.{method}", roles, False)),
+            )
         return arrays
 
     def _run_map(self, method: str, reduces: bool, *arrays):
@@ -331,14 +338,16 @@ class Manifold(ABC):
             raise
         if level == "deferred":
             first = self._result_checked.get(method)
-            shown = range(len(arrays)) if first is None else first
+            # a compiled graph keeps no arguments: its verdict names each (fused reductions)
+            shown = _ALL[len(arrays)] if first is None or compiling() else first
             verdict = largest_entries((*(arrays[i] for i in shown), out))
             record(
                 verdict,
                 self._diagnose_call,
-                (method, arrays, roles, verdict, tuple(shown)),
+                (method, arrays, roles, verdict, shown),
                 NonFiniteError,
                 f"{self.name}.{method}: an argument or the result held NaN or infinite entries",
+                (diagnose_compiled_call, (f"{self.name}.{method}", roles, first is not None)),
             )
         return out
 
@@ -728,6 +737,44 @@ class Manifold(ABC):
         ops = ops_for(x, u)
         d = u - self._to_tangent(x, u)
         return "u = P_{T_x M}(u)", ops.to_float(ops.sqrt(ops.sum(d * d, axis=self._axes)))
+
+
+#: ``_ALL[n]``: the positions of n arguments (every one shown by a verdict)
+_ALL = tuple(tuple(range(n)) for n in range(8))
+
+
+def diagnose_compiled_call(
+    verdict: Array, name: str, roles: tuple[str, ...], result_checked: bool
+) -> None:
+    """The boundary's diagnosis of a map call recorded inside a compiled function, from its
+    verdict alone (the graph keeps no copy of the arguments).
+
+    ``verdict`` holds the largest entry in absolute value, at the call, of each argument (their
+    ``roles``) and, where it has one entry more, of the result. A non-finite argument raises
+    :class:`~riemfl.errors.NonFiniteError` naming it, as eager mode does, without the index
+    of the entry. A non-finite result of finite arguments raises where the map checks its
+    arguments through its result (``result_checked``: eager mode then looks for a point on
+    the boundary of M, which needs the values, and returns the result where there is none);
+    for the other maps it is no violation, as in eager mode.
+    """
+    largest = to_numpy(verdict, np.float64).reshape(-1)
+    where = (
+        "; a deferred check inside a function compiled with torch.compile, which keeps no copy "
+        "of the arguments: run the step uncompiled, or under riemfl.checks('eager'), for the "
+        "index of the entry"
+    )
+    for value, role in zip(largest, roles, strict=False):
+        if not math.isfinite(value):
+            raise NonFiniteError(
+                f"{name}: {role} contains NaN or infinite entries (the largest in absolute "
+                f"value is {value}{where}); expected finite values"
+            )
+    if result_checked and len(largest) > len(roles) and not math.isfinite(largest[-1]):
+        raise NonFiniteError(
+            f"{name}: the result of finite arguments held NaN or infinite entries (the largest "
+            f"in absolute value is {largest[-1]}): a point on the boundary of the manifold, or "
+            f"an overflow in the map{where}"
+        )
 
 
 def delegated_map(method: str, via: str) -> Any:

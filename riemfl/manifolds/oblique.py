@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .._validation import integer
-from ..backend import NUMPY, ops_for, to_numpy
+from ..backend import NUMPY, Array, ops_for, to_numpy
 from ..check_levels import refuse
 from ..errors import ProjectionError
 from .base import Manifold, delegated_map, dist_from_squared
@@ -132,19 +132,8 @@ class Oblique(Manifold):
         ops = ops_for(a)
         columns = ops.mT(a)
         nrm = ambient_norm(columns)
-        refuse(nrm <= ops.eps(a) * 10, ProjectionError, self._zero_column_message, a)
+        refuse(nrm <= ops.eps(a) * 10, ProjectionError, _zero_column_message, self.name, a)
         return ops.mT(columns / nrm)
-
-    def _zero_column_message(self, a) -> str:
-        ops = ops_for(a)
-        norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
-        index = tuple(int(i) for i in np.argwhere(norms == norms.min())[0])
-        where = f" of batch element {index[:-1]}" if len(index) > 1 else ""
-        return (
-            f"{self.name}: column {index[-1]}{where} of the ambient matrix has norm "
-            f"{float(norms.min()):.3e} (zero to rounding), so every unit vector is nearest to "
-            f"it and P_M is not unique; expected nonzero columns"
-        )
 
     def _to_tangent(self, x, a):  # (no cut locus to name: the sphere's formula directly)
         return self._column_sphere._to_tangent(x, a)
@@ -180,3 +169,15 @@ class Oblique(Manifold):
         ops = ops_for(x, u)
         _, violation = self._sphere._tangent_violation(ops.mT(x), ops.mT(u))
         return "<x_j, u_j> = 0 for every column", violation
+
+
+def _zero_column_message(name: str, a: Array) -> str:
+    ops = ops_for(a)
+    norms = to_numpy(ops.sqrt(ops.sum(a * a, axis=-2)))
+    index = tuple(int(i) for i in np.argwhere(norms == norms.min())[0])
+    where = f" of batch element {index[:-1]}" if len(index) > 1 else ""
+    return (
+        f"{name}: column {index[-1]}{where} of the ambient matrix has norm "
+        f"{float(norms.min()):.3e} (zero to rounding), so every unit vector is nearest to "
+        f"it and P_M is not unique; expected nonzero columns"
+    )

@@ -349,13 +349,8 @@ class PoincareBall(Manifold):
 
     # ------------------------------------------------------------------ maps
     def _first_outside(self, x: Array) -> tuple[float, tuple[int, ...], str] | None:
-        r"""``(sigma, i, at)`` for the first point of x with :math:`\sigma_x \le 0`: its batch
-        index i and ``at``, " (batch element i)" or "" for a single point; None if none."""
-        sigma = to_numpy(conformal_sigma(x, self.c), np.float64)[..., 0]
-        if not np.any(sigma <= 0):
-            return None
-        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(sigma <= 0))[0]) if x.ndim > 1 else ()
-        return float(sigma[i]), i, f" (batch element {i})" if i else ""
+        """:func:`first_outside` at this curvature."""
+        return first_outside(x, self.c)
 
     def _outside(
         self, x: Array, error: type[Exception], message: Callable[[float, str], str]
@@ -387,16 +382,15 @@ class PoincareBall(Manifold):
         )
 
     def _project(self, a):
-        refuse(conformal_sigma(a, self.c) <= 0, ProjectionError, self._no_nearest_message, a)
-        return a
-
-    def _no_nearest_message(self, a: Array) -> str:
-        sigma, _, at = self._first_outside(a)
-        return (
-            f"{self.name}: a has no nearest point in the open ball{at}: c|a|^2 = "
-            f"{1.0 - sigma:.9g} >= 1, so the nearest point of the closed ball is on the sphere "
-            f"c|x|^2 = 1, which the open ball does not contain. Expected c|a|^2 < 1"
+        refuse(
+            conformal_sigma(a, self.c) <= 0,
+            ProjectionError,
+            _no_nearest_message,
+            self.name,
+            self.c,
+            a,
         )
+        return a
 
     # every map (see Manifold._result_checked) but to_tangent, which does not read x: the maps
     # read their points through sigma, NaN for a non-finite point (and for a finite one on or
@@ -513,3 +507,23 @@ class PoincareBall(Manifold):
 
     def _tangent_violation(self, x, u):
         return "u in R^n (every vector is tangent)", 0.0
+
+
+def first_outside(x: Array, c: float) -> tuple[float, tuple[int, ...], str] | None:
+    r"""``(sigma, i, at)`` for the first point of x with :math:`\sigma_x \le 0` (curvature
+    -c): its batch index i and ``at``, " (batch element i)" or "" for a single point; None if
+    none."""
+    sigma = to_numpy(conformal_sigma(x, c), np.float64)[..., 0]
+    if not np.any(sigma <= 0):
+        return None
+    i = tuple(int(k) for k in np.argwhere(np.atleast_1d(sigma <= 0))[0]) if x.ndim > 1 else ()
+    return float(sigma[i]), i, f" (batch element {i})" if i else ""
+
+
+def _no_nearest_message(name: str, c: float, a: Array) -> str:
+    sigma, _, at = first_outside(a, c)
+    return (
+        f"{name}: a has no nearest point in the open ball{at}: c|a|^2 = "
+        f"{1.0 - sigma:.9g} >= 1, so the nearest point of the closed ball is on the sphere "
+        f"c|x|^2 = 1, which the open ball does not contain. Expected c|a|^2 < 1"
+    )

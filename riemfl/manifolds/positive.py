@@ -163,21 +163,8 @@ class Positive(Manifold):
     # ------------------------------------------------------------------ maps
     def _project(self, a):
         # (a is finite: the input policy refuses a non-finite a before the map)
-        refuse(a <= 0, ProjectionError, self._no_nearest_message, a)
+        refuse(a <= 0, ProjectionError, _no_nearest_message, self.name, self._axes, a)
         return a
-
-    def _no_nearest_message(self, a: Array) -> str:
-        values = to_numpy(a)
-        low = values.min(axis=self._axes)
-        i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
-        entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
-        where = f" (batch element {i})" if i else ""
-        return (
-            f"{self.name}: a has no nearest point in the open positive orthant{where}: its "
-            f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
-            f"point of the closed orthant has zeros there, on the boundary, which the open "
-            f"orthant does not contain. Expected a > 0"
-        )
 
     def _to_tangent(self, x, a):
         return a
@@ -239,3 +226,17 @@ class Positive(Manifold):
                 f"violated by the entry {entry} = {value:.3e} (the index includes the batch "
                 f"dimensions)"
             )
+
+
+def _no_nearest_message(name: str, axes: tuple[int, ...], a: Array) -> str:
+    values = to_numpy(a)
+    low = values.min(axis=axes)
+    i = tuple(int(k) for k in np.argwhere(np.atleast_1d(low <= 0))[0]) if low.ndim else ()
+    entries = [tuple(int(k) for k in e) for e in np.argwhere(values[i] <= 0)][:5]
+    where = f" (batch element {i})" if i else ""
+    return (
+        f"{name}: a has no nearest point in the open positive orthant{where}: its "
+        f"entries {entries} are <= 0 (smallest {float(low[i]):.3e}), so the nearest "
+        f"point of the closed orthant has zeros there, on the boundary, which the open "
+        f"orthant does not contain. Expected a > 0"
+    )

@@ -268,23 +268,8 @@ class Simplex(Manifold):
         ops = ops_for(a)
         tau = (ops.sum(a, axis=-1, keepdims=True) - 1.0) / self.C
         p = a - tau
-        refuse(p <= 0, ProjectionError, self._no_nearest_message, p, tau)
+        refuse(p <= 0, ProjectionError, _no_nearest_message, self.name, p, tau)
         return p
-
-    def _no_nearest_message(self, p: Array, tau: Array) -> str:
-        low = to_numpy(p).min(axis=-1)
-        i = _first(low <= 0)
-        row = to_numpy(p)[i]
-        zeros = [int(k) for k in np.flatnonzero(row <= 0)]
-        where = f" (batch element {i})" if i else ""
-        return (
-            f"{self.name}: a has no nearest point in the open simplex{where}: its projection "
-            f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
-            f"{float(to_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
-            f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
-            f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
-            f"project_closed_simplex(a) projects onto the closed simplex"
-        )
 
     def _to_tangent(self, x, a):
         return a - ops_for(x, a).sum(a, axis=-1, keepdims=True) * x
@@ -323,27 +308,9 @@ class Simplex(Manifold):
         theta2 = ops.sum(w * w, axis=-1, keepdims=True)
         y = cos_sqrt(theta2) * root + sinc_sqrt(theta2) * w
         out = (ops.sqrt(theta2[..., 0]) >= math.pi / 2) | (-ops.amax(-y, axis=-1) <= 0)
-        refuse(out, CutLocusError, self._exp_leaves_message, theta2, y)
+        refuse(out, CutLocusError, _exp_leaves_message, self.name, theta2, y)
         q = nonzero(y * y)
         return q / ops.sum(q, axis=-1, keepdims=True)
-
-    def _exp_leaves_message(self, theta2: Array, y: Array) -> str:
-        theta = np.sqrt(to_numpy(theta2)[..., 0])
-        low = to_numpy(y).min(axis=-1)
-        i = _first((theta >= math.pi / 2) | (low <= 0))
-        where = f" (batch element {i})" if i else ""
-        length = 2 * float(theta[i])
-        if length >= math.pi:
-            why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
-        else:
-            k = int(np.argmin(to_numpy(y)[i]))
-            why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
-            why += "reaches 0 before t = 1"
-        return (
-            f"{self.name}: exp leaves the open simplex{where}: {why}; expected |u|_p below "
-            f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
-            f"2 arcsin(sqrt(min p)))"
-        )
 
     def _sphere_log_parts(self, x, y):
         """(ops, sqrt p, sqrt q, cos alpha, w = sqrt q - cos alpha sqrt p, |w|^2)."""
@@ -413,3 +380,38 @@ class Simplex(Manifold):
             return None
         i, (k,), low = found
         return k, low, f" in batch element {i}" if i else ""
+
+
+def _no_nearest_message(name: str, p: Array, tau: Array) -> str:
+    low = to_numpy(p).min(axis=-1)
+    i = _first(low <= 0)
+    row = to_numpy(p)[i]
+    zeros = [int(k) for k in np.flatnonzero(row <= 0)]
+    where = f" (batch element {i})" if i else ""
+    return (
+        f"{name}: a has no nearest point in the open simplex{where}: its projection "
+        f"onto the hyperplane sum = 1, a - tau with tau = (sum(a) - 1)/C = "
+        f"{float(to_numpy(tau)[i].squeeze()):.6g}, has components {zeros} <= 0 (smallest "
+        f"{float(low[i]):.3e}), so the nearest point of the closed simplex lies on the "
+        f"boundary, which the open simplex does not contain. Expected a - tau > 0; "
+        f"project_closed_simplex(a) projects onto the closed simplex"
+    )
+
+
+def _exp_leaves_message(name: str, theta2: Array, y: Array) -> str:
+    theta = np.sqrt(to_numpy(theta2)[..., 0])
+    low = to_numpy(y).min(axis=-1)
+    i = _first((theta >= math.pi / 2) | (low <= 0))
+    where = f" (batch element {i})" if i else ""
+    length = 2 * float(theta[i])
+    if length >= math.pi:
+        why = f"its Fisher length |u|_p = {length:.4g} is longer than pi, the diameter"
+    else:
+        k = int(np.argmin(to_numpy(y)[i]))
+        why = f"along the geodesic of Fisher length |u|_p = {length:.4g}, component {k} "
+        why += "reaches 0 before t = 1"
+    return (
+        f"{name}: exp leaves the open simplex{where}: {why}; expected |u|_p below "
+        f"the distance to the boundary along u (at least local_injectivity_radius(p) = "
+        f"2 arcsin(sqrt(min p)))"
+    )
