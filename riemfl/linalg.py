@@ -26,6 +26,8 @@ __all__ = [
     "spd_inv_sqrt",
     "polar",
     "special_polar",
+    "special_polar_parts",
+    "special_polar_message",
     "require_finite",
     "qr_positive",
     "solve_inverse_qr",
@@ -258,18 +260,28 @@ def special_polar(a: Array, *, rtol: float | None = None, what: str = "matrix") 
     :math:`dR = U\Omega V^\top`, :math:`R^\top dA - dA^\top R = V(\Omega\Sigma' +
     \Sigma'\Omega)V^\top`, finite wherever the factor is unique.
     """
+    q, s, tol, low = special_polar_parts(a, rtol)
+    refuse(low, ProjectionError, special_polar_message, s, tol, what)
+    return q
+
+
+def special_polar_parts(a: Array, rtol: float | None = None) -> tuple[Array, Array, float, Array]:
+    r"""The parts of :func:`special_polar`, unchecked: the factor :math:`UV^\top`, the signed
+    singular values :math:`\sigma'`, the tolerance :math:`r` and where the factor is not unique,
+    :math:`\sigma'_{n-1} + \sigma'_n \le r\sigma_1` (booleans, no read), for a caller that
+    refuses the last with its own error (:func:`special_polar_message` writes its details)."""
     if is_torch(a):
         q, s = _torch_polar(a, signed=True)
     else:
         u, s, vh = signed_svd(a)
         q = u @ vh
     tol = a.shape[-1] * ops_for(a).eps(a) if rtol is None else rtol
-    low = s[..., -2] + s[..., -1] <= tol * s[..., 0]
-    refuse(low, ProjectionError, _special_polar_message, s, tol, what)
-    return q
+    return q, s, tol, s[..., -2] + s[..., -1] <= tol * s[..., 0]
 
 
-def _special_polar_message(s: Array, tol: float, what: str) -> str:
+def special_polar_message(s: Array, tol: float, what: str) -> str:
+    """The message of :func:`special_polar`'s error, from the signed singular values ``s`` of
+    the ``what`` and the tolerance."""
     values = to_numpy(s).astype(np.float64)
     pair = values[..., -2] + values[..., -1]
     i, where = _first_where(pair <= tol * values[..., 0])

@@ -10,6 +10,7 @@ import riemfl
 from riemfl import check_levels
 from riemfl.errors import (
     ConvergenceError,
+    CutLocusError,
     NonFiniteError,
     NotOnManifoldError,
     ParameterError,
@@ -246,6 +247,7 @@ def _violations():
     ball = riemfl.PoincareBall(3)
     stiefel = riemfl.Stiefel(5, 2)
     sphere = riemfl.Sphere(3)
+    rotations = riemfl.SpecialOrthogonal(4)
     on_boundary = np.array([0.6, 0.8, 0.0])  # |x| = 1
     deficient = np.zeros((5, 2))
     deficient[0, 0] = deficient[1, 0] = 1.0  # rank 1
@@ -257,6 +259,8 @@ def _violations():
         ("rank-deficient", ProjectionError, stiefel.project, (deficient,)),
         ("non-unique-projection", ProjectionError, sphere.project, ([0.0, 0.0, 0.0],)),
         ("failed-convergence", ConvergenceError, stiefel.log, (x, far)),
+        # X^T Y a rotation by pi: the message holds the nearest-rotation test's numbers
+        ("cut-locus", CutLocusError, rotations.log, (np.eye(4), np.diag([-1.0, -1.0, 1.0, 1.0]))),
     ]
 
 

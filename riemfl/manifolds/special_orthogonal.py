@@ -19,9 +19,18 @@ import numpy as np
 
 from .._validation import integer
 from ..backend import Array, is_torch, ops_for, to_numpy
-from ..check_levels import checks, level_of, refuse
+from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, ProjectionError
-from ..linalg import polar, qr_positive, signed_svd, skew, special_polar, sym, sym_function
+from ..linalg import (
+    polar,
+    qr_positive,
+    skew,
+    special_polar,
+    special_polar_message,
+    special_polar_parts,
+    sym,
+    sym_function,
+)
 from .base import Manifold, result_checked
 from .elementary import angle_over_sine, cosm1_over, sinc_sqrt, squared_angle
 from .stiefel import Stiefel
@@ -57,36 +66,15 @@ def _cut_locus_message(name: str, cut, details, wrap: Callable[[str], str] | Non
     return message if wrap is None else wrap(message)
 
 
-def _nearest_rotation(a: Array, rtol: float) -> tuple[Array, Array]:
-    r""":func:`~riemfl.linalg.special_polar` with its verdict returned, not checked: the factor
-    and where :math:`\sigma'_{n-1} + \sigma'_n \le r\sigma_1` (no read: the check levels
-    ``"deferred"`` and ``"off"``, where the square root of :meth:`SpecialOrthogonal._sqrtm`
-    refuses the cut locus with its own error)."""
-    if is_torch(a):
-        from ..linalg_torch import Polar
-
-        q, s = Polar.apply(a, True)
-    else:
-        u, s, vh = signed_svd(a)
-        q = u @ vh
-    return q, s[..., -2] + s[..., -1] <= rtol * s[..., 0]
+#: what :meth:`SpecialOrthogonal._sqrtm` projects, in the words of its errors
+_SHIFTED = "matrix I + X^T Y"
 
 
-class _FoundAs:
-    """The details of the cut-locus message of :meth:`SpecialOrthogonal._sqrtm` at a deferred
-    check: ``str()`` (at the boundary) runs :func:`~riemfl.linalg.special_polar` at the level
-    ``"eager"`` for the words of its error."""
-
-    def __init__(self, shifted: Array, rtol: float) -> None:
-        self.shifted, self.rtol = shifted, rtol
-
-    def __str__(self) -> str:
-        try:
-            with checks("eager"):
-                special_polar(self.shifted, rtol=self.rtol, what="matrix I + X^T Y")
-        except ProjectionError as exc:
-            return f"found as: {exc}"
-        return "found as: the nearest rotation to I + X^T Y"  # (changed in place since)
+def _sqrtm_cut_message(name: str, s: Array, tol: float, wrap: Callable[[str], str] | None) -> str:
+    """The cut-locus message of :meth:`SpecialOrthogonal._sqrtm`, with the details of
+    :func:`~riemfl.linalg.special_polar`'s error on I + X^T Y (signed singular values ``s``)."""
+    found = f"found as: {special_polar_message(s, tol, _SHIFTED)}"
+    return _cut_locus_message(name, None, found, wrap)
 
 
 def _inverse_retract_message(name: str) -> str:
@@ -276,12 +264,11 @@ class SpecialOrthogonal(Manifold):
         shifted = ops.eye(self.n, r) + r
         rtol = 1e3 * ops.eps(r)
         if level_of(r) != "eager":
-            half, cut = _nearest_rotation(shifted, rtol)
-            found = _FoundAs(shifted, rtol)
-            refuse(cut, error, _cut_locus_message, self.name, None, found, wrap)
+            half, s, tol, cut = special_polar_parts(shifted, rtol)
+            refuse(cut, error, _sqrtm_cut_message, self.name, s, tol, wrap)
             return half
         try:
-            return special_polar(shifted, rtol=rtol, what="matrix I + X^T Y")
+            return special_polar(shifted, rtol=rtol, what=_SHIFTED)
         except ProjectionError as exc:
             raise error(_cut_locus_message(self.name, None, f"found as: {exc}", wrap)) from exc
 
