@@ -271,13 +271,17 @@ def largest_entries(arrays: tuple) -> Any:
 
     NaN where an array holds a NaN, inf where it holds an infinity, finite otherwise (no sum
     that finite entries could overflow). One fused reduction and one stack for torch tensors
-    (one reduction for a single tensor), on their device and without a read.
+    (one reduction for a single tensor), on their device and without a read; in a compiled
+    function one reduction per array, which inductor fuses (it runs the fused one as a separate
+    kernel).
     """
     first = arrays[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(first, torch.Tensor):
         if len(arrays) == 1:
             return torch.linalg.vector_norm(first, float("inf"))
+        if torch.compiler.is_compiling():  # reductions that inductor fuses into the map's kernels
+            return torch.stack([torch.linalg.vector_norm(a, float("inf")) for a in arrays])
         return torch.stack(torch._foreach_norm(list(arrays), float("inf")))
     return np.array([np.max(np.abs(a)) for a in arrays])
 
