@@ -127,7 +127,7 @@ def record_deferred(
     on copies of ``values`` (``site`` -1: the error class named ``error``, in
     :mod:`riemfl.errors`, with the words ``context``)."""
     verdict = verdict.clone()
-    if site < 0:
+    if not 0 <= site < len(_SITES):  # -1, or a graph traced in another process (torch.export)
         append_pending(verdict, raise_compiled, (getattr(errors, error), context))
         return
     function, structure, with_verdict = _SITES[site]

@@ -320,6 +320,18 @@ def test_each_kind_of_violation_recorded_in_a_compiled_function_raises_at_the_bo
         assert str(deferred.value) == str(eager.value)
 
 
+def test_a_compiled_record_of_an_unknown_site_raises_its_error_without_values():
+    """A graph that names a check site this process did not register (one traced elsewhere)
+    still raises the check's typed error, naming the check, at the boundary."""
+    from riemfl.check_levels_torch import record_deferred
+
+    record_deferred(torch.tensor([False, True]), "ProjectionError", "the check c", 10**6, [])
+    with pytest.raises(ProjectionError, match="the check c: a check failed inside a function"):
+        riemfl.raise_deferred()
+    record_deferred(torch.tensor([False]), "ProjectionError", "the check c", 10**6, [])
+    riemfl.raise_deferred()  # not violated: nothing to raise
+
+
 @pytest.mark.slow  # an inductor compilation
 def test_a_compiled_violation_survives_inductor_reusing_the_verdicts_buffer():
     """Inductor hands an intermediate's buffer to a later one once its last reader (here the
