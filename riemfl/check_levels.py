@@ -278,11 +278,12 @@ def largest_entries(arrays: tuple) -> Any:
     first = arrays[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(first, torch.Tensor):
-        if len(arrays) == 1:
-            return torch.linalg.vector_norm(first, float("inf"))
-        if torch.compiler.is_compiling():  # reductions that inductor fuses into the map's kernels
-            return torch.stack([torch.linalg.vector_norm(a, float("inf")) for a in arrays])
-        return torch.stack(torch._foreach_norm(list(arrays), float("inf")))
+        with torch.no_grad():  # a verdict, not a value to differentiate: no autograd record
+            if len(arrays) == 1:
+                return torch.linalg.vector_norm(first, float("inf"))
+            if torch.compiler.is_compiling():  # reductions inductor fuses into the map's kernels
+                return torch.stack([torch.linalg.vector_norm(a, float("inf")) for a in arrays])
+            return torch.stack(torch._foreach_norm(list(arrays), float("inf")))
     return np.array([np.max(np.abs(a)) for a in arrays])
 
 

@@ -196,6 +196,21 @@ def test_off_skips_the_boundary_guard_of_open_sets_and_the_other_levels_keep_it(
         m.egrad_to_rgrad(x, g)
 
 
+def test_a_verdict_records_no_autograd_graph():
+    """The verdict of a call on tensors that require gradients is not differentiated: it holds
+    no autograd node (none built per call, none kept alive until the boundary)."""
+    m, x, u = _sphere_args()
+    x, u = x.requires_grad_(), u.requires_grad_()
+    for arrays in ((x,), (x, u)):
+        verdict = check_levels.largest_entries(arrays)
+        assert not verdict.requires_grad and verdict.grad_fn is None
+    with riemfl.checks("deferred"):
+        out = m.exp(x, u)
+        assert out.requires_grad  # the map's value still is
+    out.sum().backward()
+    assert x.grad is not None and u.grad is not None
+
+
 def test_pending_checks_stay_bounded(monkeypatch):
     monkeypatch.setattr(check_levels, "MAX_PENDING", 3)
     m, x, u = _sphere_args()
