@@ -70,6 +70,7 @@ __all__ = [
     "level_of",
     "raise_deferred",
     "pending_checks",
+    "discard_pending",
     "largest_entries",
     "refuse",
     "refuse_nonfinite",
@@ -84,9 +85,11 @@ LEVELS: tuple[str, ...] = ("auto", "eager", "deferred", "off")
 MAX_PENDING = 4096
 
 _setting = "auto"
-#: deferred checks, oldest first: ``(verdict, diagnose, arguments)``; ``verdict`` is True (a
-#: boolean array or tensor) where the check failed; ``diagnose(*arguments)`` raises its error
-_pending: list[tuple[Any, Callable[..., None], tuple]] = []
+#: deferred checks, oldest first: ``(verdict, diagnose, arguments, arguments_check)``;
+#: ``verdict`` is True (a boolean array or tensor) where the check failed; ``diagnose(*arguments)``
+#: raises its error; ``arguments_check`` (a map call's: ``(function, arguments)`` or None)
+#: raises for the call's non-finite arguments, before the checks made inside the map raise
+_pending: list[tuple[Any, Callable[..., None], tuple, tuple | None]] = []
 _lock = threading.Lock()
 
 
@@ -229,8 +232,17 @@ def record(
     error: type[Exception] = NonFiniteError,
     context: str = "a deferred check",
     compiled: tuple[Callable[..., None], tuple] | None = None,
+    at: int | None = None,
+    arguments_check: tuple[Callable[..., None], tuple] | None = None,
 ) -> None:
     """Record a deferred check, read at the boundary.
+
+    ``at``: the position among the pending checks (from :func:`pending_checks`) where it goes,
+    for a check that eager mode makes before checks recorded since (a map call's check of its
+    arguments goes before the checks made inside the map); default: last.
+    ``arguments_check``: for a map call's check, ``(function, arguments)`` raising for its
+    non-finite arguments; at the boundary a failed check made inside the map runs it first
+    (:func:`raise_deferred`), as eager mode refuses such arguments before the map.
 
     ``verdict``: booleans (the check failed where one is True) or floats (it failed where one
     is not finite), any shape. Where it failed, ``diagnose(*arguments)`` raises the typed error;
@@ -252,12 +264,21 @@ def record(
         return
     if len(_pending) >= MAX_PENDING:
         raise_deferred()
-    append_pending(verdict, diagnose, arguments)
+    if at is None:
+        append_pending(verdict, diagnose, arguments, arguments_check)
+    else:
+        with _lock:
+            _pending.insert(at, (verdict, diagnose, arguments, arguments_check))
 
 
-def append_pending(verdict: Any, diagnose: Callable[..., None], arguments: tuple) -> None:
+def append_pending(
+    verdict: Any,
+    diagnose: Callable[..., None],
+    arguments: tuple,
+    arguments_check: tuple[Callable[..., None], tuple] | None = None,
+) -> None:
     """Append a check to the pending ones (no bound: :func:`record` keeps it)."""
-    _pending.append((verdict, diagnose, arguments))
+    _pending.append((verdict, diagnose, arguments, arguments_check))
 
 
 def _check_name(message: Callable[..., str]) -> str:
@@ -292,6 +313,12 @@ def pending_checks() -> int:
     return len(_pending)
 
 
+def discard_pending(start: int) -> None:
+    """Drop the pending checks from position ``start`` on (those of a call that raised: its
+    exception is the error to see)."""
+    _take(start)
+
+
 def raise_deferred() -> None:
     """The boundary: read every deferred check and raise the first violation, or return.
 
@@ -313,8 +340,25 @@ def _take(start: int) -> list:
 
 def _raise_first(records: list) -> None:
     for i in _failed(records):
-        verdict, diagnose, arguments = records[i]
+        _, diagnose, arguments, arguments_check = records[i]
+        if arguments_check is None:
+            _check_enclosing_call(records, i)
         diagnose(*arguments)
+
+
+def _check_enclosing_call(records: list, i: int) -> None:
+    """Before the failed check ``i`` raises, the map call around it checks its arguments: eager
+    mode refuses a non-finite argument before the map runs (and a map that checks its arguments
+    through its result may return a finite result from an infinite argument, while a guard
+    inside it failed). A map call's check is recorded before the checks made inside the map
+    (:func:`record`'s ``at``), so the nearest map call before ``i`` is the one around it; a
+    check made outside every map meets an earlier call, whose arguments were checked with it."""
+    for j in range(i - 1, -1, -1):
+        arguments_check = records[j][3]
+        if arguments_check is not None:
+            function, arguments = arguments_check
+            function(*arguments)
+            return
 
 
 def _failed(records: list) -> list[int]:
@@ -330,7 +374,7 @@ def _failed(records: list) -> list[int]:
     torch = sys.modules.get("torch")
     failed: list[int] = []
     groups: dict[tuple, list[int]] = {}
-    for i, (verdict, _, _) in enumerate(records):
+    for i, (verdict, _, _, _) in enumerate(records):
         if torch is not None and isinstance(verdict, torch.Tensor):
             groups.setdefault((verdict.device, verdict.dtype), []).append(i)
         elif _numpy_failed(np.asarray(verdict)):

@@ -236,9 +236,11 @@ def test_quick_benchmark_structure(tmp_path, load_benchmark):
         checked = [c for c in cells if c["levels"][level]["goal"]["met"] is not None]
         assert lv["checked"] == len(checked) > 0
         assert lv["met"] + len(lv["missed"]) == len(checked)
-        # every missed cell is explained, by one kind
+        # every missed cell with a bare timing is explained, by one kind (Lorentz's lift, not
+        # a map of the contract, has no private map to time: a miss of it stays unexplained)
         kinds = [cid for ids in lv["missed_by_kind"].values() for cid in ids]
-        assert sorted(kinds) == sorted(lv["missed"])
+        timed = {bench._cell_id(c) for c in cells if c["bare_ms"] is not None}
+        assert sorted(kinds) == sorted(cid for cid in lv["missed"] if cid in timed)
         assert sum(f["checked"] for f in lv["by_family"].values()) == len(checked)
         assert sum(f["met"] for f in lv["by_family"].values()) == lv["met"]
         # cells with a caveat never count towards a goal

@@ -45,7 +45,14 @@ from typing import Any
 import numpy as np
 
 from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like, to_numpy
-from ..check_levels import compiling, largest_entries, level_of, record
+from ..check_levels import (
+    compiling,
+    discard_pending,
+    largest_entries,
+    level_of,
+    pending_checks,
+    record,
+)
 from ..errors import (
     ConvergenceError,
     NonFiniteError,
@@ -331,9 +338,14 @@ class Manifold(ABC):
         :meth:`_diagnose_call`. An exception of the map is translated at once, as in eager mode
         (it has already stopped the call).
         """
+        # where this call's checks start (not while compiling: the length of the list of
+        # pending checks is not a value a graph may depend on)
+        start = pending_checks() if level == "deferred" and not compiling() else None
         try:
             out = getattr(self, _PRIVATE[method])(*arrays)
         except Exception as exc:
+            if start is not None:  # the checks made inside the map: the exception replaces them
+                discard_pending(start)
             self._map_failed(method, arrays, roles, exc)
             raise
         if level == "deferred":
@@ -348,6 +360,8 @@ class Manifold(ABC):
                 NonFiniteError,
                 f"{self.name}.{method}: an argument or the result held NaN or infinite entries",
                 (diagnose_compiled_call, (f"{self.name}.{method}", roles, first is not None)),
+                start,  # before the checks made inside the map, as eager mode checks first
+                (self._refuse_nonfinite, (method, arrays, roles)),
             )
         return out
 
@@ -402,18 +416,19 @@ class Manifold(ABC):
     ) -> None:
         """Translate an exception of a private map; return to let it propagate unchanged.
 
-        A map of ``_result_checked`` meets non-finite arguments: whatever it raised on them
+        A map meets non-finite arguments (a map of ``_result_checked`` at every level, any map
+        at the levels ``"deferred"`` and ``"off"``): whatever it raised on them
         (a guard's :class:`~riemfl.errors.NonFiniteError`, a cut-locus test that compared a NaN,
         a linear-algebra error) becomes the policy's ``NonFiniteError`` naming the argument.
         Linear-algebra exceptions on finite arguments become
         :class:`~riemfl.errors.ConvergenceError` (every factorisation is guarded; this is the
         last net).
         """
-        if method in self._result_checked:
-            try:
-                self._refuse_nonfinite(method, arrays, roles)
-            except NonFiniteError as err:
-                raise err from exc
+        # (every map: at the levels "deferred" and "off" its arguments were not checked before)
+        try:
+            self._refuse_nonfinite(method, arrays, roles)
+        except NonFiniteError as err:
+            raise err from exc
         if not isinstance(exc, NotImplementedError):
             try:
                 self._refuse_boundary(method, arrays, roles)

@@ -17,6 +17,7 @@ Both take numpy float64 arguments (the kit's ``method_args``) and run torch floa
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "UNCHECKED_LEVELS",
     "DEFERRED_AGREEMENT",
     "check_deferred_reads_nothing",
+    "check_deferred_raises_as_eager",
     "check_compiles_whole",
 ]
 
@@ -98,6 +100,37 @@ def check_deferred_reads_nothing(
                 f"the entry"
             )
         _assert_close(torch, got, expected, f"{where}: the value differs from eager mode's")
+
+
+def check_deferred_raises_as_eager(
+    manifold: Manifold, method: str, args: Sequence[np.ndarray]
+) -> None:
+    """A NaN, then an infinity, in each argument in turn: at ``"deferred"`` the boundary (the
+    exit of the ``checks`` block) raises the error, with the message, that ``"eager"`` raises at
+    the call, or the call raises it where eager mode's does too (a map whose factorisation
+    fails on the value raises at the call at every level). Torch float64 tensors on the CPU.
+    """
+    torch = import_extra("torch", "check_deferred_raises_as_eager")
+    call = getattr(manifold, method)
+    for i, value in itertools.product(range(len(args)), (np.nan, np.inf)):
+        tensors = _tensors(torch, args)
+        tensors[i] = tensors[i].clone()
+        tensors[i].reshape(-1)[-1] = value  # (a fresh contiguous tensor: the write reaches it)
+        outcomes = []
+        for level in ("eager", "deferred"):
+            try:  # (the value is deliberate: numpy's warnings about it are not the outcome)
+                with checks(level), warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    call(*tensors)
+            except Exception as exc:  # noqa: BLE001 - the outcome compared
+                outcomes.append((type(exc), str(exc)))
+            else:
+                outcomes.append((None, "no error"))
+        where = f"{manifold.name}.{method} with {value} in argument {i}"
+        assert outcomes[1] == outcomes[0], (
+            f"{where}: the deferred level raised {outcomes[1][0]} ({outcomes[1][1]!r}) where "
+            f"eager mode raises {outcomes[0][0]} ({outcomes[0][1]!r})"
+        )
 
 
 def check_compiles_whole(

@@ -53,6 +53,7 @@ Methods to override:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -466,17 +467,29 @@ class ManifoldTests:
         """At the check levels ``deferred`` and ``off``: no host read (except the maps of
         ``deferred_reads``), eager values, nothing raised at the boundary
         (:func:`riemfl.testing.levels.check_deferred_reads_nothing`)."""
+        self._check_deferred(method, levels.check_deferred_reads_nothing)
+
+    @pytest.mark.parametrize("method", METHODS)
+    def test_deferred_raises_as_eager(self, method):
+        """A NaN or an infinity in any argument: the deferred level raises, at the boundary,
+        the error and message eager mode raises at the call
+        (:func:`riemfl.testing.levels.check_deferred_raises_as_eager`)."""
+        self._check_deferred(method, levels.check_deferred_raises_as_eager)
+
+    def _check_deferred(self, method: str, check: Callable[..., None]) -> None:
+        """Run a check of the deferred level on ``method``'s arguments: with torch, and for a
+        class that declares ``deferred_reads`` (riemfl's families, whose contract it is)."""
         if not torch_available():
             pytest.skip("torch is not installed")
         if not levels.declares_deferred_reads(self.manifold):
             pytest.skip(
                 f"{self.manifold.name}: its class does not declare deferred_reads (the maps "
                 f"that read values at the deferred level, {{}} for none), so the kit does not "
-                f"hold it to zero reads"
+                f"hold it to the deferred level's contract"
             )
         self.require(*_NEEDS.get(method, ()), method)
         args, _ = self.method_args(method, 0)
-        levels.check_deferred_reads_nothing(self.manifold, method, args)
+        check(self.manifold, method, args)
 
     @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("backend", ["numpy", "torch"])
