@@ -40,9 +40,9 @@ the arguments it diagnoses (no copies; inside a compiled function, copies of the
 the tensors its message reads: :mod:`riemfl.check_levels_torch`). A diagnosis runs only for a
 violated check, at the boundary, on the arguments as they are then; an argument changed in
 place since the call is still named, with the entries it holds then. At most
-:data:`MAX_PENDING` checks wait: the next one runs the boundary first (one read per
-:data:`MAX_PENDING` checks), so a loop that never calls :func:`raise_deferred` keeps bounded
-memory.
+:data:`MAX_PENDING` entries wait (a map call's check has two): the next check runs the boundary
+first (one read per :data:`MAX_PENDING` entries), so a loop that never calls
+:func:`raise_deferred` keeps bounded memory.
 
 Why not a device-side assert (``torch._assert_async``): on CUDA a failed device assert ends the
 CUDA context, and the process must restart; a typed error must leave the process usable. JAX's
@@ -55,7 +55,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -76,20 +76,42 @@ __all__ = [
     "refuse_nonfinite",
     "record",
     "append_pending",
+    "insert_pending",
+    "make_room",
+    "pending_position",
+    "ArgumentsFirst",
     "compiling",
 ]
 
 #: The settings :func:`checks` accepts.
 LEVELS: tuple[str, ...] = ("auto", "eager", "deferred", "off")
-#: The most deferred checks kept before the boundary runs by itself.
+#: The most entries of deferred checks kept before the boundary runs by itself (a map call's
+#: check has two: its check of the arguments, before the map's own checks, and its full one).
 MAX_PENDING = 4096
 
 _setting = "auto"
-#: deferred checks, oldest first: ``(verdict, diagnose, arguments, arguments_check)``;
+#: deferred checks, oldest first: ``(verdict, diagnose, arguments, arguments_first)``;
 #: ``verdict`` is True (a boolean array or tensor) where the check failed; ``diagnose(*arguments)``
-#: raises its error; ``arguments_check`` (a map call's: ``(function, arguments)`` or None)
-#: raises for the call's non-finite arguments, before the checks made inside the map raise
-_pending: list[tuple[Any, Callable[..., None], tuple, tuple | None]] = []
+#: raises its error; ``arguments_first``: the entry is a map call's check of its arguments
+#: (:class:`ArgumentsFirst`), placed before the checks made inside the map
+_pending: list[tuple[Any, Callable[..., None], tuple, bool]] = []
+
+
+class ArgumentsFirst(NamedTuple):
+    """A map call's check of its arguments, which eager mode makes before the map runs; the
+    deferred level records it before the checks made inside the map (for :func:`record`).
+
+    ``at``: :func:`pending_position` before the map ran; ``check``: ``(function, arguments)``
+    raising for a non-finite argument (on the arguments); ``compiled``: ``(function,
+    constants)``, the same from the verdict alone, ``function(verdict, *constants)``, inside a
+    compiled function. The call's full diagnosis (its result too) goes after the map's checks.
+    """
+
+    at: int
+    check: tuple[Callable[..., None], tuple]
+    compiled: tuple[Callable[..., None], tuple]
+
+
 _lock = threading.Lock()
 
 
@@ -232,17 +254,15 @@ def record(
     error: type[Exception] = NonFiniteError,
     context: str = "a deferred check",
     compiled: tuple[Callable[..., None], tuple] | None = None,
-    at: int | None = None,
-    arguments_check: tuple[Callable[..., None], tuple] | None = None,
+    arguments_first: ArgumentsFirst | None = None,
 ) -> None:
     """Record a deferred check, read at the boundary.
 
-    ``at``: the position among the pending checks (from :func:`pending_checks`) where it goes,
-    for a check that eager mode makes before checks recorded since (a map call's check of its
-    arguments goes before the checks made inside the map); default: last.
-    ``arguments_check``: for a map call's check, ``(function, arguments)`` raising for its
-    non-finite arguments; at the boundary a failed check made inside the map runs it first
-    (:func:`raise_deferred`), as eager mode refuses such arguments before the map.
+    ``arguments_first``: for a map call's check, its check of the arguments
+    (:class:`ArgumentsFirst`), recorded before the checks made inside the map; at the boundary
+    it raises for a non-finite argument before them, and a failed check made inside the map
+    first runs the nearest one before it (:func:`raise_deferred`), as eager mode refuses such
+    arguments before the map runs. The full diagnosis comes after the map's checks.
 
     ``verdict``: booleans (the check failed where one is True) or floats (it failed where one
     is not finite), any shape. Where it failed, ``diagnose(*arguments)`` raises the typed error;
@@ -260,25 +280,47 @@ def record(
     if compiling():
         from .check_levels_torch import record_compiled
 
-        record_compiled(verdict, diagnose, arguments, error, context, compiled)
+        record_compiled(verdict, diagnose, arguments, error, context, compiled, arguments_first)
         return
-    if len(_pending) >= MAX_PENDING:
+    make_room(1 + (arguments_first is not None))
+    if arguments_first is not None:
+        insert_pending(arguments_first.at, verdict, *arguments_first.check, True)
+    append_pending(verdict, diagnose, arguments)
+
+
+def make_room(entries: int) -> None:
+    """Run the boundary first where ``entries`` more would pass :data:`MAX_PENDING`."""
+    if len(_pending) + entries > MAX_PENDING:
         raise_deferred()
-    if at is None:
-        append_pending(verdict, diagnose, arguments, arguments_check)
-    else:
-        with _lock:
-            _pending.insert(at, (verdict, diagnose, arguments, arguments_check))
 
 
-def append_pending(
+def insert_pending(
+    position: int,
     verdict: Any,
     diagnose: Callable[..., None],
     arguments: tuple,
-    arguments_check: tuple[Callable[..., None], tuple] | None = None,
+    arguments_first: bool = False,
 ) -> None:
+    """Insert a check among the pending ones at ``position`` (the end where it is past it);
+    ``arguments_first``: a map call's check of its arguments (:class:`ArgumentsFirst`)."""
+    with _lock:
+        _pending.insert(position, (verdict, diagnose, arguments, arguments_first))
+
+
+def pending_position() -> int:
+    """Where the next check goes among the pending ones: :func:`pending_checks`, or, while
+    ``torch.compile`` traces, the count of checks traced so far (a constant of the graph:
+    :func:`riemfl.check_levels_torch.traced_records`). For :func:`record`'s ``at``."""
+    if compiling():
+        from .check_levels_torch import traced_records
+
+        return traced_records()
+    return len(_pending)
+
+
+def append_pending(verdict: Any, diagnose: Callable[..., None], arguments: tuple) -> None:
     """Append a check to the pending ones (no bound: :func:`record` keeps it)."""
-    _pending.append((verdict, diagnose, arguments, arguments_check))
+    _pending.append((verdict, diagnose, arguments, False))
 
 
 def _check_name(message: Callable[..., str]) -> str:
@@ -309,8 +351,9 @@ def largest_entries(arrays: tuple) -> Any:
 
 
 def pending_checks() -> int:
-    """How many deferred checks wait for the boundary."""
-    return len(_pending)
+    """How many deferred checks wait for the boundary (a map call's check counts once, though
+    its check of the arguments has an entry of its own: :class:`ArgumentsFirst`)."""
+    return sum(not entry[3] for entry in _pending)
 
 
 def discard_pending(start: int) -> None:
@@ -340,8 +383,8 @@ def _take(start: int) -> list:
 
 def _raise_first(records: list) -> None:
     for i in _failed(records):
-        _, diagnose, arguments, arguments_check = records[i]
-        if arguments_check is None:
+        _, diagnose, arguments, arguments_first = records[i]
+        if not arguments_first:
             _check_enclosing_call(records, i)
         diagnose(*arguments)
 
@@ -350,14 +393,14 @@ def _check_enclosing_call(records: list, i: int) -> None:
     """Before the failed check ``i`` raises, the map call around it checks its arguments: eager
     mode refuses a non-finite argument before the map runs (and a map that checks its arguments
     through its result may return a finite result from an infinite argument, while a guard
-    inside it failed). A map call's check is recorded before the checks made inside the map
-    (:func:`record`'s ``at``), so the nearest map call before ``i`` is the one around it; a
-    check made outside every map meets an earlier call, whose arguments were checked with it."""
+    inside it failed). A map call's check of its arguments is recorded before the checks made
+    inside the map (:class:`ArgumentsFirst`), so the nearest one before ``i`` is the call
+    around it; a check made outside every map meets an earlier call, whose arguments were
+    checked already (the check passes again)."""
     for j in range(i - 1, -1, -1):
-        arguments_check = records[j][3]
-        if arguments_check is not None:
-            function, arguments = arguments_check
-            function(*arguments)
+        _, diagnose, arguments, arguments_first = records[j]
+        if arguments_first:
+            diagnose(*arguments)
             return
 
 

@@ -36,9 +36,32 @@ from typing import Any
 import torch
 
 from . import errors
-from .check_levels import append_pending
+from .check_levels import (
+    ArgumentsFirst,
+    append_pending,
+    insert_pending,
+    make_room,
+    pending_position,
+)
 
-__all__ = ["record_compiled", "record_deferred", "raise_compiled"]
+__all__ = ["record_compiled", "record_deferred", "raise_compiled", "traced_records"]
+
+#: How many checks compiled code has recorded, counted at trace time (:func:`traced_records`)
+_TRACED = [0]
+
+
+@torch.compiler.assume_constant_result
+def traced_records() -> int:
+    """How many checks traced code has recorded so far: a constant of the graph, so that a map
+    call's check knows how many checks the map recorded before it (the difference)."""
+    return _TRACED[0]
+
+
+@torch.compiler.assume_constant_result
+def _count_traced_record() -> int:
+    _TRACED[0] += 1
+    return _TRACED[0]
+
 
 #: The constants of each traced check, by site number: ``(function, structure, with_verdict)``.
 #: ``structure`` is the check's arguments with ``...`` where a tensor goes; ``with_verdict``:
@@ -96,6 +119,7 @@ def record_compiled(
     error: type[Exception],
     context: str,
     compiled: tuple[Callable[..., None], tuple] | None = None,
+    arguments_first: ArgumentsFirst | None = None,
 ) -> None:
     """Record a check from code that ``torch.compile`` traces (see the module documentation).
 
@@ -103,7 +127,9 @@ def record_compiled(
     ``function(verdict, *constants)`` raises the error (or returns: no violation) at the
     boundary. Otherwise ``diagnose(*arguments)`` runs there, on copies of the tensors among
     ``arguments``, where ``diagnose`` and the rest of ``arguments`` are constants; else the
-    boundary raises ``error`` naming ``context``, without values.
+    boundary raises ``error`` naming ``context``, without values. ``arguments_first``: a map
+    call's check of its arguments (:class:`~riemfl.check_levels.ArgumentsFirst`, whose ``at``
+    counts :func:`traced_records`), placed before the checks traced inside the map.
     """
     tensors: list[torch.Tensor] = []
     site = -1
@@ -115,18 +141,35 @@ def record_compiled(
             site = _site(diagnose, structure, False)
         else:
             tensors = []
-    record_deferred(verdict, error.__name__, context, site, tensors)
+    first, back = -1, 0
+    if arguments_first is not None:
+        first = _site(arguments_first.compiled[0], arguments_first.compiled[1], True)
+        back = traced_records() - arguments_first.at
+    _count_traced_record()
+    record_deferred(verdict, error.__name__, context, site, tensors, first, back)
 
 
 @torch.library.custom_op("riemfl::record_deferred", mutates_args=())
 def record_deferred(
-    verdict: torch.Tensor, error: str, context: str, site: int, values: list[torch.Tensor]
+    verdict: torch.Tensor,
+    error: str,
+    context: str,
+    site: int,
+    values: list[torch.Tensor],
+    arguments_first: int = -1,
+    back: int = 0,
 ) -> None:
     """Append a copy of ``verdict`` (booleans: failed where True; floats: failed where not
     finite) to the pending checks, with the diagnosis of the check ``site`` of :data:`_SITES`
     on copies of ``values`` (``site`` -1: the error class named ``error``, in
-    :mod:`riemfl.errors`, with the words ``context``)."""
+    :mod:`riemfl.errors`, with the words ``context``). ``arguments_first`` (a site, or -1): a
+    map call's check of its arguments from the verdict, inserted ``back`` places before the
+    end (before the checks the map recorded)."""
     verdict = verdict.clone()
+    make_room(1 + (arguments_first >= 0))  # (a violation raises here, out of the graph)
+    if 0 <= arguments_first < len(_SITES):
+        function, constants, _ = _SITES[arguments_first]
+        insert_pending(pending_position() - back, verdict, function, (verdict, *constants), True)
     if not 0 <= site < len(_SITES):  # -1, or a graph traced in another process (torch.export)
         append_pending(verdict, raise_compiled, (getattr(errors, error), context))
         return
@@ -136,9 +179,7 @@ def record_deferred(
 
 
 @record_deferred.register_fake
-def _(
-    verdict: torch.Tensor, error: str, context: str, site: int, values: list[torch.Tensor]
-) -> None:
+def _(*arguments: object) -> None:  # no output: nothing to describe while tracing
     return None
 
 

@@ -212,7 +212,7 @@ def test_a_verdict_records_no_autograd_graph():
 
 
 def test_pending_checks_stay_bounded(monkeypatch):
-    monkeypatch.setattr(check_levels, "MAX_PENDING", 3)
+    monkeypatch.setattr(check_levels, "MAX_PENDING", 6)  # entries: two per map call
     m, x, u = _sphere_args()
     _, _, u_nan = _sphere_args(nan=True)
     riemfl.checks("deferred")
@@ -274,6 +274,8 @@ def _violations():
         ("rank-deficient", ProjectionError, stiefel.project, (deficient,)),
         ("non-unique-projection", ProjectionError, sphere.project, ([0.0, 0.0, 0.0],)),
         ("failed-convergence", ConvergenceError, stiefel.log, (x, far)),
+        # a check inside the map (antipodes) before the map call's check of its NaN result
+        ("antipodal-log", CutLocusError, sphere.log, ([0.0, 0.0, 1.0], [0.0, 0.0, -1.0])),
         # X^T Y a rotation by pi: the message holds the nearest-rotation test's numbers
         ("cut-locus", CutLocusError, rotations.log, (np.eye(4), np.diag([-1.0, -1.0, 1.0, 1.0]))),
     ]

@@ -46,11 +46,12 @@ import numpy as np
 
 from ..backend import NUMPY, Array, RandomState, as_generator, ops_for, to_like, to_numpy
 from ..check_levels import (
+    ArgumentsFirst,
     compiling,
     discard_pending,
     largest_entries,
     level_of,
-    pending_checks,
+    pending_position,
     record,
 )
 from ..errors import (
@@ -338,14 +339,12 @@ class Manifold(ABC):
         :meth:`_diagnose_call`. An exception of the map is translated at once, as in eager mode
         (it has already stopped the call).
         """
-        # where this call's checks start (not while compiling: the length of the list of
-        # pending checks is not a value a graph may depend on)
-        start = pending_checks() if level == "deferred" and not compiling() else None
+        start = pending_position() if level == "deferred" else None  # this call's checks
         try:
             out = getattr(self, _PRIVATE[method])(*arrays)
         except Exception as exc:
-            if start is not None:  # the checks made inside the map: the exception replaces them
-                discard_pending(start)
+            if start is not None and not compiling():  # the checks made inside the map: the
+                discard_pending(start)  # exception replaces them
             self._map_failed(method, arrays, roles, exc)
             raise
         if level == "deferred":
@@ -360,8 +359,11 @@ class Manifold(ABC):
                 NonFiniteError,
                 f"{self.name}.{method}: an argument or the result held NaN or infinite entries",
                 (diagnose_compiled_call, (f"{self.name}.{method}", roles, first is not None)),
-                start,  # before the checks made inside the map, as eager mode checks first
-                (self._refuse_nonfinite, (method, arrays, roles)),
+                ArgumentsFirst(  # eager mode refuses non-finite arguments before the map runs
+                    start,
+                    (self._refuse_nonfinite, (method, arrays, roles)),
+                    (diagnose_compiled_call, (f"{self.name}.{method}", roles, False)),
+                ),
             )
         return out
 

@@ -172,4 +172,39 @@ def check_compiles_whole(
             # an argument the map does not read: None in eager mode, zeros once compiled
             g, e = (torch.zeros_like(t) if a is None else a for a in (g, e))
             _assert_close(torch, g, e, f"{where}: the gradient of argument {i} differs")
+        if level == "deferred":
+            _check_compiled_nonfinite(torch, call, compiled, tensors, where)
     torch._dynamo.reset()
+
+
+def _check_compiled_nonfinite(torch, call, compiled, tensors: list, where: str) -> None:
+    """A NaN in the first argument of the compiled map (the same graph: values are not
+    guarded): the boundary raises eager mode's error type, its words the same up to the values
+    (the graph keeps no copy of the arguments), or a factorisation raises torch's own error
+    from inside the graph (a linear-algebra error, as eager mode's ``NonFiniteError`` cannot be
+    raised there)."""
+    bad = [t.detach().clone() for t in tensors]
+    bad[0].reshape(-1)[-1] = float("nan")
+    bad = [b.requires_grad_(t.requires_grad) for b, t in zip(bad, tensors, strict=True)]  # (the
+    # same guards: no recompilation)
+    outcomes = []
+    for run, level in ((call, "eager"), (compiled, "deferred")):
+        try:
+            with checks(level), np.errstate(all="ignore"):
+                run(*bad)
+        except Exception as exc:  # noqa: BLE001 - the outcome compared
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+        finally:  # an exception inside a graph skips the restore of an autograd.Function's
+            torch.set_grad_enabled(True)  # no-grad forward (torch leaves recording off)
+    eager, deferred = outcomes
+    if isinstance(deferred, torch.linalg.LinAlgError):
+        return
+    same = type(deferred) is type(eager) and (
+        str(deferred).split(" (")[0] == str(eager).split(" (")[0]
+    )
+    assert same, (
+        f"{where}, a NaN in argument 0: the boundary raised {type(deferred).__name__} "
+        f"({deferred}) where eager mode raises {type(eager).__name__} ({eager})"
+    )
