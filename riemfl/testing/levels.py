@@ -116,21 +116,29 @@ def check_deferred_raises_as_eager(
         tensors = _tensors(torch, args)
         tensors[i] = tensors[i].clone()
         tensors[i].reshape(-1)[-1] = value  # (a fresh contiguous tensor: the write reaches it)
-        outcomes = []
-        for level in ("eager", "deferred"):
-            try:  # (the value is deliberate: numpy's warnings about it are not the outcome)
-                with checks(level), warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    call(*tensors)
-            except Exception as exc:  # noqa: BLE001 - the outcome compared
-                outcomes.append((type(exc), str(exc)))
-            else:
-                outcomes.append((None, "no error"))
+        eager, deferred = (_raised(torch, call, level, tensors) for level in ("eager", "deferred"))
         where = f"{manifold.name}.{method} with {value} in argument {i}"
-        assert outcomes[1] == outcomes[0], (
-            f"{where}: the deferred level raised {outcomes[1][0]} ({outcomes[1][1]!r}) where "
-            f"eager mode raises {outcomes[0][0]} ({outcomes[0][1]!r})"
+        assert (type(deferred), str(deferred)) == (type(eager), str(eager)), (
+            f"{where}: the deferred level raised {type(deferred).__name__} ({deferred}) where "
+            f"eager mode raises {type(eager).__name__} ({eager})"
         )
+
+
+def _raised(torch, run, level: str, tensors: Sequence) -> Exception | None:
+    """What ``run(*tensors)`` raises at the check level ``level`` (the exit of its ``checks``
+    block included), or None. The values are deliberately bad: numpy's warnings about them are
+    not the outcome. An exception inside a compiled graph skips the restore of an
+    ``autograd.Function``'s no-grad forward (torch leaves recording off): restored here."""
+    recording = torch.is_grad_enabled()
+    try:
+        with checks(level), warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            run(*tensors)
+    except Exception as exc:  # noqa: BLE001 - the outcome compared
+        return exc
+    finally:
+        torch.set_grad_enabled(recording)
+    return None
 
 
 def check_compiles_whole(
@@ -187,18 +195,8 @@ def _check_compiled_nonfinite(torch, call, compiled, tensors: list, where: str) 
     bad[0].reshape(-1)[-1] = float("nan")
     bad = [b.requires_grad_(t.requires_grad) for b, t in zip(bad, tensors, strict=True)]  # (the
     # same guards: no recompilation)
-    outcomes = []
-    for run, level in ((call, "eager"), (compiled, "deferred")):
-        try:
-            with checks(level), np.errstate(all="ignore"):
-                run(*bad)
-        except Exception as exc:  # noqa: BLE001 - the outcome compared
-            outcomes.append(exc)
-        else:
-            outcomes.append(None)
-        finally:  # an exception inside a graph skips the restore of an autograd.Function's
-            torch.set_grad_enabled(True)  # no-grad forward (torch leaves recording off)
-    eager, deferred = outcomes
+    eager = _raised(torch, call, "eager", bad)
+    deferred = _raised(torch, compiled, "deferred", bad)
     if isinstance(deferred, torch.linalg.LinAlgError):
         return
     same = type(deferred) is type(eager) and (
