@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from .backend import Array, is_torch, ops_for, to_numpy
-from .check_levels import level_of, refuse, refuse_nonfinite
+from .check_levels import compiling, level_of, refuse, refuse_nonfinite
 from .errors import CutLocusError, NonFiniteError, ProjectionError
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "special_polar_parts",
     "special_polar_message",
     "require_finite",
+    "factorisable",
     "qr_positive",
     "solve_inverse_qr",
     "solve_lyapunov",
@@ -116,7 +117,7 @@ def polar(a: Array, *, check_rank: bool = True, what: str = "matrix") -> Array:
         h = _near_identity_inv_sqrt(ops.mT(a) @ a)
         if h is not None:  # ||G - I|| < 1/4: every singular value in (0.86, 1.12), full rank
             return a @ h
-    require_finite(a, what)
+    a = require_finite(a, what)
     if ops.is_torch:
         return _torch_polar_dispatch(ops, a, check_rank, what)
     u, s, vh = np.linalg.svd(a, full_matrices=False)
@@ -271,7 +272,7 @@ def special_polar_parts(a: Array, rtol: float | None = None) -> tuple[Array, Arr
     :math:`\sigma'_{n-1} + \sigma'_n \le r\sigma_1` (booleans, no read), for a caller that
     refuses the last with its own error (:func:`special_polar_message` writes its details)."""
     if is_torch(a):
-        q, s = _torch_polar(a, signed=True)
+        q, s = _torch_polar(factorisable(a), signed=True)
     else:
         u, s, vh = signed_svd(a)
         q = u @ vh
@@ -295,14 +296,40 @@ def special_polar_message(s: Array, tol: float, what: str) -> str:
     )
 
 
-def require_finite(a: Array, what: str) -> None:
-    """Raise :class:`~riemfl.errors.NonFiniteError` before a factorisation of non-finite input.
+def require_finite(a: Array, what: str) -> Array:
+    """Raise :class:`~riemfl.errors.NonFiniteError` before a factorisation of non-finite input;
+    return the input the factorisation takes.
 
     The public maps refuse non-finite arguments, so this meets only intermediate values that
     overflowed (finite arguments near the dtype's largest number); numpy's SVD does not return
     on infinite entries, and LAPACK raises untyped errors on NaN.
+
+    Returns :func:`factorisable` of ``a``: ``a`` itself, or inside a compiled function at the
+    level ``"deferred"`` (where the check is recorded and the map runs on), ``a`` with its
+    non-finite entries replaced by zeros.
     """
     refuse_nonfinite(a, NonFiniteError, _overflow_message, what)
+    return factorisable(a)
+
+
+def factorisable(a: Array) -> Array:
+    """``a`` as a factorisation takes it at the check level that applies: ``a`` itself, except
+    inside a function that ``torch.compile`` traces at the level ``"deferred"``, where its NaN
+    and infinite entries are replaced by zeros (``nan_to_num``, one elementwise operation that
+    inductor fuses).
+
+    Torch's SVD and ``eigh`` raise on such entries on the CPU, and inside a compiled graph
+    riemfl cannot turn that exception into its typed error. With the zeros the factorisation
+    returns a finite, meaningless value, and the boundary raises the error recorded for the
+    entries: a non-finite argument's :class:`~riemfl.errors.NonFiniteError`, first, as in eager
+    mode, or :func:`require_finite`'s for an intermediate value that overflowed. Every
+    factorisation of a torch map takes its input through this function. Uncompiled, such an
+    exception is translated at the call instead (the map call's wrapper), at no cost to the
+    common path.
+    """
+    if compiling() and level_of(a) == "deferred":
+        return a.nan_to_num(0.0, 0.0, 0.0)
+    return a
 
 
 def _overflow_message(what: str) -> str:
@@ -462,7 +489,7 @@ def sym_function(
     :math:`F` where a closed form is known. With ``eigenvalues`` the eigenvalues of G (ascending)
     are returned too.
     """
-    require_finite(g, "symmetric matrix of a matrix function")
+    g = require_finite(g, "symmetric matrix of a matrix function")
     if is_torch(g):
         from .linalg_torch import SymFunction
 
@@ -506,7 +533,7 @@ def daleckii_krein(
     :math:`\Omega`. (For :math:`w = f^{[1]}` and symmetric E, :math:`\bar Y` this is
     :math:`\mathrm{D}^2 f(G)[E, \bar Y]`.) Batch dimensions of g and e broadcast.
     """
-    require_finite(g, "symmetric matrix of a Daleckii-Krein map")
+    g = require_finite(g, "symmetric matrix of a Daleckii-Krein map")
     if is_torch(g) or is_torch(e):
         from .linalg_torch import DaleckiiKrein
 
@@ -562,7 +589,7 @@ def singular_values(a: Array) -> np.ndarray:
     NonFiniteError
         When ``a`` has a NaN or infinite entry.
     """
-    require_finite(a, "matrix whose singular values are taken")
+    a = require_finite(a, "matrix whose singular values are taken")
     if is_torch(a):
         import torch
 

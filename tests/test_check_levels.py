@@ -18,6 +18,7 @@ from riemfl.errors import (
     RiemflError,
 )
 from riemfl.federated import RunOptions
+from riemfl.linalg import factorisable, polar
 from riemfl.testing import importorskip
 
 torch = importorskip("torch")
@@ -335,6 +336,41 @@ def test_each_kind_of_violation_recorded_in_a_compiled_function_raises_at_the_bo
     else:  # the message reads constants and tensors only: eager mode's, word for word
         assert type(deferred.value) is type(eager.value)
         assert str(deferred.value) == str(eager.value)
+
+
+def _polar_of_an_overflowed_difference(a):
+    big = a * 1e200 * 1e200  # infinite entries from finite ones
+    return polar(big - big, what="difference")  # inf - inf: NaN
+
+
+@pytest.mark.slow  # one compilation
+def test_a_compiled_factorisation_runs_on_zeros_and_its_guard_raises_at_the_boundary():
+    """Torch's SVD raises on NaN (CPU) from inside a graph, where riemfl cannot translate the
+    exception: the guard before it records the overflow and the SVD takes zeros in place of the
+    NaN (``factorisable``), so the boundary raises eager mode's error, word for word."""
+    a = _t([[2.0, 1.0], [1.0, 3.0], [0.5, 0.1]])
+    with pytest.raises(NonFiniteError) as eager:
+        _polar_of_an_overflowed_difference(a)
+    torch._dynamo.reset()
+    compiled = torch.compile(_polar_of_an_overflowed_difference, backend="eager", fullgraph=True)
+    with riemfl.checks("deferred"):
+        out = compiled(a)  # no torch error inside the graph
+        assert bool(torch.isfinite(out).all())
+        with pytest.raises(NonFiniteError) as deferred:
+            riemfl.raise_deferred()
+    torch._dynamo.reset()
+    assert str(deferred.value) == str(eager.value)
+    assert "intermediate value overflowed" in str(eager.value)
+
+
+def test_factorisable_leaves_arrays_alone_outside_a_compiled_function():
+    """Uncompiled, at every level, the factorisation takes its input itself (no copy)."""
+    a = _t([[np.nan, 1.0], [1.0, 2.0]])
+    for level in ("eager", "deferred", "off"):
+        with riemfl.checks(level):
+            assert factorisable(a) is a
+    x = np.array([[np.inf, 0.0]])
+    assert factorisable(x) is x
 
 
 def test_a_compiled_record_of_an_unknown_site_raises_its_error_without_values():

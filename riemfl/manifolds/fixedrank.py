@@ -30,7 +30,7 @@ from .._validation import integer, optional, real
 from ..backend import Array, is_torch, ops_for, to_numpy, widen
 from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ProjectionError, ShapeError
-from ..linalg import qr_positive, require_finite, singular_values
+from ..linalg import factorisable, qr_positive, require_finite, singular_values
 from .base import Manifold, result_checked
 from .inputs import first_rank_deficient, nan_unless
 
@@ -40,7 +40,7 @@ __all__ = ["FixedRank", "truncated_svd_derivative"]
 # --------------------------------------------------------------------------- array helpers
 def _svd(a: Array):
     """Thin SVD ``(U, s, Vh)`` of a stack of matrices, outside any autograd graph."""
-    require_finite(a, "matrix whose SVD FixedRank takes")
+    a = require_finite(a, "matrix whose SVD FixedRank takes")
     if is_torch(a):
         import torch
 
@@ -56,7 +56,7 @@ def device_singular_values(a: Array) -> Array:
     if is_torch(a):
         import torch
 
-        return torch.linalg.svdvals(a.detach())
+        return torch.linalg.svdvals(factorisable(a.detach()))
     return np.linalg.svd(a, compute_uv=False)
 
 
@@ -335,7 +335,7 @@ class FixedRank(Manifold):
         if is_torch(x):
             import torch
 
-            sigma = torch.linalg.svdvals(x)[..., self.r - 1]
+            sigma = torch.linalg.svdvals(factorisable(x))[..., self.r - 1]
         else:
             sigma = np.linalg.svd(x, compute_uv=False)[..., self.r - 1]
         return sigma if self.r == min(self.m, self.n) else sigma / math.sqrt(2.0)
@@ -411,7 +411,7 @@ class FixedRank(Manifold):
         ops = ops_for(x)
         qu = ops.qr(x @ v0)[0]
         qv, rv = ops.qr(ops.mT(x) @ qu)  # x = qu rv^T qv^T on M_r
-        uc, sc, vch = torch.linalg.svd(ops.mT(rv))
+        uc, sc, vch = torch.linalg.svd(factorisable(ops.mT(rv)))
         u, v = qu @ uc, qv @ ops.mT(vch)
         sign = torch.sign((u0 * u.detach()).sum(dim=-2, keepdim=True))  # the numpy path's signs
         sign = torch.where(sign == 0, torch.ones_like(sign), sign)

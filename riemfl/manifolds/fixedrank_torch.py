@@ -23,7 +23,7 @@ class Truncate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, r: int, check: Callable):
-        require_finite(a, "matrix FixedRank truncates")
+        a = require_finite(a, "matrix FixedRank truncates")
         u, s, vh = torch.linalg.svd(a, full_matrices=False)
         check(s)
         ctx.save_for_backward(u, s, vh)

@@ -170,7 +170,7 @@ class Grassmann(Manifold):
     def _squared_dist(self, x, y):
         ops = ops_for(x, y)
         m = self._tan_direction(x, y)
-        require_finite(m, f"tangent of the principal angles in {self.name}.dist")
+        m = require_finite(m, f"tangent of the principal angles in {self.name}.dist")
         if ops.is_torch:
             import torch
 

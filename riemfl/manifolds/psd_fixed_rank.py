@@ -13,7 +13,7 @@ import numpy as np
 from ..backend import Array, is_torch, ops_for, to_numpy, widen
 from ..check_levels import level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ProjectionError
-from ..linalg import polar, qr_positive, singular_values
+from ..linalg import factorisable, polar, qr_positive, singular_values
 from .factor_quotient import FactorQuotient, horizontal_projection
 from .fixedrank import device_singular_values
 
@@ -30,7 +30,7 @@ def _device_eigvalsh(a: Array) -> Array:
     if is_torch(a):
         import torch
 
-        return torch.linalg.eigvalsh(a)
+        return torch.linalg.eigvalsh(factorisable(a))
     return np.linalg.eigvalsh(a)
 
 
@@ -133,7 +133,7 @@ class PSDFixedRank(FactorQuotient):
         if is_torch(x):
             import torch
 
-            return torch.linalg.svdvals(x)[..., self.k - 1]
+            return torch.linalg.svdvals(factorisable(x))[..., self.k - 1]
         return np.linalg.svd(x, compute_uv=False)[..., self.k - 1]
 
     # ------------------------------------------------------------------ helpers

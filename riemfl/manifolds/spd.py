@@ -34,7 +34,14 @@ from .._validation import integer
 from ..backend import Array, cast_like, is_torch, ops_for, to_numpy, widen
 from ..check_levels import check_level, level_of, refuse
 from ..errors import CutLocusError, NotOnManifoldError, ParameterError, ProjectionError
-from ..linalg import daleckii_krein, qr_positive, second_divided_differences, sym, sym_function
+from ..linalg import (
+    daleckii_krein,
+    factorisable,
+    qr_positive,
+    second_divided_differences,
+    sym,
+    sym_function,
+)
 from .base import Manifold, delegated_map, dist_from_squared, linalg_errors, result_checked
 from .elementary import artanh_sqrt_over, sinhc_sqrt
 from .inputs import nan_unless
@@ -231,7 +238,7 @@ def _lowest_eigenvalues(a: Array) -> Array:
         return _eigvalsh(a)[..., 0]
     import torch
 
-    return torch.linalg.eigvalsh(widen(a.detach()))[..., 0]
+    return torch.linalg.eigvalsh(factorisable(widen(a.detach())))[..., 0]
 
 
 def _refuse_eigenvalue(
@@ -758,7 +765,7 @@ class SPD(Manifold):
         if is_torch(x):
             import torch
 
-            return torch.linalg.eigvalsh(sym(x))[..., 0]
+            return torch.linalg.eigvalsh(factorisable(sym(x)))[..., 0]
         return np.linalg.eigvalsh(sym(x))[..., 0]
 
     def local_injectivity_radius(self, x: Array) -> Array:

@@ -26,7 +26,7 @@ import numpy as np
 from ..backend import Array, cast_like, ops_for, widen
 from ..check_levels import level_of, refuse
 from ..errors import ConvergenceError, CutLocusError
-from ..linalg import sym
+from ..linalg import factorisable, sym
 
 __all__ = [
     "canonical_inner",
@@ -472,7 +472,7 @@ def _aligned_completion(ops, top):
         return v
     lower = v[..., p:, p:]
     lib = ops.t if ops.is_torch else np
-    w, _, zt = lib.linalg.svd(lower)
+    w, _, zt = lib.linalg.svd(factorisable(lower))
     sign = lib.linalg.det(v) * lib.linalg.det(w) * lib.linalg.det(zt)
     flip = ops.ones_like(lower[..., 0, :])
     flip = ops.concatenate([flip[..., :-1], flip[..., -1:] * sign[..., None]], axis=-1)
