@@ -21,7 +21,9 @@ its last reader has run, and the verdict's last reader in the graph is this oper
 reference would see the buffer's next contents (a NaN verdict overwritten by a finite one: a
 violation lost). The copies are the verdict (one entry per argument, or one boolean per point)
 and the tensors the message reads (per-point values of the checks, such as a cosine or an
-eigenvalue; a whole argument only for the checks that name its entries).
+eigenvalue; a whole argument only for the checks that name its entries, and the point arguments
+of a map that checks them through its result on a manifold with a boundary, for the diagnosis
+of a point on that boundary).
 
 :mod:`riemfl.check_levels` imports this module where a compiled function records a check
 (``import riemfl`` does not import torch).
@@ -44,7 +46,7 @@ from .check_levels import (
     pending_position,
 )
 
-__all__ = ["record_compiled", "record_deferred", "raise_compiled", "traced_records"]
+__all__ = ["record_compiled", "record_deferred", "raise_compiled", "traced_records", "hold", "held"]
 
 #: How many checks compiled code has recorded, counted at trace time (:func:`traced_records`)
 _TRACED = [0]
@@ -85,6 +87,29 @@ def _site(function: Callable[..., None], structure: tuple, with_verdict: bool) -
     return len(_SITES) - 1
 
 
+#: Objects that the boundary's diagnosis of a traced check reads and a graph cannot hold (a
+#: manifold), by number (:func:`hold`). An object stays here for the life of the process, as the
+#: graphs that name it may run again; one entry per object traced.
+_HELD: list[Any] = []
+
+
+@torch.compiler.assume_constant_result
+def hold(value: Any) -> int:
+    """The number under which ``value`` is kept for the diagnoses at the boundary
+    (:func:`held`): a constant of the graph, for an object that dynamo passes as a constant but
+    cannot put into a tuple of constants."""
+    for number, kept in enumerate(_HELD):
+        if kept is value:
+            return number
+    _HELD.append(value)
+    return len(_HELD) - 1
+
+
+def held(number: int) -> Any:
+    """The object kept under ``number`` by :func:`hold`."""
+    return _HELD[number]
+
+
 def _constant(value: Any) -> bool:
     return value is None or isinstance(
         value, (str, int, float, bool, type, types.FunctionType, types.BuiltinFunctionType)
@@ -123,18 +148,21 @@ def record_compiled(
 ) -> None:
     """Record a check from code that ``torch.compile`` traces (see the module documentation).
 
-    ``compiled``: a diagnosis from the verdict alone, ``(function, constants)``:
+    ``compiled``: a diagnosis from the verdict, ``(function, constants)``:
     ``function(verdict, *constants)`` raises the error (or returns: no violation) at the
-    boundary. Otherwise ``diagnose(*arguments)`` runs there, on copies of the tensors among
-    ``arguments``, where ``diagnose`` and the rest of ``arguments`` are constants; else the
+    boundary, on copies of the tensors among ``constants`` (an object that is neither goes by
+    :func:`hold`'s number). Otherwise ``diagnose(*arguments)`` runs there, on copies of the
+    tensors among ``arguments``, where ``diagnose`` and the rest of ``arguments`` are
+    constants; else the
     boundary raises ``error`` naming ``context``, without values. ``arguments_first``: a map
     call's check of its arguments (:class:`~riemfl.check_levels.ArgumentsFirst`, whose ``at``
     counts :func:`traced_records`), placed before the checks traced inside the map.
     """
     tensors: list[torch.Tensor] = []
     site = -1
-    if compiled is not None:
-        site = _site(compiled[0], compiled[1], True)
+    if compiled is not None:  # (its constants are the caller's: any object dynamo holds)
+        structure, _ = _split(compiled[1], tensors)
+        site = _site(compiled[0], structure, True)
     elif isinstance(diagnose, types.FunctionType):
         structure, constant = _split(arguments, tensors)
         if constant:
@@ -142,8 +170,9 @@ def record_compiled(
         else:
             tensors = []
     first, back = -1, 0
-    if arguments_first is not None:
-        first = _site(arguments_first.compiled[0], arguments_first.compiled[1], True)
+    if arguments_first is not None:  # (its tensors follow those of the full check)
+        first_structure, _ = _split(arguments_first.compiled[1], tensors)
+        first = _site(arguments_first.compiled[0], first_structure, True)
         back = traced_records() - arguments_first.at
     _count_traced_record()
     record_deferred(verdict, error.__name__, context, site, tensors, first, back)
@@ -164,18 +193,32 @@ def record_deferred(
     on copies of ``values`` (``site`` -1: the error class named ``error``, in
     :mod:`riemfl.errors`, with the words ``context``). ``arguments_first`` (a site, or -1): a
     map call's check of its arguments from the verdict, inserted ``back`` places before the
-    end (before the checks the map recorded)."""
+    end (before the checks the map recorded), on the copies of ``values`` that follow those of
+    ``site``. A tensor that appears more than once among ``values`` is copied once."""
     verdict = verdict.clone()
     make_room(1 + (arguments_first >= 0))  # (a violation raises here, out of the graph)
+    copies = iter(_copies(values))
+    known = 0 <= site < len(_SITES)  # not: -1, or a graph traced in another process
+    if known:
+        function, structure, with_verdict = _SITES[site]
+        arguments = _fill(structure, copies)
     if 0 <= arguments_first < len(_SITES):
-        function, constants, _ = _SITES[arguments_first]
-        insert_pending(pending_position() - back, verdict, function, (verdict, *constants), True)
-    if not 0 <= site < len(_SITES):  # -1, or a graph traced in another process (torch.export)
+        check, first_structure, _ = _SITES[arguments_first]
+        first_arguments = (verdict, *_fill(first_structure, copies))
+        insert_pending(pending_position() - back, verdict, check, first_arguments, True)
+    if not known:
         append_pending(verdict, raise_compiled, (getattr(errors, error), context))
         return
-    function, structure, with_verdict = _SITES[site]
-    arguments = _fill(structure, iter([v.clone() for v in values]))
     append_pending(verdict, function, (verdict, *arguments) if with_verdict else arguments)
+
+
+def _copies(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A copy of each tensor of ``values``, in order; one copy per distinct tensor."""
+    by_identity: dict[int, torch.Tensor] = {}
+    for v in values:
+        if id(v) not in by_identity:
+            by_identity[id(v)] = v.clone()
+    return [by_identity[id(v)] for v in values]
 
 
 @record_deferred.register_fake

@@ -255,7 +255,7 @@ class Manifold(ABC):
                 (method, arrays, roles),
                 NonFiniteError,
                 f"{self.name}.{method}: an argument held NaN or infinite entries",
-                (diagnose_compiled_call, (f"{self.name}.{method}", roles, False)),
+                (diagnose_compiled_call, (f"{self.name}.{method}", roles, None)),
             )
         return arrays
 
@@ -352,17 +352,23 @@ class Manifold(ABC):
             # a compiled graph keeps no arguments: its verdict names each (fused reductions)
             shown = _ALL[len(arrays)] if first is None or compiling() else first
             verdict = largest_entries((*(arrays[i] for i in shown), out))
+            name = f"{self.name}.{method}"
+            # a graph keeps copies of the points where eager mode may look for one on the
+            # boundary of M (a failed check inside the map; a non-finite result it checks)
+            points = None
+            if compiling() and self._has_boundary:
+                points = self._boundary_points(method, arrays, roles)
             record(
                 verdict,
                 self._diagnose_call,
                 (method, arrays, roles, verdict, shown),
                 NonFiniteError,
-                f"{self.name}.{method}: an argument or the result held NaN or infinite entries",
-                (diagnose_compiled_call, (f"{self.name}.{method}", roles, first is not None)),
-                ArgumentsFirst(  # eager mode refuses non-finite arguments before the map runs
+                f"{name}: an argument or the result held NaN or infinite entries",
+                (diagnose_compiled_call, (name, roles, None if first is None else points)),
+                ArgumentsFirst(  # eager mode refuses such arguments before the map runs
                     start,
-                    (self._refuse_nonfinite, (method, arrays, roles)),
-                    (diagnose_compiled_call, (f"{self.name}.{method}", roles, False)),
+                    (self._refuse_arguments, (method, arrays, roles)),
+                    (diagnose_compiled_arguments, (name, roles, points)),
                 ),
             )
         return out
@@ -407,6 +413,17 @@ class Manifold(ABC):
                 f"(changed in place since?); expected finite values"
             )
 
+    def _refuse_arguments(
+        self, method: str, arrays: tuple, roles: tuple[str, ...], boundary: bool = True
+    ) -> None:
+        """What eager mode refuses before a map's exception propagates (:meth:`_map_failed`): a
+        non-finite argument, then (with ``boundary``) a point argument on the boundary of M.
+        At the level ``"deferred"``, the map call's check of its arguments, which runs where
+        the call's verdict or a check made inside the map failed."""
+        self._refuse_nonfinite(method, arrays, roles)
+        if boundary:
+            self._refuse_boundary(method, arrays, roles)
+
     def _refuse_nonfinite(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> None:
         """Raise :class:`~riemfl.errors.NonFiniteError` naming the first non-finite argument."""
         for a, role in zip(arrays, roles, strict=True):
@@ -428,14 +445,9 @@ class Manifold(ABC):
         """
         # (every map: at the levels "deferred" and "off" its arguments were not checked before)
         try:
-            self._refuse_nonfinite(method, arrays, roles)
-        except NonFiniteError as err:
+            self._refuse_arguments(method, arrays, roles, not isinstance(exc, NotImplementedError))
+        except (NonFiniteError, NotOnManifoldError) as err:
             raise err from exc
-        if not isinstance(exc, NotImplementedError):
-            try:
-                self._refuse_boundary(method, arrays, roles)
-            except NotOnManifoldError as err:
-                raise err from exc
         if isinstance(exc, linalg_errors()):
             raise ConvergenceError(
                 f"{self.name}.{method}: a matrix factorisation failed on finite arguments ({exc}); "
@@ -477,6 +489,22 @@ class Manifold(ABC):
                         f"{self.name}.{method}: {role} is not a point of the manifold: "
                         f"{violation}; expected {expected} (check_point refuses this point)"
                     )
+
+    @property
+    def _has_boundary(self) -> bool:
+        """Whether this manifold diagnoses points on its boundary (overrides
+        :meth:`_boundary_violation`)."""
+        return type(self)._boundary_violation is not Manifold._boundary_violation
+
+    def _boundary_points(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
+        """``(manifold, method, points, roles)``: what :meth:`_refuse_boundary` reads, for a
+        map call recorded inside a compiled function (:func:`diagnose_compiled_call`), where the
+        graph copies the point arguments and holds the manifold by number
+        (:func:`riemfl.check_levels_torch.hold`)."""
+        from ..check_levels_torch import hold
+
+        at = tuple(i for i, role in enumerate(roles) if role.startswith("point"))
+        return (hold(self), method, tuple(arrays[i] for i in at), tuple(roles[i] for i in at))
 
     def _broadcast_batch(self, arrays: tuple, roles: tuple[str, ...]) -> tuple[int, ...]:
         batches = [tuple(a.shape[: a.ndim - self.ndim]) for a in arrays]
@@ -760,19 +788,44 @@ class Manifold(ABC):
 _ALL = tuple(tuple(range(n)) for n in range(8))
 
 
+def diagnose_compiled_arguments(
+    verdict: Array, name: str, roles: tuple[str, ...], boundary: tuple | None
+) -> None:
+    """The check of a map call's arguments recorded inside a compiled function
+    (:meth:`Manifold._refuse_arguments` from the verdict): a non-finite argument raises
+    :class:`~riemfl.errors.NonFiniteError` naming it (:func:`diagnose_compiled_call`); then,
+    with ``boundary`` (:meth:`Manifold._boundary_points`: the manifold held by number, the
+    points copied by the graph), a point on the boundary of M raises eager mode's
+    :class:`~riemfl.errors.NotOnManifoldError`, word for word."""
+    diagnose_compiled_call(verdict, name, roles, None)
+    if boundary is not None:
+        _refuse_compiled_boundary(boundary)
+
+
+def _refuse_compiled_boundary(boundary: tuple) -> None:
+    from ..check_levels_torch import held
+
+    number, method, points, point_roles = boundary
+    held(number)._refuse_boundary(method, points, point_roles)
+
+
 def diagnose_compiled_call(
-    verdict: Array, name: str, roles: tuple[str, ...], result_checked: bool
+    verdict: Array, name: str, roles: tuple[str, ...], boundary: tuple | None
 ) -> None:
     """The boundary's diagnosis of a map call recorded inside a compiled function, from its
-    verdict alone (the graph keeps no copy of the arguments).
+    verdict (the graph keeps no copy of the arguments) and, for a map that checks its arguments
+    through its result on a manifold with a boundary, copies of its point arguments.
 
     ``verdict`` holds the largest entry in absolute value, at the call, of each argument (their
     ``roles``) and, where it has one entry more, of the result. A non-finite argument raises
     :class:`~riemfl.errors.NonFiniteError` naming it, as eager mode does, without the index
-    of the entry. A non-finite result of finite arguments raises where the map checks its
-    arguments through its result (``result_checked``: eager mode then looks for a point on
-    the boundary of M, which needs the values, and returns the result where there is none);
-    for the other maps it is no violation, as in eager mode.
+    of the entry. A non-finite result of finite arguments is what eager mode traces to a point
+    on the boundary of M: ``boundary``, ``(manifold, method, points, point_roles)``
+    (:meth:`Manifold._boundary_points`: the manifold held by number, the points copied by the
+    graph), runs that diagnosis,
+    :class:`~riemfl.errors.NotOnManifoldError` word for word; without a boundary point, or
+    without ``boundary`` (no boundary to look for, or a map that does not check its result),
+    it is no violation, as in eager mode, which returns the result.
     """
     largest = to_numpy(verdict, np.float64).reshape(-1)
     where = (
@@ -786,12 +839,8 @@ def diagnose_compiled_call(
                 f"{name}: {role} contains NaN or infinite entries (the largest in absolute "
                 f"value is {value}{where}); expected finite values"
             )
-    if result_checked and len(largest) > len(roles) and not math.isfinite(largest[-1]):
-        raise NonFiniteError(
-            f"{name}: the result of finite arguments held NaN or infinite entries (the largest "
-            f"in absolute value is {largest[-1]}): a point on the boundary of the manifold, or "
-            f"an overflow in the map{where}"
-        )
+    if boundary is not None and len(largest) > len(roles) and not math.isfinite(largest[-1]):
+        _refuse_compiled_boundary(boundary)
 
 
 def delegated_map(method: str, via: str) -> Any:

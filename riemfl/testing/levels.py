@@ -124,6 +124,37 @@ def check_deferred_raises_as_eager(
         )
 
 
+def check_deferred_boundary_as_eager(
+    manifold: Manifold,
+    method: str,
+    args: Sequence[np.ndarray],
+    roles: Sequence[str],
+    points: Sequence[np.ndarray],
+    skip: Sequence[int] = (),
+) -> None:
+    """Each finite point on or beyond the boundary of M (``points``) in each point argument
+    of ``method`` (batch element 1, as :func:`~riemfl.testing.bad_input.check_boundary_points`
+    places it; ``skip``: positions the map does not read): at ``"deferred"`` the boundary
+    raises the error, with the message, that ``"eager"`` raises at the call, where the map's
+    guards inside it fail first (a factorisation of a singular matrix) as where its result is
+    not finite. Torch float64 tensors on the CPU."""
+    torch = import_extra("torch", "check_deferred_boundary_as_eager")
+    call = getattr(manifold, method)
+    want = "ambient" if method == "project" else "point"
+    for (j, point), (i, role) in itertools.product(enumerate(points), enumerate(roles)):
+        if role != want or i in skip:
+            continue
+        tensors = _tensors(torch, args)
+        tensors[i] = tensors[i].clone()
+        tensors[i][min(1, len(tensors[i]) - 1)] = torch.as_tensor(point, dtype=torch.float64)
+        eager, deferred = (_raised(torch, call, level, tensors) for level in ("eager", "deferred"))
+        where = f"{manifold.name}.{method} with boundary point #{j} as {role} #{i}"
+        assert (type(deferred), str(deferred)) == (type(eager), str(eager)), (
+            f"{where}: the deferred level raised {type(deferred).__name__} ({deferred}) where "
+            f"eager mode raises {type(eager).__name__} ({eager})"
+        )
+
+
 def _raised(torch, run, level: str, tensors: Sequence) -> Exception | None:
     """What ``run(*tensors)`` raises at the check level ``level`` (the exit of its ``checks``
     block included), or None. The values are deliberately bad: numpy's warnings about them are

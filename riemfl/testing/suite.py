@@ -476,7 +476,30 @@ class ManifoldTests:
         (:func:`riemfl.testing.levels.check_deferred_raises_as_eager`)."""
         self._check_deferred(method, levels.check_deferred_raises_as_eager)
 
-    def _check_deferred(self, method: str, check: Callable[..., None]) -> None:
+    def test_deferred_boundary_points_raise_as_eager(self):
+        """The boundary points (``boundary_points``) in each point argument of each map: the
+        deferred level raises, at the boundary, the error and message eager mode raises at the
+        call (:func:`riemfl.testing.levels.check_deferred_boundary_as_eager`)."""
+        points = self.boundary_points(np.random.default_rng(0))
+        if not points:
+            pytest.skip(f"{self.manifold.name}: the test class declares no boundary points")
+        for method, skip in self._boundary_methods():
+            roles = self.method_args(method, 0)[1]
+            self._check_deferred(
+                method, levels.check_deferred_boundary_as_eager, roles, points, skip
+            )
+
+    def _boundary_methods(self) -> list[tuple[str, list[int]]]:
+        """The maps the boundary points are fed to, with the positions of the point arguments
+        each one does not read: every supported map but those of ``boundary_exempt``."""
+        return [
+            (method, [i for i, n in enumerate("xy") if f"{method}:{n}" in self.boundary_exempt])
+            for method in METHODS
+            if method not in self.boundary_exempt
+            and all(self.manifold.supports(m)[0] for m in (*_NEEDS.get(method, ()), method))
+        ]
+
+    def _check_deferred(self, method: str, check: Callable[..., None], *extra) -> None:
         """Run a check of the deferred level on ``method``'s arguments: with torch, and for a
         class that declares ``deferred_reads`` (riemfl's families, whose contract it is)."""
         if not torch_available():
@@ -489,7 +512,7 @@ class ManifoldTests:
             )
         self.require(*_NEEDS.get(method, ()), method)
         args, _ = self.method_args(method, 0)
-        check(self.manifold, method, args)
+        check(self.manifold, method, args, *extra)
 
     @pytest.mark.slow  # many cases per manifold: part of the full run
     @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -560,13 +583,8 @@ class ManifoldTests:
         points = self.boundary_points(np.random.default_rng(0))
         if not points:
             pytest.skip(f"{self.manifold.name}: the test class declares no boundary points")
-        for method in METHODS:
-            if method in self.boundary_exempt or not all(
-                self.manifold.supports(m)[0] for m in (*_NEEDS.get(method, ()), method)
-            ):
-                continue
+        for method, skip in self._boundary_methods():
             args, roles = self.method_args(method, 0)
-            skip = [i for i, name in enumerate("xy") if f"{method}:{name}" in self.boundary_exempt]
             with riemfl_checks("eager"):  # the errors are expected at the call
                 bad_input.check_boundary_points(
                     self.manifold, method, args, roles, points, config.convert, skip
