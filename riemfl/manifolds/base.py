@@ -497,10 +497,10 @@ class Manifold(ABC):
         return type(self)._boundary_violation is not Manifold._boundary_violation
 
     def _boundary_points(self, method: str, arrays: tuple, roles: tuple[str, ...]) -> tuple:
-        """``(manifold, method, points, roles)``: what :meth:`_refuse_boundary` reads, for a
-        map call recorded inside a compiled function (:func:`diagnose_compiled_call`), where the
-        graph copies the point arguments and holds the manifold by number
-        (:func:`riemfl.check_levels_torch.hold`)."""
+        """``(number, method, points, roles)``: what :meth:`_refuse_boundary` reads, for a map
+        call recorded inside a compiled function (:func:`diagnose_compiled_call`): the graph
+        holds the manifold by number (:func:`riemfl.check_levels_torch.hold`) and copies the
+        point arguments."""
         from ..check_levels_torch import hold
 
         at = tuple(i for i, role in enumerate(roles) if role.startswith("point"))
@@ -803,6 +803,8 @@ def diagnose_compiled_arguments(
 
 
 def _refuse_compiled_boundary(boundary: tuple) -> None:
+    """Eager mode's boundary diagnosis (:meth:`Manifold._refuse_boundary`) on the copies of a
+    compiled call's points (:meth:`Manifold._boundary_points`)."""
     from ..check_levels_torch import held
 
     number, method, points, point_roles = boundary
@@ -820,9 +822,8 @@ def diagnose_compiled_call(
     ``roles``) and, where it has one entry more, of the result. A non-finite argument raises
     :class:`~riemfl.errors.NonFiniteError` naming it, as eager mode does, without the index
     of the entry. A non-finite result of finite arguments is what eager mode traces to a point
-    on the boundary of M: ``boundary``, ``(manifold, method, points, point_roles)``
-    (:meth:`Manifold._boundary_points`: the manifold held by number, the points copied by the
-    graph), runs that diagnosis,
+    on the boundary of M: ``boundary`` (:meth:`Manifold._boundary_points`: the manifold held
+    by number, the points copied by the graph) runs that diagnosis, eager mode's
     :class:`~riemfl.errors.NotOnManifoldError` word for word; without a boundary point, or
     without ``boundary`` (no boundary to look for, or a map that does not check its result),
     it is no violation, as in eager mode, which returns the result.
