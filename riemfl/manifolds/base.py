@@ -349,14 +349,15 @@ class Manifold(ABC):
             raise
         if level == "deferred":
             first = self._result_checked.get(method)
+            traced = compiling()
             # a compiled graph keeps no arguments: its verdict names each (fused reductions)
-            shown = _ALL[len(arrays)] if first is None or compiling() else first
+            shown = _ALL[len(arrays)] if first is None or traced else first
             verdict = largest_entries((*(arrays[i] for i in shown), out))
             name = f"{self.name}.{method}"
             # a graph keeps copies of the points where eager mode may look for one on the
             # boundary of M (a failed check inside the map; a non-finite result it checks)
             points = None
-            if compiling() and self._has_boundary:
+            if traced and self._has_boundary:
                 points = self._boundary_points(method, arrays, roles)
             record(
                 verdict,

@@ -34,7 +34,7 @@ never NaN or inf.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -48,6 +48,7 @@ __all__ = [
     "BAD_INPUT_METHODS",
     "check_bad_input",
     "check_boundary_points",
+    "boundary_arguments",
     "map_caller",
 ]
 
@@ -182,30 +183,44 @@ def check_boundary_points(
     (:class:`~riemfl.errors.RiemflError`).
     """
     call = map_caller(manifold, method)
+    for j, b in enumerate(points):
+        check = (manifold.check_point, [convert(b)])
+        _expect_error(manifold, f"check_point of boundary point #{j}", *check, NotOnManifoldError)
+    for what, bad_args in boundary_arguments(method, args, roles, points, skip):
+        try:
+            with np.errstate(all="ignore"):  # numpy's warnings on the way to the error
+                got = call(*[convert(a) for a in bad_args])
+        except RiemflError as exc:
+            _judge_boundary_error(manifold, method, what, exc)
+            continue
+        kind = "finite" if got is None or np.isfinite(to_numpy(got)).all() else "NON-FINITE"
+        expected = "a typed error" if method == "project" else "NotOnManifoldError"
+        raise AssertionError(
+            f"{manifold.name}.{what}: a {kind} {_describe(('value', got))}; expected "
+            f"{expected} naming the map and the boundary"
+        )
+
+
+def boundary_arguments(
+    method: str,
+    args: Sequence,
+    roles: Sequence[str],
+    points: Sequence[np.ndarray],
+    skip: Collection[int] = (),
+) -> Iterator[tuple[str, list[np.ndarray]]]:
+    """``(what, arguments)``: ``args`` (numpy float64 copies) with one boundary point of
+    ``points`` in batch element 1 of one argument of role ``"point"`` (``"ambient"`` for
+    ``project``) at a time, the positions ``skip`` left out; ``what`` names the case."""
     args = [np.asarray(a, dtype=np.float64) for a in args]
     want = "ambient" if method == "project" else "point"
     for j, b in enumerate(points):
-        where = f"boundary point #{j}"
-        check = (manifold.check_point, [convert(b)])
-        _expect_error(manifold, f"check_point of {where}", *check, NotOnManifoldError)
         for i, role in enumerate(roles):
             if role != want or i in skip:
                 continue
             bad = np.array(args[i])
             bad[min(1, len(bad) - 1)] = b
-            what = f"{method} with {where} as {role} #{i} (batch element 1)"
-            try:
-                with np.errstate(all="ignore"):  # numpy's warnings on the way to the error
-                    got = call(*[convert(a) for a in _replaced(args, i, bad)])
-            except RiemflError as exc:
-                _judge_boundary_error(manifold, method, what, exc)
-                continue
-            kind = "finite" if got is None or np.isfinite(to_numpy(got)).all() else "NON-FINITE"
-            expected = "a typed error" if method == "project" else "NotOnManifoldError"
-            raise AssertionError(
-                f"{manifold.name}.{what}: a {kind} {_describe(('value', got))}; expected "
-                f"{expected} naming the map and the boundary"
-            )
+            what = f"{method} with boundary point #{j} as {role} #{i} (batch element 1)"
+            yield what, _replaced(args, i, bad)
 
 
 def _judge_boundary_error(manifold, method: str, what: str, exc: RiemflError) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from ..check_levels import checks
 from ..extras import import_extra
 from ..manifolds.base import Manifold
+from .bad_input import boundary_arguments
 from .host_reads import HostReadCounter
 
 __all__ = [
@@ -116,12 +117,7 @@ def check_deferred_raises_as_eager(
         tensors = _tensors(torch, args)
         tensors[i] = tensors[i].clone()
         tensors[i].reshape(-1)[-1] = value  # (a fresh contiguous tensor: the write reaches it)
-        eager, deferred = (_raised(torch, call, level, tensors) for level in ("eager", "deferred"))
-        where = f"{manifold.name}.{method} with {value} in argument {i}"
-        assert (type(deferred), str(deferred)) == (type(eager), str(eager)), (
-            f"{where}: the deferred level raised {type(deferred).__name__} ({deferred}) where "
-            f"eager mode raises {type(eager).__name__} ({eager})"
-        )
+        _assert_raised_as_eager(torch, call, tensors, f"{method} with {value} in argument {i}")
 
 
 def check_deferred_boundary_as_eager(
@@ -133,26 +129,25 @@ def check_deferred_boundary_as_eager(
     skip: Sequence[int] = (),
 ) -> None:
     """Each finite point on or beyond the boundary of M (``points``) in each point argument
-    of ``method`` (batch element 1, as :func:`~riemfl.testing.bad_input.check_boundary_points`
-    places it; ``skip``: positions the map does not read): at ``"deferred"`` the boundary
+    of ``method`` (batch element 1: :func:`~riemfl.testing.bad_input.boundary_arguments`;
+    ``skip``: positions the map does not read): at ``"deferred"`` the boundary
     raises the error, with the message, that ``"eager"`` raises at the call, where the map's
     guards inside it fail first (a factorisation of a singular matrix) as where its result is
     not finite. Torch float64 tensors on the CPU."""
     torch = import_extra("torch", "check_deferred_boundary_as_eager")
     call = getattr(manifold, method)
-    want = "ambient" if method == "project" else "point"
-    for (j, point), (i, role) in itertools.product(enumerate(points), enumerate(roles)):
-        if role != want or i in skip:
-            continue
-        tensors = _tensors(torch, args)
-        tensors[i] = tensors[i].clone()
-        tensors[i][min(1, len(tensors[i]) - 1)] = torch.as_tensor(point, dtype=torch.float64)
-        eager, deferred = (_raised(torch, call, level, tensors) for level in ("eager", "deferred"))
-        where = f"{manifold.name}.{method} with boundary point #{j} as {role} #{i}"
-        assert (type(deferred), str(deferred)) == (type(eager), str(eager)), (
-            f"{where}: the deferred level raised {type(deferred).__name__} ({deferred}) where "
-            f"eager mode raises {type(eager).__name__} ({eager})"
-        )
+    for what, bad_args in boundary_arguments(method, args, roles, points, skip):
+        _assert_raised_as_eager(torch, call, _tensors(torch, bad_args), what)
+
+
+def _assert_raised_as_eager(torch, call, tensors: Sequence, what: str) -> None:
+    """The error of ``call(*tensors)`` at ``"deferred"`` (its boundary included) is eager
+    mode's, type and message; ``what`` names the case in the failure."""
+    eager, deferred = (_raised(torch, call, level, tensors) for level in ("eager", "deferred"))
+    assert (type(deferred), str(deferred)) == (type(eager), str(eager)), (
+        f"{call.__self__.name}.{what}: the deferred level raised {type(deferred).__name__} "
+        f"({deferred}) where eager mode raises {type(eager).__name__} ({eager})"
+    )
 
 
 def _raised(torch, run, level: str, tensors: Sequence) -> Exception | None:
