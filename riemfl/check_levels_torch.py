@@ -153,10 +153,12 @@ def record_compiled(
     boundary, on copies of the tensors among ``constants`` (an object that is neither goes by
     :func:`hold`'s number). Otherwise ``diagnose(*arguments)`` runs there, on copies of the
     tensors among ``arguments``, where ``diagnose`` and the rest of ``arguments`` are
-    constants; else the
-    boundary raises ``error`` naming ``context``, without values. ``arguments_first``: a map
-    call's check of its arguments (:class:`~riemfl.check_levels.ArgumentsFirst`, whose ``at``
-    counts :func:`traced_records`), placed before the checks traced inside the map.
+    constants; else the boundary raises ``error`` naming ``context``, without values.
+    ``arguments_first``: a map call's check of its arguments
+    (:class:`~riemfl.check_levels.ArgumentsFirst`, whose ``at`` counts :func:`traced_records`),
+    placed before the checks traced inside the map; its tensors follow those of the full check
+    in the operator's list (both sites are registered in the same trace, so both are known or
+    neither is).
     """
     tensors: list[torch.Tensor] = []
     site = -1
