@@ -22,6 +22,7 @@ the parameter domain "can be sensibly extended" to the real line).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -405,17 +406,25 @@ class BezierCurve:
         """
         return bezier_closest.closest_point(self, a, extended, starts)
 
-    def like(self, x: Array) -> BezierCurve:
+    def like(self, x: Array, *, validate: bool = True) -> BezierCurve:
         """This curve with control points of x's array type, dtype and device (self if same).
 
         Like ``torch.as_tensor`` and ``Tensor.numpy()``, the new control points may share memory
-        with these (a CPU tensor and a numpy array of one dtype do).
+        with these (a CPU tensor and a numpy array of one dtype do). Without ``validate`` the
+        converted control points are not checked for finiteness (which reads a value back from
+        a device): for the check levels ``"deferred"`` and ``"off"``, where an entry that
+        overflows a narrower dtype shows as a non-finite result instead.
         """
         cp = self.control_points
         same = is_torch(x) == is_torch(cp) and x.dtype == cp.dtype
         if same and (not hasattr(x, "device") or x.device == cp.device):
             return self
-        return BezierCurve(to_like(to_numpy(cp, np.float64), x), self.manifold)
+        converted = to_like(to_numpy(cp, np.float64), x)
+        if validate:
+            return BezierCurve(converted, self.manifold)
+        curve = copy.copy(self)
+        curve.control_points, curve._weight_cache = converted, None
+        return curve
 
     def closest_parameter(self, a: Array, *, extended: bool = False) -> Array:
         r""":math:`t^*(a)` as an array of a's type; differentiable in torch.

@@ -25,8 +25,11 @@ __all__ = [
     "arc_length_at",
     "gauss_legendre_length",
     "parameter_at_arc_length",
+    "gauss_legendre_rule",
     "quadratic_arc_length",
     "quadratic_coefficients",
+    "quadratic_length_between",
+    "quadratic_speed_constants",
 ]
 
 
@@ -65,8 +68,20 @@ def quadratic_arc_length(curve: BezierCurve, t0: Any, t1: Any) -> Array | None:
     or :math:`\Delta` is at the rounding level of the coefficients (a straight or nearly
     straight curve), where Gauss-Legendre is exact and the formula would cancel.
     """
-    ops = ops_for(curve.control_points)
-    _, a, b = quadratic_coefficients(curve.control_points)
+    constants = quadratic_speed_constants(curve.control_points)
+    if constants is None:
+        return None
+    return quadratic_length_between(constants, curve._t(t0), curve._t(t1))
+
+
+def quadratic_speed_constants(control_points: Array) -> tuple[Any, Any, Any, Any] | None:
+    r"""The constants :math:`(q_a, q_b, q_c, \Delta)` of the closed-form arc length of a
+    Euclidean quadratic (:func:`quadratic_arc_length`), or None where :math:`q_a` or
+    :math:`\Delta` is at the rounding level of the coefficients (a straight or nearly straight
+    curve, where Gauss-Legendre is exact and the formula would cancel). Scalars of the control
+    points' array type (the decision reads two of them: on the host once for a fixed curve)."""
+    ops = ops_for(control_points)
+    _, a, b = quadratic_coefficients(control_points)
     qa = ops.sum(b * b)  # speed/2 = sqrt(qa t^2 + qb t + qc)
     qb = 2 * ops.sum(a * b)
     qc = ops.sum(a * a)
@@ -74,30 +89,43 @@ def quadratic_arc_length(curve: BezierCurve, t0: Any, t1: Any) -> Array | None:
     disc = 4 * qa * qc - qb * qb
     if ops.to_float(qa) <= 1e-12 * scale or ops.to_float(disc) <= 1e-8 * scale * scale:
         return None  # straight (or nearly) curves: Gauss-Legendre is exact and safe there
+    return qa, qb, qc, disc
+
+
+def quadratic_length_between(constants: tuple[Any, Any, Any, Any], t0: Any, t1: Any) -> Array:
+    r""":math:`2\int_{t_0}^{t_1}\sqrt{q_a t^2 + q_b t + q_c}\,dt` in closed form (see
+    :func:`quadratic_arc_length`), elementwise in ``t0`` and ``t1`` (arrays of one backend);
+    the constants are Python floats or scalars of that backend."""
+    qa, qb, qc, disc = constants
+    ops = ops_for(t1)
 
     def antiderivative(t):
         # int sqrt(qa t^2 + qb t + qc) dt, valid for a positive discriminant 4 qa qc - qb^2
         q = ops.sqrt(qa * t * t + qb * t + qc)
-        root = ops.sqrt(qa)
-        return (2 * qa * t + qb) * q / (4 * qa) + disc / (8 * qa * root) * ops.arcsinh(
-            (2 * qa * t + qb) / ops.sqrt(disc)
+        return (2 * qa * t + qb) * q / (4 * qa) + disc / (8 * qa * qa**0.5) * ops.arcsinh(
+            (2 * qa * t + qb) / disc**0.5
         )
 
-    return 2 * (antiderivative(curve._t(t1)) - antiderivative(curve._t(t0)))
+    return 2 * (antiderivative(t1) - antiderivative(t0))
 
 
 def gauss_legendre_length(curve: BezierCurve, t0: float, t1: float, panels: int) -> Array:
     r""":math:`\int_{t_0}^{t_1}\|c'(t)\|\,dt` by ``panels`` equal panels of 8-point
     Gauss-Legendre quadrature (exact for a polynomial speed of degree < 16 per panel)."""
+    ts, ws = gauss_legendre_rule(t0, t1, panels)
+    speeds = curve.speed(ts)
+    ops = ops_for(speeds)
+    return ops.sum(speeds * curve._t(ws))
+
+
+def gauss_legendre_rule(t0: float, t1: float, panels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of ``panels`` equal panels of 8-point Gauss-Legendre quadrature on
+    [t0, t1] (numpy float64, ``8 * panels`` each)."""
     nodes, weights = np.polynomial.legendre.leggauss(8)
     edges = np.linspace(t0, t1, panels + 1)
     half = 0.5 * (edges[1:] - edges[:-1])
     centre = 0.5 * (edges[1:] + edges[:-1])
-    ts = (centre[:, None] + half[:, None] * nodes[None, :]).ravel()
-    ws = (half[:, None] * weights[None, :]).ravel()
-    speeds = curve.speed(ts)
-    ops = ops_for(speeds)
-    return ops.sum(speeds * curve._t(ws))
+    return (centre[:, None] + half[:, None] * nodes).ravel(), (half[:, None] * weights).ravel()
 
 
 def arc_length_at(curve: BezierCurve, t: Any, panels: int = 16) -> Array:
@@ -109,11 +137,7 @@ def arc_length_at(curve: BezierCurve, t: Any, panels: int = 16) -> Array:
         closed = quadratic_arc_length(curve, 0.0, t)
         if closed is not None:
             return closed
-    nodes, weights = np.polynomial.legendre.leggauss(8)
-    edges = np.linspace(0.0, 1.0, panels + 1)
-    half = 0.5 * (edges[1:] - edges[:-1])
-    taus = (0.5 * (edges[1:] + edges[:-1])[:, None] + half[:, None] * nodes).ravel()
-    ws = (half[:, None] * weights).ravel()
+    taus, ws = gauss_legendre_rule(0.0, 1.0, panels)
     ops = ops_for(t)
     tt = t[..., None] * curve._t(taus)
     return t * ops.sum(curve.speed(tt) * curve._t(ws), axis=-1)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "closest_parameter",
     "closest_point",
+    "implicit_closest_step",
     "newton_closest",
     "polynomial_closest",
     "quadratic_closest",
@@ -84,11 +85,20 @@ def closest_parameter(curve: BezierCurve, a: Array, extended: bool = False) -> A
     g / g'`."""
     t_np, _ = closest_point(curve, to_numpy(a, np.float64), extended)
     local = curve.like(a)
-    t = local._t(t_np)
+    return implicit_closest_step(local, a, local._t(t_np), extended)
+
+
+def implicit_closest_step(curve: BezierCurve, a: Array, t: Array, extended: bool) -> Array:
+    r"""``t`` (the closest parameters of the queries ``a``, found without a gradient), with one
+    Newton step on :math:`g(t) = \langle c'(t), c(t) - a\rangle` where ``a`` is a torch tensor
+    that requires a gradient: :math:`t - g/g'` has the value t at a stationary point and the
+    derivative :math:`dt^*/da = -\partial_a g / g'` of the implicit function theorem (applied
+    where t is interior unless ``extended``: at a clipped end point the derivative is 0).
+    ``curve`` holds control points of a's array type."""
     if is_torch(a) and a.requires_grad:
         ops = ops_for(a)
         axes = tuple(range(-len(curve.point_shape), 0))
-        c, v, acc = local(t), local.velocity(t), local.acceleration(t)
+        c, v, acc = curve(t), curve.velocity(t), curve.acceleration(t)
         g = ops.sum(v * (c - a), axis=axes)
         h = ops.sum(v * v, axis=axes) + ops.sum(acc * (c - a), axis=axes)
         step = t - g / h
@@ -350,7 +360,7 @@ def _quadratic_roots(a: float, b: float, c: float) -> list[float]:
 #: while not stationary (found by the thorough hypothesis profile: slope 3.7e-8 after 8 steps)
 _POLISH_STEPS = 64
 #: largest |imaginary part| / max(1, |real part|) of an eigenvalue taken as a real root of f'
-_REAL_ROOT_TOL = 1e-6
+REAL_ROOT_TOL = 1e-6
 
 
 def _minimise_quadratic_form_polynomial(h: np.ndarray, extended: bool) -> np.ndarray:
@@ -375,7 +385,7 @@ def _minimise_quadratic_form_polynomial(h: np.ndarray, extended: bool) -> np.nda
     roots = np.linalg.eigvals(companion)
     # a root is real up to rounding (a double root of f' splits into a pair about sqrt(eps)
     # apart); a pair further off the axis is not a stationary point at all and is left out
-    real = np.abs(roots.imag) <= _REAL_ROOT_TOL * np.maximum(1.0, np.abs(roots.real))
+    real = np.abs(roots.imag) <= REAL_ROOT_TOL * np.maximum(1.0, np.abs(roots.real))
     cands = roots.real
     lo, hi = (-np.inf, np.inf) if extended else (0.0, 1.0)
     if not extended:

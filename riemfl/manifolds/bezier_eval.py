@@ -23,6 +23,7 @@ import numpy as np
 
 from .._validation import integer
 from ..backend import Array, ops_for
+from ..check_levels import compiling
 from .bezier_autograd import contraction_function
 from .bezier_buffers import flat_alias
 
@@ -108,7 +109,8 @@ def contract(
     into ``out`` when given. In torch, when a graph is recorded, the product goes through
     :func:`~riemfl.manifolds.bezier_autograd.contraction_function`'s
     ``BernsteinContraction`` (backward: one outer product, into ``grad_buffer`` when
-    given and no higher-order graph is requested).
+    given and no higher-order graph is requested); inside ``torch.compile``, torch's own
+    product, whose backward the compiler fuses (``grad_buffer`` is not written there).
     """
     cp = control_points
     k = int(cp.shape[0])
@@ -132,7 +134,7 @@ def contract(
         target = flat_alias(out, shape)  # out itself must stay free of autograd history
     else:  # the common case: a plain buffer of the right shape, used as it is
         target = out
-    if graph:
+    if graph and not compiling():  # dynamo cannot trace the Function's class being built
         gbuf = None if grad_buffer is None else flat_alias(grad_buffer, flat.shape)
         res = contraction_function().apply(flat, w2, (target, gbuf))
         return res if res.shape == lead + point_shape else res.view(lead + point_shape)

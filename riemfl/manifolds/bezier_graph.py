@@ -18,11 +18,12 @@ import math
 
 import numpy as np
 
-from ..backend import Array, is_torch, ops_for, to_numpy
+from ..backend import Array, ops_for, to_numpy
 from ..errors import ParameterError
-from .base import MAP_ROLES, Manifold
+from .base import Manifold
 from .bezier import BezierCurve
 from .bezier_arclength import quadratic_coefficients
+from .bezier_fixed import FixedCurve
 
 __all__ = ["BezierGraph"]
 
@@ -53,8 +54,14 @@ class BezierGraph(Manifold):
       \langle \nabla^2\bar f[\hat v], \hat v\rangle + \langle\nabla\bar f, \kappa\rangle`;
       only the normal part of g counts, as :math:`\kappa \perp \hat v`);
     * torch: every map is differentiable in its arguments (the parameter of a point and the
-      inverse arc length are found in numpy, then one differentiable Newton step at the solution
-      gives the exact first derivative by the implicit function theorem).
+      inverse arc length are found without a gradient, then one differentiable Newton step at
+      the solution gives the exact first derivative by the implicit function theorem);
+    * check levels: the two solves run on the host, exactly, at ``"eager"`` and for numpy
+      arrays; for torch tensors at ``"deferred"`` and ``"off"`` they run in a fixed number of
+      tensor operations that read nothing back (Aberth-Ehrlich iterations for the closest
+      parameter, bracketed Newton steps for the inverse arc length:
+      :class:`~riemfl.manifolds.bezier_fixed.FixedCurve`), and one that did not converge raises
+      :class:`~riemfl.errors.ConvergenceError` at the boundary of ``"deferred"``.
 
     Constants. ``reach`` is the reach of the curve, at most its minimal radius of
     curvature and half its bottleneck distance. For a quadratic :math:`c(t) = A + 2ta + t^2b`
@@ -79,6 +86,7 @@ class BezierGraph(Manifold):
         self.curve = BezierCurve(np.array(to_numpy(curve.control_points), dtype=np.float64))
         self.point_shape = self.curve.point_shape
         self.name = f"BezierGraph(degree={self.curve.degree}, shape={self.point_shape})"
+        self._fixed = FixedCurve(self.curve, self.name)
         self._check_immersion()
         self._reach = self._compute_reach()
 
@@ -93,27 +101,11 @@ class BezierGraph(Manifold):
     diameter = math.inf
     injectivity_radius = math.inf
     unsupported = {}
-    #: every map that needs the parameter t(x) of a point reads values: t(x) is the real root of
-    #: a polynomial (the closest point), and the inverse arc length a bracketed solve, both found
-    #: in numpy on the host; torch gets one differentiable Newton step at the solution
-    deferred_reads = dict.fromkeys(
-        (m for m in MAP_ROLES if m not in ("inner", "norm", "retraction_transport", "point_gap")),
-        "the parameter t(x) of a point is a root of a polynomial found in numpy on the host (and "
-        "exp's inverse arc length a bracketed solve there); torch gets one Newton step at it",
-    )
 
     # ------------------------------------------------------------------ construction helpers
     def _check_immersion(self) -> None:
-        grid = np.linspace(-1.0, 2.0, 601)
-        speeds = np.asarray(self.curve.speed(grid))
         scale = float(np.max(np.abs(self.curve.control_points))) + 1e-300
-        if self.curve.degree == 2:
-            _, a, b = quadratic_coefficients(self.curve.control_points)
-            bb = float(b @ b)
-            a_perp = a - (a @ b) / bb * b if bb > 0 else a
-            minimal = 2 * float(np.linalg.norm(a_perp))  # min over all real t of |c'(t)|
-        else:
-            minimal = float(speeds.min())
+        minimal = self._fixed.least_speed  # the least speed over the whole real line
         if minimal <= 1e-9 * scale:
             raise ParameterError(
                 f"{self.name}: the curve is not an immersion (its velocity vanishes, minimum speed "
@@ -148,7 +140,7 @@ class BezierGraph(Manifold):
 
     def _curve_like(self, x) -> BezierCurve:
         """The curve with control points of x's type, dtype and device."""
-        return self.curve.like(x)
+        return self._fixed.like(x)
 
     # ------------------------------------------------------------------ parameters of points
     def parameter(self, x: Array) -> Array:
@@ -157,7 +149,7 @@ class BezierGraph(Manifold):
         return self._param(x)
 
     def _param(self, x):
-        return self.curve.closest_parameter(x, extended=True)
+        return self._fixed.closest(x, extended=True)[1]
 
     def _unit_velocity(self, curve, t):
         ops = ops_for(t)
@@ -166,15 +158,6 @@ class BezierGraph(Manifold):
 
     def _expand(self, a):
         return ops_for(a).reshape(a, tuple(a.shape) + (1,) * self.ndim)
-
-    def _move(self, curve, t, signed_length):
-        """Parameter t' with s(t') = s(t) + signed_length (differentiable, implicit step)."""
-        target = curve.arc_length_at(t) + signed_length
-        t_np = self.curve.parameter_at_arc_length(to_numpy(target, np.float64))
-        t_new = curve._t(t_np)
-        if is_torch(t):
-            t_new = t_new - (curve.arc_length_at(t_new) - target) / curve.speed(t_new)
-        return t_new
 
     # ------------------------------------------------------------------ contract
     def _project(self, a):
@@ -203,23 +186,21 @@ class BezierGraph(Manifold):
         t = self._param(x)
         v_hat = self._unit_velocity(curve, t)
         shift = ops_for(u).sum(u * v_hat, axis=self._axes)
-        return curve(self._move(curve, t, shift))
+        return curve(self._fixed.parameter_at_arc_length(t, shift))
 
     _retract = _exp
 
     def _log(self, x, y):
         curve = self._curve_like(x)
         tx, ty = self._param(x), self._param(y)
-        length = curve.arc_length_at(ty) - curve.arc_length_at(tx)
+        length = self._fixed.arc_length_at(ty) - self._fixed.arc_length_at(tx)
         return self._expand(length) * self._unit_velocity(curve, tx)
 
     _inverse_retract = _log
 
     def _dist(self, x, y):
-        curve = self._curve_like(x)
-        return ops_for(x).abs(
-            curve.arc_length_at(self._param(y)) - curve.arc_length_at(self._param(x))
-        )
+        arc = self._fixed.arc_length_at
+        return ops_for(x).abs(arc(self._param(y)) - arc(self._param(x)))
 
     def _parallel_transport(self, x, y, u):
         curve = self._curve_like(x)

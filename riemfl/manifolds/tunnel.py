@@ -22,6 +22,7 @@ from ..backend import Array, RandomState, as_generator, ops_for, to_numpy
 from ..errors import ParameterError
 from .base import Manifold
 from .bezier import BezierCurve, bernstein_weights
+from .bezier_fixed import FixedCurve
 from .bezier_graph import BezierGraph
 
 __all__ = ["EpsilonTunnel"]
@@ -46,7 +47,9 @@ class EpsilonTunnel(Manifold):
     * the tangent space is the whole ambient space (``to_tangent`` is the identity), the metric
       the Euclidean one (so the Riemannian Hessian is the Euclidean one, ``ehess_to_rhess(x, g,
       h, u) = h``: an open subset of :math:`\mathbb{R}^D` in the interior), and
-      ``retract(x, u) = project(x + u)``; there are no geodesic maps
+      ``retract(x, u) = project(x + u)``; at the check levels ``"deferred"`` and ``"off"``
+      torch tensors get the nearest curve point in fixed iterations, without a read
+      (:class:`~riemfl.manifolds.bezier_fixed.FixedCurve`); there are no geodesic maps
       (``exp``/``log``/``dist``/``inverse_retract``/``parallel_transport`` raise with the
       reason);
     * :meth:`sample`: t uniform in arc length (or in the parameter) and u uniform in the
@@ -70,13 +73,6 @@ class EpsilonTunnel(Manifold):
         "parallel_transport": _NO_GEODESICS,
     }
 
-    _ON_THE_HOST = (
-        "the closest parameter c(t*) of the query is found on the host (float64 numpy: the "
-        "real roots of d/dt |c(t) - a|^2, a cubic in closed form or a companion matrix's "
-        "eigenvalues; riemfl.manifolds.bezier_closest.closest_parameter), then moved back"
-    )
-    deferred_reads = {"project": _ON_THE_HOST, "retract": _ON_THE_HOST}
-
     def __init__(self, curve: BezierCurve, eps: float) -> None:
         if not isinstance(curve, BezierCurve) or not curve.euclidean:
             raise ParameterError("EpsilonTunnel needs a BezierCurve with a Euclidean base")
@@ -92,6 +88,7 @@ class EpsilonTunnel(Manifold):
         self._reach = graph.reach
         self.point_shape = self.curve.point_shape
         self.name = f"EpsilonTunnel(degree={self.curve.degree}, eps={self.eps:g})"
+        self._fixed = FixedCurve(self.curve, self.name)
 
     @property
     def dim(self) -> int:
@@ -162,8 +159,8 @@ class EpsilonTunnel(Manifold):
     # ------------------------------------------------------------------ contract
     def _project(self, a):
         ops = ops_for(a)
-        curve = self.curve.like(a)
-        centre = curve(curve.closest_parameter(a))
+        curve, t = self._fixed.closest(a, extended=False)
+        centre = curve(t)
         r = a - centre
         rn = ops.sqrt(ops.sum(r * r, axis=self._axes))
         outside = rn > self.eps
