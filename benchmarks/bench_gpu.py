@@ -56,7 +56,16 @@ try:  # the peer; a missing one is reported, not fatal
 except ImportError:  # pragma: no cover - depends on the environment
     geoopt = None
 
-__all__ = ["LEVELS", "Family", "families", "run_benchmark", "format_table", "main"]
+__all__ = [
+    "LEVELS",
+    "Family",
+    "families",
+    "run_benchmark",
+    "format_table",
+    "main",
+    "reads_and_syncs",
+    "time_per_call",
+]
 
 DEFAULT_OUT = "results/bench_gpu.json"
 LEVELS = ("eager", "deferred", "off")
@@ -200,7 +209,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time(
+def time_per_call(
     fn: Callable, args: Sequence, device: str, level: str | None, calls: int, repeats: int
 ) -> float:
     """Median seconds per call; ``level`` None for a peer (no check level)."""
@@ -221,7 +230,7 @@ def _time(
     return statistics.median(samples)
 
 
-def _reads_and_syncs(
+def reads_and_syncs(
     fn: Callable, args: Sequence, device: str, level: str
 ) -> tuple[int, int | None]:
     with riemfl.checks(level):
@@ -287,12 +296,12 @@ def run_benchmark(
                 expected = ours(*args)
             cell["agreement"] = _agreement(expected, theirs(*args))
             for level in LEVELS:
-                cell[f"{level}_ms"] = 1e3 * _time(ours, args, device, level, calls, repeats)
-                cell[f"{level}_reads"], cell[f"{level}_syncs"] = _reads_and_syncs(
+                cell[f"{level}_ms"] = 1e3 * time_per_call(ours, args, device, level, calls, repeats)
+                cell[f"{level}_reads"], cell[f"{level}_syncs"] = reads_and_syncs(
                     ours, args, device, level
                 )
-            cell["geoopt_ms"] = 1e3 * _time(theirs, args, device, None, calls, repeats)
-            cell["geoopt_reads"], cell["geoopt_syncs"] = _reads_and_syncs(
+            cell["geoopt_ms"] = 1e3 * time_per_call(theirs, args, device, None, calls, repeats)
+            cell["geoopt_reads"], cell["geoopt_syncs"] = reads_and_syncs(
                 theirs, args, device, "off"
             )
             cell["ratio_deferred"] = cell["deferred_ms"] / cell["geoopt_ms"]
@@ -334,10 +343,9 @@ def _compiled(
         ours_c(*args)
     theirs_c = torch.compile(theirs)
     theirs_c(*args)
-    return {
-        "compiled_deferred_ms": 1e3 * _time(ours_c, args, device, "deferred", calls, repeats),
-        "compiled_geoopt_ms": 1e3 * _time(theirs_c, args, device, None, calls, repeats),
-    }
+    ours_ms = 1e3 * time_per_call(ours_c, args, device, "deferred", calls, repeats)
+    theirs_ms = 1e3 * time_per_call(theirs_c, args, device, None, calls, repeats)
+    return {"compiled_deferred_ms": ours_ms, "compiled_geoopt_ms": theirs_ms}
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -58,8 +58,9 @@ class BezierGraph(Manifold):
       the solution gives the exact first derivative by the implicit function theorem);
     * check levels: the two solves run on the host, exactly, at ``"eager"`` and for numpy
       arrays; for torch tensors at ``"deferred"`` and ``"off"`` they run in a fixed number of
-      tensor operations that read nothing back (Aberth-Ehrlich iterations for the closest
-      parameter, bracketed Newton steps for the inverse arc length:
+      tensor operations that read nothing back (the closest parameter from a quadratic's cubic
+      in closed form, else by Aberth-Ehrlich iterations; the inverse arc length by bracketed
+      Newton steps:
       :class:`~riemfl.manifolds.bezier_fixed.FixedCurve`), and one that did not converge raises
       :class:`~riemfl.errors.ConvergenceError` at the boundary of ``"deferred"``.
 

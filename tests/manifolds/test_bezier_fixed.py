@@ -94,6 +94,35 @@ def test_the_least_speed_is_the_minimum_over_the_real_line(seed, degree):
     assert fixed.least_speed >= speeds.min() - 1e-3 * (1 + speeds.min())
 
 
+@given(
+    roots=st.lists(st.floats(-100.0, 100.0), min_size=3, max_size=3),
+    pair=st.tuples(st.floats(-100.0, 100.0), st.floats(0.01, 100.0)),
+    three_real=st.booleans(),
+)
+def test_the_closed_form_cubic_finds_every_real_root(roots, pair, three_real):
+    # monic cubics with three real roots, or one beside a complex pair: each simple real root
+    # is among the candidates to its condition, 1e-12 sum_k |p_k| |r|^k / |p'(r)| (first-order
+    # perturbation, with room for the closed form's rounding); a double root of f' (where f'
+    # keeps its sign: no minimum of f) may be missed, so such roots are skipped
+    zeros = (sorted(roots) if three_real else [roots[0]]) + (
+        [] if three_real else [complex(*pair), complex(pair[0], -pair[1])]
+    )
+    polynomial = np.real(np.poly(zeros))  # highest first, monic
+    coefficients = torch.as_tensor(polynomial[::-1].copy())[None]
+    got = bezier_fixed._cubic_real_roots(coefficients)[0].numpy()
+    scale = 1 + max(abs(z) for z in zeros)
+    for i, root in enumerate(zeros[: 3 if three_real else 1]):
+        slope = abs(np.polyval(np.polyder(polynomial), root))
+        size = np.polyval(np.abs(polynomial), abs(root))
+        bound = 1e-12 * size / max(slope, 1e-300) + 1e-14 * scale
+        gap = min(abs(root - z) for z in zeros[:i] + zeros[i + 1 :])
+        if bound > 1e-3 * scale or gap < 1e-6 * scale:  # ill-conditioned, or a double root
+            continue
+        assert np.min(np.abs(got - root)) <= bound
+        if not three_real:  # the complex pair's slots repeat the real root
+            np.testing.assert_allclose(got, root, rtol=0, atol=bound)
+
+
 def test_a_curve_whose_velocity_vanishes_outside_the_unit_interval_is_no_immersion():
     # c(t) = ((t - 5)^2, (t - 5)^3): a cusp at t = 5, regular on [-1, 2] (the old grid's
     # range); the graph is of the extended curve, so it is refused
@@ -134,7 +163,7 @@ def test_an_unconverged_closest_parameter_raises_at_the_boundary(monkeypatch):
 
 def test_an_unconverged_inverse_arc_length_raises_at_the_boundary(monkeypatch):
     graph = cubic_graph()
-    monkeypatch.setattr(bezier_fixed, "ARC_LENGTH_STEPS", 0)
+    monkeypatch.setattr(bezier_fixed, "arc_length_steps", lambda degree: 0)
     x = torch.as_tensor(graph.random_point(3, rng=0))
     u = graph.to_tangent(x, torch.ones(3, 2, dtype=torch.float64))
     with pytest.raises(ConvergenceError, match="inverse arc length did not converge.*0 safeg"):
@@ -151,6 +180,27 @@ def test_the_tunnel_projects_in_fixed_iterations_onto_the_segment():
         got = tunnel.project(a)
     assert reads.total == 0
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_an_end_point_is_not_polished_into_a_tie_with_the_minimiser():
+    # a quadratic in R^1000 and queries 3 away: Newton steps from the end point t = 1 stop
+    # 5e-9 short of the minimiser, and f (about 11, rounded to 2e-13) ranked that unstationary
+    # point first (1.5e-8 off eager mode's projection): end points now stay as they are
+    rng = np.random.default_rng(3000)
+    control_points = np.concatenate(
+        [np.zeros((1, 1000)), np.cumsum(rng.standard_normal((2, 1000)), 0)]
+    )
+    graph = BezierGraph(BezierCurve(control_points))
+    tunnel = EpsilonTunnel(graph.curve, 0.5 * min(graph.reach, 1.0))
+    rng = np.random.default_rng(64)
+    x = tunnel.random_point(64, rng=rng)
+    a = torch.as_tensor(x + 0.1 * rng.standard_normal(x.shape))
+    with checks("eager"):
+        expected = tunnel.project(a)
+    with checks("deferred"):
+        got = tunnel.project(a)
+    # both the exact projection: they differ by rounding, a few ulps of the points' size
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-13 * float(expected.abs().max()))
 
 
 @pytest.mark.slow
