@@ -25,12 +25,13 @@ exact one by the implicit function theorem.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..backend import Array, cast_like, is_torch, ops_for, to_like, to_numpy, widen
-from ..check_levels import level_of, refuse
+from ..check_levels import compiling, level_of, refuse
 from ..errors import ConvergenceError
 from .bezier import BezierCurve
 from .bezier_arclength import (
@@ -105,6 +106,8 @@ class FixedCurve:
     def __init__(self, curve: BezierCurve, what: str) -> None:
         self.curve = curve
         self.what = what
+        #: torch copies of the constants and of the curve, by (name, device, dtype)
+        self._device_constants: dict[tuple[Any, ...], Any] = {}
         flat = np.reshape(np.asarray(curve.control_points, np.float64), (curve.degree + 1, -1))
         coef = power_basis_matrix(curve.degree) @ flat
         norms = np.sqrt(np.einsum("ij,ij->i", coef[1:], coef[1:]))
@@ -150,8 +153,31 @@ class FixedCurve:
 
     def like(self, a: Array) -> BezierCurve:
         """The curve in a's array type, dtype and device (unchecked in the fixed form: the
-        control points were checked once, and a check would read from the device)."""
-        return self.curve.like(a, validate=not self.fixed_form(a))
+        control points were checked once, and a check would read from the device; there the
+        converted curve is kept per device and dtype, see :meth:`_constant`)."""
+        if not self.fixed_form(a):
+            return self.curve.like(a)
+        return self._kept(("curve", a.device, a.dtype), lambda: self.curve.like(a, validate=False))
+
+    def _constant(self, name: str, like: Array) -> Array:
+        """The numpy constant ``self.<name>`` as an array like ``like`` (torch: kept, see
+        :meth:`_kept`)."""
+        if not is_torch(like):
+            return to_like(getattr(self, name), like)
+        key = (name, like.device, like.dtype)
+        return self._kept(key, lambda: to_like(getattr(self, name), like))
+
+    def _kept(self, key: tuple[Any, ...], convert: Callable[[], Any]) -> Any:
+        """``convert()``, made once per key (name, device, dtype) and kept: a copy from host
+        memory to a device synchronises the device's stream, so it happens at the first call
+        on a device, not at every call. Inside a traced function a value not yet kept is
+        converted in the graph and not kept (storing it would be a side effect of the trace)."""
+        value = self._device_constants.get(key)
+        if value is None:
+            value = convert()
+            if not compiling():
+                self._device_constants[key] = value
+        return value
 
     # ------------------------------------------------------------------ arc length
     def speed(self, t: Array) -> Array:
@@ -166,8 +192,7 @@ class FixedCurve:
         [0, 1]. Reads nothing; differentiable in torch."""
         if self._closed_form is not None:
             return quadratic_length_between(self._closed_form, 0.0 * t, t)
-        taus = to_like(self._nodes, t)
-        weights = to_like(self._weights, t)
+        taus, weights = self._constant("_nodes", t), self._constant("_weights", t)
         return t * (self.speed(t[..., None] * taus) * weights).sum(-1)
 
     def parameter_at_arc_length(self, t: Array, shift: Array) -> Array:
@@ -256,12 +281,13 @@ class FixedCurve:
         batch = tuple(a.shape[: a.ndim - len(self.curve.point_shape)])
         query = widen(a).reshape(-1, math.prod(self.curve.point_shape)).to(torch.float64)
         q = self.degree
-        e = to_like(self._origin, query) - query
-        cross = e @ to_like(self._coefficients, query).T  # e . a_s, (rows, q)
+        e = self._constant("_origin", query) - query
+        cross = e @ self._constant("_coefficients", query).T  # e . a_s, (rows, q)
         f = torch.cat([(e * e).sum(-1, keepdim=True), 2 * cross, 0 * cross], -1)
-        f = f + to_like(self._distance_constant, f)  # (rows, 2q + 1), lowest first
-        df = f[:, 1:] * to_like(np.arange(1.0, 2 * q + 1), f)
-        d2f = df[:, 1:] * to_like(np.arange(1.0, 2 * q), f)
+        f = f + self._constant("_distance_constant", f)  # (rows, 2q + 1), lowest first
+        powers = torch.arange(1, 2 * q + 1, dtype=f.dtype, device=f.device)
+        df = f[:, 1:] * powers
+        d2f = df[:, 1:] * powers[: 2 * q - 1]
         monic = df / df[:, -1:]
         candidates = _cubic_real_roots(monic) if q <= 2 else self._iterated_real_roots(monic)
         for _ in range(_POLISH_STEPS):
@@ -374,7 +400,7 @@ def _cubic_real_roots(p: Any) -> Any:
     r = 2 * (-depressed_p / 3).clamp_min(0.0).sqrt()
     scale = depressed_p * r
     cosine = (3 * depressed_q / scale.where(scale != 0, 1.0)).clamp(-1.0, 1.0)
-    k = to_like(np.arange(3, dtype=np.float64), p)
+    k = torch.arange(3, dtype=p.dtype, device=p.device)
     trigonometric = r * (cosine.acos() / 3 - 2 * math.pi / 3 * k).cos() - shift
     largest = trigonometric.gather(-1, trigonometric.abs().argmax(-1, keepdim=True))
     root = cardano.where(delta > 0, largest)
@@ -414,7 +440,7 @@ def _aberth(p: Any, iterations: int) -> tuple[Any, Any, Any]:
     import torch
 
     m = p.shape[-1] - 1
-    k = to_like(np.arange(m, dtype=np.float64), p)
+    k = torch.arange(m, dtype=p.dtype, device=p.device)
     radius = (p[:, :m].abs() ** (1.0 / (m - k))).amax(-1, keepdim=True).clamp_min(1e-150)
     angle = 2 * math.pi / m * k + 0.5  # off the real axis: no pair starts conjugate
     zr, zi = radius * angle.cos(), radius * angle.sin()

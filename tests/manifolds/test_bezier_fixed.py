@@ -214,3 +214,23 @@ def test_a_cubic_graph_compiles_whole_with_eager_values_and_gradients():
     for method in ("exp", "log", "project"):
         args, _ = method_arguments(graph, method)
         check_compiles_whole(graph, method, args, levels=("deferred",), backend="eager")
+
+
+def test_the_constants_reach_a_device_once(monkeypatch):
+    # a copy from host memory to a CUDA device synchronises its stream: the curve and the
+    # constants are converted at the first call on a device and dtype, and kept
+    graph = cubic_graph()
+    x = torch.as_tensor(graph.random_point(4, rng=0))
+    u = graph.to_tangent(x, torch.ones(4, 2, dtype=torch.float64))
+    with checks("deferred"):
+        expected = graph.exp(x, u), graph.project(x + 0.1)
+
+    def converted(*args, **kwargs):
+        raise AssertionError("a constant was converted again")
+
+    monkeypatch.setattr(bezier_fixed, "to_like", converted)
+    monkeypatch.setattr(BezierCurve, "like", converted)
+    with checks("deferred"):
+        got = graph.exp(x, u), graph.project(x + 0.1)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
