@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "closest_parameter",
     "closest_point",
+    "horner_rows",
     "implicit_closest_step",
     "newton_closest",
     "polynomial_closest",
@@ -398,7 +399,7 @@ def _minimise_quadratic_form_polynomial(h: np.ndarray, extended: bool) -> np.nda
     # polish: Newton on f' where f is convex, kept in range, to convergence (quadratic: a few
     # steps) so that f ranks exact stationary points
     for _ in range(_POLISH_STEPS):
-        g, curv = _horner(df, cands), _horner(d2f, cands)
+        g, curv = horner_rows(df, cands), horner_rows(d2f, cands)
         with np.errstate(divide="ignore", invalid="ignore"):
             stepped = np.clip(cands - g / curv, lo, hi)
         new = np.where((curv > 0) & np.isfinite(stepped), stepped, cands)
@@ -406,17 +407,16 @@ def _minimise_quadratic_form_polynomial(h: np.ndarray, extended: bool) -> np.nda
         cands = new
         if not moved.any():
             break
-    best = np.argmin(_horner(f, cands), axis=1)
+    best = np.argmin(horner_rows(f, cands), axis=1)
     return cands[np.arange(rows), best]
 
 
-def _horner(coeffs: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row r of the polynomials ``coeffs`` (rows, degree + 1; lowest first) at the (rows, c)
-    points ``t[r]``."""
-    out = np.broadcast_to(coeffs[:, -1:], t.shape).copy()
-    for j in range(coeffs.shape[1] - 2, -1, -1):
-        out *= t
-        out += coeffs[:, j : j + 1]
+def horner_rows(coefficients: Array, t: Array) -> Array:
+    """Row r of the polynomials ``coefficients`` ((rows, degree + 1), lowest first) at the
+    (rows, c) points ``t[r]``, by Horner's scheme (numpy or torch)."""
+    out = coefficients[:, -1:] + 0 * t
+    for j in range(coefficients.shape[-1] - 2, -1, -1):
+        out = out * t + coefficients[:, j : j + 1]
     return out
 
 

@@ -39,7 +39,7 @@ from .bezier_arclength import (
     quadratic_length_between,
     quadratic_speed_constants,
 )
-from .bezier_closest import REAL_ROOT_TOL, closest_point, implicit_closest_step
+from .bezier_closest import REAL_ROOT_TOL, closest_point, horner_rows, implicit_closest_step
 from .bezier_eval import power_basis_matrix
 
 __all__ = ["FixedCurve", "aberth_iterations", "arc_length_steps"]
@@ -207,7 +207,7 @@ class FixedCurve:
         if self.fixed_form(t):
             solved = cast_like(self.fixed_parameter_at_arc_length(t.detach(), shift.detach()), t)
         else:
-            solved = self.curve._t(self.curve.parameter_at_arc_length(to_numpy(target, np.float64)))
+            solved = self.curve.parameter_at_arc_length(to_numpy(target, np.float64))
             solved = to_like(solved, t) if is_torch(t) else solved
         if is_torch(t):  # the implicit derivative: ds/dt' = |c'(t')|
             solved = solved - (self.arc_length_at(solved) - target) / self.speed(solved)
@@ -279,7 +279,7 @@ class FixedCurve:
         import torch
 
         batch = tuple(a.shape[: a.ndim - len(self.curve.point_shape)])
-        query = widen(a).reshape(-1, math.prod(self.curve.point_shape)).to(torch.float64)
+        query = a.reshape(-1, math.prod(self.curve.point_shape)).to(torch.float64)
         q = self.degree
         e = self._constant("_origin", query) - query
         cross = e @ self._constant("_coefficients", query).T  # e . a_s, (rows, q)
@@ -291,14 +291,14 @@ class FixedCurve:
         monic = df / df[:, -1:]
         candidates = _cubic_real_roots(monic) if q <= 2 else self._iterated_real_roots(monic)
         for _ in range(_POLISH_STEPS):
-            curvature = _polyval_rows(d2f, candidates)
-            step = candidates - _polyval_rows(df, candidates) / curvature
+            curvature = horner_rows(d2f, candidates)
+            step = candidates - horner_rows(df, candidates) / curvature
             candidates = step.where((curvature > 0) & torch.isfinite(step), candidates)
         if not extended:  # the end points as they are: polished, one would stop short of the
             # stationary point its steps head for and could tie with it in f to rounding
             ends = torch.cat([0 * candidates[:, :1], 0 * candidates[:, :1] + 1], -1)
             candidates = torch.cat([candidates.clamp(0.0, 1.0), ends], -1)
-        best = torch.argmin(_polyval_rows(f, candidates), dim=-1, keepdim=True)
+        best = torch.argmin(horner_rows(f, candidates), dim=-1, keepdim=True)
         return candidates.gather(-1, best).reshape(batch)
 
     def _iterated_real_roots(self, p: Any) -> Any:
@@ -487,12 +487,4 @@ def _polyval(coefficients: tuple[float, ...], t: Array) -> Array:
     out = 0 * t + coefficients[-1]
     for c in reversed(coefficients[:-1]):
         out = out * t + c
-    return out
-
-
-def _polyval_rows(coefficients: Any, t: Any) -> Any:
-    """Row r of the (rows, degree + 1; lowest first) polynomials at the (rows, c) points t[r]."""
-    out = coefficients[:, -1:] + 0 * t
-    for j in range(coefficients.shape[-1] - 2, -1, -1):
-        out = out * t + coefficients[:, j : j + 1]
     return out
