@@ -139,10 +139,6 @@ class BezierGraph(Manifold):
         bottleneck = float(lengths[mask].min()) / 2 if mask.any() else math.inf
         return float(min(radius, bottleneck))
 
-    def _curve_like(self, x) -> BezierCurve:
-        """The curve with control points of x's type, dtype and device."""
-        return self._fixed.like(x)
-
     # ------------------------------------------------------------------ parameters of points
     def parameter(self, x: Array) -> Array:
         """The parameter t(x) of the curve point nearest to x (batched; differentiable in torch)."""
@@ -150,7 +146,11 @@ class BezierGraph(Manifold):
         return self._param(x)
 
     def _param(self, x):
-        return self._fixed.closest(x, extended=True)[1]
+        return self._located(x)[1]
+
+    def _located(self, x) -> tuple[BezierCurve, Array]:
+        """The curve in x's array type, dtype and device, and the parameter t(x) on it."""
+        return self._fixed.closest(x, extended=True)
 
     def _unit_velocity(self, curve, t):
         ops = ops_for(t)
@@ -162,17 +162,16 @@ class BezierGraph(Manifold):
 
     # ------------------------------------------------------------------ contract
     def _project(self, a):
-        return self._curve_like(a)(self._param(a))
+        curve, t = self._located(a)
+        return curve(t)
 
     def _to_tangent(self, x, a):
-        curve = self._curve_like(x)
-        v_hat = self._unit_velocity(curve, self._param(x))
+        v_hat = self._unit_velocity(*self._located(x))
         return self._expand(ops_for(a).sum(a * v_hat, axis=self._axes)) * v_hat
 
     def _ehess_to_rhess(self, x, g, h, u):
         ops = ops_for(x, g, h, u)
-        curve = self._curve_like(x)
-        t = self._param(x)
+        curve, t = self._located(x)
         v_hat = self._unit_velocity(curve, t)
         velocity, acceleration = curve.velocity(t), curve.acceleration(t)
         speed2 = ops.sum(velocity * velocity, axis=self._axes)
@@ -183,8 +182,7 @@ class BezierGraph(Manifold):
         return self._expand(ops.sum(w * v_hat, axis=self._axes)) * v_hat
 
     def _exp(self, x, u):
-        curve = self._curve_like(x)
-        t = self._param(x)
+        curve, t = self._located(x)
         v_hat = self._unit_velocity(curve, t)
         shift = ops_for(u).sum(u * v_hat, axis=self._axes)
         return curve(self._fixed.parameter_at_arc_length(t, shift))
@@ -192,9 +190,8 @@ class BezierGraph(Manifold):
     _retract = _exp
 
     def _log(self, x, y):
-        curve = self._curve_like(x)
-        tx, ty = self._param(x), self._param(y)
-        length = self._fixed.arc_length_at(ty) - self._fixed.arc_length_at(tx)
+        curve, tx = self._located(x)
+        length = self._fixed.arc_length_at(self._param(y)) - self._fixed.arc_length_at(tx)
         return self._expand(length) * self._unit_velocity(curve, tx)
 
     _inverse_retract = _log
@@ -204,8 +201,8 @@ class BezierGraph(Manifold):
         return ops_for(x).abs(arc(self._param(y)) - arc(self._param(x)))
 
     def _parallel_transport(self, x, y, u):
-        curve = self._curve_like(x)
-        vx = self._unit_velocity(curve, self._param(x))
+        curve, tx = self._located(x)
+        vx = self._unit_velocity(curve, tx)
         vy = self._unit_velocity(curve, self._param(y))
         return self._expand(ops_for(u).sum(u * vx, axis=self._axes)) * vy
 
